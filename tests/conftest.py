@@ -1,0 +1,76 @@
+"""Shared fixtures: tiny tokenizers and tiny random Hugging Face models saved as local folders."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SAMPLE_TEXT = (
+    "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings "
+    "and arrows of outrageous fortune, or to take arms against a sea of troubles and by opposing end them. "
+    "Now is the winter of our discontent made glorious summer by this sun of York. "
+) * 4
+
+
+def make_tokenizer():
+    """A small byte-level BPE tokenizer (about 300 tokens) with a BOS token, trained in memory."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([SAMPLE_TEXT], trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>")
+
+
+def tiny_config(arch: str, vocab_size: int):
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+
+    common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1)
+    if arch == "llama":
+        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, **common)
+    if arch == "qwen2":
+        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128, **common)
+    if arch == "gpt2":
+        return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **common)
+    raise ValueError(arch)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return make_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, tokenizer):
+    """A factory: the folder of a saved tiny random model of the given architecture."""
+    from transformers import AutoModelForCausalLM
+
+    made = {}
+
+    def make(arch: str):
+        if arch not in made:
+            torch.manual_seed(0)
+            model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tokenizer)))
+            path = tmp_path_factory.mktemp(f"tiny-{arch}")
+            model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+            made[arch] = path
+        return made[arch]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """The real default model (SmolLM2-135M-Instruct), dequantised once and cached."""
+    from sinklab.hf import load_model
+
+    return load_model(None)

@@ -1,0 +1,163 @@
+"""Properties of every registered normalisation, the extras, and the eager/fast equivalence."""
+
+import math
+
+import pytest
+import torch
+
+from sinklab.attention import ATTN_NORMS, HeadOutput, attend, attend_fast, causal_mask, make_norm
+from sinklab.errors import SinklabError
+
+B, H, T, D = 2, 3, 7, 5
+
+
+def scores_and_mask(seed=0, requires_grad=False):
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(B, H, T, T, generator=g) * 2
+    scores.requires_grad_(requires_grad)
+    return scores, causal_mask(T, T)
+
+
+@pytest.mark.parametrize("name", list(ATTN_NORMS))
+def test_shape_dtype_and_no_weight_on_future_keys(name):
+    scores, mask = scores_and_mask()
+    w = make_norm(name, H)(scores, mask)
+    assert w.shape == (B, H, T, T) and w.dtype == torch.float32
+    assert torch.all(w[..., ~mask[0, 0]] == 0), f"{name} puts weight on future keys"
+    assert torch.all(w >= 0) and torch.isfinite(w).all()
+
+
+@pytest.mark.parametrize("name", list(ATTN_NORMS))
+def test_gradients_are_finite_and_reach_visible_scores(name):
+    scores, mask = scores_and_mask(requires_grad=True)
+    norm = make_norm(name, H)
+    (norm(scores, mask) * torch.randn(B, H, T, T)).sum().backward()
+    assert torch.isfinite(scores.grad).all()
+    assert scores.grad[..., mask[0, 0]].abs().sum() > 0
+    assert torch.all(scores.grad[..., ~mask[0, 0]] == 0)
+    for p in norm.parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all()
+
+
+def test_softmax_rows_sum_to_one_and_is_float32_for_half_inputs():
+    scores, mask = scores_and_mask()
+    w = make_norm("softmax", H)(scores.half(), mask)
+    assert w.dtype == torch.float32
+    torch.testing.assert_close(w.sum(-1), torch.ones(B, H, T), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["softmax1", "sink_logit"])
+def test_implicit_slot_rows_sum_to_at_most_one(name):
+    scores, mask = scores_and_mask()
+    w = make_norm(name, H)(scores, mask)
+    sums = w.sum(-1)
+    assert torch.all(sums <= 1 + 1e-6)
+    assert torch.all(sums < 1), "with finite scores some mass must stay in the implicit slot"
+
+
+def test_softmax1_formula():
+    scores, mask = scores_and_mask()
+    w = make_norm("softmax1", H)(scores, mask)
+    e = scores.exp() * mask
+    torch.testing.assert_close(w, e / (1 + e.sum(-1, keepdim=True)))
+
+
+def test_sink_logit_at_minus_infinity_is_softmax_and_learned_logit_absorbs_mass():
+    scores, mask = scores_and_mask()
+    norm = make_norm("sink_logit", H, init=float("-inf"))
+    torch.testing.assert_close(norm(scores, mask), make_norm("softmax", H)(scores, mask), atol=1e-7, rtol=1e-6)
+    with torch.no_grad():
+        norm.sink.copy_(torch.tensor([0.0, 5.0, 50.0]))
+    sums = norm(scores, mask).sum(-1)  # (B, H, T)
+    assert sums[:, 2].max() < 1e-6 < sums[:, 1].min()
+    assert torch.all(sums[:, 1] < sums[:, 0]), "a larger sink logit must absorb more mass on every row"
+
+
+def test_relu_divides_by_non_bos_keys():
+    scores = torch.ones(1, 1, T, T)
+    w = make_norm("relu", 1)(scores, causal_mask(T, T))
+    expected = 1.0 / torch.arange(T).clamp_min(1).float()
+    torch.testing.assert_close(w[0, 0, :, 0], expected)
+    # negative scores give exact zeros: the "do nothing" row
+    assert torch.all(make_norm("relu", 1)(-scores, causal_mask(T, T)) == 0)
+
+
+def test_sigmoid_default_bias_is_minus_log_visible_keys():
+    scores = torch.zeros(1, 1, T, T)
+    w = make_norm("sigmoid", 1)(scores, causal_mask(T, T))
+    visible = torch.arange(1, T + 1).float()
+    torch.testing.assert_close(w[0, 0, :, 0], torch.sigmoid(-torch.log(visible)))
+    w_fixed = make_norm("sigmoid", 1, bias=0.0)(scores, causal_mask(T, T))
+    assert torch.allclose(w_fixed[0, 0][causal_mask(T, T)[0, 0]], torch.tensor(0.5))
+
+
+def test_clipped_softmax_reaches_exact_zero_and_one():
+    scores = torch.tensor([[[[0.0, -20.0, -20.0], [0.0, 20.0, -20.0], [0.0, 0.0, 0.0]]]])
+    w = make_norm("clipped_softmax", 1, zeta=1.1, gamma=-0.1)(scores, causal_mask(3, 3))
+    assert w[0, 0, 0, 0] == 1.0  # single visible key: stretched above 1, clipped to exactly 1
+    assert w[0, 0, 1, 0] == 0.0  # tiny softmax weight, pushed below 0, clipped to exactly 0
+    soft = torch.softmax(torch.zeros(3), -1)
+    torch.testing.assert_close(w[0, 0, 2], (1.2 * soft - 0.1).clamp(0, 1))
+    with pytest.raises(SinklabError):
+        make_norm("clipped_softmax", 1, zeta=0.0, gamma=0.5)
+
+
+def test_unknown_name_lists_valid_ones():
+    with pytest.raises(SinklabError) as info:
+        make_norm("sparsemax", 2)
+    for name in ATTN_NORMS:
+        assert name in str(info.value)
+
+
+def test_bad_option_is_a_clear_error():
+    with pytest.raises(SinklabError, match="bad options"):
+        make_norm("softmax", 2, temperature=3)
+
+
+@pytest.mark.parametrize("name", list(ATTN_NORMS))
+def test_query_chunks_give_identical_results(name):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    norm = make_norm(name, H)
+    full = attend(q, k, v, causal_mask(T, T), norm, 0.3)
+    chunked = attend(q, k, v, causal_mask(T, T), norm, 0.3, query_chunk=3)
+    torch.testing.assert_close(full[0], chunked[0], atol=1e-7, rtol=1e-6)
+    torch.testing.assert_close(full[1], chunked[1], atol=1e-7, rtol=1e-6)
+
+
+def test_attend_with_cache_offset_matches_last_rows_of_full_attention():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    norm = make_norm("softmax", H)
+    full_out, full_w = attend(q, k, v, causal_mask(T, T), norm)
+    out, w = attend(q[:, :, -2:], k, v, causal_mask(2, T), norm)
+    torch.testing.assert_close(out, full_out[:, :, -2:])
+    torch.testing.assert_close(w, full_w[:, :, -2:])
+
+
+@pytest.mark.parametrize("n_queries", [T, 1])
+def test_sdpa_fast_path_equals_eager_reference(n_queries):
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(B, H, n_queries, D, generator=g)
+    k, v = torch.randn(B, H, T, D, generator=g), torch.randn(B, H, T, D, generator=g)
+    mask = causal_mask(n_queries, T)
+    norm = make_norm("softmax", H)
+    ref, _ = attend(q, k, v, mask, norm, 1 / math.sqrt(D))
+    fast, weights = attend_fast(q, k, v, mask, norm, 1 / math.sqrt(D), plain_causal=True)
+    assert weights is None
+    torch.testing.assert_close(fast, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_head_output_norm_and_gate():
+    z = torch.randn(B, H, T, D) * 10
+    x = torch.randn(B, T, 4)
+    normed = HeadOutput(4, H, D, gate=False, head_norm=True)(z, x)
+    torch.testing.assert_close(normed.pow(2).mean(-1), torch.ones(B, H, T), atol=1e-4, rtol=1e-4)
+    gated = HeadOutput(4, H, D, gate=True, head_norm=False)
+    with torch.no_grad():
+        gated.gate.weight.zero_()
+        gated.gate.bias.copy_(torch.tensor([-100.0, 0.0, 100.0]))
+    out = gated(z, x)
+    assert out[:, 0].abs().max() < 1e-30  # a closed gate silences the head
+    torch.testing.assert_close(out[:, 1], z[:, 1] * 0.5)
+    torch.testing.assert_close(out[:, 2], z[:, 2])

@@ -1,0 +1,110 @@
+"""The native decoder: fast paths equal the reference, causality, caching, hooks, bad input."""
+
+import pytest
+import torch
+
+from sinklab.attention import ATTN_NORMS
+from sinklab.errors import SinklabError
+from sinklab.hooks import POINTS
+from sinklab.model import KVCache, ModelConfig, Transformer, attention_only_forward
+
+
+def lm_config(**kw):
+    base = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=50, mlp=True, norm=True, rope=True, residual=True, scale_scores=True, max_seq_len=64)
+    base.update(kw)
+    return ModelConfig(**base)
+
+
+@pytest.mark.parametrize("attn", list(ATTN_NORMS))
+def test_merged_circuits_equal_reference_path_and_gradients(attn):
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=8, n_layers=3, n_heads=2, head_dim=8, attn=attn, residual=True, init_std=0.15))
+    x = torch.randn(4, 9, 8)
+    fast = attention_only_forward(model, x)
+    ref, _ = model(x, need_weights=True)
+    torch.testing.assert_close(fast, ref, atol=1e-5, rtol=1e-5)
+    g_fast = torch.autograd.grad(fast.square().sum(), list(model.parameters()), allow_unused=True)
+    ref, _ = model(x, need_weights=True)
+    g_ref = torch.autograd.grad(ref.square().sum(), list(model.parameters()), allow_unused=True)
+    for a, b in zip(g_fast, g_ref):
+        if a is not None or b is not None:
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attn", list(ATTN_NORMS))
+@pytest.mark.parametrize("extras", [{}, {"gate": True, "head_norm": True}, {"sink_tokens": 2, "tie_embeddings": False}])
+def test_changing_a_future_token_changes_no_earlier_logit(attn, extras):
+    torch.manual_seed(1)
+    model = Transformer(lm_config(attn=attn, **extras))
+    ids = torch.randint(0, 50, (2, 12))
+    changed = ids.clone()
+    changed[:, 7] = (changed[:, 7] + 1) % 50
+    a, b = model(ids), model(changed)
+    torch.testing.assert_close(a[:, :7], b[:, :7], atol=0, rtol=0)
+    assert (a[:, 7:] - b[:, 7:]).abs().max() > 0
+
+
+@pytest.mark.parametrize("attn", ["softmax", "relu", "sink_logit"])
+def test_incremental_decoding_with_cache_equals_full_forward(attn):
+    torch.manual_seed(2)
+    model = Transformer(lm_config(attn=attn, sink_tokens=1))
+    ids = torch.randint(0, 50, (2, 10))
+    full = model(ids)
+    cache = KVCache()
+    steps = [model(ids[:, :4], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert len(cache) == 11  # one sink token + ten tokens
+
+
+def test_sequence_longer_than_the_model_allows_is_a_clear_error():
+    model = Transformer(lm_config(max_seq_len=8))
+    with pytest.raises(SinklabError, match="exceeds the model's maximum of 8"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+
+
+def test_wrong_input_kind_is_a_clear_error():
+    with pytest.raises(SinklabError, match="token ids"):
+        Transformer(lm_config())(torch.randn(1, 4, 32))
+    with pytest.raises(SinklabError, match="vectors"):
+        Transformer(ModelConfig(d_model=8))(torch.zeros(1, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize("kwargs, message", [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads"), ({"attn": "nope"}, "softmax, relu")])
+def test_bad_config_is_a_clear_error(kwargs, message):
+    with pytest.raises(SinklabError, match=message):
+        ModelConfig(**kwargs)
+
+
+def test_every_hook_point_fires_with_documented_shapes_and_hooks_are_removed_on_error():
+    model = Transformer(lm_config())
+    seen = {}
+
+    def record(t, point):
+        seen[point.name] = tuple(t.shape)
+
+    ids = torch.randint(0, 50, (2, 5))
+    with pytest.raises(RuntimeError, match="boom"):
+        with model.hooks.attached([(f"blocks.*.{p}", record) for p in POINTS]):
+            model(ids)
+            raise RuntimeError("boom")
+    assert not model.hooks
+    assert seen["blocks.1.attn.hook_pattern"] == (2, 4, 5, 5)
+    assert seen["blocks.0.attn.hook_mask"] == (1, 1, 5, 5)
+    assert seen["blocks.0.attn.hook_k"] == seen["blocks.0.attn.hook_z"] == (2, 4, 5, 8)
+    assert seen["blocks.0.mlp.hook_post"] == (2, 5, model.cfg.mlp_hidden)
+    assert seen["blocks.1.hook_resid_post"] == (2, 5, 32)
+    assert len(seen) == 2 * len(POINTS)
+
+
+def test_a_hook_can_replace_a_tensor():
+    model = Transformer(lm_config())
+    ids = torch.randint(0, 50, (1, 6))
+    with model.hooks.attached([("blocks.1.attn.hook_z", lambda z, p: torch.zeros_like(z))]):
+        zeroed = model(ids)
+    assert not torch.allclose(zeroed, model(ids))
+
+
+def test_bad_hook_pattern_is_rejected():
+    with pytest.raises(ValueError, match="names no hook point"):
+        with Transformer(lm_config()).hooks.attached([("blocks.0.attn.hook_nothing", print)]):
+            pass

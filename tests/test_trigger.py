@@ -1,0 +1,170 @@
+"""The trigger lab: the ReLU construction, training behaviour, the BOS cap, runs and the CLI."""
+
+import json
+
+import pytest
+import torch
+
+from sinklab import cli, trigger_lab
+from sinklab.errors import SinklabError
+from sinklab.model import Transformer
+from sinklab.tasks import TriggerTask
+from sinklab.trigger import AdamStep, TriggerConfig, cap_first_key, evaluate_trigger, train_trigger
+
+
+@pytest.mark.parametrize("n, length", [(16, 16), (5, 9)])
+def test_relu_construction_is_exact_with_no_weight_on_non_trigger_rows(n, length):
+    result = trigger_lab.check_relu_construction(TriggerTask(n=n, length=length, eval_trigger=3), sequences=10_000)
+    assert result["max_abs_error"] <= 1e-6
+    assert result["non_trigger_rows_exactly_zero"] and result["non_trigger_weight_max"] == 0
+    assert result["bos_weight_max"] == 0  # no sink anywhere
+
+
+def test_softmax_sinks_and_relu_does_not_after_short_training():
+    bos = {}
+    for attn in ("softmax", "relu"):
+        cfg = TriggerConfig(attn=attn, max_steps=3000, eval_sequences=200)
+        model, log = train_trigger(cfg)
+        assert log.converged, f"{attn} did not reach the paper's stopping rule in {log.steps} steps"
+        heads = evaluate_trigger(model, cfg)["heads_detail"]
+        bos[attn] = heads[0]["bos_mass_nontrigger"]
+    assert bos["softmax"] >= 0.95
+    assert bos["relu"] <= 0.05
+
+
+@pytest.mark.parametrize("mode", ["fused", "compiled"])
+def test_fused_adam_step_matches_autograd_and_torch_adam(mode):
+    cfg = TriggerConfig(layers=2, heads=2, n=6, length=6, eval_trigger=3)
+    task = cfg.task
+    models = []
+    for m in ("autograd", mode):
+        torch.manual_seed(0)
+        model = Transformer(cfg.model_config())
+        step = AdamStep(model, lr=1e-2, stop_below=5e-3, mode=m)
+        data = torch.Generator().manual_seed(1)
+        losses = [step(*task.sample(16, data)[:2], t)[0] for t in range(1, 6)]
+        models.append((model, losses))
+    (ref, ref_losses), (fused, fused_losses) = models
+    assert fused_losses == pytest.approx(ref_losses, rel=1e-4)
+    for a, b in zip(ref.parameters(), fused.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_converged_batch_leaves_the_weights_untouched():
+    cfg = TriggerConfig(n=6, length=6, eval_trigger=3)
+    torch.manual_seed(0)
+    model = Transformer(cfg.model_config())
+    before = [p.clone() for p in model.parameters()]
+    for mode in AdamStep.MODES[:2]:
+        AdamStep(model, lr=1.0, stop_below=1e9, mode=mode)(*cfg.task.sample(4)[:2], 1)
+        for a, b in zip(before, model.parameters()):
+            assert torch.equal(a, b)
+
+
+def test_bos_cap_hook_caps_rows_and_keeps_their_sum():
+    w = torch.softmax(torch.randn(2, 1, 5, 5) * 4, -1).tril()
+    w = w / w.sum(-1, keepdim=True)
+
+    class Point:
+        q_start = 0
+
+    capped = cap_first_key(0.3)(w, Point)
+    assert capped[..., 1:, 0].max() <= 0.3 + 1e-6
+    torch.testing.assert_close(capped[..., 0, 0], w[..., 0, 0])  # row 0 sees only BOS
+    torch.testing.assert_close(capped.sum(-1), w.sum(-1))
+    assert torch.all(capped >= 0)
+
+
+def test_capped_training_reports_bos_mass_at_most_the_cap():
+    cfg = TriggerConfig(bos_cap=0.6, max_steps=200, eval_sequences=100)
+    model, log = train_trigger(cfg)
+    head = evaluate_trigger(model, cfg)["heads_detail"][0]
+    assert head["bos_mass_nontrigger_min"] <= head["bos_mass_nontrigger"] <= 0.6 + 1e-5
+
+
+def test_nan_stops_training_with_a_clear_message(monkeypatch):
+    original = TriggerTask.sample
+
+    def poisoned(self, *args, **kwargs):
+        batch = original(self, *args, **kwargs)
+        batch.x[0, 1, 2] = float("nan")
+        return batch
+
+    monkeypatch.setattr(TriggerTask, "sample", poisoned)
+    with pytest.raises(SinklabError, match="diverged"):
+        train_trigger(TriggerConfig(max_steps=5))
+
+
+def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
+    configs = trigger_lab.paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
+    summary = trigger_lab.run_lab(configs, str(tmp_path), workers=1)
+    saved = json.loads((tmp_path / "summary.json").read_text())
+    assert saved["sink_threshold"] == 0.5 and len(saved["runs"]) == 4
+    for run in saved["runs"]:
+        assert {"attn", "layers", "heads", "seed", "steps", "eval_mse", "eval_max_abs_error", "heads_detail"} <= set(run)
+        for head in run["heads_detail"]:
+            assert {"layer", "head", "bos_mass_nontrigger", "bos_mass_nontrigger_min", "bos_mass_trigger", "sinks"} <= set(head)
+    assert {row["attn"] for row in saved["across_seeds"]} == {"softmax", "relu"}
+    assert all((tmp_path / f).exists() for f in summary["figures"])
+    assert (tmp_path / "config.json").exists()
+
+    def must_not_train(cfg):
+        raise AssertionError("a finished model was trained again")
+
+    monkeypatch.setattr(trigger_lab, "run_one", must_not_train)
+    again = trigger_lab.run_lab(configs, str(tmp_path), workers=1)
+    assert again["runs"] == summary["runs"]
+    model = trigger_lab.load_trigger_model(tmp_path, configs[0])
+    assert isinstance(model, Transformer)
+
+
+def test_cap_sweep_error_falls_as_the_cap_approaches_one(tmp_path):
+    base = TriggerConfig(max_steps=500, eval_sequences=200)
+    summary = trigger_lab.run_cap_sweep([0.5, 0.9, 1.0], [0], base, str(tmp_path), workers=1)
+    errors = [row["best_eval_mse"] for row in summary["cap_tradeoff"]]
+    assert errors[0] > errors[1] > errors[2]
+    assert (tmp_path / "cap_tradeoff.png").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--attn", "softmax,bogus"], "choose from: softmax, relu"),
+        (["--n", "2"], "at least 3"),
+        (["--length", "3"], "at least 4"),
+        (["--eval-trigger", "20"], "outside the sequence"),
+        (["--layers", "0"], "--layers must be at least 1"),
+        (["--heads", "-1"], "--heads must be at least 1"),
+    ],
+)
+def test_cli_bad_input_is_one_clear_line(argv, message, capsys, tmp_path):
+    assert run_cli(["trigger", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_unwritable_output_directory(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli.main(["trigger", "--construct", "--out", str(blocker / "sub")]) == 2
+    assert "not writable" in capsys.readouterr().err
+
+
+def test_cli_construct(capsys, tmp_path):
+    assert cli.main(["trigger", "--construct", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["relu_construction"]["max_abs_error"] <= 1e-6
+
+
+def run_cli(argv) -> int:
+    """The exit status of ``sinklab argv`` (argparse errors exit through SystemExit)."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_bad_config_values():
+    with pytest.raises(SinklabError, match="BOS cap"):
+        TriggerConfig(bos_cap=1.5)
+    with pytest.raises(SinklabError, match="compile"):
+        TriggerConfig(compile="maybe")
