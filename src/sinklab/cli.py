@@ -52,9 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Study attention sinks: theory labs, scanners, interventions, mitigation pretraining, streaming.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from . import cli_demo, cli_scan, cli_trigger
+    from . import cli_demo, cli_intervene, cli_pretrain, cli_scan, cli_stream, cli_trigger
 
-    for module in (cli_demo, cli_trigger, cli_scan):
+    for module in (cli_demo, cli_trigger, cli_scan, cli_intervene, cli_pretrain, cli_stream):
         module.add_parsers(sub)
     return parser
 
@@ -71,6 +71,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"sinklab {args.command}: interrupted; finished parts are saved, run the same command to resume", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

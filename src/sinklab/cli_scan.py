@@ -6,6 +6,7 @@ import argparse
 
 from . import report
 from .cli import command
+from .hf import QUERY_CHUNK
 from .inputs import InputSpec
 from .scan import MetricSettings, ScanConfig, run_scan
 
@@ -47,7 +48,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--super-ratio", type=float, default=100.0, help="super neuron: mean |a| at position 0 over mean |a| elsewhere (default 100)")
     p.add_argument("--super-min", type=float, default=100.0, help="super neuron: minimum mean |a| at position 0 (default 100)")
     p.add_argument("--variance", choices=("auto", "on", "off"), default="auto", help="variance-by-position curve (auto: when --batch >= 2)")
-    p.add_argument("--query-chunk", type=int, default=512, help="query rows attended at once; bounds memory on long inputs (default 512)")
+    p.add_argument("--query-chunk", type=int, default=QUERY_CHUNK, help=f"query rows attended at once; bounds memory on long inputs (default {QUERY_CHUNK})")
     p.add_argument("--out", default="runs/scan", help="run directory (default runs/scan)")
     p.set_defaults(command="scan")
 

@@ -32,6 +32,7 @@ from .hooks import HookSet
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ATTN_NAME = "sinklab"
+QUERY_CHUNK = 256  # query rows attended at once: bounds the (rows, T) score block on long inputs
 
 
 # --------------------------------------------------------------------------- loading
@@ -293,7 +294,7 @@ def _register() -> None:
 
 
 @contextmanager
-def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = 1024) -> Iterator[nn.Module]:
+def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QUERY_CHUNK) -> Iterator[nn.Module]:
     """Route the model's attention through sinklab and fire every hook point on ``hooks``.
 
     Restores the model's attention implementation and removes every torch hook on exit, also

@@ -23,6 +23,7 @@ class RecordOptions:
     """What to keep besides the attention statistics (always kept)."""
 
     variance: bool = False  # per-position sums of the attention output, for the variance curve
+    key_columns: tuple[int, ...] = (0,)  # keys whose weight from every query row is kept
     patterns: bool = False  # the mean (H, T, T) pattern per layer, for heatmaps of short inputs
     massive_absolute: float = 100.0
     massive_relative: float = 1000.0
@@ -39,7 +40,7 @@ class Record:
 
     sequences: int
     tokens: int
-    first_column: torch.Tensor  # (L, H, T): mean A[i, 0] per query i
+    columns: dict[int, torch.Tensor]  # key k -> (L, H, T): mean A[i, k] per query i
     received: torch.Tensor  # (L, H, T): mean over sequences of sum_i A[i, k] per key k
     key_norm: torch.Tensor  # (L, T): mean over sequences and heads of ||k_t||
     value_norm: torch.Tensor  # (L, T)
@@ -52,6 +53,11 @@ class Record:
     variance: Optional[torch.Tensor] = None  # (L, T)
     patterns: Optional[torch.Tensor] = None  # (L, H, T, T)
     extra: dict = field(default_factory=dict)
+
+    @property
+    def first_column(self) -> torch.Tensor:
+        """(L, H, T): mean attention each query row puts on position 0."""
+        return self.columns[0]
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -106,7 +112,9 @@ class Recorder:
     def _on_pattern(self, w: torch.Tensor, point: HookPoint) -> None:
         T = w.shape[-1]
         self._accumulate("received", point.layer, w.sum(dim=(0, 2)))  # (H, T)
-        self._accumulate_rows("first_column", point.layer, w[..., 0].sum(0), point.q_start, T)  # (H, t)
+        for key in self.options.key_columns:
+            if key < T:
+                self._accumulate_rows(f"column{key}", point.layer, w[..., key].sum(0), point.q_start, T)  # (H, t)
         if self.options.patterns:
             rows = w.sum(0).permute(0, 2, 1)  # (H, T, t): keys x query rows, rows last
             self._accumulate_rows("patterns", point.layer, rows, point.q_start, T)
@@ -166,7 +174,7 @@ class Recorder:
         return Record(
             sequences=n,
             tokens=self._sums["received"][0].shape[-1],
-            first_column=mean("first_column"),
+            columns={k: mean(f"column{k}") for k in self.options.key_columns if f"column{k}" in self._sums},
             received=mean("received"),
             key_norm=mean("key_norm"),
             value_norm=mean("value_norm"),

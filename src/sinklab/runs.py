@@ -67,6 +67,12 @@ def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
         os.fsync(fh.fileno())
 
 
+def write_jsonl(path: str | os.PathLike, rows: list) -> None:
+    """Atomically replace a JSON-lines file with ``rows``."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
+
+
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
     """Read the complete lines of a JSON-lines file."""
     rows = []

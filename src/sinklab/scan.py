@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 
 from . import metrics, report
 from .errors import check
+from .hf import QUERY_CHUNK
 from .hooks import hook_name
 from .inputs import InputSpec, Inputs, build_inputs
 from .recorder import Record, Recorder, RecordOptions
@@ -50,7 +51,7 @@ class ScanConfig:
     inputs: InputSpec = field(default_factory=InputSpec)
     settings: MetricSettings = field(default_factory=MetricSettings)
     variance: Optional[bool] = None  # None: whenever the batch has at least 2 sequences
-    query_chunk: int = 512
+    query_chunk: int = QUERY_CHUNK
     tokens_per_pass: int = 8192
     trust_remote_code: bool = False
     out: str = "runs/scan"
@@ -70,12 +71,22 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
             for start in range(0, ids.shape[0], per_pass):
                 batch = ids[start : start + per_pass]
                 recorder.count(batch.shape[0])
-                logits = subject.logits(batch)
-                loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), batch[:, 1:].flatten(), reduction="sum")
-                total_loss, count = total_loss + loss.item(), count + batch[:, 1:].numel()
+                total_loss += next_token_loss_sum(subject.logits(batch), batch)
+                count += batch[:, 1:].numel()
     finally:
         bar.close()
     return recorder.result(), torch.tensor(total_loss / max(count, 1))
+
+
+def next_token_loss_sum(logits: torch.Tensor, ids: torch.Tensor, chunk: int = 256) -> float:
+    """Summed next-token cross-entropy (nats), in position chunks so that long inputs never
+    hold a second (T, vocab) copy of the logits."""
+    total = 0.0
+    for start in range(0, ids.shape[1] - 1, chunk):
+        stop = min(start + chunk, ids.shape[1] - 1)
+        piece = logits[:, start:stop].float().reshape(-1, logits.shape[-1])
+        total += F.cross_entropy(piece, ids[:, start + 1 : stop + 1].reshape(-1), reduction="sum").item()
+    return total
 
 
 def summarise(record: Record, settings: MetricSettings, subject: Subject, ids: torch.Tensor) -> dict:
@@ -177,6 +188,31 @@ def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
 
 def _save_record(record: Record, out) -> None:
     """The reduced tensors, for analyses beyond the summary (safetensors, no pickle)."""
-    tensors = {k: v.float().contiguous() for k, v in asdict(record).items() if isinstance(v, torch.Tensor)}
+    tensors = {k: v.float().contiguous() for k, v in vars(record).items() if isinstance(v, torch.Tensor)}
+    tensors.update({f"column{k}": v.float().contiguous() for k, v in record.columns.items()})
     with atomic_path(out / "record.safetensors") as tmp:
         save_file(tensors, str(tmp))
+
+
+def scan_native(model, ids: torch.Tensor, settings: Optional[MetricSettings] = None, decode=None) -> dict:
+    """The scanner's sink metrics for a native LM (used after ``sinklab pretrain``).
+
+    Position 0 is the first token of each window, or the first learned sink token when the model
+    prepends them.
+    """
+    from .subjects import NativeSubject
+
+    subject = NativeSubject(model, tokenizer=_Decoder(decode) if decode else None)
+    settings = settings or MetricSettings()
+    record, loss = record_subject(subject, ids, RecordOptions(variance=ids.shape[0] >= 2), progress=False)
+    full = summarise(record, settings, subject, ids)
+    keys = ("first_token_mass", "first_token_mass_by_layer", "sink_rate", "sink_share_by_layer", "massive_activations",
+            "dominance_ratio_first", "dominance_ratio_rest", "max_abs_first", "kurtosis", "super_neurons", "variance_by_position")
+    return {"scan_tokens": record.tokens, "scan_sequences": record.sequences, "scan_loss": loss.item(), **{k: full[k] for k in keys}}
+
+
+class _Decoder:
+    """The one tokenizer method the scanner uses (decode), over a plain function."""
+
+    def __init__(self, fn) -> None:
+        self.decode = fn

@@ -24,6 +24,7 @@ class Subject:
     tokenizer: object
     hooks: HookSet
     n_layers: int
+    n_heads: int
     max_positions: Optional[int]
     vocab_size: int
 
@@ -44,11 +45,12 @@ class Subject:
 
 
 class HFSubject(Subject):
-    def __init__(self, loaded: hf.LoadedModel, query_chunk: Optional[int] = 1024) -> None:
+    def __init__(self, loaded: hf.LoadedModel, query_chunk: Optional[int] = hf.QUERY_CHUNK) -> None:
         self.loaded, self.query_chunk = loaded, query_chunk
         self.name, self.tokenizer, self.model = loaded.name, loaded.tokenizer, loaded.model
         self.hooks = HookSet()
         self.n_layers = loaded.n_layers
+        self.n_heads = loaded.model.config.num_attention_heads
         self.max_positions = loaded.max_positions
         self.vocab_size = loaded.model.config.vocab_size
 
@@ -77,6 +79,7 @@ class NativeSubject(Subject):
         self.model, self.tokenizer, self.name = model, tokenizer, name
         self.hooks = model.hooks
         self.n_layers = model.n_layers
+        self.n_heads = model.cfg.n_heads
         self.max_positions = model.cfg.max_seq_len - model.cfg.sink_tokens
         self.vocab_size = model.cfg.vocab_size
 

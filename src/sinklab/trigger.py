@@ -12,7 +12,7 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import torch
 
@@ -256,11 +256,12 @@ class AdamStep:
 
 
 @torch.no_grad()
-def evaluate_trigger(model: Transformer, cfg: TriggerConfig) -> dict:
+def evaluate_trigger(model: Transformer, cfg: TriggerConfig, extra_hooks: Sequence = ()) -> dict:
     """Error and per-head attention statistics on the fixed evaluation set.
 
     Non-trigger rows are the query rows 1..L-1 other than the trigger (row 0 can only see BOS).
-    Returns the metrics plus ``maps``: mean and std attention (L, H, T, T) over the sequences.
+    ``extra_hooks`` (e.g. interventions) are attached for the evaluation. Returns the metrics
+    plus ``maps``: mean and std attention (L, H, T, T) over the sequences.
     """
     task = cfg.task
     batch = task.sample(cfg.eval_sequences, torch.Generator().manual_seed(EVAL_SEED), trigger=cfg.eval_trigger)
@@ -269,10 +270,11 @@ def evaluate_trigger(model: Transformer, cfg: TriggerConfig) -> dict:
     def keep_input(x, point):
         inputs[point.layer + 1] = x
 
-    with model.hooks.attached(constraint_hooks(cfg) + [(hook_name("*", "hook_resid_post"), keep_input)]):
+    with model.hooks.attached([*constraint_hooks(cfg), *extra_hooks, (hook_name("*", "hook_resid_post"), keep_input)]):
         out, weights = model(batch.x, need_weights=True)
     err = out - batch.y
     non_trigger = task.non_trigger_rows(batch.trigger)  # (B, L)
+    sq = err.pow(2).mean(-1)  # (B, L)
     rows = torch.arange(task.length)
     heads = []
     for layer, w in enumerate(weights):  # w: (B, H, L, L)
@@ -282,6 +284,8 @@ def evaluate_trigger(model: Transformer, cfg: TriggerConfig) -> dict:
     return {
         "eval_mse": err.pow(2).mean().item(),
         "eval_max_abs_error": err.abs().max().item(),
+        "mse_nontrigger": sq[non_trigger].mean().item(),
+        "mse_trigger": sq[:, cfg.eval_trigger].mean().item(),
         "heads_detail": heads,
         "maps": {"mean": stacked.mean(0), "std": stacked.std(0)},
     }

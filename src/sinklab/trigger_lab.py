@@ -22,6 +22,7 @@ from . import report
 from .attention import ATTN_NORMS
 from .jobs import run_jobs
 from .model import ModelConfig, Transformer
+from .errors import SinklabError
 from .runs import atomic_path, prepare_run_dir, write_json
 from .tasks import TRIGGER, TriggerTask
 from .trigger import TriggerConfig, evaluate_trigger, summarise_seeds, train_trigger, trigger_record
@@ -281,3 +282,46 @@ def construction_report(task: TriggerTask, out: str) -> dict:
     result = check_relu_construction(task)
     write_json(out_dir / "summary.json", {"relu_construction": result, "task": task})
     return result
+
+
+def run_trigger_interventions(cfg, lab_dir: Optional[str] = None) -> dict:
+    """Apply interventions to one-layer softmax and ReLU trigger models (loaded from ``lab_dir``
+    when it holds them, else trained now) and compare the errors before and after.
+
+    The theory says the softmax model needs its BOS sink to do nothing at non-trigger rows, so
+    removing the sink must raise the error there; the ReLU model has no sink to remove.
+    """
+    from .interventions import hooks_of, validate_all
+
+    if not (cfg.mask_self or cfg.amplify is not None or cfg.scale is not None or cfg.value_zero or cfg.drop_first):
+        cfg = replace(cfg, suppress_sink=True)
+    experiments = cfg.experiments()
+    out = prepare_run_dir(cfg.out)
+    results = []
+    for attn in PAPER_ATTNS:
+        tcfg = TriggerConfig(attn=attn)
+        model = _trained_model(tcfg, lab_dir)
+        before = evaluate_trigger(model, tcfg)
+        for exp in experiments:
+            validate_all(exp.interventions, model.n_layers, model.cfg.n_heads, tcfg.length)
+            after = evaluate_trigger(model, tcfg, hooks_of(exp.interventions, model.cfg.n_heads))
+            results.append(
+                {
+                    "model": tcfg.key,
+                    "intervention": exp.label,
+                    **{f"{name}_{when}": m[name] for name in ("mse_nontrigger", "mse_trigger", "eval_mse") for when, m in (("before", before), ("after", after))},
+                    "bos_mass_nontrigger_before": before["heads_detail"][0]["bos_mass_nontrigger"],
+                    "bos_mass_nontrigger_after": after["heads_detail"][0]["bos_mass_nontrigger"],
+                }
+            )
+    summary = {"lab_dir": lab_dir, "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "results": results}
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]) -> Transformer:
+    if lab_dir and (Path(lab_dir) / "models" / f"{cfg.key}.safetensors").exists():
+        return load_trigger_model(Path(lab_dir), cfg)
+    if lab_dir:
+        raise SinklabError(f"{lab_dir} holds no trained {cfg.key}; run `sinklab trigger --out {lab_dir}` first or omit LAB_DIR")
+    return train_trigger(cfg)[0]

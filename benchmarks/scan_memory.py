@@ -1,0 +1,96 @@
+"""Peak memory and wall time of a long scan: sinklab's recorder against an output_attentions loop.
+
+Both compute the same attention metrics (first-token mass per layer and head, Gu et al. alpha_k
+for every key, Sink_1^0.3) on the default model over one sequence of T tokens of the shipped
+corpus. Each measurement runs in a fresh process; peak memory is the process's maximum resident
+set size, reported in full and above the loaded model.
+
+Run: `.venv/bin/python benchmarks/scan_memory.py --tokens 2048,4096`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(method: str, tokens: int) -> dict:
+    """Runs in the child process: load, then scan one sequence with ``method``."""
+    import torch
+
+    from sinklab import metrics
+    from sinklab.hf import load_model
+    from sinklab.inputs import InputSpec
+    from sinklab.recorder import RecordOptions
+    from sinklab.scan import record_subject, scan_inputs
+    from sinklab.subjects import HFSubject
+
+    subject = HFSubject(load_model(None))
+    ids = scan_inputs(subject, InputSpec(corpus="shakespeare", max_tokens=tokens, batch=1)).ids
+    loaded_mb = peak_rss_mb()
+    start = time.perf_counter()
+    if method == "recorder":
+        record, _ = record_subject(subject, ids, RecordOptions(), progress=False)
+        first_column, received = record.first_column, record.received
+    else:
+        model = subject.model
+        model.set_attn_implementation("eager")
+        with torch.no_grad():
+            attentions = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
+        # per layer from the returned tuple (no extra stacked copy): the kindest version of the loop
+        first_column = torch.stack([a[..., 0].mean(0) for a in attentions]).double()
+        received = torch.stack([a.sum(-2).mean(0) for a in attentions]).double()
+    first = metrics.first_token_mass(first_column)
+    rate = metrics.sink_rate(metrics.sink_scores(received)[..., 0], 0.3)
+    seconds = time.perf_counter() - start
+    return {
+        "method": method,
+        "tokens": tokens,
+        "seconds": round(seconds, 2),
+        "peak_rss_mb": round(peak_rss_mb()),
+        "peak_above_model_mb": round(peak_rss_mb() - loaded_mb),
+        "sink_rate": rate,
+        "first_token_mass_mean": first.mean().item(),
+    }
+
+
+def run_child(method: str, tokens: int, limit_gb: float) -> dict:
+    code = (
+        "import json, resource, sys; sys.path.insert(0, 'benchmarks');"
+        f"resource.setrlimit(resource.RLIMIT_AS, ({int(limit_gb * 2**30)}, {int(limit_gb * 2**30)}));"
+        f"from scan_memory import measure; print('RESULT' + json.dumps(measure({method!r}, {tokens})))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT"):
+            return json.loads(line[6:])
+    tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+    return {"method": method, "tokens": tokens, "failed": tail[:200]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--tokens", default="2048,4096")
+    parser.add_argument("--limit-gb", type=float, default=22.0, help="address-space cap per child, so a baseline that does not fit fails cleanly")
+    args = parser.parse_args()
+    sys.path.insert(0, "benchmarks")
+    from common import record
+
+    rows = []
+    for tokens in (int(t) for t in args.tokens.split(",")):
+        for method in ("recorder", "output_attentions"):
+            rows.append(run_child(method, tokens, args.limit_gb))
+            print(rows[-1], flush=True)
+    record("scan_memory", {"limit_gb": args.limit_gb, "rows": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""``sinklab stream`` and ``sinklab generate``: StreamingLLM-style caches (Xiao et al. 2024)."""
+
+from __future__ import annotations
+
+import argparse
+
+from . import report
+from .cli import command, int_list
+from .streaming import POLICIES
+from .stream import StreamConfig, generate, run_stream
+
+
+def policy_list(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown policy {', '.join(unknown) or repr(text)}; choose from: {', '.join(POLICIES)}")
+    return names
+
+
+def add_parsers(sub) -> None:
+    defaults = StreamConfig()
+    p = sub.add_parser(
+        "stream",
+        help="token-by-token perplexity over a long stream under each cache policy",
+        description=f"Stream a long text through a model with each KV-cache policy ({', '.join(POLICIES)}) and compare perplexity, speed and memory.",
+    )
+    p.add_argument("model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--corpus", default=defaults.corpus, help="shakespeare (default), a text file or folder, or hf:NAME")
+    p.add_argument("--tokens", type=int, default=defaults.tokens, help=f"length of the stream in tokens (default {defaults.tokens})")
+    p.add_argument("--sinks", type=int, default=defaults.sinks, help=f"first tokens kept in the cache (default {defaults.sinks})")
+    p.add_argument("--window", type=int, default=defaults.window, help=f"recent tokens kept, the current one included (default {defaults.window})")
+    p.add_argument("--policies", type=policy_list, default=list(defaults.policies), help=f"comma-separated, from {', '.join(POLICIES)}")
+    p.add_argument("--recompute-every", type=int, default=defaults.recompute_every, help=f"evaluate the recompute policy on every n-th position (default {defaults.recompute_every})")
+    p.add_argument("--chunk", type=int, default=defaults.chunk, help=f"positions per reported chunk (default {defaults.chunk})")
+    p.add_argument("--ablation", type=int_list, default=[], metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
+    p.add_argument("--no-bos", action="store_true", help="do not prepend the BOS token to the stream")
+    p.add_argument("--out", default=defaults.out, help=f"run directory (default {defaults.out})")
+    p.set_defaults(command="stream")
+
+    g = sub.add_parser("generate", help="generate past the context length with a sink cache (constant memory)")
+    g.add_argument("model", nargs="?", default=None, help="a RoPE model (default: SmolLM2-135M-Instruct)")
+    g.add_argument("--prompt", default="Once upon a time", help="the prompt")
+    g.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
+    g.add_argument("--sinks", type=int, default=4, help="first tokens kept (default 4)")
+    g.add_argument("--window", type=int, default=252, help="recent tokens kept, the current one included (default 252)")
+    g.add_argument("--temperature", type=float, default=0.0, help="0 for greedy decoding (default)")
+    g.add_argument("--seed", type=int, default=0)
+    g.set_defaults(command="generate")
+
+
+@command("stream")
+def stream_command(args: argparse.Namespace) -> int:
+    cfg = StreamConfig(
+        model=args.model, corpus=args.corpus, tokens=args.tokens, sinks=args.sinks, window=args.window,
+        policies=tuple(args.policies), recompute_every=args.recompute_every, chunk=args.chunk,
+        bos=not args.no_bos, ablation=tuple(args.ablation), out=args.out,
+    )
+    summary = run_stream(cfg)
+    print(report.stream_table(summary))
+    print(f"\noutputs: {args.out}/summary.json and figures: {', '.join(summary['figures'])}")
+    return 0
+
+
+@command("generate")
+def generate_command(args: argparse.Namespace) -> int:
+    from .hf import load_model
+
+    loaded = load_model(args.model)
+    result = generate(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens, args.sinks, args.window, args.temperature, args.seed)
+    print(result["text"])
+    print(
+        f"\n[{result['new_tokens']} new tokens after a {result['prompt_tokens']}-token prompt; "
+        f"the cache holds {result['cache_tokens']} tokens ({result['cache_bytes'] / 2**20:.1f} MiB) "
+        f"whatever the length]"
+    )
+    return 0

@@ -1,0 +1,225 @@
+"""Causal edits of attention: create, move and remove sinks (Li et al. 2026; Xiao et al. 2024).
+
+Each intervention is a frozen dataclass that turns into hooks on the named hook points, so the
+same value edits a Hugging Face model, a native LM or a trigger-lab model. Hooks only exist
+inside :meth:`~sinklab.hooks.HookSet.attached` (used by the runner), and every intervention is
+recorded in the run's config through its dataclass fields.
+
+``layers`` / ``heads`` select where an intervention acts (None: everywhere). Positions are
+0-indexed token positions of the input (position 0 is the BOS token when one is prepended).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from .errors import SinklabError, check
+from .hooks import HookFn, HookPoint, hook_name
+
+MU_DEFINITION = "mean over positions 0..T-1 of the same layer's per-head attention output in the same sequence"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Intervention:
+    layers: Optional[tuple[int, ...]] = None
+    heads: Optional[tuple[int, ...]] = None
+
+    point: str = ""  # the hook point the edit acts on
+
+    def edit(self, tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def positions(self) -> tuple[int, ...]:
+        """Token positions the intervention names (validated against the input length)."""
+        return ()
+
+    @property
+    def strength(self) -> Optional[float]:
+        """The swept parameter (lam) where there is one."""
+        return None
+
+    def describe(self) -> dict:
+        return {"type": type(self).__name__, **{k: v for k, v in asdict(self).items() if k != "point"}}
+
+    def validate(self, n_layers: int, n_heads: int, n_tokens: int) -> None:
+        for layer in self.layers or ():
+            check(0 <= layer < n_layers, f"{type(self).__name__}: layer {layer} does not exist (the model has {n_layers} layers)")
+        for head in self.heads or ():
+            check(0 <= head < n_heads, f"{type(self).__name__}: head {head} does not exist (the model has {n_heads} heads)")
+        for pos in self.positions():
+            check(0 <= pos < n_tokens, f"{type(self).__name__}: position {pos} is beyond the input ({n_tokens} tokens)")
+
+    def hooks(self, n_heads: int) -> list[tuple[str, HookFn]]:
+        """One hook per selected layer (a glob over all layers when none are selected)."""
+        layers = self.layers if self.layers is not None else ("*",)
+
+        def apply(tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:
+            edited = self.edit(tensor, where)
+            return edited if self.heads is None else self._on_selected_heads(tensor, edited, n_heads)
+
+        return [(hook_name(layer, self.point), apply) for layer in layers]
+
+    def _on_selected_heads(self, original: torch.Tensor, edited: torch.Tensor, n_heads: int) -> torch.Tensor:
+        """``edited`` on the selected heads, ``original`` on the others (dim 1 indexes heads;
+        masks arrive with a head dimension of 1 and are expanded)."""
+        shape = (max(original.shape[0], edited.shape[0]), n_heads, *original.shape[2:])
+        selected = torch.zeros(n_heads, dtype=torch.bool, device=original.device)
+        selected[list(self.heads)] = True
+        return torch.where(selected.view(1, -1, 1, 1), edited.expand(shape), original.expand(shape))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MaskSelf(Intervention):
+    """Token k attends only to itself: its mask row keeps only the diagonal (Li et al. 2026).
+
+    Token 0 sees nothing but itself, so its attention output is an unaveraged value vector; doing
+    the same to token k gives it position 0's high-variance output, which should make it a sink.
+    """
+
+    k: int
+    point: str = "attn.hook_mask"
+
+    def positions(self):
+        return (self.k,)
+
+    def edit(self, mask, where):
+        row = self.k - where.q_start
+        if not 0 <= row < mask.shape[-2]:
+            return mask
+        edited = mask.clone()
+        edited[..., row, :] = False
+        edited[..., row, self.k] = True
+        return edited
+
+
+@dataclass(frozen=True, kw_only=True)
+class VarianceAmplify(Intervention):
+    """Mean-centred amplification of token k's attention output: o'_k = mu + lam (o_k - mu).
+
+    Acts after value aggregation, before the output projection (Li et al. 2026); ``mu`` is
+    :data:`MU_DEFINITION`. It raises o_k's deviation from the typical output (its variance) by lam.
+    """
+
+    k: int
+    lam: float
+    point: str = "attn.hook_z"
+
+    def positions(self):
+        return (self.k,)
+
+    @property
+    def strength(self):
+        return self.lam
+
+    def edit(self, z, where):
+        row = self.k - where.q_start
+        if not 0 <= row < z.shape[2]:
+            return z
+        mu = z.mean(dim=2)  # (B, H, D): the layer's mean head output over positions
+        edited = z.clone()
+        edited[:, :, row] = mu + self.lam * (z[:, :, row] - mu)
+        return edited
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlainScale(Intervention):
+    """o'_k = lam * o_k: the control that raises the norm of token k's output but not in the
+    mean-centred way (Li et al. 2026 find it does not create a sink)."""
+
+    k: int
+    lam: float
+    point: str = "attn.hook_z"
+
+    def positions(self):
+        return (self.k,)
+
+    @property
+    def strength(self):
+        return self.lam
+
+    def edit(self, z, where):
+        row = self.k - where.q_start
+        if not 0 <= row < z.shape[2]:
+            return z
+        edited = z.clone()
+        edited[:, :, row] = self.lam * z[:, :, row]
+        return edited
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScoreBias(Intervention):
+    """Add ``delta`` to the pre-normalisation scores of the keys at ``at`` (delta = -inf removes them).
+
+    Applies to queries after each key: a token's score on itself is left alone, so removing
+    position 0 never leaves query 0 with nothing to attend to.
+    """
+
+    at: tuple[int, ...]
+    delta: float
+    point: str = "attn.hook_scores"
+
+    def positions(self):
+        return tuple(self.at)
+
+    def edit(self, scores, where):
+        t, n_keys = scores.shape[-2], scores.shape[-1]
+        queries = torch.arange(where.q_start, where.q_start + t, device=scores.device).view(-1, 1)
+        keys = torch.zeros(n_keys, dtype=torch.bool, device=scores.device)
+        keys[[p for p in self.at if p < n_keys]] = True
+        hit = keys.view(1, -1) & (queries > torch.arange(n_keys, device=scores.device).view(1, -1))  # (t, Tk)
+        return torch.where(hit, scores + self.delta, scores)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueZero(Intervention):
+    """Zero the value vectors of the given positions (tests the "no-op sink" account: a sink
+    whose value is already near zero loses nothing)."""
+
+    at: tuple[int, ...]
+    point: str = "attn.hook_v"
+
+    def positions(self):
+        return tuple(self.at)
+
+    def edit(self, v, where):
+        edited = v.clone()
+        edited[:, :, [p for p in self.at if p < v.shape[2]]] = 0.0
+        return edited
+
+
+@dataclass(frozen=True, kw_only=True)
+class DropFirst(Intervention):
+    """Evict the first ``n`` tokens from attention for every later query (the StreamingLLM
+    window-attention ablation, Xiao et al. 2024). The first n tokens still see each other."""
+
+    n: int
+    point: str = "attn.hook_mask"
+
+    def positions(self):
+        return (self.n - 1,) if self.n > 0 else ()
+
+    def edit(self, mask, where):
+        t = mask.shape[-2]
+        queries = torch.arange(where.q_start, where.q_start + t, device=mask.device).view(-1, 1)
+        evicted = (queries >= self.n) & (torch.arange(mask.shape[-1], device=mask.device).view(1, -1) < self.n)
+        return mask & ~evicted
+
+
+def suppress_sink(position: int = 0, **where) -> ScoreBias:
+    """ScoreBias(-inf) at ``position`` in every layer: the first-token sink removed."""
+    return ScoreBias(at=(position,), delta=float("-inf"), **where)
+
+
+def hooks_of(interventions: Sequence[Intervention], n_heads: int) -> list[tuple[str, HookFn]]:
+    return [hook for iv in interventions for hook in iv.hooks(n_heads)]
+
+
+def validate_all(interventions: Sequence[Intervention], n_layers: int, n_heads: int, n_tokens: int) -> None:
+    for iv in interventions:
+        if not isinstance(iv, Intervention):
+            raise SinklabError(f"not an intervention: {iv!r}")
+        iv.validate(n_layers, n_heads, n_tokens)
+

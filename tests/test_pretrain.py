@@ -1,0 +1,213 @@
+"""Mitigation pretraining: data, every variant, checkpoints, resume, DDP, compare, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from sinklab import cli, compare, pretrain
+from sinklab.attention import ATTN_NORMS
+from sinklab.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sinklab.errors import SinklabError
+from sinklab.lmdata import load_token_data, split_documents
+from sinklab.data import load_corpus
+from sinklab.model import Transformer
+from sinklab.pretrain import PretrainConfig, train_lm
+from sinklab.runs import read_jsonl
+
+WORDS = "the king queen love death night day sword crown blood heart fair foul sweet sour honour".split()
+
+
+@pytest.fixture()
+def corpus(tmp_path, monkeypatch):
+    """Eight small documents of pseudo-English, and a private cache directory."""
+    monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(8):
+        words = rng.choice(WORDS, size=1500)
+        (folder / f"doc{i}.txt").write_text(" ".join(words))
+    return str(folder)
+
+
+def tiny(corpus, out, **kw):
+    base = dict(corpus=corpus, tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32, batch=4, steps=12, warmup=2,
+                eval_every=4, eval_batches=2, checkpoint_every=4, scan_tokens=16, scan_batch=2, out=str(out))
+    base.update(kw)
+    return PretrainConfig(**base)
+
+
+def test_split_is_by_document_without_leakage(corpus):
+    docs = load_corpus(corpus)
+    train, val = split_documents(docs, val_every=4)
+    assert {d.name for d in train}.isdisjoint({d.name for d in val}) and len(train) + len(val) == len(docs)
+    data = load_token_data(corpus, "bytes", val_every=4)
+    assert data.meta["val_documents"] == [d.name for d in val]
+    expected_val = b"".join(d.text.encode() + b"\x00" for d in val)  # 256 (end of document) shown as 0 here
+    got = bytes(int(t) if t < 256 else 0 for t in data.val)
+    assert got == expected_val
+    assert data.val_bytes == sum(len(d.text.encode()) for d in val)
+
+
+@pytest.mark.parametrize("variant", [{"attn": a} for a in ATTN_NORMS] + [{"gate": True}, {"head_norm": True}, {"sink_tokens": 2}], ids=str)
+def test_every_variant_trains_with_finite_gradients(variant, corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path / "run", **variant)
+    data = load_token_data(corpus, "bytes")
+    torch.manual_seed(0)
+    model = Transformer(cfg.model_config(data.vocab_size))
+    opt = pretrain.make_optimizer(model, cfg)
+    losses = []
+    for step in range(1, 9):
+        loss = pretrain.lm_loss(model, pretrain.step_batch(data, cfg, step))
+        opt.zero_grad()
+        loss.backward()
+        assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+def test_run_directory_contract(corpus, tmp_path):
+    out = tmp_path / "run"
+    summary = train_lm(tiny(corpus, out), progress=False)
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [4, 8, 12]
+    assert all({"step", "train_loss", "val_loss", "tokens_per_s", "val_bpb"} <= set(r) for r in rows)
+    saved = json.loads((out / "summary.json").read_text())
+    for key in ("attn", "gate", "head_norm", "final_val_loss", "tokens_per_s", "first_token_mass", "sink_rate"):
+        assert key in saved
+    assert len(saved["first_token_mass"]) == 2 and len(saved["first_token_mass"][0]) == 2
+    assert set(saved["sink_rate"]) >= {"k", "eps", "value"}
+    assert summary["final_val_loss"] == rows[-1]["val_loss"]
+    assert (out / "config.json").exists() and latest_checkpoint(out) is not None
+
+
+def test_checkpoint_round_trip(corpus, tmp_path):
+    cfg = tiny(corpus, tmp_path)
+    torch.manual_seed(0)
+    model = Transformer(cfg.model_config(257))
+    opt = pretrain.make_optimizer(model, cfg)
+    model(torch.randint(0, 257, (2, 8))).sum().backward()
+    opt.step()
+    path = save_checkpoint(tmp_path, 3, model, opt, {"note": "x"})
+    torch.manual_seed(1)
+    other = Transformer(cfg.model_config(257))
+    other_opt = pretrain.make_optimizer(other, cfg)
+    state = load_checkpoint(path, other, other_opt)
+    assert state["step"] == 3 and state["note"] == "x"
+    for a, b in zip(model.state_dict().values(), other.state_dict().values()):
+        assert torch.equal(a, b)
+    s1, s2 = opt.state_dict()["state"], other_opt.state_dict()["state"]
+    assert all(torch.equal(s1[i]["exp_avg_sq"], s2[i]["exp_avg_sq"]) for i in s1)
+
+
+def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    train_lm(tiny(corpus, straight), progress=False)
+    killed = tmp_path / "killed"
+    original = pretrain.step_batch
+
+    def dies_at_step_7(data, cfg, step):
+        if step == 7:
+            raise KeyboardInterrupt
+        return original(data, cfg, step)
+
+    monkeypatch.setattr(pretrain, "step_batch", dies_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        train_lm(tiny(corpus, killed), progress=False)
+    monkeypatch.setattr(pretrain, "step_batch", original)
+    train_lm(tiny(corpus, killed), resume=True, progress=False)
+    a, b = read_jsonl(straight / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
+    assert [r["step"] for r in b] == [4, 8, 12]
+    for ra, rb in zip(a, b):
+        assert ra["train_loss"] == pytest.approx(rb["train_loss"], abs=1e-6)
+        assert ra["val_loss"] == pytest.approx(rb["val_loss"], abs=1e-6)
+
+
+def test_two_process_ddp_matches_one_process(corpus, tmp_path):
+    common = ["pretrain", "--corpus", corpus, "--tokenizer", "bytes", "--d-model", "32", "--n-layers", "2", "--n-heads", "2",
+              "--seq-len", "32", "--batch", "8", "--steps", "6", "--warmup", "1", "--eval-every", "3", "--eval-batches", "2",
+              "--checkpoint-every", "3"]
+    single = tmp_path / "single"
+    assert cli.main([*common, "--out", str(single)]) == 0
+    double = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "sinklab", *common, "--out", str(double)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    a, b = read_jsonl(single / "metrics.jsonl"), read_jsonl(double / "metrics.jsonl")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [3, 6]
+    for ra, rb in zip(a, b):
+        assert ra["train_loss"] == pytest.approx(rb["train_loss"], abs=1e-4)
+        assert ra["val_loss"] == pytest.approx(rb["val_loss"], abs=1e-4)
+
+
+def test_nan_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(corpus, tmp_path, monkeypatch):
+    original = pretrain.lm_loss
+    calls = {"n": 0}
+
+    def goes_nan(model, batch):
+        calls["n"] += 1
+        loss = original(model, batch)
+        return loss * float("nan") if calls["n"] > 6 and model.training else loss
+
+    monkeypatch.setattr(pretrain, "lm_loss", goes_nan)
+    out = tmp_path / "run"
+    with pytest.raises(SinklabError, match="the loss is nan at step"):
+        train_lm(tiny(corpus, out), progress=False)
+    assert latest_checkpoint(out).name == "ckpt-0000004"
+
+
+def test_bad_input(corpus, tmp_path, monkeypatch):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "a.txt").write_text("   ")
+    with pytest.raises(SinklabError, match="empty"):
+        train_lm(tiny(str(empty), tmp_path / "r1"), progress=False)
+    with pytest.raises(SinklabError, match="no such corpus"):
+        train_lm(tiny(str(tmp_path / "missing"), tmp_path / "r2"), progress=False)
+    small = tmp_path / "small"
+    small.mkdir()
+    for i in range(3):
+        (small / f"{i}.txt").write_text("tiny text")
+    with pytest.raises(SinklabError, match="smaller than one batch"):
+        train_lm(tiny(str(small), tmp_path / "r3"), progress=False)
+    with pytest.raises(SinklabError, match="exceeds the model's maximum"):
+        tiny(corpus, tmp_path / "r4", seq_len=64, max_seq_len=32)
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(SinklabError, match="not writable"):
+        train_lm(tiny(corpus, blocker / "sub"), progress=False)
+
+
+def test_resume_refuses_an_incompatible_or_corrupt_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    train_lm(tiny(corpus, out, steps=4), progress=False)
+    with pytest.raises(SinklabError, match="incompatible configuration.*d_model"):
+        train_lm(tiny(corpus, out, steps=4, d_model=64), resume=True, progress=False)
+    with pytest.raises(SinklabError, match="already holds a run"):
+        train_lm(tiny(corpus, out, steps=4), progress=False)
+    (latest_checkpoint(out) / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(SinklabError, match="corrupt"):
+        train_lm(tiny(corpus, out, steps=4), resume=True, progress=False)
+
+
+def test_compare_table_and_plots(corpus, tmp_path, capsys):
+    runs = []
+    for attn in ("softmax", "softmax1"):
+        out = tmp_path / attn
+        train_lm(tiny(corpus, out, attn=attn, steps=8), progress=False)
+        runs.append(str(out))
+    assert cli.main(["compare", *runs, "--out", str(tmp_path / "cmp")]) == 0
+    result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert {r["variant"] for r in result["rows"]} == {"softmax", "softmax1"}
+    assert all(r["steps_to_target"] is not None for r in result["rows"])  # the default target is the worst final loss
+    assert all((tmp_path / "cmp" / f).exists() for f in result["figures"])
+    assert "final val loss" in capsys.readouterr().out
+    with pytest.raises(SinklabError, match="not a pretraining run"):
+        compare.load_run(str(tmp_path))
