@@ -28,5 +28,9 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q
 
+# every attention variant, default pretraining budget, 2 seeds (a few hours on 2 CPU cores)
+sweep: install
+	cd benchmarks && ../$(BIN)/python pretrain_sweep.py --root ../runs/sweep
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -11,7 +11,7 @@ from sinklab.hf import decoder_layers, down_proj_weight, layout_of, load_model
 from sinklab.inputs import InputSpec, build_inputs
 from sinklab.model import ModelConfig, Transformer
 from sinklab.recorder import RecordOptions
-from sinklab.scan import MetricSettings, ScanConfig, record_subject, run_scan, summarise
+from sinklab.scan import MetricSettings, record_subject, summarise
 from sinklab.subjects import HFSubject, NativeSubject
 
 

@@ -10,7 +10,7 @@ from sinklab import cli
 from sinklab.errors import SinklabError
 from sinklab.hf import load_model
 from sinklab.model import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, generate, stream_with_cache, summarise_policy
+from sinklab.stream import StreamConfig, generate, policy_nll, token_by_token_nll
 from sinklab.streaming import NativeSinkCache, RopeShift, make_sink_cache, rotate_keys
 
 
@@ -128,24 +128,28 @@ def test_native_models_stream_the_same_way():
     assert len(small) == 2 + 5
 
 
-def test_stream_policies_on_a_tiny_model(llama, tmp_path):
-    from transformers import DynamicCache
+@pytest.mark.parametrize("policy, sinks, window", [("sink", 2, 8), ("sink", 1, 5), ("window", 2, 8), ("dense", 2, 8)])
+def test_one_pass_scores_equal_a_token_by_token_cache(llama, policy, sinks, window):
+    ids = torch.randint(2, llama.model.config.vocab_size, (70,), generator=torch.Generator().manual_seed(1))
+    one_pass = policy_nll(llama.model, ids, policy, sinks, window)
+    first, reference = token_by_token_nll(llama.model, ids, policy, sinks, window, steps=50)
+    assert one_pass.shape == (69,) and len(reference) == 50
+    torch.testing.assert_close(one_pass[first - 1 : first - 1 + 50], reference, atol=2e-4, rtol=0)
 
-    ids = torch.randint(2, llama.model.config.vocab_size, (60,))
-    dense = stream_with_cache(llama.model, ids, DynamicCache(), 9, "dense")
-    sink = stream_with_cache(llama.model, ids, make_sink_cache(llama.model, 2, 8), 9, "sink")
-    assert dense.nll.shape == sink.nll.shape == (59,)
-    torch.testing.assert_close(sink.nll[:10], dense.nll[:10], atol=1e-4, rtol=0)  # identical before eviction
-    s = summarise_policy(sink, chunk=20)
-    assert [c["start"] for c in s["ppl_by_chunk"]] == [0, 20, 40] and s["tokens_per_s"] > 0
-    assert s["peak_cache_bytes"] < summarise_policy(dense, 20)["peak_cache_bytes"]
+
+def test_sinks_change_the_scores_once_tokens_are_evicted(llama):
+    ids = torch.randint(2, llama.model.config.vocab_size, (40,))
+    dense, sink = (policy_nll(llama.model, ids, p, 2, 8) for p in ("dense", "sink"))
+    torch.testing.assert_close(sink[:9], dense[:9], atol=1e-4, rtol=0)  # identical before any eviction
+    assert (sink[12:] - dense[12:]).abs().max() > 1e-3
 
 
 def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
     corpus = tmp_path / "text.txt"
     corpus.write_text("To be, or not to be, that is the question. " * 60)
     code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2",
-                     "--window", "14", "--recompute-every", "10", "--chunk", "40", "--ablation", "0,1", "--out", str(tmp_path / "run")])
+                     "--window", "14", "--recompute-every", "10", "--chunk", "40", "--latency-steps", "3", "--check-tokens", "20",
+                     "--ablation", "0,1", "--out", str(tmp_path / "run")])
     assert code == 0
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert {"model", "tokens", "sinks", "window", "policies"} <= set(s)
@@ -154,6 +158,7 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
         assert {"ppl", "ppl_by_chunk", "tokens_per_s", "ms_per_token_by_chunk", "peak_cache_bytes"} <= set(p)
         assert all({"start", "end", "ppl"} <= set(c) for c in p["ppl_by_chunk"])
     assert set(s["ablation"]) == {"0", "1"}
+    assert s["one_pass_check"]["max_abs_nll_difference"] < 1e-3
     assert all((tmp_path / "run" / f).exists() for f in s["figures"])
 
 

@@ -33,6 +33,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--policies", type=policy_list, default=list(defaults.policies), help=f"comma-separated, from {', '.join(POLICIES)}")
     p.add_argument("--recompute-every", type=int, default=defaults.recompute_every, help=f"evaluate the recompute policy on every n-th position (default {defaults.recompute_every})")
     p.add_argument("--chunk", type=int, default=defaults.chunk, help=f"positions per reported chunk (default {defaults.chunk})")
+    p.add_argument("--latency-steps", type=int, default=defaults.latency_steps, help=f"timed decode steps per chunk (default {defaults.latency_steps})")
+    p.add_argument("--check-tokens", type=int, default=defaults.check_tokens, help=f"token-by-token steps checked against the one-pass scores (default {defaults.check_tokens})")
     p.add_argument("--ablation", type=int_list, default=[], metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
     p.add_argument("--no-bos", action="store_true", help="do not prepend the BOS token to the stream")
     p.add_argument("--out", default=defaults.out, help=f"run directory (default {defaults.out})")
@@ -54,10 +56,14 @@ def stream_command(args: argparse.Namespace) -> int:
     cfg = StreamConfig(
         model=args.model, corpus=args.corpus, tokens=args.tokens, sinks=args.sinks, window=args.window,
         policies=tuple(args.policies), recompute_every=args.recompute_every, chunk=args.chunk,
+        latency_steps=args.latency_steps, check_tokens=args.check_tokens,
         bos=not args.no_bos, ablation=tuple(args.ablation), out=args.out,
     )
     summary = run_stream(cfg)
     print(report.stream_table(summary))
+    if summary["one_pass_check"]:
+        c = summary["one_pass_check"]
+        print(f"one-pass scores vs a token-by-token {c['policy']} cache over positions {c['positions'][0]}-{c['positions'][1]}: max |dNLL| = {c['max_abs_nll_difference']:.2e}")
     print(f"\noutputs: {args.out}/summary.json and figures: {', '.join(summary['figures'])}")
     return 0
 

@@ -1,22 +1,47 @@
-"""``make demo``: every capability once, on the built-in defaults, in a few minutes on a laptop CPU."""
+"""``make demo``: the quick form of each capability, on the built-in defaults, in a few minutes.
+
+1. the trigger lab (Ran-Milo 2026): 1x1 and 2x2 models, softmax against ReLU, plus the exact
+   hand-built ReLU solution and the BOS-sink removal that breaks softmax but not ReLU;
+2. a brief scan of the default model (SmolLM2-135M-Instruct) on Shakespeare;
+3. a short stream past a small cache: sinks + window against the window alone.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from . import report, trigger_lab
+from .intervene import InterveneConfig
 from .runs import prepare_run_dir
+from .scan import ScanConfig, run_scan
+from .stream import StreamConfig, run_stream
 from .trigger import TriggerConfig
 
 
 def run_demo(out: str) -> list[Path]:
     """Run each capability's quick form under ``out``; return the run directories."""
     root = prepare_run_dir(out)
-    print("== 1. trigger lab (Ran-Milo 2026): 1x1 and 2x2 attention-only models, softmax vs ReLU")
-    trigger_dir = root / "trigger"
+    trigger_dir, scan_dir, stream_dir = root / "trigger", root / "scan", root / "stream"
+
+    _section("1. trigger lab (Ran-Milo 2026): attention-only models, softmax vs ReLU")
     summary = trigger_lab.run_lab(trigger_lab.paper_configs([0], TriggerConfig(), shapes=trigger_lab.QUICK_SHAPES), str(trigger_dir))
     print(report.trigger_table(summary["runs"]))
-    construction = trigger_lab.construction_report(TriggerConfig().task, str(trigger_dir / "relu-construction"))
-    print(f"hand-built ReLU solution: max |error| {construction['max_abs_error']:.1e} on {construction['sequences']} sequences, "
-          f"non-trigger rows exactly zero: {construction['non_trigger_rows_exactly_zero']}")
-    return [trigger_dir]
+    built = trigger_lab.construction_report(TriggerConfig().task, str(trigger_dir / "relu-construction"))
+    print(f"\nhand-built ReLU solution: max |error| {built['max_abs_error']:.1e} over {built['sequences']} sequences; "
+          f"non-trigger rows exactly zero: {built['non_trigger_rows_exactly_zero']}")
+    edits = trigger_lab.run_trigger_interventions(InterveneConfig(out=str(trigger_dir / "suppress-sink")), str(trigger_dir))
+    print("\nremoving the BOS sink (score bias -inf on position 0):")
+    print(report.trigger_intervention_table(edits["results"]))
+
+    _section("2. scanner: sinks, massive activations and super neurons of SmolLM2-135M-Instruct")
+    scanned = run_scan(ScanConfig(out=str(scan_dir)))
+    print(report.scan_headline(scanned))
+
+    _section("3. streaming (StreamingLLM): 4 sinks + 60 recent tokens against 64 recent tokens")
+    streamed = run_stream(StreamConfig(tokens=768, sinks=4, window=60, policies=("window", "sink"), chunk=128, out=str(stream_dir)))
+    print(report.stream_table(streamed))
+    return [trigger_dir, scan_dir, stream_dir]
+
+
+def _section(title: str) -> None:
+    print(f"\n== {title}", flush=True)

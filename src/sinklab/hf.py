@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 from torch import nn
@@ -32,6 +32,7 @@ from .hooks import HookSet
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ATTN_NAME = "sinklab"
+KERNEL_ATTN_NAME = "sinklab_kernel"  # a custom kernel that builds its own visibility (no mask)
 QUERY_CHUNK = 256  # query rows attended at once: bounds the (rows, T) score block on long inputs
 
 
@@ -86,9 +87,14 @@ def load_model(spec: Optional[str] = None, trust_remote_code: bool = False, dtyp
         if not (path / "config.json").exists():
             raise SinklabError(f"{spec} is not a model folder: it has no config.json")
         return _from_pretrained(str(path), spec, "local", trust_remote_code, dtype, local_only=True)
-    if spec.startswith((".", "/", "~")) or os.sep in spec and spec.count("/") != 1:
+    if _looks_like_path(spec):
         raise SinklabError(f"no such model file or folder: {spec}")
     return _from_pretrained(spec, spec, "hub", trust_remote_code, dtype, local_only=False)
+
+
+def _looks_like_path(spec: str) -> bool:
+    """A spec that cannot be a Hub id ("org/name"): relative or absolute paths, deeper folders, files."""
+    return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".gguf", ".safetensors", ".bin"))
 
 
 def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool, dtype, local_only: bool, **kw) -> LoadedModel:
@@ -245,6 +251,7 @@ class _Binding:
     hooks: HookSet
     layer: int
     query_chunk: Optional[int]
+    kernel: Optional[Callable] = None  # (q, k, v, scale) -> z (B, H, T, D), replacing attend()
 
 
 _BINDINGS: dict[int, _Binding] = {}  # id(attention module) -> binding, only inside instrument()
@@ -268,10 +275,12 @@ def sinklab_attention(module, query, key, value, attention_mask, scaling=None, d
         raise RuntimeError("sinklab attention called outside sinklab.hf.instrument()")
     groups = query.shape[1] // key.shape[1]
     key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if binding.kernel is not None:
+        return binding.kernel(query, key, value, scale).to(query.dtype).transpose(1, 2).contiguous(), None
     mask = attention_mask if attention_mask is not None else causal_mask(query.shape[2], key.shape[2], query.device)
     if mask.dtype != torch.bool:  # an additive float mask from an eager-style mask function
         mask = mask > torch.finfo(mask.dtype).min / 2
-    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     need_weights = bool(kwargs.get("output_attentions", False))
     z, weights = attend(query, key, value, mask, _SOFTMAX, scale, binding.hooks, binding.layer, binding.query_chunk, need_weights)
     return z.to(query.dtype).transpose(1, 2).contiguous(), weights
@@ -291,14 +300,22 @@ def _register() -> None:
 
     AttentionInterface.register(ATTN_NAME, sinklab_attention)
     AttentionMaskInterface.register(ATTN_NAME, _boolean_mask)
+    AttentionInterface.register(KERNEL_ATTN_NAME, sinklab_attention)
+    AttentionMaskInterface.register(KERNEL_ATTN_NAME, _no_mask)
+
+
+def _no_mask(*args, **kwargs):
+    """A kernel decides visibility itself: skip building a (T, T) mask for long inputs."""
+    return None
 
 
 @contextmanager
-def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QUERY_CHUNK) -> Iterator[nn.Module]:
+def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QUERY_CHUNK, kernel: Optional[Callable] = None) -> Iterator[nn.Module]:
     """Route the model's attention through sinklab and fire every hook point on ``hooks``.
 
-    Restores the model's attention implementation and removes every torch hook on exit, also
-    when the body raises.
+    With ``kernel`` the attention itself is that function of (q, k, v, scale) instead of the
+    masked reference (the attention hooks then do not fire). Restores the model's attention
+    implementation and removes every torch hook on exit, also when the body raises.
     """
     _register()
     layers = decoder_layers(model)
@@ -306,10 +323,10 @@ def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QU
     previous = model.config._attn_implementation
     handles = []
     try:
-        model.set_attn_implementation(ATTN_NAME)
+        model.set_attn_implementation(KERNEL_ATTN_NAME if kernel is not None else ATTN_NAME)
         for i, layer in enumerate(layers):
             for sub in layer.modules():
-                _BINDINGS[id(sub)] = _Binding(hooks, i, query_chunk)
+                _BINDINGS[id(sub)] = _Binding(hooks, i, query_chunk, kernel)
             handles.append(layer.register_forward_hook(_resid_hook(hooks, i)))
             if down_path:
                 handles.append(_get(layer, down_path).register_forward_pre_hook(_mlp_hook(hooks, i)))
@@ -340,3 +357,25 @@ def _mlp_hook(hooks: HookSet, layer: int):
         return None if new is args[0] else (new, *args[1:])
 
     return hook
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+@torch.no_grad()
+def token_nll(model: nn.Module, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """Next-token NLL (B, T - 1) in nats, from the final hidden states through the output layer
+    in position chunks, so a long input never holds its full (T, vocab) logits."""
+    import torch.nn.functional as F
+
+    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (B, T, d), final norm applied
+    head = model.get_output_embeddings()
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    pieces = []
+    for start in range(0, ids.shape[1] - 1, chunk):
+        stop = min(start + chunk, ids.shape[1] - 1)
+        logits = head(hidden[:, start:stop]).float()
+        if cap:
+            logits = cap * torch.tanh(logits / cap)
+        pieces.append(F.cross_entropy(logits.transpose(1, 2), ids[:, start + 1 : stop + 1], reduction="none"))
+    return torch.cat(pieces, dim=1)

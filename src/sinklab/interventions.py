@@ -96,12 +96,9 @@ class MaskSelf(Intervention):
 
 
 @dataclass(frozen=True, kw_only=True)
-class VarianceAmplify(Intervention):
-    """Mean-centred amplification of token k's attention output: o'_k = mu + lam (o_k - mu).
-
-    Acts after value aggregation, before the output projection (Li et al. 2026); ``mu`` is
-    :data:`MU_DEFINITION`. It raises o_k's deviation from the typical output (its variance) by lam.
-    """
+class _OutputEdit(Intervention):
+    """Rewrites token k's per-head attention output (after value aggregation, before the output
+    projection) with strength ``lam``; subclasses say how in :meth:`rewrite`."""
 
     k: int
     lam: float
@@ -114,39 +111,38 @@ class VarianceAmplify(Intervention):
     def strength(self):
         return self.lam
 
+    def rewrite(self, o_k: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
     def edit(self, z, where):
         row = self.k - where.q_start
         if not 0 <= row < z.shape[2]:
             return z
-        mu = z.mean(dim=2)  # (B, H, D): the layer's mean head output over positions
         edited = z.clone()
-        edited[:, :, row] = mu + self.lam * (z[:, :, row] - mu)
+        edited[:, :, row] = self.rewrite(z[:, :, row], z)
         return edited
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlainScale(Intervention):
+class VarianceAmplify(_OutputEdit):
+    """Mean-centred amplification of token k's attention output: o'_k = mu + lam (o_k - mu).
+
+    ``mu`` is :data:`MU_DEFINITION` (Li et al. 2026). It raises o_k's deviation from the typical
+    output, i.e. the variance that makes position 0 a sink, by lam.
+    """
+
+    def rewrite(self, o_k, z):
+        mu = z.mean(dim=2)  # (B, H, D): the layer's mean head output over positions
+        return mu + self.lam * (o_k - mu)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlainScale(_OutputEdit):
     """o'_k = lam * o_k: the control that raises the norm of token k's output but not in the
     mean-centred way (Li et al. 2026 find it does not create a sink)."""
 
-    k: int
-    lam: float
-    point: str = "attn.hook_z"
-
-    def positions(self):
-        return (self.k,)
-
-    @property
-    def strength(self):
-        return self.lam
-
-    def edit(self, z, where):
-        row = self.k - where.q_start
-        if not 0 <= row < z.shape[2]:
-            return z
-        edited = z.clone()
-        edited[:, :, row] = self.lam * z[:, :, row]
-        return edited
+    def rewrite(self, o_k, z):
+        return self.lam * o_k
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
 import torch
-import torch.nn.functional as F
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
@@ -71,22 +70,11 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
             for start in range(0, ids.shape[0], per_pass):
                 batch = ids[start : start + per_pass]
                 recorder.count(batch.shape[0])
-                total_loss += next_token_loss_sum(subject.logits(batch), batch)
+                total_loss += subject.token_nll(batch).sum().item()
                 count += batch[:, 1:].numel()
     finally:
         bar.close()
     return recorder.result(), torch.tensor(total_loss / max(count, 1))
-
-
-def next_token_loss_sum(logits: torch.Tensor, ids: torch.Tensor, chunk: int = 256) -> float:
-    """Summed next-token cross-entropy (nats), in position chunks so that long inputs never
-    hold a second (T, vocab) copy of the logits."""
-    total = 0.0
-    for start in range(0, ids.shape[1] - 1, chunk):
-        stop = min(start + chunk, ids.shape[1] - 1)
-        piece = logits[:, start:stop].float().reshape(-1, logits.shape[-1])
-        total += F.cross_entropy(piece, ids[:, start + 1 : stop + 1].reshape(-1), reduction="sum").item()
-    return total
 
 
 def summarise(record: Record, settings: MetricSettings, subject: Subject, ids: torch.Tensor) -> dict:

@@ -1,17 +1,20 @@
 """``sinklab stream`` and ``sinklab generate``: streaming past the context window.
 
-The benchmark feeds a long text token by token and records, per policy, the negative
-log-likelihood of every next token and the wall time of every step:
+Policies (``sinks`` + ``window`` = the cache size, the current token included):
 
-* ``dense``: keep every key (transformers' DynamicCache); memory and latency grow, and quality
-  falls once the stream passes the trained context;
-* ``window``: keep only the most recent tokens (a sink cache with no sinks);
-* ``sink``: keep ``sinks`` first tokens plus the recent window (StreamingLLM);
+* ``dense``: keep every key; memory and latency grow, quality falls past the trained context;
+* ``window``: keep only the most recent ``sinks + window`` tokens;
+* ``sink``: keep the first ``sinks`` tokens plus the recent ``window`` (StreamingLLM);
 * ``recompute``: re-encode the last ``sinks + window`` tokens from scratch for every token (the
-  slow, high-quality reference); it is evaluated on every ``recompute_every``-th position.
+  slow, high-quality reference), scored on every ``recompute_every``-th position.
 
-The first ``sinks + window - 1`` tokens are encoded in one forward pass (nothing is evicted before
-that), then the stream continues one token at a time.
+Scores: the next-token NLL of every position. ``dense`` is one causal forward pass; ``window``
+and ``sink`` use :func:`~sinklab.streaming.sink_window_attention`, which gives every token
+exactly the attention it would get streaming through the cache, in one pass; the run checks this
+against a real token-by-token cache over ``check_tokens`` steps and records the difference.
+
+Speed: real token-by-token decoding through the cache, timed at the start of every chunk of the
+stream (``latency_steps`` tokens each), so the latency curve covers the whole stream.
 """
 
 from __future__ import annotations
@@ -19,17 +22,18 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import report
 from .data import load_corpus
 from .errors import check
+from .hooks import HookSet
 from .runs import prepare_run_dir, write_json
-from .streaming import POLICIES, StreamResult, cache_bytes, check_sizes, make_sink_cache
+from .streaming import POLICIES, RopeShift, cache_bytes, check_sizes, make_sink_cache, sink_window_attention
 
 
 @dataclass
@@ -40,8 +44,10 @@ class StreamConfig:
     sinks: int = 4
     window: int = 1020
     policies: tuple[str, ...] = ("dense", "window", "sink", "recompute")
-    recompute_every: int = 64
+    recompute_every: int = 512
     chunk: int = 1024  # positions per reported chunk
+    latency_steps: int = 16  # timed decode steps per chunk
+    check_tokens: int = 64  # token-by-token steps checked against the one-pass scores
     bos: bool = True
     ablation: tuple[int, ...] = ()  # sink counts to compare at the same total cache size
     out: str = "runs/stream"
@@ -51,9 +57,10 @@ class StreamConfig:
         check(not unknown, f"unknown policy {', '.join(unknown)}; choose from: {', '.join(POLICIES)}")
         check_sizes(self.sinks, self.window)
         check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")
-        check(self.recompute_every >= 1, f"--recompute-every must be >= 1, got {self.recompute_every}")
+        for name in ("recompute_every", "chunk", "latency_steps"):
+            check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for n in self.ablation:
-            check(0 <= n < self.sinks + self.window, f"ablation sink count {n} leaves no room in a cache of {self.sinks + self.window}")
+            check(0 <= n < self.capacity, f"ablation sink count {n} leaves no room in a cache of {self.capacity}")
 
     @property
     def capacity(self) -> int:
@@ -62,9 +69,8 @@ class StreamConfig:
 
 def stream_tokens(tokenizer, corpus: str, n_tokens: int, bos: bool) -> torch.Tensor:
     """The first ``n_tokens`` tokens of the corpus documents joined in name order (one long stream)."""
-    docs = load_corpus(corpus)
     ids: list[int] = [tokenizer.bos_token_id] if bos and tokenizer.bos_token_id is not None else []
-    for doc in sorted(docs, key=lambda d: d.name):
+    for doc in sorted(load_corpus(corpus), key=lambda d: d.name):
         ids += tokenizer(doc.text, add_special_tokens=False)["input_ids"]
         if len(ids) >= n_tokens:
             break
@@ -72,84 +78,131 @@ def stream_tokens(tokenizer, corpus: str, n_tokens: int, bos: bool) -> torch.Ten
     return torch.tensor(ids[:n_tokens])
 
 
-def _nll(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    return F.cross_entropy(logits.float(), targets, reduction="none")
+# --------------------------------------------------------------------------- scores
 
 
 @torch.no_grad()
-def stream_with_cache(model, ids: torch.Tensor, cache, prefill: int, desc: str) -> StreamResult:
-    """Prefill ``prefill`` tokens, then predict every later token one step at a time."""
-    prefill = max(1, min(prefill, len(ids) - 1))
-    logits = model(input_ids=ids[None, :prefill], cache=cache, use_cache=True).logits[0]
-    nll = [_nll(logits, ids[1 : prefill + 1])]
-    seconds = [torch.zeros(prefill)]
-    peak = cache_bytes(cache)
-    for t in tqdm(range(prefill, len(ids) - 1), desc=desc, unit="tok", mininterval=2.0):
+def policy_nll(model, ids: torch.Tensor, policy: str, sinks: int, window: int) -> torch.Tensor:
+    """NLL (T - 1,) of every next token under ``policy`` (dense, window or sink)."""
+    from .hf import instrument, token_nll
+
+    if policy == "dense":
+        return token_nll(model, ids[None])[0]
+    n_sink, recent = (sinks, window) if policy == "sink" else (0, sinks + window)
+    kernel = partial(sink_window_attention, n_sink=n_sink, window=recent, inv_freq=RopeShift(model).inv_freq)
+    with instrument(model, HookSet(), kernel=kernel):
+        return token_nll(model, ids[None])[0]
+
+
+@torch.no_grad()
+def recompute_nll(model, ids: torch.Tensor, context: int, every: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(positions, NLL, seconds) re-encoding the last ``context`` tokens before every ``every``-th position."""
+    from .hf import token_nll
+
+    positions = list(range(context, len(ids), every)) or [len(ids) - 1]
+    nll, seconds = [], []
+    for t in tqdm(positions, desc="recompute", unit="tok"):
         start = time.perf_counter()
-        logits = model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True).logits[0]
-        seconds.append(torch.tensor([time.perf_counter() - start]))
-        nll.append(_nll(logits, ids[t + 1 : t + 2]))
-        peak = max(peak, cache_bytes(cache))
-    return StreamResult(desc, torch.arange(1, len(ids)), torch.cat(nll), torch.cat(seconds), peak)
+        nll.append(token_nll(model, ids[None, t - min(t, context) : t + 1])[0, -1])
+        seconds.append(time.perf_counter() - start)
+    return torch.tensor(positions), torch.stack(nll), torch.tensor(seconds)
 
 
-@torch.no_grad()
-def stream_recompute(model, ids: torch.Tensor, context: int, every: int, start: int) -> StreamResult:
-    """Re-encode the last ``context`` tokens for every ``every``-th predicted position from ``start``."""
-    positions, nll, seconds = [], [], []
-    kv_per_token = _kv_bytes_per_token(model)
-    for t in tqdm(range(max(start, 1), len(ids), every), desc="recompute", unit="tok"):
-        window = ids[max(0, t - context) : t]  # the tokens before position t
-        begin = time.perf_counter()
-        logits = model(input_ids=window[None], use_cache=False).logits[0, -1:]
-        seconds.append(time.perf_counter() - begin)
-        nll.append(_nll(logits, ids[t : t + 1]))
-        positions.append(t)
-    return StreamResult("recompute", torch.tensor(positions), torch.cat(nll), torch.tensor(seconds), kv_per_token * context)
+# --------------------------------------------------------------------------- token-by-token
 
 
-def _kv_bytes_per_token(model) -> int:
-    cfg = model.config.get_text_config(decoder=True)
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
-
-
-def run_policy(model, ids: torch.Tensor, policy: str, sinks: int, window: int, cfg: StreamConfig) -> StreamResult:
+def _new_cache(model, policy: str, sinks: int, window: int):
     from transformers import DynamicCache
 
-    capacity = sinks + window
-    if policy == "recompute":
-        return stream_recompute(model, ids, capacity, cfg.recompute_every, capacity)
-    cache = {"dense": lambda: DynamicCache(), "window": lambda: make_sink_cache(model, 0, capacity), "sink": lambda: make_sink_cache(model, sinks, window)}[policy]()
-    result = stream_with_cache(model, ids, cache, capacity - 1, policy)
-    result.policy = policy
-    return result
+    if policy == "dense":
+        return DynamicCache()
+    return make_sink_cache(model, sinks, window) if policy == "sink" else make_sink_cache(model, 0, sinks + window)
 
 
-def summarise_policy(result: StreamResult, chunk: int) -> dict:
-    """ppl overall and per chunk of positions, speed, latency per chunk, peak cache memory."""
-    steps = result.seconds > 0  # prefilled positions have no per-token time
-    by_chunk = []
-    for start in range(0, int(result.positions.max()) + 1, chunk):
-        sel = (result.positions >= start) & (result.positions < start + chunk)
+@torch.no_grad()
+def decode_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: int, chunk: int, steps: int) -> dict:
+    """Walk the stream through a real cache: prefill up to each chunk start, then time ``steps``
+    single-token decode steps there. Returns ms per token by chunk and the peak cache size."""
+    cache = _new_cache(model, policy, sinks, window)
+    done, peak, by_chunk = 0, 0, []
+    starts = [s for s in range(0, len(ids) - 1, chunk)]
+    for start in tqdm(starts, desc=f"{policy} latency", unit="chunk"):
+        at = max(start, min(sinks + window, len(ids) - steps - 1), done)  # first timed step past a full cache
+        if at > done:
+            model(input_ids=ids[None, done:at], cache=cache, use_cache=True)
+            done = at
+        times = []
+        for t in range(done, min(done + steps, len(ids) - 1)):
+            begin = time.perf_counter()
+            model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True)
+            times.append(time.perf_counter() - begin)
+        done += len(times)
+        peak = max(peak, cache_bytes(cache))
+        if times:
+            by_chunk.append({"start": start, "end": start + chunk, "ms": 1000 * sum(times) / len(times), "measured_at": done - len(times)})
+    return {"ms_per_token_by_chunk": by_chunk, "peak_cache_bytes": peak}
+
+
+@torch.no_grad()
+def token_by_token_nll(model, ids: torch.Tensor, policy: str, sinks: int, window: int, steps: int) -> tuple[int, torch.Tensor]:
+    """NLL of ``steps`` positions right after the cache fills, through a real cache (the reference
+    the one-pass scores are checked against). Returns (first scored position, NLL)."""
+    cache = _new_cache(model, policy, sinks, window)
+    prefill = min(sinks + window - 1, len(ids) - 2)
+    logits = model(input_ids=ids[None, :prefill], cache=cache, use_cache=True).logits[0, -1:]
+    nll = []
+    for t in range(prefill, min(prefill + steps, len(ids) - 1)):
+        nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[t : t + 1]))
+        logits = model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True).logits[0, -1:]
+    return prefill, torch.stack(nll)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def by_chunk(positions: torch.Tensor, nll: torch.Tensor, chunk: int) -> list[dict]:
+    out = []
+    for start in range(0, int(positions.max()) + 1, chunk):
+        sel = (positions >= start) & (positions < start + chunk)
         if sel.any():
-            timed = sel & steps
-            by_chunk.append({
-                "start": start,
-                "end": start + chunk,
-                "ppl": math.exp(result.nll[sel].mean().item()),
-                "ms_per_token": 1000 * result.seconds[timed].mean().item() if timed.any() else None,
-            })
-    timed_total = result.seconds[steps].sum().item()
-    return {
-        "ppl": math.exp(result.nll.mean().item()),
-        "predicted_tokens": int(result.nll.numel()),
-        "ppl_by_chunk": [{k: c[k] for k in ("start", "end", "ppl")} for c in by_chunk],
-        "tokens_per_s": steps.sum().item() / timed_total if timed_total > 0 else None,
-        "ms_per_token_by_chunk": [{"start": c["start"], "end": c["end"], "ms": c["ms_per_token"]} for c in by_chunk],
-        "peak_cache_bytes": result.peak_cache_bytes,
-    }
+            out.append({"start": start, "end": start + chunk, "ppl": math.exp(nll[sel].mean().item())})
+    return out
+
+
+def evaluate_policy(model, ids: torch.Tensor, policy: str, sinks: int, window: int, cfg: StreamConfig, timed: bool = True) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The summary entry of one policy, plus the (positions, NLL) it was computed from."""
+    if policy == "recompute":
+        positions, nll, seconds = recompute_nll(model, ids, sinks + window, cfg.recompute_every)
+        speed = {
+            "tokens_per_s": 1.0 / seconds.mean().item(),
+            "ms_per_token_by_chunk": [{"start": c["start"], "end": c["end"], "ms": 1000 * seconds[(positions >= c["start"]) & (positions < c["end"])].mean().item()} for c in by_chunk(positions, nll, cfg.chunk)],
+            "peak_cache_bytes": 0,
+            "scored_every": cfg.recompute_every,
+        }
+    else:
+        nll = policy_nll(model, ids, policy, sinks, window)
+        positions = torch.arange(1, len(ids))
+        speed = decode_walk(model, ids, policy, sinks, window, cfg.chunk, cfg.latency_steps) if timed else {}
+        if timed:
+            speed["tokens_per_s"] = 1000.0 / (sum(c["ms"] for c in speed["ms_per_token_by_chunk"]) / len(speed["ms_per_token_by_chunk"]))
+    entry = {"ppl": math.exp(nll.mean().item()), "scored_tokens": int(nll.numel()), "ppl_by_chunk": by_chunk(positions, nll, cfg.chunk), **speed}
+    return entry, positions, nll
+
+
+def same_positions_ppl(curves: dict) -> dict:
+    """Perplexity of every policy on the positions the recompute policy was scored at."""
+    at = curves["recompute"][0]
+    return {p: math.exp(nll[at - 1].mean().item()) if p != "recompute" else math.exp(nll.mean().item()) for p, (_, nll) in curves.items()}
+
+
+def check_one_pass(model, ids: torch.Tensor, cfg: StreamConfig, scores: dict) -> Optional[dict]:
+    """Largest |NLL difference| between the one-pass scores and a real token-by-token cache."""
+    policy = "sink" if "sink" in scores else "window" if "window" in scores else None
+    if policy is None or cfg.check_tokens == 0 or len(ids) <= cfg.capacity:
+        return None
+    first, reference = token_by_token_nll(model, ids, policy, cfg.sinks, cfg.window, cfg.check_tokens)
+    one_pass = scores[policy][first - 1 : first - 1 + len(reference)]
+    return {"policy": policy, "positions": [first, first + len(reference)], "max_abs_nll_difference": (one_pass - reference).abs().max().item()}
 
 
 def run_stream(cfg: StreamConfig) -> dict:
@@ -161,21 +214,27 @@ def run_stream(cfg: StreamConfig) -> dict:
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = stream_tokens(tokenizer, cfg.corpus, cfg.tokens, cfg.bos)
     write_json(out / "config.json", asdict(cfg))
-    results = {p: run_policy(model, ids, p, cfg.sinks, cfg.window, cfg) for p in cfg.policies}
+    entries, curves = {}, {}
+    for policy in cfg.policies:
+        entries[policy], positions, nll = evaluate_policy(model, ids, policy, cfg.sinks, cfg.window, cfg)
+        curves[policy] = (positions, nll)
+    if "recompute" in curves:  # its scores are sparse: compare every policy on the same positions
+        entries["recompute"]["ppl_same_positions"] = same_positions_ppl(curves)
     summary = {
         "model": loaded.name,
         "max_positions": loaded.max_positions,
         "tokens": cfg.tokens,
         "sinks": cfg.sinks,
         "window": cfg.window,
-        "policies": {p: summarise_policy(r, cfg.chunk) for p, r in results.items()},
+        "bos_prepended": bool(cfg.bos and tokenizer.bos_token_id is not None),
+        "policies": entries,
+        "one_pass_check": check_one_pass(model, ids, cfg, {p: n for p, (_, n) in curves.items()}),
     }
     if cfg.ablation:
         summary["ablation"] = {
-            str(n): summarise_policy(run_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg), cfg.chunk)
-            for n in cfg.ablation
+            str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
         }
-    summary["figures"] = report.stream_figures(results, summary, out)
+    summary["figures"] = report.stream_figures(curves, entries, summary, out)
     write_json(out / "summary.json", summary)
     return summary
 

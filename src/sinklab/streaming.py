@@ -18,7 +18,6 @@ against keys computed directly at the new positions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch import nn
@@ -41,10 +40,13 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """Move RoPE keys (B, H, T, D) from their positions to positions + ``delta`` (T,) in the
-    rotate-half convention: R(p + d) k = R(d) R(p) k, exact up to float rounding."""
-    angles = delta.to(torch.float64).unsqueeze(-1) * inv_freq.to(torch.float64)  # (T, D/2)
+def rotate_keys(keys: torch.Tensor, delta, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Move RoPE keys (or queries) (B, H, T, D) from their positions to positions + ``delta``, in
+    the rotate-half convention: R(p + d) k = R(d) R(p) k, exact up to float rounding.
+
+    ``delta`` is one shift for every token (an int) or one per token, (T,)."""
+    delta = torch.as_tensor(delta, dtype=torch.float64, device=keys.device)
+    angles = delta.unsqueeze(-1) * inv_freq.to(keys.device, torch.float64)  # (D/2,) or (T, D/2)
     angles = torch.cat([angles, angles], dim=-1)
     cos, sin = angles.cos().to(keys.dtype), angles.sin().to(keys.dtype)
     return keys * cos + rotate_half(keys) * sin
@@ -63,15 +65,42 @@ class RopeShift:
             raise SinklabError(f"RoPE type {kind!r} changes its frequencies with the sequence length; the sink cache supports {', '.join(STATIC_ROPE_TYPES)}")
         self.inv_freq = rotary.inv_freq.detach().float().clone()
 
-    def __call__(self, keys: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        return rotate_keys(keys, delta, self.inv_freq.to(keys.device))
+    def __call__(self, keys: torch.Tensor, delta) -> torch.Tensor:
+        return rotate_keys(keys, delta, self.inv_freq)
 
 
-def keep_index(n_tokens: int, n_sink: int, keep_recent: int) -> Optional[torch.Tensor]:
-    """Indices of the tokens to keep (the first ``n_sink`` and the last ``keep_recent``), or None to keep all."""
-    if n_tokens <= n_sink + keep_recent:
-        return None
-    return torch.cat([torch.arange(n_sink), torch.arange(n_tokens - keep_recent, n_tokens)])
+def sink_window_attention(q, k, v, scale: float, n_sink: int, window: int, inv_freq: torch.Tensor, query_chunk: int = 256) -> torch.Tensor:
+    """Every query's attention *as if it had streamed through a sink cache*, for all at once.
+
+    q, k, v: (B, H, T, D), RoPE applied at absolute positions 0..T-1, KV heads repeated. Query t
+    sees the ``n_sink`` first keys and the last ``window`` keys up to itself. Recent keys keep
+    their true distances in a sink cache (they shift together), so they use the ordinary scores;
+    once the cache is full (t >= n_sink + window - 1) the query sits at in-cache position
+    n_sink + window - 1, so for the sink keys it is re-rotated there. This reproduces token-by-
+    token streaming exactly (each token's representation in every layer was computed with its own
+    window, as in the cache) at the cost of one forward pass: ``sinklab stream`` scores long
+    streams with it and checks it against the token-by-token cache.
+    """
+    T, capacity = q.shape[2], n_sink + window
+    outs = []
+    for a in range(0, T, query_chunk):
+        b = min(a + query_chunk, T)
+        t = torch.arange(a, b, device=q.device).view(-1, 1)
+        lo = max(0, a - window + 1)
+        j = torch.arange(lo, b, device=q.device).view(1, -1)
+        band = (j <= t) & (j > t - window)  # (t, keys)
+        scores = (q[:, :, a:b].float() @ k[:, :, lo:b].float().transpose(-1, -2)) * scale
+        scores = scores.masked_fill(~band, float("-inf"))
+        values = v[:, :, lo:b]
+        if n_sink:
+            shift = -(t.flatten() - (capacity - 1)).clamp_min(0)  # to in-cache position capacity - 1
+            q_at_cache = rotate_keys(q[:, :, a:b].float(), shift, inv_freq)
+            sink_scores = (q_at_cache @ k[:, :, :n_sink].float().transpose(-1, -2)) * scale
+            outside_band = torch.arange(n_sink, device=q.device).view(1, -1) <= t - window
+            scores = torch.cat([sink_scores.masked_fill(~outside_band, float("-inf")), scores], dim=-1)
+            values = torch.cat([v[:, :, :n_sink], values], dim=2)
+        outs.append(torch.softmax(scores, dim=-1).to(v.dtype) @ values)
+    return torch.cat(outs, dim=2)
 
 
 # --------------------------------------------------------------------------- Hugging Face
@@ -123,30 +152,27 @@ def _sink_layer_class():
             n_old, n_new = self.get_seq_length(), key_states.shape[-2]
             offset = _query_offset(kwargs, n_old)  # caller's position minus in-cache position
             if offset:
-                key_states = self.shift(key_states, torch.full((n_new,), -offset, device=key_states.device))
+                key_states = self.shift(key_states, -offset)
             keys = torch.cat([self.keys, key_states], dim=-2)
             values = torch.cat([self.values, value_states], dim=-2)
             self.positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
             self.seen += n_new
             self._store(keys, values)
             if offset:  # present keys at the caller's positions: same relative distances
-                keys = self.shift(keys, torch.full((keys.shape[-2],), offset, device=keys.device))
+                keys = self.shift(keys, offset)
             return keys, values
 
         def _store(self, keys, values) -> None:
             """Keep sinks + the last window - 1 tokens; re-rotate the recent ones to their new index."""
-            index = keep_index(keys.shape[-2], self.n_sink, self.window - 1)
-            if index is None:
+            dropped = keys.shape[-2] - (self.n_sink + self.window - 1)
+            if dropped <= 0:
                 self.keys, self.values = keys, values
                 return
-            dropped = keys.shape[-2] - len(index)
-            self.positions = self.positions[index]
-            index = index.to(keys.device)
-            kept_keys = keys.index_select(-2, index)
-            recent = kept_keys[..., self.n_sink :, :]
-            moved = self.shift(recent, torch.full((recent.shape[-2],), -dropped, device=keys.device))
-            self.keys = torch.cat([kept_keys[..., : self.n_sink, :], moved], dim=-2)
-            self.values = values.index_select(-2, index)
+            S = self.n_sink
+            self.positions = torch.cat([self.positions[:S], self.positions[S + dropped :]])
+            moved = self.shift(keys[..., S + dropped :, :], -dropped)  # slices, no gather
+            self.keys = torch.cat([keys[..., :S, :], moved], dim=-2)
+            self.values = torch.cat([values[..., :S, :], values[..., S + dropped :, :]], dim=-2)
 
         def get_max_length(self) -> int:
             return self.n_sink + self.window
@@ -193,8 +219,9 @@ class NativeSinkCache(KVCache):
         self.n_sink, self.window = n_sink, window
 
     def store(self, t: torch.Tensor) -> torch.Tensor:
-        index = keep_index(t.shape[2], self.n_sink, self.window - 1)
-        return t if index is None else t.index_select(2, index.to(t.device))
+        """The first n_sink and the last window - 1 positions of (B, H, T, D)."""
+        dropped = t.shape[2] - (self.n_sink + self.window - 1)
+        return t if dropped <= 0 else torch.cat([t[:, :, : self.n_sink], t[:, :, self.n_sink + dropped :]], dim=2)
 
 
 @dataclass

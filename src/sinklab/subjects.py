@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 import torch
+import torch.nn.functional as F
 
 from . import hf
 from .hooks import HookSet
@@ -34,6 +35,11 @@ class Subject:
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def token_nll(self, ids: torch.Tensor) -> torch.Tensor:
+        """Next-token NLL (B, T - 1) in nats."""
+        logits = self.logits(ids)
+        return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
 
     def down_proj_weight(self, layer: int) -> Optional[torch.Tensor]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -61,6 +67,9 @@ class HFSubject(Subject):
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=ids, use_cache=False).logits
+
+    def token_nll(self, ids: torch.Tensor) -> torch.Tensor:
+        return hf.token_nll(self.model, ids)  # never materialises the full (T, vocab) logits
 
     def down_proj_weight(self, layer: int) -> Optional[torch.Tensor]:
         return hf.down_proj_weight(self.model, layer)

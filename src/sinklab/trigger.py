@@ -65,7 +65,7 @@ class TriggerConfig:
         check(self.compile in ("auto", "on", "off"), f"compile must be auto, on or off, got {self.compile!r}")
         if self.lr is None:
             self.lr = 1e-3 if self.layers == 1 else 1e-4
-        self.task  # validates n, L and the evaluation trigger
+        TriggerTask(self.n, self.length, self.eval_trigger)  # validates n, L and the evaluation trigger
 
     @property
     def residual(self) -> bool:
@@ -248,7 +248,7 @@ class AdamStep:
             except Exception as exc:  # no C++ compiler, unsupported platform, ...
                 if compiled is fn:
                     raise
-                warnings.warn(f"torch.compile failed ({type(exc).__name__}); training uncompiled")
+                warnings.warn(f"torch.compile failed ({type(exc).__name__}); training uncompiled", stacklevel=2)
                 compiled = fn
                 return fn(*args)
 
