@@ -15,9 +15,8 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from common import record
+from torch import nn
 
 from sinklab.attention import ATTN_NORMS
 from sinklab.model import Transformer

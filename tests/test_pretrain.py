@@ -12,9 +12,9 @@ import torch
 from sinklab import cli, compare, pretrain
 from sinklab.attention import ATTN_NORMS
 from sinklab.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sinklab.data import load_corpus
 from sinklab.errors import SinklabError
 from sinklab.lmdata import load_token_data, split_documents
-from sinklab.data import load_corpus
 from sinklab.model import Transformer
 from sinklab.pretrain import PretrainConfig, train_lm
 from sinklab.runs import read_jsonl

@@ -6,8 +6,8 @@ import argparse
 
 from . import report
 from .cli import command, int_list
-from .streaming import POLICIES
 from .stream import StreamConfig, generate, run_stream
+from .streaming import POLICIES
 
 
 def policy_list(text: str) -> list[str]:

@@ -19,7 +19,7 @@ from . import metrics, report
 from .errors import check
 from .hf import QUERY_CHUNK
 from .hooks import hook_name
-from .inputs import InputSpec, Inputs, build_inputs
+from .inputs import Inputs, InputSpec, build_inputs
 from .recorder import Record, Recorder, RecordOptions
 from .runs import atomic_path, prepare_run_dir, write_json
 from .subjects import HFSubject, Subject

@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 
 from . import report
 from .attention import ATTN_NORMS
+from .errors import SinklabError
 from .jobs import run_jobs
 from .model import ModelConfig, Transformer
-from .errors import SinklabError
 from .runs import atomic_path, prepare_run_dir, write_json
 from .tasks import TRIGGER, TriggerTask
 from .trigger import TriggerConfig, evaluate_trigger, summarise_seeds, train_trigger, trigger_record
@@ -37,7 +37,7 @@ def run_one(cfg: TriggerConfig) -> tuple[dict, dict, dict]:
     """Train and evaluate one model: (record, state dict, attention maps). Runs in a worker."""
     model, log = train_trigger(cfg)
     metrics = evaluate_trigger(model, cfg)
-    maps = {f"{k}": v.contiguous() for k, v in metrics.pop("maps").items()}
+    maps = {k: v.contiguous() for k, v in metrics.pop("maps").items()}
     return trigger_record(cfg, log, metrics), model.state_dict(), maps
 
 
