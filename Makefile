@@ -30,7 +30,7 @@ test: install
 
 # every attention variant, default pretraining budget, 2 seeds (a few hours on 2 CPU cores)
 sweep: install
-	cd benchmarks && ../$(BIN)/python pretrain_sweep.py --root ../runs/sweep
+	$(BIN)/python benchmarks/pretrain_sweep.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

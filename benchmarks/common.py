@@ -10,6 +10,7 @@ from pathlib import Path
 from sinklab.runs import append_jsonl, machine_info
 
 RESULTS = Path(__file__).parent / "results"
+RUNS = Path(__file__).parent.parent / "runs"  # run directories (git-ignored)
 
 
 def git_revision() -> str:

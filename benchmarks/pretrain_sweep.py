@@ -12,7 +12,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from common import record
+from common import RUNS, record
 
 from sinklab import report
 from sinklab.attention import ATTN_NORMS
@@ -31,7 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--steps", type=int, default=None, help="override the default budget (for a quick look)")
-    parser.add_argument("--root", default="runs/sweep")
+    parser.add_argument("--root", default=str(RUNS / "sweep"))
     args = parser.parse_args()
     runs = []
     for cfg in sweep_configs([int(s) for s in args.seeds.split(",")], args.steps):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from common import record
+from common import RUNS, record
 
 from sinklab import report
 from sinklab.stream import StreamConfig, run_stream
@@ -19,7 +19,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", type=int, default=16384)
     parser.add_argument("--recompute-every", type=int, default=128)
-    parser.add_argument("--out", default="../runs/stream-benchmark")
+    parser.add_argument("--out", default=str(RUNS / "stream-benchmark"))
     args = parser.parse_args()
     cfg = StreamConfig(tokens=args.tokens, sinks=4, window=1020, recompute_every=args.recompute_every, ablation=(0, 1, 2, 4, 8), out=args.out)
     summary = run_stream(cfg)

@@ -238,7 +238,12 @@ class AdamStep:
 
     @staticmethod
     def _compile(fn):
-        """``torch.compile(fn)``, falling back to ``fn`` (with a warning) where compiling fails."""
+        """``torch.compile(fn)``, falling back to ``fn`` (with a warning) where compiling fails.
+
+        Dynamo's caches are reset first: a worker trains many models in turn, and guards piling up
+        from earlier models would hit the recompile limit and silently fall back to eager mode.
+        """
+        torch._dynamo.reset()
         compiled = torch.compile(fn, dynamic=False)
 
         def run(*args):
