@@ -22,7 +22,7 @@ from sinklab.pretrain import PretrainConfig, train_lm
 
 
 def sweep_configs(seeds, steps=None) -> list[PretrainConfig]:
-    base = PretrainConfig() if steps is None else PretrainConfig(steps=steps)
+    base = PretrainConfig() if steps is None else PretrainConfig(steps=steps, warmup=min(PretrainConfig.warmup, steps // 10))
     variants = [{"attn": name} for name in ATTN_NORMS] + [{"gate": True}, {"head_norm": True}]
     return [replace(base, **v, seed=s) for s in seeds for v in variants]
 

@@ -54,6 +54,19 @@ def test_split_is_by_document_without_leakage(corpus):
     assert data.val_bytes == sum(len(d.text.encode()) for d in val)
 
 
+def test_compact_vocabulary_decodes_with_the_cached_tokenizer_copy(corpus, tokenizer, monkeypatch):
+    """The default tokenizer path: ids are compacted, and decoding needs only the cache folder."""
+    from sinklab import lmdata
+
+    monkeypatch.setattr(lmdata, "default_tokenizer", lambda: tokenizer)
+    data = load_token_data(corpus, "default", val_every=4)
+    assert data.vocab_size == len(data.source_ids) < len(tokenizer)
+    assert (data.root / lmdata.TOKENIZER_DIR / "tokenizer.json").exists()
+    monkeypatch.setattr(lmdata, "default_tokenizer", lambda: pytest.fail("decode must not need the model's tokenizer"))
+    first_val = load_corpus(corpus)[2].text  # doc2 is the first validation document with val_every=4
+    assert lmdata.decode(data, [int(t) for t in data.val[:50]]) == tokenizer.decode(tokenizer(first_val, add_special_tokens=False)["input_ids"][:50])
+
+
 @pytest.mark.parametrize("variant", [{"attn": a} for a in ATTN_NORMS] + [{"gate": True}, {"head_norm": True}, {"sink_tokens": 2}], ids=str)
 def test_every_variant_trains_with_finite_gradients(variant, corpus, tmp_path):
     cfg = tiny(corpus, tmp_path / "run", **variant)
@@ -85,6 +98,8 @@ def test_run_directory_contract(corpus, tmp_path):
     assert set(saved["sink_rate"]) >= {"k", "eps", "value"}
     assert summary["final_val_loss"] == rows[-1]["val_loss"]
     assert (out / "config.json").exists() and latest_checkpoint(out) is not None
+    # 16 distinct words: a unigram model of the bytes is far better than uniform over 257 ids
+    assert 1.0 < summary["unigram_val_loss"] < 0.75 * np.log(257)
 
 
 def test_checkpoint_round_trip(corpus, tmp_path):
@@ -179,6 +194,9 @@ def test_bad_input(corpus, tmp_path, monkeypatch):
         train_lm(tiny(str(small), tmp_path / "r3"), progress=False)
     with pytest.raises(SinklabError, match="exceeds the model's maximum"):
         tiny(corpus, tmp_path / "r4", seq_len=64, max_seq_len=32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SinklabError, match="sees no GPU"):
+        tiny(corpus, tmp_path / "r5", device="cuda")
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(SinklabError, match="not writable"):

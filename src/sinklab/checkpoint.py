@@ -30,7 +30,7 @@ def optimizer_tensors(opt: torch.optim.Optimizer) -> tuple[dict[str, torch.Tenso
     for idx, entry in state["state"].items():
         for name, value in entry.items():
             if isinstance(value, torch.Tensor):
-                tensors[f"{idx}.{name}"] = value.detach().contiguous()
+                tensors[f"{idx}.{name}"] = value.detach().cpu().contiguous()
             else:
                 scalars[f"{idx}.{name}"] = value
     return tensors, {"param_groups": state["param_groups"], "scalars": scalars}
@@ -56,7 +56,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_file({k: v.detach().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
     tensors, rest = optimizer_tensors(opt)
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     (tmp / "state.json").write_text(json.dumps({"step": step, "optimizer": rest, **extra}))

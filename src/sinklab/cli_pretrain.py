@@ -29,6 +29,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default seq-len + sink tokens)")
     p.add_argument("--lr", type=float, default=defaults.lr, help=f"peak learning rate (default {defaults.lr})")
     p.add_argument("--weight-decay", type=float, default=defaults.weight_decay, help=f"(default {defaults.weight_decay})")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one")
     p.add_argument("--untied", action="store_true", help="untie the input embedding and the output layer")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
@@ -48,7 +49,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
         sink_tokens=args.sink_tokens, d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads,
         tie_embeddings=not args.untied, seq_len=args.seq_len, max_seq_len=args.max_seq_len, batch=args.batch,
         steps=args.steps, lr=args.lr, warmup=args.warmup, weight_decay=args.weight_decay, eval_every=args.eval_every,
-        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every, seed=args.seed, out=args.out or "",
+        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device, out=args.out or "",
     )
     if not args.out:
         cfg.out = f"runs/pretrain-{cfg.variant}-seed{cfg.seed}"

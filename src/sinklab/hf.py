@@ -130,11 +130,17 @@ def _load_failure(name: str, source: str, exc: Exception) -> str:
     return f"could not load {name}: {exc}"
 
 
-def _load_gguf(path: Path, name: str, source: str, dtype) -> LoadedModel:
-    """Load a GGUF file, dequantised once and cached as safetensors (later loads take a second)."""
+def dequantised_dir(path: Path) -> Path:
+    """The cached safetensors folder (model and tokenizer) of a GGUF file, built on first use."""
     cached = cache_root() / "models" / _gguf_cache_key(path)
     if not (cached / "config.json").exists():
         _dequantise_to(path, cached)
+    return cached
+
+
+def _load_gguf(path: Path, name: str, source: str, dtype) -> LoadedModel:
+    """Load a GGUF file, dequantised once and cached as safetensors (later loads take a second)."""
+    cached = dequantised_dir(path)
     loaded = _from_pretrained(str(cached), name, source, False, dtype, local_only=True)
     loaded.name = name
     return loaded

@@ -6,14 +6,18 @@ embedding and output layer of a small CPU model affordable without changing the 
 ``bytes`` is plain UTF-8 bytes (vocabulary 256). Documents are joined with an end-of-document id.
 
 The validation split takes whole documents (every ``val_every``-th by name), so no text is in
-both splits. Caches live under ``$SINKLAB_CACHE/data`` and are written atomically.
+both splits. Caches live under ``$SINKLAB_CACHE/data`` and are written atomically; a compacted
+cache keeps a copy of its tokenizer, so decoding never needs the model's weights.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -26,6 +30,7 @@ from .errors import SinklabError, check
 from .runs import atomic_path
 
 TOKENIZERS = ("default", "bytes")
+TOKENIZER_DIR = "tokenizer"
 
 
 @dataclass
@@ -41,10 +46,19 @@ class TokenData:
     tokenizer: str
     source_ids: Optional[np.ndarray]  # compact id -> original tokenizer id (None for bytes)
     meta: dict
+    root: Optional[Path] = None  # the cache folder (holds a copy of the tokenizer, for decoding)
 
     def bits_per_byte(self, loss_nats: float) -> float:
         """Validation loss per token (nats) as bits per UTF-8 byte of the validation text."""
         return loss_nats * self.val_tokens / (math.log(2) * self.val_bytes)
+
+    def unigram_val_loss(self) -> float:
+        """Validation loss (nats per token) of an add-one unigram model of the training split.
+
+        The floor a language model has to beat to show it learned more than token frequencies.
+        """
+        counts = np.bincount(self.train, minlength=self.vocab_size).astype(np.float64) + 1.0
+        return float(-np.log(counts / counts.sum())[self.val].mean())
 
     def batch(self, split: str, batch: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
         """(batch, seq_len + 1) random windows: inputs are [:, :-1], targets [:, 1:]."""
@@ -81,6 +95,7 @@ def load_token_data(corpus: str, tokenizer: str = "default", val_every: int = 10
         tokenizer=tokenizer,
         source_ids=source,
         meta=meta,
+        root=where,
     )
 
 
@@ -105,7 +120,7 @@ def _build(docs: list[Document], tokenizer: str, val_every: int, where: Path) ->
     if len(docs) == 1:  # one file: split it into chunks so that there is something to hold out
         docs = _paragraph_documents(docs[0])
     train_docs, val_docs = split_documents(docs, val_every)
-    encode, eod_source = _encoder(tokenizer)
+    encode, eod_source, tok = _encoder(tokenizer)
     train_raw = _stream(train_docs, encode, eod_source)
     val_raw = _stream(val_docs, encode, eod_source)
     if tokenizer == "bytes":
@@ -123,6 +138,7 @@ def _build(docs: list[Document], tokenizer: str, val_every: int, where: Path) ->
         with atomic_path(where / "source_ids.npy") as tmp:
             with open(tmp, "wb") as fh:
                 np.save(fh, source)
+        _save_tokenizer_copy(tok, where)
     eod = 256 if source is None else int(np.searchsorted(source, eod_source))
     meta = {
         "tokenizer": tokenizer,
@@ -153,19 +169,37 @@ def _paragraph_documents(doc: Document, target_chars: int = 20_000) -> list[Docu
 
 
 def _encoder(tokenizer: str):
-    """(text -> ids, end-of-document id) for the named tokenizer."""
+    """(text -> ids, end-of-document id, tokenizer object or None) for the named tokenizer."""
     if tokenizer == "bytes":
-        return (lambda text: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)), 256
+        return (lambda text: np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64)), 256, None
     tok = default_tokenizer()
     eod = tok.eos_token_id if tok.eos_token_id is not None else 0
-    return (lambda text: np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)), eod
+    return (lambda text: np.asarray(tok(text, add_special_tokens=False)["input_ids"], dtype=np.int64)), eod, tok
+
+
+def _save_tokenizer_copy(tok, where: Path) -> None:
+    """Keep the tokenizer beside the token cache, so decoding needs neither the model nor its weights."""
+    target = where / TOKENIZER_DIR
+    if target.exists():
+        return
+    tmp = where / f".{TOKENIZER_DIR}.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, target)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_tokenizer(folder: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder, local_files_only=True)
 
 
 def default_tokenizer():
-    """The default model's tokenizer (from the dequantised cache; the first call builds it)."""
-    from .hf import load_model
+    """The default model's tokenizer (from the dequantised cache, without loading the weights)."""
+    from .hf import default_gguf_path, dequantised_dir
 
-    return load_model(None).tokenizer
+    return _cached_tokenizer(str(dequantised_dir(default_gguf_path())))
 
 
 def _stream(docs: list[Document], encode, eod: int) -> np.ndarray:
@@ -183,4 +217,6 @@ def decode(data: TokenData, ids: list[int]) -> str:
     """Text of compact ids (for samples and token labels)."""
     if data.source_ids is None:
         return bytes(i for i in ids if i < 256).decode("utf-8", "replace")
-    return default_tokenizer().decode([int(data.source_ids[i]) for i in ids])
+    copy = data.root / TOKENIZER_DIR if data.root is not None else None
+    tok = _cached_tokenizer(str(copy)) if copy is not None and copy.exists() else default_tokenizer()
+    return tok.decode([int(data.source_ids[i]) for i in ids])

@@ -62,6 +62,7 @@ class PretrainConfig:
     seed: int = 0
     scan_tokens: int = 64
     scan_batch: int = 8
+    device: str = "auto"  # auto: the GPU when there is one, else the CPU
     out: str = "runs/pretrain"
 
     def __post_init__(self) -> None:
@@ -78,6 +79,8 @@ class PretrainConfig:
             f"--seq-len {self.seq_len} plus {self.sink_tokens} sink tokens exceeds the model's maximum of {self.max_seq_len} positions",
         )
         check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup}")
+        check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
+        check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -99,25 +102,34 @@ class PretrainConfig:
 class Dist:
     rank: int = 0
     world: int = 1
+    device: torch.device = torch.device("cpu")
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
     @classmethod
-    def from_env(cls) -> "Dist":
-        """Join the process group torchrun set up (WORLD_SIZE > 1), else run alone."""
+    def from_env(cls, device: str = "auto") -> "Dist":
+        """Join the process group torchrun set up (WORLD_SIZE > 1), else run alone.
+
+        On GPUs each process takes the GPU of its local rank and the group talks over nccl.
+        """
+        use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
         world = int(os.environ.get("WORLD_SIZE", "1"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        where = torch.device("cuda", local) if use_cuda else torch.device("cpu")
+        if use_cuda:
+            torch.cuda.set_device(where)
         if world <= 1:
-            return cls()
+            return cls(device=where)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        return cls(dist.get_rank(), world)
+            dist.init_process_group("nccl" if use_cuda else "gloo")
+        return cls(dist.get_rank(), world, where)
 
     def mean(self, value: float) -> float:
         if self.world == 1:
             return value
-        t = torch.tensor([value], dtype=torch.float64)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
         dist.all_reduce(t)
         return t.item() / self.world
 
@@ -167,7 +179,8 @@ def validation_loss(model: Transformer, data: TokenData, cfg: PretrainConfig) ->
     was_training = model.training
     model.eval()
     g = torch.Generator().manual_seed(1234)
-    losses = [lm_loss(model, data.batch("val", cfg.batch, cfg.seq_len, g)).item() for _ in range(cfg.eval_batches)]
+    device = next(model.parameters()).device
+    losses = [lm_loss(model, data.batch("val", cfg.batch, cfg.seq_len, g).to(device)).item() for _ in range(cfg.eval_batches)]
     model.train(was_training)
     return sum(losses) / len(losses)
 
@@ -186,22 +199,22 @@ def check_data(data: TokenData, cfg: PretrainConfig) -> None:
 
 def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> Optional[dict]:
     """Train (or resume) the run in ``cfg.out``; returns the summary on the main process."""
-    world = Dist.from_env()
+    world = Dist.from_env(cfg.device)
     check(cfg.batch % world.world == 0, f"--batch {cfg.batch} is not divisible by {world.world} processes")
     out = prepare_run_dir(cfg.out) if world.main else Path(cfg.out)
     data = load_token_data(cfg.corpus, cfg.tokenizer)
     check_data(data, cfg)
     torch.manual_seed(cfg.seed)
-    model = Transformer(cfg.model_config(data.vocab_size))
+    model = Transformer(cfg.model_config(data.vocab_size)).to(world.device)
     opt = make_optimizer(model, cfg)
     start, carry = _start(cfg, out, model, opt, resume, data, world)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world.world > 1 else model
+    ddp = _wrap_ddp(model, world) if world.world > 1 else model
     bar = tqdm(total=cfg.steps, initial=start, desc=f"pretrain {cfg.variant}", unit="step", disable=not (progress and world.main))
     clock, tokens = time.perf_counter(), 0
     for step in range(start + 1, cfg.steps + 1):
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
-        loss = lm_loss(ddp, world.shard(step_batch(data, cfg, step)))
+        loss = lm_loss(ddp, world.shard(step_batch(data, cfg, step)).to(world.device))
         loss_value = world.mean(loss.item())
         if not math.isfinite(loss_value):
             last = latest_checkpoint(out)
@@ -227,6 +240,11 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
     summary = finish(model, data, cfg, out) if world.main else None
     world.close()
     return summary
+
+
+def _wrap_ddp(model: Transformer, world: Dist) -> torch.nn.Module:
+    ids = [world.device.index] if world.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
 
 
 def _evaluate(model, data: TokenData, cfg: PretrainConfig, step: int, carry: dict, tokens_per_s: float) -> dict:
@@ -280,9 +298,13 @@ def _truncate_metrics(out: Path, step: int) -> None:
 
 
 def finish(model: Transformer, data: TokenData, cfg: PretrainConfig, out: Path) -> dict:
-    """Scan the trained model on validation windows and write ``summary.json``."""
+    """Scan the trained model on validation windows and write ``summary.json``.
+
+    The scan is small (``scan_batch`` x ``scan_tokens``) and runs on the CPU wherever training ran.
+    """
     from .scan import scan_native
 
+    model = model.cpu()
     rows = read_jsonl(out / "metrics.jsonl")
     summary = {
         "attn": cfg.attn,
@@ -295,6 +317,7 @@ def finish(model: Transformer, data: TokenData, cfg: PretrainConfig, out: Path) 
         "parameters": sum(p.numel() for p in model.parameters()),
         "final_val_loss": rows[-1]["val_loss"],
         "final_val_bpb": rows[-1]["val_bpb"],
+        "unigram_val_loss": data.unigram_val_loss(),
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
         **scan_native(model, validation_windows(data, cfg), decode=lambda ids: decode(data, ids)),
     }

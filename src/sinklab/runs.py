@@ -118,6 +118,8 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
     }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
     try:
         import transformers
 

@@ -20,6 +20,7 @@ from .errors import check
 from .hf import QUERY_CHUNK
 from .hooks import hook_name
 from .inputs import Inputs, InputSpec, build_inputs
+from .memory import TRIM_FROM_TOKENS, trim_heap
 from .recorder import Record, Recorder, RecordOptions
 from .runs import atomic_path, prepare_run_dir, write_json
 from .subjects import HFSubject, Subject
@@ -63,7 +64,14 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
     per_pass = max(1, tokens_per_pass // ids.shape[1])
     passes = math.ceil(ids.shape[0] / per_pass)
     bar = tqdm(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", disable=not progress)
-    tick = [(hook_name("*", "hook_resid_post"), lambda h, p: bar.update(1) and None)]
+    long_input = ids.shape[1] >= TRIM_FROM_TOKENS
+
+    def after_layer(h, point) -> None:
+        bar.update(1)
+        if long_input:
+            trim_heap()
+
+    tick = [(hook_name("*", "hook_resid_post"), after_layer)]
     total_loss, count = 0.0, 0
     try:
         with subject.session(), subject.hooks.attached([*extra_hooks, *recorder.hooks(), *tick]):
