@@ -16,8 +16,6 @@ import functools
 import hashlib
 import json
 import math
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -27,7 +25,7 @@ import torch
 
 from .data import Document, load_corpus
 from .errors import SinklabError, check
-from .runs import atomic_path
+from .runs import atomic_dir, atomic_path
 
 TOKENIZERS = ("default", "bytes")
 TOKENIZER_DIR = "tokenizer"
@@ -46,7 +44,7 @@ class TokenData:
     tokenizer: str
     source_ids: Optional[np.ndarray]  # compact id -> original tokenizer id (None for bytes)
     meta: dict
-    root: Optional[Path] = None  # the cache folder (holds a copy of the tokenizer, for decoding)
+    root: Path  # the cache folder (holds a copy of the tokenizer, for decoding)
 
     def bits_per_byte(self, loss_nats: float) -> float:
         """Validation loss per token (nats) as bits per UTF-8 byte of the validation text."""
@@ -179,13 +177,8 @@ def _encoder(tokenizer: str):
 
 def _save_tokenizer_copy(tok, where: Path) -> None:
     """Keep the tokenizer beside the token cache, so decoding needs neither the model nor its weights."""
-    target = where / TOKENIZER_DIR
-    if target.exists():
-        return
-    tmp = where / f".{TOKENIZER_DIR}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tok.save_pretrained(tmp)
-    os.replace(tmp, target)
+    with atomic_dir(where / TOKENIZER_DIR) as tmp:
+        tok.save_pretrained(tmp)
 
 
 @functools.lru_cache(maxsize=4)
@@ -217,6 +210,6 @@ def decode(data: TokenData, ids: list[int]) -> str:
     """Text of compact ids (for samples and token labels)."""
     if data.source_ids is None:
         return bytes(i for i in ids if i < 256).decode("utf-8", "replace")
-    copy = data.root / TOKENIZER_DIR if data.root is not None else None
-    tok = _cached_tokenizer(str(copy)) if copy is not None and copy.exists() else default_tokenizer()
+    copy = data.root / TOKENIZER_DIR  # absent in caches built before copies were kept
+    tok = _cached_tokenizer(str(copy)) if copy.exists() else default_tokenizer()
     return tok.decode([int(data.source_ids[i]) for i in ids])

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import tempfile
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
@@ -31,6 +32,25 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder next to ``path``; rename it to ``path`` if the block succeeds.
+
+    If ``path`` appeared meanwhile (another process finished the same work first), that one is
+    kept and the temporary folder dropped.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        if not target.exists():
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _jsonable(obj: Any) -> Any:
