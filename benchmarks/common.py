@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sinklab.runs import append_jsonl, machine_info
+from sinklab.core.runs import append_jsonl, machine_info
 
 RESULTS = Path(__file__).parent / "results"
 RUNS = Path(__file__).parent.parent / "runs"  # run directories (git-ignored)

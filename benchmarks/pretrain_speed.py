@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from common import record
 from torch import nn
 
-from sinklab.attention import ATTN_NORMS
-from sinklab.model import Transformer
+from sinklab.core.attention import ATTN_NORMS, AttentionSpec
+from sinklab.models.native import Transformer
 from sinklab.pretrain import PretrainConfig
 
 VOCAB = 19087  # the compact vocabulary of the default tokenizer on Shakespeare
@@ -79,10 +79,8 @@ def step_seconds(model: nn.Module, batch: torch.Tensor) -> float:
 
 def variants(cfg: PretrainConfig) -> dict[str, nn.Module]:
     models = {"plain sdpa": PlainLM(cfg, cfg.model_config(VOCAB).mlp_hidden)}
-    for name in ATTN_NORMS:
-        models[name] = Transformer(PretrainConfig(attn=name).model_config(VOCAB))
-    models["softmax+gate"] = Transformer(PretrainConfig(gate=True).model_config(VOCAB))
-    models["softmax+head_norm"] = Transformer(PretrainConfig(head_norm=True).model_config(VOCAB))
+    for spec in [AttentionSpec(name) for name in ATTN_NORMS] + AttentionSpec().with_each_extra():
+        models[spec.label] = Transformer(PretrainConfig(attention=spec).model_config(VOCAB))
     models["softmax+1sink"] = Transformer(PretrainConfig(sink_tokens=1).model_config(VOCAB))
     return models
 

@@ -14,17 +14,16 @@ from pathlib import Path
 
 from common import RUNS, record
 
-from sinklab import report
-from sinklab.attention import ATTN_NORMS
-from sinklab.checkpoint import latest_checkpoint
-from sinklab.compare import COLUMNS, compare_runs
-from sinklab.pretrain import PretrainConfig, train_lm
+from sinklab.core.attention import ATTN_NORMS, AttentionSpec
+from sinklab.core.text import format_table
+from sinklab.pretrain import COLUMNS, PretrainConfig, compare_runs, train_lm
+from sinklab.pretrain.checkpoint import latest_checkpoint
 
 
 def sweep_configs(seeds, steps=None) -> list[PretrainConfig]:
-    base = PretrainConfig() if steps is None else PretrainConfig(steps=steps, warmup=min(PretrainConfig.warmup, steps // 10))
-    variants = [{"attn": name} for name in ATTN_NORMS] + [{"gate": True}, {"head_norm": True}]
-    return [replace(base, **v, seed=s) for s in seeds for v in variants]
+    base = PretrainConfig() if steps is None else PretrainConfig(steps=steps)
+    variants = [AttentionSpec(name) for name in ATTN_NORMS] + AttentionSpec().with_each_extra()
+    return [replace(base, attention=v, seed=s) for s in seeds for v in variants]
 
 
 def main() -> None:
@@ -41,7 +40,7 @@ def main() -> None:
             continue
         train_lm(cfg, resume=latest_checkpoint(Path(cfg.out)) is not None)
     result = compare_runs(runs, None, str(Path(args.root) / "compare"))
-    print(report.format_table(result["rows"], COLUMNS))
+    print(format_table(result["rows"], COLUMNS))
     record("pretrain_sweep", {"steps": PretrainConfig().steps if args.steps is None else args.steps, "target": result["target"], "by_variant": result["by_variant"], "rows": result["rows"]})
 
 

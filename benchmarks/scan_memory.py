@@ -26,12 +26,9 @@ def measure(method: str, tokens: int) -> dict:
     """Runs in the child process: load, then scan one sequence with ``method``."""
     import torch
 
-    from sinklab import metrics
-    from sinklab.hf import load_model
-    from sinklab.inputs import InputSpec
-    from sinklab.recorder import RecordOptions
-    from sinklab.scan import record_subject, scan_inputs
-    from sinklab.subjects import HFSubject
+    from sinklab.models.hf import load_model
+    from sinklab.models.subjects import HFSubject
+    from sinklab.scan import InputSpec, RecordOptions, metrics, record_subject, scan_inputs
 
     subject = HFSubject(load_model(None))
     ids = scan_inputs(subject, InputSpec(corpus="shakespeare", max_tokens=tokens, batch=1)).ids

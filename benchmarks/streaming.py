@@ -11,8 +11,7 @@ import argparse
 
 from common import RUNS, record
 
-from sinklab import report
-from sinklab.stream import StreamConfig, run_stream
+from sinklab.stream import StreamConfig, report, run_stream
 
 
 def main() -> None:

@@ -12,9 +12,8 @@ import time
 
 from common import record
 
-from sinklab import trigger_lab
-from sinklab.jobs import default_workers
-from sinklab.trigger import TriggerConfig
+from sinklab.core.jobs import default_workers
+from sinklab.trigger import TriggerConfig, paper_configs, run_lab
 
 PAPER_REFERENCE_SECONDS = 850.0
 
@@ -25,10 +24,10 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    configs = trigger_lab.paper_configs(seeds, TriggerConfig())
+    configs = paper_configs(seeds, TriggerConfig())
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        summary = trigger_lab.run_lab(configs, out, workers=args.workers)
+        summary = run_lab(configs, out, workers=args.workers)
         seconds = time.perf_counter() - start
     record(
         "trigger_paper",

@@ -71,6 +71,6 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
 @pytest.fixture(scope="session")
 def default_model():
     """The real default model (SmolLM2-135M-Instruct), dequantised once and cached."""
-    from sinklab.hf import load_model
+    from sinklab.models.hf import load_model
 
     return load_model(None)

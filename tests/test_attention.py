@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from sinklab.attention import ATTN_NORMS, HeadOutput, attend, attend_fast, causal_mask, make_norm
-from sinklab.errors import SinklabError
+from sinklab.core.attention import ATTN_NORMS, AttentionSpec, HeadOutput, attend, attend_fast, causal_mask, make_norm
+from sinklab.core.errors import SinklabError
 
 B, H, T, D = 2, 3, 7, 5
 
@@ -151,9 +151,9 @@ def test_sdpa_fast_path_equals_eager_reference(n_queries):
 def test_head_output_norm_and_gate():
     z = torch.randn(B, H, T, D) * 10
     x = torch.randn(B, T, 4)
-    normed = HeadOutput(4, H, D, gate=False, head_norm=True)(z, x)
+    normed = HeadOutput(4, H, D, AttentionSpec(head_norm=True))(z, x)
     torch.testing.assert_close(normed.pow(2).mean(-1), torch.ones(B, H, T), atol=1e-4, rtol=1e-4)
-    gated = HeadOutput(4, H, D, gate=True, head_norm=False)
+    gated = HeadOutput(4, H, D, AttentionSpec(gate=True))
     with torch.no_grad():
         gated.gate.weight.zero_()
         gated.gate.bias.copy_(torch.tensor([-100.0, 0.0, 100.0]))

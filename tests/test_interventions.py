@@ -7,15 +7,27 @@ import pytest
 import torch
 
 from sinklab import cli
-from sinklab.attention import causal_mask
-from sinklab.errors import SinklabError
-from sinklab.hf import load_model
-from sinklab.hooks import HookPoint
-from sinklab.intervene import InterveneConfig, apply_interventions, run_intervene, share_at
-from sinklab.interventions import DropFirst, MaskSelf, PlainScale, ScoreBias, ValueZero, VarianceAmplify, hooks_of, suppress_sink
-from sinklab.model import ModelConfig, Transformer
-from sinklab.recorder import RecordOptions
-from sinklab.subjects import HFSubject, NativeSubject
+from sinklab.core.attention import causal_mask
+from sinklab.core.errors import SinklabError
+from sinklab.core.hooks import HookPoint
+from sinklab.intervene import (
+    DropFirst,
+    InterveneConfig,
+    MaskSelf,
+    PlainScale,
+    ScoreBias,
+    ValueZero,
+    VarianceAmplify,
+    apply_interventions,
+    hooks_of,
+    run_intervene,
+    share_at,
+    suppress_sink,
+)
+from sinklab.models.hf import load_model
+from sinklab.models.native import ModelConfig, Transformer
+from sinklab.models.subjects import HFSubject, NativeSubject
+from sinklab.scan import RecordOptions
 
 T = 6
 
@@ -137,7 +149,7 @@ def test_bad_positions_layers_and_heads_are_clear_errors(iv, message):
 
 def test_run_directory_contract(tiny_model_dir, tmp_path):
     subject = HFSubject(load_model(str(tiny_model_dir("llama"))))
-    cfg = InterveneConfig(mask_self=(5,), amplify=5, scale=5, lams=(1.0, 4.0), suppress_sink=True, drop_first=2, out=str(tmp_path))
+    cfg = InterveneConfig(edits={"mask_self": (5,), "amplify": 5, "scale": 5, "suppress_sink": True, "drop_first": 2}, lams=(1.0, 4.0), out=str(tmp_path))
     cfg.inputs.random_tokens, cfg.inputs.corpus, cfg.inputs.max_tokens, cfg.inputs.batch = True, None, 16, 2
     run_intervene(cfg, subject)
     s = json.loads((tmp_path / "summary.json").read_text())
@@ -157,7 +169,7 @@ def test_cli_bad_position_is_one_line(tiny_model_dir, tmp_path, capsys):
 
 
 def test_suppressing_the_bos_sink_breaks_softmax_but_not_relu_on_the_trigger_task(tmp_path):
-    from sinklab.trigger_lab import run_trigger_interventions
+    from sinklab.intervene import run_trigger_interventions
 
     summary = run_trigger_interventions(InterveneConfig(out=str(tmp_path)))
     by_model = {r["model"].split("_")[0]: r for r in summary["results"]}

@@ -3,22 +3,22 @@
 import pytest
 import torch
 
-from sinklab.attention import ATTN_NORMS
-from sinklab.errors import SinklabError
-from sinklab.hooks import POINTS
-from sinklab.model import KVCache, ModelConfig, Transformer, attention_only_forward
+from sinklab.core.attention import ATTN_NORMS, AttentionSpec
+from sinklab.core.errors import SinklabError
+from sinklab.core.hooks import POINTS
+from sinklab.models.native import KVCache, ModelConfig, Transformer, attention_only_forward
 
 
-def lm_config(**kw):
+def lm_config(attn="softmax", gate=False, head_norm=False, **kw):
     base = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=50, mlp=True, norm=True, rope=True, residual=True, scale_scores=True, max_seq_len=64)
     base.update(kw)
-    return ModelConfig(**base)
+    return ModelConfig(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm), **base)
 
 
 @pytest.mark.parametrize("attn", list(ATTN_NORMS))
 def test_merged_circuits_equal_reference_path_and_gradients(attn):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=8, n_layers=3, n_heads=2, head_dim=8, attn=attn, residual=True, init_std=0.15))
+    model = Transformer(ModelConfig(d_model=8, n_layers=3, n_heads=2, head_dim=8, attention=AttentionSpec(attn), residual=True, init_std=0.15))
     x = torch.randn(4, 9, 8)
     fast = attention_only_forward(model, x)
     ref, _ = model(x, need_weights=True)
@@ -69,10 +69,15 @@ def test_wrong_input_kind_is_a_clear_error():
         Transformer(ModelConfig(d_model=8))(torch.zeros(1, 4, dtype=torch.long))
 
 
-@pytest.mark.parametrize("kwargs, message", [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads"), ({"attn": "nope"}, "softmax, relu")])
+@pytest.mark.parametrize("kwargs, message", [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads")])
 def test_bad_config_is_a_clear_error(kwargs, message):
     with pytest.raises(SinklabError, match=message):
         ModelConfig(**kwargs)
+
+
+def test_unknown_attention_is_a_clear_error():
+    with pytest.raises(SinklabError, match="softmax, relu"):
+        ModelConfig(attention=AttentionSpec("nope"))
 
 
 def test_every_hook_point_fires_with_documented_shapes_and_hooks_are_removed_on_error():

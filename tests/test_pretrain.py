@@ -9,15 +9,16 @@ import numpy as np
 import pytest
 import torch
 
-from sinklab import cli, compare, pretrain
-from sinklab.attention import ATTN_NORMS
-from sinklab.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from sinklab.data import load_corpus
-from sinklab.errors import SinklabError
-from sinklab.lmdata import load_token_data, split_documents
-from sinklab.model import Transformer
-from sinklab.pretrain import PretrainConfig, train_lm
-from sinklab.runs import read_jsonl
+from sinklab import cli
+from sinklab.core.attention import ATTN_NORMS, EXTRA_NAMES, AttentionSpec
+from sinklab.core.corpus import load_corpus
+from sinklab.core.errors import SinklabError
+from sinklab.core.runs import read_jsonl
+from sinklab.models.native import Transformer
+from sinklab.pretrain import PretrainConfig, compare, train_lm
+from sinklab.pretrain import train as pretrain
+from sinklab.pretrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sinklab.pretrain.tokens import load_token_data, split_documents
 
 WORDS = "the king queen love death night day sword crown blood heart fair foul sweet sour honour".split()
 
@@ -35,8 +36,8 @@ def corpus(tmp_path, monkeypatch):
     return str(folder)
 
 
-def tiny(corpus, out, **kw):
-    base = dict(corpus=corpus, tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32, batch=4, steps=12, warmup=2,
+def tiny(corpus, out, attn="softmax", gate=False, head_norm=False, **kw):
+    base = dict(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm), corpus=corpus, tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32, batch=4, steps=12, warmup=2,
                 eval_every=4, eval_batches=2, checkpoint_every=4, scan_tokens=16, scan_batch=2, out=str(out))
     base.update(kw)
     return PretrainConfig(**base)
@@ -56,7 +57,7 @@ def test_split_is_by_document_without_leakage(corpus):
 
 def test_compact_vocabulary_decodes_with_the_cached_tokenizer_copy(corpus, tokenizer, monkeypatch):
     """The default tokenizer path: ids are compacted, and decoding needs only the cache folder."""
-    from sinklab import lmdata
+    from sinklab.pretrain import tokens as lmdata
 
     monkeypatch.setattr(lmdata, "default_tokenizer", lambda: tokenizer)
     data = load_token_data(corpus, "default", val_every=4)
@@ -67,7 +68,7 @@ def test_compact_vocabulary_decodes_with_the_cached_tokenizer_copy(corpus, token
     assert lmdata.decode(data, [int(t) for t in data.val[:50]]) == tokenizer.decode(tokenizer(first_val, add_special_tokens=False)["input_ids"][:50])
 
 
-@pytest.mark.parametrize("variant", [{"attn": a} for a in ATTN_NORMS] + [{"gate": True}, {"head_norm": True}, {"sink_tokens": 2}], ids=str)
+@pytest.mark.parametrize("variant", [{"attn": a} for a in ATTN_NORMS] + [{e: True} for e in EXTRA_NAMES] + [{"sink_tokens": 2}], ids=str)
 def test_every_variant_trains_with_finite_gradients(variant, corpus, tmp_path):
     cfg = tiny(corpus, tmp_path / "run", **variant)
     data = load_token_data(corpus, "bytes")

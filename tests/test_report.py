@@ -2,7 +2,7 @@
 
 import matplotlib.pyplot as plt
 
-from sinklab.report import format_table, safe_text
+from sinklab.core.text import format_table, safe_text
 
 
 def test_safe_text_escapes_mathtext_and_control_characters():

@@ -5,14 +5,12 @@ import json
 import pytest
 import torch
 
-from sinklab import cli, metrics
-from sinklab.errors import SinklabError
-from sinklab.hf import decoder_layers, down_proj_weight, layout_of, load_model
-from sinklab.inputs import InputSpec, build_inputs
-from sinklab.model import ModelConfig, Transformer
-from sinklab.recorder import RecordOptions
-from sinklab.scan import MetricSettings, record_subject, summarise
-from sinklab.subjects import HFSubject, NativeSubject
+from sinklab import cli
+from sinklab.core.errors import SinklabError
+from sinklab.models.hf import decoder_layers, down_proj_weight, layout_of, load_model
+from sinklab.models.native import ModelConfig, Transformer
+from sinklab.models.subjects import HFSubject, NativeSubject
+from sinklab.scan import InputSpec, MetricSettings, RecordOptions, build_inputs, metrics, record_subject, summarise
 
 
 def reference(model, ids):
@@ -64,7 +62,7 @@ def test_recorded_metrics_equal_output_attentions_on_tiny_models(arch, tiny_mode
 def test_layout_table_and_generic_fallback_agree(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    from sinklab import hf
+    from sinklab.models.hf import layouts as hf
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir("llama"))
     assert layout_of(model) == hf.LAYOUTS["LlamaForCausalLM"]

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from sinklab import cli
-from sinklab.errors import SinklabError
-from sinklab.hf import load_model
-from sinklab.model import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, generate, policy_nll, token_by_token_nll
-from sinklab.streaming import NativeSinkCache, RopeShift, make_sink_cache, rotate_keys
+from sinklab.core.errors import SinklabError
+from sinklab.models.hf import load_model
+from sinklab.models.native import KVCache, ModelConfig, Transformer
+from sinklab.stream import StreamConfig, generate
+from sinklab.stream.benchmark import policy_nll, token_by_token_nll
+from sinklab.stream.caches import NativeSinkCache, RopeShift, make_sink_cache, rotate_keys
 
 
 @pytest.fixture(scope="module")

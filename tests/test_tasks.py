@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from sinklab.errors import SinklabError
-from sinklab.tasks import BOS, TRIGGER, TriggerTask
+from sinklab.core.errors import SinklabError
+from sinklab.trigger.task import BOS, TRIGGER, TriggerTask
 
 
 def test_feature_layout():

@@ -5,16 +5,20 @@ import json
 import pytest
 import torch
 
-from sinklab import cli, trigger_lab
-from sinklab.errors import SinklabError
-from sinklab.model import Transformer
-from sinklab.tasks import TriggerTask
-from sinklab.trigger import AdamStep, TriggerConfig, cap_first_key, evaluate_trigger, train_trigger
+from sinklab import cli
+from sinklab.core.attention import AttentionSpec
+from sinklab.core.errors import SinklabError
+from sinklab.models.native import Transformer
+from sinklab.trigger import analyses, lab
+from sinklab.trigger.config import TriggerConfig, cap_first_key
+from sinklab.trigger.evaluate import evaluate_trigger
+from sinklab.trigger.task import TriggerTask
+from sinklab.trigger.train import AdamStep, train_trigger
 
 
 @pytest.mark.parametrize("n, length", [(16, 16), (5, 9)])
 def test_relu_construction_is_exact_with_no_weight_on_non_trigger_rows(n, length):
-    result = trigger_lab.check_relu_construction(TriggerTask(n=n, length=length, eval_trigger=3), sequences=10_000)
+    result = analyses.check_relu_construction(TriggerTask(n=n, length=length, eval_trigger=3), sequences=10_000)
     assert result["max_abs_error"] <= 1e-6
     assert result["non_trigger_rows_exactly_zero"] and result["non_trigger_weight_max"] == 0
     assert result["bos_weight_max"] == 0  # no sink anywhere
@@ -23,7 +27,7 @@ def test_relu_construction_is_exact_with_no_weight_on_non_trigger_rows(n, length
 def test_softmax_sinks_and_relu_does_not_after_short_training():
     bos = {}
     for attn in ("softmax", "relu"):
-        cfg = TriggerConfig(attn=attn, max_steps=3000, eval_sequences=200)
+        cfg = TriggerConfig(attention=AttentionSpec(attn), max_steps=3000, eval_sequences=200)
         model, log = train_trigger(cfg)
         assert log.converged, f"{attn} did not reach the paper's stopping rule in {log.steps} steps"
         heads = evaluate_trigger(model, cfg)["heads_detail"]
@@ -96,8 +100,8 @@ def test_nan_stops_training_with_a_clear_message(monkeypatch):
 
 
 def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
-    configs = trigger_lab.paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
-    summary = trigger_lab.run_lab(configs, str(tmp_path), workers=1)
+    configs = lab.paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
+    summary = lab.run_lab(configs, str(tmp_path), workers=1)
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["sink_threshold"] == 0.5 and len(saved["runs"]) == 4
     for run in saved["runs"]:
@@ -111,16 +115,16 @@ def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
     def must_not_train(cfg):
         raise AssertionError("a finished model was trained again")
 
-    monkeypatch.setattr(trigger_lab, "run_one", must_not_train)
-    again = trigger_lab.run_lab(configs, str(tmp_path), workers=1)
+    monkeypatch.setattr(lab, "run_one", must_not_train)
+    again = lab.run_lab(configs, str(tmp_path), workers=1)
     assert again["runs"] == summary["runs"]
-    model = trigger_lab.load_trigger_model(tmp_path, configs[0])
+    model = lab.load_trigger_model(tmp_path, configs[0])
     assert isinstance(model, Transformer)
 
 
 def test_cap_sweep_error_falls_as_the_cap_approaches_one(tmp_path):
     base = TriggerConfig(max_steps=500, eval_sequences=200)
-    summary = trigger_lab.run_cap_sweep([0.5, 0.9, 1.0], [0], base, str(tmp_path), workers=1)
+    summary = analyses.run_cap_sweep([0.5, 0.9, 1.0], [0], base, str(tmp_path), workers=1)
     errors = [row["best_eval_mse"] for row in summary["cap_tradeoff"]]
     assert errors[0] > errors[1] > errors[2]
     assert (tmp_path / "cap_tradeoff.png").exists()

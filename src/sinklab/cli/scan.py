@@ -1,0 +1,53 @@
+"""``sinklab scan``: sinks, massive activations, super neurons and variance in a real model."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..scan import MetricSettings, ScanConfig, run_scan
+from ..scan import report as scan_report
+from .args import STARTS_OVER, add_model_and_input_arguments, input_spec, option
+
+#: MetricSettings fields: (command-line flag, help).
+SETTINGS_FLAGS = {
+    "eps": ("--eps", "Gu et al. threshold for alpha_k"),
+    "sink_k": ("--sink-k", "key position of Sink_k^eps, 1-indexed as in Gu et al. (1: the first token)"),
+    "min_query": ("--min-query", "first query position in the first-token mass"),
+    "massive_absolute": ("--massive-abs", "massive activation: |h| above this"),
+    "massive_relative": ("--massive-rel", "... and above this times the layer's median |h|"),
+    "super_min_ratio": ("--super-ratio", "super neuron: mean |a| at position 0 over mean |a| elsewhere"),
+    "super_min_activation": ("--super-min", "super neuron: minimum mean |a| at position 0"),
+    "secondary_top": ("--secondary-top", "secondary sinks listed"),
+}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "scan",
+        help="measure sinks, massive activations, super neurons and variance in a model",
+        description="Scan a causal LM with hooks that reduce while recording (no attention stacks are stored).",
+    )
+    add_model_and_input_arguments(p)
+    settings = MetricSettings()
+    for name, (flag, help) in SETTINGS_FLAGS.items():
+        option(p, settings, name, help, flag=flag, dest=name)
+    p.add_argument("--variance", choices=("auto", "on", "off"), default="auto", help="variance-by-position curve (auto: when --batch >= 2)")
+    option(p, ScanConfig(), "out", "run directory")
+    p.set_defaults(handler=scan_command, on_interrupt=STARTS_OVER)
+
+
+def scan_command(args: argparse.Namespace) -> int:
+    cfg = ScanConfig(
+        model=args.model,
+        inputs=input_spec(args),
+        settings=MetricSettings(**{name: getattr(args, name) for name in SETTINGS_FLAGS}),
+        variance={"auto": None, "on": True, "off": False}[args.variance],
+        query_chunk=args.query_chunk,
+        trust_remote_code=args.trust_remote_code,
+        out=args.out,
+    )
+    summary = run_scan(cfg)
+    print(scan_report.scan_table(summary))
+    print(scan_report.scan_headline(summary))
+    print(f"\noutputs: {args.out}/summary.json and figures: {', '.join(summary['figures'])}")
+    return 0

@@ -1,0 +1,94 @@
+"""``sinklab trigger``: the trigger-conditional lab (Ran-Milo 2026)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.text import format_table
+from ..trigger import (
+    CAP_COLUMNS,
+    PAPER_ATTNS,
+    QUICK_SHAPES,
+    VARIANT_COLUMNS,
+    TriggerConfig,
+    construction_report,
+    paper_configs,
+    run_cap_sweep,
+    run_lab,
+    run_variants,
+)
+from ..trigger import report as trigger_report
+from .args import add_extra_arguments, choice_list, extra_flags, float_list, int_list, option
+
+MODES = ("paper", "variants", "cap_sweep", "construct", "quick")
+
+
+def add_parser(sub) -> None:
+    defaults = TriggerConfig()
+    p = sub.add_parser(
+        "trigger",
+        help="the trigger-conditional task: softmax must sink, ReLU need not (Ran-Milo 2026)",
+        description=(
+            "Train attention-only models on the trigger-conditional task and measure where the "
+            "'do nothing' mass goes. Without a mode flag, trains the grid given by --layers, "
+            f"--heads, --attn and --seeds. Attention normalisations: {', '.join(ATTN_NORMS)}."
+        ),
+    )
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--paper", action="store_true", help="the paper's grid: 1x1, 2x2, 4x4, each with softmax and relu")
+    mode.add_argument("--quick", action="store_true", help="the fast reproduction used by `make demo` (1x1 and 2x2, softmax and relu)")
+    mode.add_argument("--variants", action="store_true", help="every normalisation, plain and with each per-head extra, on 1x1 and 2x2")
+    mode.add_argument("--cap-sweep", type=float_list, metavar="CAPS", help="cap the BOS mass of one-layer softmax at each level, e.g. 0.5,0.75,0.9,0.99,1")
+    mode.add_argument("--construct", action="store_true", help="check the hand-built exact ReLU solution on 10,000 sequences")
+    option(p, defaults, "layers", "layers")
+    option(p, defaults, "heads", "heads per layer")
+    p.add_argument("--attn", type=choice_list(ATTN_NORMS), default=list(PAPER_ATTNS), help=f"comma-separated normalisations (default {','.join(PAPER_ATTNS)})")
+    add_extra_arguments(p)
+    p.add_argument("--seeds", type=int_list, default=[defaults.seed], help=f"comma-separated seeds (default {defaults.seed})")
+    option(p, defaults, "n", "token dimension n")
+    option(p, defaults, "length", "sequence length L")
+    option(p, defaults, "eval_trigger", "0-indexed trigger position for evaluation")
+    option(p, defaults, "eval_sequences", "evaluation sequences")
+    option(p, defaults, "max_steps", "step budget per model")
+    p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3 for one layer, 1e-4 otherwise)")
+    option(p, defaults, "batch", "batch size")
+    option(p, defaults, "sink_threshold", "BOS mass at which a head counts as sinking")
+    for name, help in (("scale_scores", "scale scores by 1/sqrt(d)"), ("bias", "biases in the projections"), ("rope", "rotary position embeddings"), ("mlp", "a SwiGLU MLP after attention")):
+        p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"ablation: {help}")
+    p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: one per core)")
+    p.add_argument("--out", default=None, help="run directory (default runs/trigger-<mode>)")
+    p.set_defaults(handler=trigger_command, on_interrupt="finished models are saved; run the same command to resume")
+
+
+def base_config(args: argparse.Namespace) -> TriggerConfig:
+    names = ("layers", "heads", "n", "length", "eval_trigger", "eval_sequences", "lr", "batch", "max_steps", "sink_threshold", "scale_scores", "bias", "rope", "mlp")
+    return TriggerConfig(attention=AttentionSpec(args.attn[0], **extra_flags(args)), **{n: getattr(args, n) for n in names})
+
+
+def trigger_command(args: argparse.Namespace) -> int:
+    mode = next((m for m in MODES if getattr(args, m)), "grid")
+    base = base_config(args)
+    out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
+    if mode == "construct":
+        result = construction_report(base.task, out)
+        print(format_table([result], [(k, k, ".3g") for k in result]))
+        print(f"outputs: {out}")
+        return 0 if result["max_abs_error"] <= 1e-6 and result["non_trigger_rows_exactly_zero"] else 1
+    if mode == "cap_sweep":
+        summary = run_cap_sweep(args.cap_sweep, args.seeds, base, out, args.workers)
+        print(format_table(summary["cap_tradeoff"], CAP_COLUMNS))
+    elif mode == "variants":
+        summary = run_variants(args.seeds, base, out, args.workers)
+        print(format_table(summary["variant_table"], VARIANT_COLUMNS))
+    else:
+        configs = {
+            "paper": lambda: paper_configs(args.seeds, base),
+            "quick": lambda: paper_configs(args.seeds, base, shapes=QUICK_SHAPES),
+            "grid": lambda: [replace(base, attention=replace(base.attention, attn=a), seed=s) for a in args.attn for s in args.seeds],
+        }[mode]()
+        summary = run_lab(configs, out, workers=args.workers)
+        print(trigger_report.trigger_table(summary["runs"]))
+    print(f"\noutputs: {out}/summary.json and figures: {', '.join(summary['figures'])}")
+    return 0

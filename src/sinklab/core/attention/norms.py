@@ -1,0 +1,178 @@
+"""Attention normalisations (a registry), per-head output extras, and the eager reference ``attend``.
+
+The contract every normalisation follows: ``norm(scores, mask) -> weights`` with
+
+* ``scores``: (B, H, Tq, Tk) pre-normalisation scores (any float dtype; computed in float32),
+* ``mask``: boolean, broadcastable to ``scores``, True where query i may attend to key j,
+* ``weights``: (B, H, Tq, Tk) float32, exactly zero wherever ``mask`` is False.
+
+Normalisations are ``nn.Module`` subclasses so that those with parameters (the learned sink
+logit) train like any other layer. Add one with ``@register("name")``; the command line takes its
+choices from :data:`ATTN_NORMS`, so ``--help`` is the catalogue.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+from ..errors import SinklabError
+
+ATTN_NORMS: dict[str, type["AttnNorm"]] = {}
+
+
+def register(name: str) -> Callable[[type["AttnNorm"]], type["AttnNorm"]]:
+    """Class decorator adding a normalisation to :data:`ATTN_NORMS` under ``name``."""
+
+    def add(cls: type["AttnNorm"]) -> type["AttnNorm"]:
+        if name in ATTN_NORMS:
+            raise ValueError(f"attention normalisation {name!r} is registered twice")
+        cls.name = name
+        ATTN_NORMS[name] = cls
+        return cls
+
+    return add
+
+
+def check_attn_name(name: str) -> str:
+    """Return ``name`` if registered, else raise an error that lists the valid names."""
+    if name not in ATTN_NORMS:
+        raise SinklabError(f"unknown attention {name!r}; choose one of: {', '.join(ATTN_NORMS)}")
+    return name
+
+
+def make_norm(name: str, n_heads: int, **options) -> "AttnNorm":
+    """Build the registered normalisation ``name`` for ``n_heads`` heads."""
+    cls = ATTN_NORMS[check_attn_name(name)]
+    try:
+        return cls(n_heads, **options)
+    except TypeError as exc:
+        raise SinklabError(f"bad options for attention {name!r}: {exc}") from None
+
+
+def visible_keys(mask: torch.Tensor) -> torch.Tensor:
+    """Number of keys each query row may see, shape (..., Tq, 1), float32."""
+    return mask.sum(dim=-1, keepdim=True, dtype=torch.float32)
+
+
+class AttnNorm(nn.Module):
+    """Base class: turns scores into attention weights. Subclasses implement ``forward``."""
+
+    name: str = ""
+    #: rows sum to exactly one (the softmax family without an implicit slot)
+    sums_to_one: bool = False
+    #: rows may leave mass in an implicit slot (an extra logit in the denominator)
+    implicit_slot: bool = False
+
+    def __init__(self, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        raise NotImplementedError
+
+
+def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor, extra_logit: Optional[torch.Tensor] = None):
+    """Float32 softmax over visible keys, optionally with one extra logit column in the denominator.
+
+    ``extra_logit`` broadcasts to (B, H, Tq, 1); its probability is dropped from the output, so the
+    visible weights sum to 1 minus the extra slot's share.
+    """
+    logits = scores.float().masked_fill(~mask, float("-inf"))
+    if extra_logit is None:
+        return torch.softmax(logits, dim=-1)
+    extra = extra_logit.float().expand(*logits.shape[:-1], 1)
+    return torch.softmax(torch.cat([logits, extra], dim=-1), dim=-1)[..., :-1]
+
+
+@register("softmax")
+class Softmax(AttnNorm):
+    """Standard softmax over visible keys, in float32 (Vaswani et al. 2017)."""
+
+    sums_to_one = True
+
+    def forward(self, scores, mask):
+        return _masked_softmax(scores, mask)
+
+
+@register("relu")
+class ReLU(AttnNorm):
+    """ReLU of the scores, no sum-to-one normalisation (Ran-Milo 2026).
+
+    Row i is divided by the number of non-BOS keys it can see, max(i, 1) for 0-indexed causal
+    queries (visible keys minus one), so a head can output exactly zero by giving every key a
+    non-positive score: the "do nothing" that softmax can only fake by dumping mass on BOS.
+    """
+
+    def forward(self, scores, mask):
+        non_bos = (visible_keys(mask) - 1.0).clamp_min(1.0)
+        return torch.relu(scores.float()) * mask / non_bos
+
+
+@register("sigmoid")
+class Sigmoid(AttnNorm):
+    """Elementwise sigmoid(score + b), no normalisation (Ramapuram et al. 2024, sigmoid attention).
+
+    The default bias b = -log(number of visible keys) keeps the initial row sums near one.
+    """
+
+    def __init__(self, n_heads: int, bias: Optional[float] = None) -> None:
+        super().__init__(n_heads)
+        self.bias = bias
+
+    def forward(self, scores, mask):
+        bias = -torch.log(visible_keys(mask)) if self.bias is None else self.bias
+        return torch.sigmoid(scores.float() + bias) * mask
+
+
+@register("softmax1")
+class SoftmaxPlusOne(AttnNorm):
+    """Softmax with an implicit zero logit in the denominator ("softmax + 1", Miller 2023).
+
+    w_ij = exp(s_ij) / (1 + sum_k exp(s_ik)): a row can sum to less than one, so a head can do
+    nothing by making every score very negative instead of attending to a sink token.
+    """
+
+    implicit_slot = True
+
+    def forward(self, scores, mask):
+        zero = scores.new_zeros(1, 1, 1, 1)
+        return _masked_softmax(scores, mask, extra_logit=zero)
+
+
+@register("sink_logit")
+class SinkLogit(AttnNorm):
+    """Softmax with a learned per-head logit in the denominator (the gpt-oss attention sink).
+
+    w_ij = exp(s_ij) / (exp(b_h) + sum_k exp(s_ik)). With b_h = -inf this is exactly ``softmax``.
+    """
+
+    implicit_slot = True
+
+    def __init__(self, n_heads: int, init: float = 0.0) -> None:
+        super().__init__(n_heads)
+        self.sink = nn.Parameter(torch.full((n_heads,), float(init)))
+
+    def forward(self, scores, mask):
+        return _masked_softmax(scores, mask, extra_logit=self.sink.view(1, -1, 1, 1))
+
+
+@register("clipped_softmax")
+class ClippedSoftmax(AttnNorm):
+    """clip((zeta - gamma) * softmax + gamma, 0, 1) (Bondarenko et al. 2023, "Quantizable Transformers").
+
+    gamma < 0 lets a weight reach exactly zero with finite scores, zeta > 1 lets it reach one.
+    Defaults are the paper's BERT setting (gamma = -0.025, zeta = 1).
+    """
+
+    def __init__(self, n_heads: int, zeta: float = 1.0, gamma: float = -0.025) -> None:
+        super().__init__(n_heads)
+        if not zeta > gamma:
+            raise SinklabError(f"clipped_softmax needs zeta > gamma, got zeta={zeta}, gamma={gamma}")
+        self.zeta, self.gamma = zeta, gamma
+
+    def forward(self, scores, mask):
+        stretched = (self.zeta - self.gamma) * _masked_softmax(scores, mask) + self.gamma
+        return stretched.clamp(0.0, 1.0) * mask

@@ -1,0 +1,140 @@
+"""Run directories and atomic file writes.
+
+Every result file is written to a temporary file in the same directory and then renamed over
+the target, so a killed run never leaves a half-written file that looks complete.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from .errors import SinklabError
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it over ``path`` if the block succeeds."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@contextmanager
+def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary folder next to ``path``; rename it to ``path`` if the block succeeds.
+
+    If ``path`` appeared meanwhile (another process finished the same work first), that one is
+    kept and the temporary folder dropped.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield tmp
+        if not target.exists():
+            os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _jsonable(obj: Any) -> Any:
+    """Convert dataclasses, tensors, paths and non-finite floats into plain JSON values."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable(asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist"):  # torch tensors and numpy arrays
+        return _jsonable(obj.tolist())
+    if hasattr(obj, "item"):  # numpy scalars
+        return _jsonable(obj.item())
+    return obj
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Atomically write ``obj`` as indented JSON (NaN/inf become strings, never invalid JSON)."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(_jsonable(obj), indent=2) + "\n")
+    return Path(path)
+
+
+def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
+    """Append one JSON line; a torn last line from a kill is skipped by :func:`read_jsonl`."""
+    with open(path, "a") as fh:
+        fh.write(json.dumps(_jsonable(obj)) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_jsonl(path: str | os.PathLike, rows: list) -> None:
+    """Atomically replace a JSON-lines file with ``rows``."""
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Read the complete lines of a JSON-lines file."""
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+
+def prepare_run_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (and parents) and check that it is writable, with a clear error if not."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise SinklabError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
+    return out
+
+
+def machine_info() -> dict:
+    """The machine and library versions, recorded next to every measured number."""
+    import torch
+
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info

@@ -1,0 +1,44 @@
+"""Interventions: create, move and remove sinks with causal edits (Li et al. 2026; Xiao et al. 2024).
+
+A new intervention is one registered class in :mod:`.interventions`."""
+
+from .interventions import (
+    INTERVENTIONS,
+    DropFirst,
+    Experiment,
+    Intervention,
+    MaskSelf,
+    PlainScale,
+    ScoreBias,
+    ValueZero,
+    VarianceAmplify,
+    experiments_for,
+    hooks_of,
+    register,
+    suppress_sink,
+    validate_all,
+)
+from .run import InterveneConfig, apply_interventions, run_intervene, share_at
+from .trigger_models import run_trigger_interventions
+
+__all__ = [
+    "INTERVENTIONS",
+    "DropFirst",
+    "Experiment",
+    "InterveneConfig",
+    "Intervention",
+    "MaskSelf",
+    "PlainScale",
+    "ScoreBias",
+    "ValueZero",
+    "VarianceAmplify",
+    "apply_interventions",
+    "experiments_for",
+    "hooks_of",
+    "register",
+    "run_intervene",
+    "run_trigger_interventions",
+    "share_at",
+    "suppress_sink",
+    "validate_all",
+]

@@ -1,0 +1,307 @@
+"""Causal edits of attention: create, move and remove sinks (Li et al. 2026; Xiao et al. 2024).
+
+Each intervention is a frozen dataclass that turns into hooks on the named hook points, so the
+same value edits a Hugging Face model, a native LM or a trigger-lab model. Hooks only exist
+inside :meth:`~sinklab.core.hooks.HookSet.attached` (used by the runner), and every intervention
+is recorded in the run's config through its dataclass fields.
+
+A new intervention is one class here: a frozen dataclass with ``point`` and ``edit``, decorated
+with ``@register(option, takes=..., help=...)`` and saying in ``experiments`` which runs its
+option asks for. ``sinklab intervene --option`` (from ``help`` and ``takes``), the runner and
+the report pick it up from :data:`INTERVENTIONS`.
+
+``layers`` / ``heads`` select where an intervention acts (None: everywhere). Positions are
+0-indexed token positions of the input (position 0 is the BOS token when one is prepended).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, ClassVar, Optional, Sequence
+
+import torch
+
+from ..core.errors import SinklabError, check
+from ..core.hooks import HookFn, HookPoint, hook_name
+
+MU_DEFINITION = "mean over positions 0..T-1 of the same layer's per-head attention output in the same sequence"
+
+#: What an option takes on the command line: K[,K...], one K, a count N, or nothing.
+TAKES = ("positions", "position", "count", "switch")
+
+#: option name (``mask_self`` -> ``--mask-self``) -> intervention class, in the order runs are made.
+INTERVENTIONS: dict[str, type["Intervention"]] = {}
+
+
+def register(option: str, takes: str, help: str, sweeps_lam: bool = False) -> Callable[[type["Intervention"]], type["Intervention"]]:
+    """Class decorator: make an intervention available as ``--option`` of ``sinklab intervene``."""
+    if takes not in TAKES:
+        raise ValueError(f"takes must be one of {TAKES}, got {takes!r}")
+
+    def add(cls: type["Intervention"]) -> type["Intervention"]:
+        if option in INTERVENTIONS:
+            raise ValueError(f"intervention option {option!r} is registered twice")
+        cls.option, cls.takes, cls.help, cls.sweeps_lam = option, takes, help, sweeps_lam
+        INTERVENTIONS[option] = cls
+        return cls
+
+    return add
+
+
+@dataclass
+class Experiment:
+    """Interventions applied together, and the position k whose sink score is reported."""
+
+    label: str
+    interventions: tuple["Intervention", ...]
+    k: int
+
+    @property
+    def lam(self) -> Optional[float]:
+        strengths = [iv.strength for iv in self.interventions if iv.strength is not None]
+        return strengths[0] if strengths else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Intervention:
+    layers: Optional[tuple[int, ...]] = None
+    heads: Optional[tuple[int, ...]] = None
+
+    point: str = ""  # the hook point the edit acts on
+
+    option: ClassVar[str] = ""
+    takes: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    sweeps_lam: ClassVar[bool] = False
+
+    @classmethod
+    def experiments(cls, value: Any, lams: Sequence[float], where: dict) -> list[Experiment]:  # pragma: no cover - interface
+        """The runs that ``--option value`` asks for; ``where`` holds ``layers`` and ``heads``."""
+        raise NotImplementedError
+
+    def edit(self, tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def positions(self) -> tuple[int, ...]:
+        """Token positions the intervention names (validated against the input length)."""
+        return ()
+
+    @property
+    def strength(self) -> Optional[float]:
+        """The swept parameter (lam) where there is one."""
+        return None
+
+    def describe(self) -> dict:
+        return {"type": type(self).__name__, **{k: v for k, v in asdict(self).items() if k != "point"}}
+
+    def validate(self, n_layers: int, n_heads: int, n_tokens: int) -> None:
+        for layer in self.layers or ():
+            check(0 <= layer < n_layers, f"{type(self).__name__}: layer {layer} does not exist (the model has {n_layers} layers)")
+        for head in self.heads or ():
+            check(0 <= head < n_heads, f"{type(self).__name__}: head {head} does not exist (the model has {n_heads} heads)")
+        for pos in self.positions():
+            check(0 <= pos < n_tokens, f"{type(self).__name__}: position {pos} is beyond the input ({n_tokens} tokens)")
+
+    def hooks(self, n_heads: int) -> list[tuple[str, HookFn]]:
+        """One hook per selected layer (a glob over all layers when none are selected)."""
+        layers = self.layers if self.layers is not None else ("*",)
+
+        def apply(tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:
+            edited = self.edit(tensor, where)
+            return edited if self.heads is None else self._on_selected_heads(tensor, edited, n_heads)
+
+        return [(hook_name(layer, self.point), apply) for layer in layers]
+
+    def _on_selected_heads(self, original: torch.Tensor, edited: torch.Tensor, n_heads: int) -> torch.Tensor:
+        """``edited`` on the selected heads, ``original`` on the others (dim 1 indexes heads;
+        masks arrive with a head dimension of 1 and are expanded)."""
+        shape = (max(original.shape[0], edited.shape[0]), n_heads, *original.shape[2:])
+        selected = torch.zeros(n_heads, dtype=torch.bool, device=original.device)
+        selected[list(self.heads)] = True
+        return torch.where(selected.view(1, -1, 1, 1), edited.expand(shape), original.expand(shape))
+
+
+@register("mask_self", takes="positions", help="token k attends only to itself")
+@dataclass(frozen=True, kw_only=True)
+class MaskSelf(Intervention):
+    """Token k attends only to itself: its mask row keeps only the diagonal (Li et al. 2026).
+
+    Token 0 sees nothing but itself, so its attention output is an unaveraged value vector; doing
+    the same to token k gives it position 0's high-variance output, which should make it a sink.
+    """
+
+    k: int
+    point: str = "attn.hook_mask"
+
+    @classmethod
+    def experiments(cls, value, lams, where):
+        return [Experiment(f"mask_self k={k}", (cls(k=k, **where),), k) for k in value]
+
+    def positions(self):
+        return (self.k,)
+
+    def edit(self, mask, where):
+        row = self.k - where.q_start
+        if not 0 <= row < mask.shape[-2]:
+            return mask
+        edited = mask.clone()
+        edited[..., row, :] = False
+        edited[..., row, self.k] = True
+        return edited
+
+
+@dataclass(frozen=True, kw_only=True)
+class _OutputEdit(Intervention):
+    """Rewrites token k's per-head attention output (after value aggregation, before the output
+    projection) with strength ``lam``; subclasses say how in :meth:`rewrite`."""
+
+    k: int
+    lam: float
+    point: str = "attn.hook_z"
+
+    @classmethod
+    def experiments(cls, value, lams, where):
+        return [Experiment(f"{cls.option} k={value} lam={lam:g}", (cls(k=value, lam=lam, **where),), value) for lam in lams]
+
+    def positions(self):
+        return (self.k,)
+
+    @property
+    def strength(self):
+        return self.lam
+
+    def rewrite(self, o_k: torch.Tensor, z: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def edit(self, z, where):
+        row = self.k - where.q_start
+        if not 0 <= row < z.shape[2]:
+            return z
+        edited = z.clone()
+        edited[:, :, row] = self.rewrite(z[:, :, row], z)
+        return edited
+
+
+@register("amplify", takes="position", help="mean-centred amplification of token k's attention output over --lam", sweeps_lam=True)
+@dataclass(frozen=True, kw_only=True)
+class VarianceAmplify(_OutputEdit):
+    """Mean-centred amplification of token k's attention output: o'_k = mu + lam (o_k - mu).
+
+    ``mu`` is :data:`MU_DEFINITION` (Li et al. 2026). It raises o_k's deviation from the typical
+    output, i.e. the variance that makes position 0 a sink, by lam.
+    """
+
+    def rewrite(self, o_k, z):
+        mu = z.mean(dim=2)  # (B, H, D): the layer's mean head output over positions
+        return mu + self.lam * (o_k - mu)
+
+
+@register("scale", takes="position", help="plain scaling of token k's attention output over --lam (the control)", sweeps_lam=True)
+@dataclass(frozen=True, kw_only=True)
+class PlainScale(_OutputEdit):
+    """o'_k = lam * o_k: the control that raises the norm of token k's output but not in the
+    mean-centred way (Li et al. 2026 find it does not create a sink)."""
+
+    def rewrite(self, o_k, z):
+        return self.lam * o_k
+
+
+@register("suppress_sink", takes="switch", help="score bias -inf on position 0 in every layer")
+@dataclass(frozen=True, kw_only=True)
+class ScoreBias(Intervention):
+    """Add ``delta`` to the pre-normalisation scores of the keys at ``at`` (delta = -inf removes them).
+
+    Applies to queries after each key: a token's score on itself is left alone, so removing
+    position 0 never leaves query 0 with nothing to attend to.
+    """
+
+    at: tuple[int, ...]
+    delta: float
+    point: str = "attn.hook_scores"
+
+    @classmethod
+    def experiments(cls, value, lams, where):
+        return [Experiment("suppress_sink (score bias -inf at 0)", (suppress_sink(0, **where),), 0)]
+
+    def positions(self):
+        return tuple(self.at)
+
+    def edit(self, scores, where):
+        t, n_keys = scores.shape[-2], scores.shape[-1]
+        queries = torch.arange(where.q_start, where.q_start + t, device=scores.device).view(-1, 1)
+        keys = torch.zeros(n_keys, dtype=torch.bool, device=scores.device)
+        keys[[p for p in self.at if p < n_keys]] = True
+        hit = keys.view(1, -1) & (queries > torch.arange(n_keys, device=scores.device).view(1, -1))  # (t, Tk)
+        return torch.where(hit, scores + self.delta, scores)
+
+
+@register("value_zero", takes="positions", help="zero the value vectors at these positions")
+@dataclass(frozen=True, kw_only=True)
+class ValueZero(Intervention):
+    """Zero the value vectors of the given positions (tests the "no-op sink" account: a sink
+    whose value is already near zero loses nothing)."""
+
+    at: tuple[int, ...]
+    point: str = "attn.hook_v"
+
+    @classmethod
+    def experiments(cls, value, lams, where):
+        return [Experiment(f"value_zero {list(value)}", (cls(at=tuple(value), **where),), value[0])]
+
+    def positions(self):
+        return tuple(self.at)
+
+    def edit(self, v, where):
+        edited = v.clone()
+        edited[:, :, [p for p in self.at if p < v.shape[2]]] = 0.0
+        return edited
+
+
+@register("drop_first", takes="count", help="evict the first N tokens from attention (StreamingLLM ablation)")
+@dataclass(frozen=True, kw_only=True)
+class DropFirst(Intervention):
+    """Evict the first ``n`` tokens from attention for every later query (the StreamingLLM
+    window-attention ablation, Xiao et al. 2024). The first n tokens still see each other."""
+
+    n: int
+    point: str = "attn.hook_mask"
+
+    @classmethod
+    def experiments(cls, value, lams, where):
+        check(value >= 1, f"--drop-first must be at least 1, got {value}")
+        return [Experiment(f"drop_first n={value}", (cls(n=value, **where),), 0)]
+
+    def positions(self):
+        return (self.n - 1,) if self.n > 0 else ()
+
+    def edit(self, mask, where):
+        t = mask.shape[-2]
+        queries = torch.arange(where.q_start, where.q_start + t, device=mask.device).view(-1, 1)
+        evicted = (queries >= self.n) & (torch.arange(mask.shape[-1], device=mask.device).view(1, -1) < self.n)
+        return mask & ~evicted
+
+
+def suppress_sink(position: int = 0, **where) -> ScoreBias:
+    """ScoreBias(-inf) at ``position`` in every layer: the first-token sink removed."""
+    return ScoreBias(at=(position,), delta=float("-inf"), **where)
+
+
+def hooks_of(interventions: Sequence[Intervention], n_heads: int) -> list[tuple[str, HookFn]]:
+    return [hook for iv in interventions for hook in iv.hooks(n_heads)]
+
+
+def validate_all(interventions: Sequence[Intervention], n_layers: int, n_heads: int, n_tokens: int) -> None:
+    for iv in interventions:
+        if not isinstance(iv, Intervention):
+            raise SinklabError(f"not an intervention: {iv!r}")
+        iv.validate(n_layers, n_heads, n_tokens)
+
+
+
+def experiments_for(edits: dict, lams: Sequence[float], where: dict) -> list[Experiment]:
+    """Every run that ``edits`` (option -> value) asks for, in registry order."""
+    unknown = sorted(set(edits) - set(INTERVENTIONS))
+    check(not unknown, f"unknown intervention {', '.join(unknown)}; choose from: {', '.join(INTERVENTIONS)}")
+    exps = [e for option, cls in INTERVENTIONS.items() if option in edits for e in cls.experiments(edits[option], lams, where)]
+    check(bool(exps), "name at least one intervention: " + ", ".join(f"--{o.replace('_', '-')}" for o in INTERVENTIONS))
+    return exps

@@ -1,0 +1,105 @@
+"""``sinklab intervene``: run interventions on a model and compare every metric before and after.
+
+:func:`apply_interventions` is the one runner: it attaches the interventions' hooks next to the
+scanner's recorder and returns the scanner's :class:`~sinklab.recorder.Record` plus the
+next-token loss, so anything the scanner measures is available before and after an edit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+import torch
+
+from ..core.errors import check
+from ..core.runs import prepare_run_dir, write_json
+from ..models.hf import QUERY_CHUNK, load_model
+from ..models.subjects import HFSubject, Subject
+from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
+from . import report
+from .interventions import MU_DEFINITION, Experiment, Intervention, experiments_for, hooks_of, validate_all
+
+
+def apply_interventions(
+    subject: Subject, ids: torch.Tensor, interventions: Sequence[Intervention], options: RecordOptions, progress: bool = False
+) -> tuple[Record, float]:
+    """Run ``subject`` on ``ids`` with ``interventions`` applied; return (record, mean loss)."""
+    validate_all(interventions, subject.n_layers, subject.n_heads, ids.shape[1])
+    record, loss = record_subject(subject, ids, options, extra_hooks=hooks_of(interventions, subject.n_heads), progress=progress)
+    return record, loss.item()
+
+
+def share_at(record: Record, k: int) -> list[float]:
+    """Per layer: the mean attention that queries after k give to key k (heads averaged)."""
+    column = record.columns[k]  # (L, H, T)
+    check(k + 1 < column.shape[-1], f"position {k} has no later queries in a {column.shape[-1]}-token input")
+    return column[..., k + 1 :].mean(-1).mean(-1).tolist()
+
+
+@dataclass
+class InterveneConfig:
+    model: Optional[str] = None
+    inputs: InputSpec = field(default_factory=InputSpec)
+    edits: dict = field(default_factory=dict)  # intervention option (see INTERVENTIONS) -> its value
+    lams: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
+    layers: Optional[tuple[int, ...]] = None
+    heads: Optional[tuple[int, ...]] = None
+    query_chunk: int = QUERY_CHUNK
+    trust_remote_code: bool = False
+    out: str = "runs/intervene"
+
+    def experiments(self) -> list[Experiment]:
+        """The interventions the options ask for, one experiment per setting."""
+        return experiments_for(self.edits, self.lams, {"layers": self.layers, "heads": self.heads})
+
+
+def _entry(record: Record, loss: float, ks: Sequence[int]) -> dict:
+    return {
+        "share_at_0": share_at(record, 0),
+        "share_at": {str(k): share_at(record, k) for k in ks},
+        "loss": loss,
+        "ppl": math.exp(min(loss, 50.0)),
+    }
+
+
+def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> dict:
+    """Baseline plus every experiment; writes config.json, summary.json and figures to ``cfg.out``."""
+    out = prepare_run_dir(cfg.out)
+    experiments = cfg.experiments()
+    if subject is None:
+        subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
+    ids = scan_inputs(subject, cfg.inputs).ids
+    for exp in experiments:  # fail before any work on a bad position, layer or head
+        validate_all(exp.interventions, subject.n_layers, subject.n_heads, ids.shape[1])
+    ks = sorted({0, *(e.k for e in experiments)})
+    options = RecordOptions(key_columns=tuple(ks), patterns=ids.shape[1] <= 256)
+    write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
+    base_record, base_loss = apply_interventions(subject, ids, (), options, progress=True)
+    baseline = {"k": experiments[0].k, "share_at_k": share_at(base_record, experiments[0].k), **_entry(base_record, base_loss, ks)}
+    results, records = [], {}
+    for exp in experiments:
+        record, loss = apply_interventions(subject, ids, exp.interventions, options, progress=True)
+        records[exp.label] = record
+        results.append(
+            {
+                "label": exp.label,
+                "intervention": [iv.describe() for iv in exp.interventions][0] if len(exp.interventions) == 1 else [iv.describe() for iv in exp.interventions],
+                "lam": exp.lam,
+                "k": exp.k,
+                "share_at_k": share_at(record, exp.k),
+                **_entry(record, loss, ks),
+            }
+        )
+    summary = {
+        "model": subject.name,
+        "tokens": ids.shape[1],
+        "sequences": ids.shape[0],
+        "mu": MU_DEFINITION,
+        "baseline": baseline,
+        "results": results,
+    }
+    summary["figures"] = report.intervention_figures(summary, base_record, records, out)
+    write_json(out / "summary.json", summary)
+    return summary

@@ -1,0 +1,7 @@
+"""Mitigation pretraining: a small modern LM with any attention variant under one budget
+(:mod:`.train`), its data (:mod:`.tokens`), checkpoints, DDP, and ``sinklab compare``."""
+
+from .compare import COLUMNS, compare_runs, run_row
+from .train import PretrainConfig, train_lm
+
+__all__ = ["COLUMNS", "PretrainConfig", "compare_runs", "run_row", "train_lm"]

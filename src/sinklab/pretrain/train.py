@@ -1,0 +1,262 @@
+"""``sinklab pretrain``: train a small modern LM with any attention variant, under one budget.
+
+Same model, data and schedule for every variant; one flag per variant. A run directory holds
+``config.json``, ``metrics.jsonl`` (one row per evaluation), checkpoints (safetensors, with
+optimizer state; see :mod:`.checkpoint`) and, at the end, ``summary.json`` with the scan
+of the trained model. ``resume=True`` continues from the last checkpoint and reproduces the
+uninterrupted loss curve: batches are a pure function of (seed, step).
+
+Under ``torchrun --nproc-per-node N`` the same command trains with distributed data parallel
+(gloo on CPU, nccl on GPU): each process takes an equal shard of the same global batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..core.attention import AttentionSpec
+from ..core.errors import SinklabError, check
+from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json, write_jsonl
+from ..models.native import ModelConfig, Transformer
+from ..scan import scan_native
+from .checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from .distributed import Dist, wrap_ddp
+from .tokens import TokenData, decode, load_token_data
+
+
+@dataclass
+class PretrainConfig:
+    """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
+
+    corpus: str = "shakespeare"
+    tokenizer: str = "default"
+    attention: AttentionSpec = field(default_factory=AttentionSpec)
+    sink_tokens: int = 0
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    tie_embeddings: bool = True
+    seq_len: int = 256
+    max_seq_len: Optional[int] = None  # the model's maximum positions (None: seq_len + sink tokens)
+    batch: int = 16  # global batch, in sequences
+    steps: int = 300
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup: Optional[int] = None  # None: a tenth of the steps
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 50
+    eval_batches: int = 8
+    checkpoint_every: int = 50
+    seed: int = 0
+    scan_tokens: int = 64
+    scan_batch: int = 8
+    device: str = "auto"  # auto: the GPU when there is one, else the CPU
+    out: str = "runs/pretrain"
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every"):
+            check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
+        check(self.d_model % self.n_heads == 0, f"--d-model {self.d_model} is not divisible by --n-heads {self.n_heads}")
+        check((self.d_model // self.n_heads) % 2 == 0, "the head dimension (d_model / n_heads) must be even for rotary embeddings")
+        if self.max_seq_len is None:
+            self.max_seq_len = self.seq_len + self.sink_tokens
+        check(
+            self.seq_len + self.sink_tokens <= self.max_seq_len,
+            f"--seq-len {self.seq_len} plus {self.sink_tokens} sink tokens exceeds the model's maximum of {self.max_seq_len} positions",
+        )
+        if self.warmup is None:
+            self.warmup = self.steps // 10
+        check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup} for {self.steps} steps")
+        check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
+        check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
+
+    def model_config(self, vocab_size: int) -> ModelConfig:
+        return ModelConfig(
+            d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads, attention=self.attention,
+            residual=True, mlp=True, norm=True, rope=True, scale_scores=True, vocab_size=vocab_size,
+            tie_embeddings=self.tie_embeddings, sink_tokens=self.sink_tokens, max_seq_len=self.max_seq_len,
+        )
+
+    @property
+    def variant(self) -> str:
+        return self.attention.label + (f"+{self.sink_tokens}sink" if self.sink_tokens else "")
+
+
+def lr_at(cfg: PretrainConfig, step: int) -> float:
+    """Linear warmup to ``lr``, then cosine decay to ``min_lr_ratio * lr`` at the last step."""
+    if step <= cfg.warmup:
+        return cfg.lr * step / max(cfg.warmup, 1)
+    progress = (step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on norms, biases, gates' biases or sink logits)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    rest = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+
+
+def lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy of (B, T + 1) windows."""
+    logits = model(batch[:, :-1])
+    return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+
+
+def step_batch(data: TokenData, cfg: PretrainConfig, step: int) -> torch.Tensor:
+    """The global batch of ``step``: a pure function of (seed, step), so resuming reproduces it."""
+    return data.batch("train", cfg.batch, cfg.seq_len, torch.Generator().manual_seed(cfg.seed * 1_000_003 + step))
+
+
+@torch.no_grad()
+def validation_loss(model: Transformer, data: TokenData, cfg: PretrainConfig) -> float:
+    """Mean loss on ``eval_batches`` fixed validation batches (the same for every run)."""
+    was_training = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(1234)
+    device = next(model.parameters()).device
+    losses = [lm_loss(model, data.batch("val", cfg.batch, cfg.seq_len, g).to(device)).item() for _ in range(cfg.eval_batches)]
+    model.train(was_training)
+    return sum(losses) / len(losses)
+
+
+def validation_windows(data: TokenData, cfg: PretrainConfig) -> torch.Tensor:
+    """(scan_batch, scan_tokens) fixed validation windows for the post-training scan."""
+    length = min(cfg.scan_tokens, cfg.seq_len)
+    return data.batch("val", cfg.scan_batch, length, torch.Generator().manual_seed(4321))[:, :length]
+
+
+def check_data(data: TokenData, cfg: PretrainConfig) -> None:
+    window = cfg.seq_len + 1
+    check(len(data.train) > window * 2, f"the corpus is smaller than one batch: {len(data.train)} training tokens for windows of {window}")
+    check(len(data.val) > window, f"the validation split ({len(data.val)} tokens) is shorter than one window of {window} tokens")
+
+
+def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> Optional[dict]:
+    """Train (or resume) the run in ``cfg.out``; returns the summary on the main process."""
+    world = Dist.from_env(cfg.device)
+    check(cfg.batch % world.world == 0, f"--batch {cfg.batch} is not divisible by {world.world} processes")
+    out = prepare_run_dir(cfg.out) if world.main else Path(cfg.out)
+    data = load_token_data(cfg.corpus, cfg.tokenizer)
+    check_data(data, cfg)
+    torch.manual_seed(cfg.seed)
+    model = Transformer(cfg.model_config(data.vocab_size)).to(world.device)
+    opt = make_optimizer(model, cfg)
+    start, carry = _start(cfg, out, model, opt, resume, data, world)
+    ddp = wrap_ddp(model, world) if world.world > 1 else model
+    bar = tqdm(total=cfg.steps, initial=start, desc=f"pretrain {cfg.variant}", unit="step", disable=not (progress and world.main))
+    clock, tokens = time.perf_counter(), 0
+    for step in range(start + 1, cfg.steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(cfg, step)
+        loss = lm_loss(ddp, world.shard(step_batch(data, cfg, step)).to(world.device))
+        loss_value = world.mean(loss.item())
+        if not math.isfinite(loss_value):
+            last = latest_checkpoint(out)
+            raise SinklabError(f"the loss is {loss_value} at step {step}; stopped. The last good checkpoint is {last or 'none'} (resume from it with a lower --lr)")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        carry["loss_sum"] += loss_value
+        carry["loss_count"] += 1
+        tokens += cfg.batch * cfg.seq_len
+        bar.update(1)
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            elapsed = time.perf_counter() - clock
+            row = _evaluate(model, data, cfg, step, carry, tokens / max(elapsed, 1e-9))
+            clock, tokens = time.perf_counter(), 0
+            bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            if world.main:
+                append_jsonl(out / "metrics.jsonl", row)
+        if world.main and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
+            save_checkpoint(out, step, model, opt, {"carry": carry, "config": asdict(cfg)})
+    bar.close()
+    summary = finish(model, data, cfg, out) if world.main else None
+    world.close()
+    return summary
+
+
+def _evaluate(model, data: TokenData, cfg: PretrainConfig, step: int, carry: dict, tokens_per_s: float) -> dict:
+    val = validation_loss(model, data, cfg)
+    row = {
+        "step": step,
+        "train_loss": carry["loss_sum"] / max(carry["loss_count"], 1),
+        "val_loss": val,
+        "val_bpb": data.bits_per_byte(val),
+        "lr": lr_at(cfg, step),
+        "tokens_per_s": tokens_per_s,
+    }
+    carry["loss_sum"], carry["loss_count"] = 0.0, 0
+    return row
+
+
+def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: TokenData, world: Dist) -> tuple[int, dict]:
+    """Fresh start, or the state of the last checkpoint when resuming."""
+    fresh = {"loss_sum": 0.0, "loss_count": 0}
+    ckpt = latest_checkpoint(out)
+    if not resume:
+        if world.main:
+            check(ckpt is None, f"{out} already holds a run; pass --resume to continue it or choose another --out")
+            write_json(out / "config.json", {**asdict(cfg), "model": asdict(cfg.model_config(data.vocab_size)), "data": data.meta | {"train_documents": len(data.meta["train_documents"]), "val_documents": data.meta["val_documents"]}})
+        return 0, fresh
+    check(ckpt is not None, f"nothing to resume in {out}: it holds no checkpoint")
+    _check_compatible(checkpoint_state(ckpt).get("config", {}), asdict(cfg))
+    saved = load_checkpoint(ckpt, model, opt)
+    step = saved["step"]
+    if world.main:
+        _truncate_metrics(out, step)
+    return step, saved.get("carry", fresh)
+
+
+TRAINING_KEYS = ("corpus", "tokenizer", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed")
+
+
+def _check_compatible(saved: dict, current: dict) -> None:
+    differ = [k for k in TRAINING_KEYS if saved.get(k) != current.get(k)]
+    if differ:
+        detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
+        raise SinklabError(f"the checkpoint comes from an incompatible configuration ({detail})")
+
+
+def _truncate_metrics(out: Path, step: int) -> None:
+    """Drop rows logged after the checkpoint (the killed run went on past it)."""
+    path = out / "metrics.jsonl"
+    if path.exists():
+        rows = [r for r in read_jsonl(path) if r["step"] <= step]
+        write_jsonl(path, rows)
+
+
+def finish(model: Transformer, data: TokenData, cfg: PretrainConfig, out: Path) -> dict:
+    """Scan the trained model on validation windows and write ``summary.json``.
+
+    The scan is small (``scan_batch`` x ``scan_tokens``) and runs on the CPU wherever training ran.
+    """
+    model = model.cpu()
+    rows = read_jsonl(out / "metrics.jsonl")
+    summary = {
+        **cfg.attention.flags(),
+        "sink_tokens": cfg.sink_tokens,
+        "variant": cfg.variant,
+        "seed": cfg.seed,
+        "steps": cfg.steps,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_val_loss": rows[-1]["val_loss"],
+        "final_val_bpb": rows[-1]["val_bpb"],
+        "unigram_val_loss": data.unigram_val_loss(),
+        "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
+        **scan_native(model, validation_windows(data, cfg), decode=lambda ids: decode(data, ids)),
+    }
+    write_json(out / "summary.json", summary)
+    return summary

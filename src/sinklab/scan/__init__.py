@@ -1,0 +1,27 @@
+"""The scanner: sinks, massive activations, super neurons and variance in a real model.
+
+Its public API (used by ``intervene``, ``pretrain`` and ``stream``): inputs, the recorder that
+reduces while recording, the metric settings and summary, and the runners.
+"""
+
+from .inputs import Inputs, InputSpec, build_inputs
+from .recorder import Record, Recorder, RecordOptions
+from .run import ScanConfig, record_subject, run_scan, scan_inputs, scan_native
+from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
+
+__all__ = [
+    "SUMMARY_ENTRIES",
+    "InputSpec",
+    "Inputs",
+    "MetricSettings",
+    "Record",
+    "RecordOptions",
+    "Recorder",
+    "ScanConfig",
+    "build_inputs",
+    "record_subject",
+    "run_scan",
+    "scan_inputs",
+    "scan_native",
+    "summarise",
+]

@@ -1,0 +1,131 @@
+"""Token inputs for scans and interventions: a text file, a prompt, a corpus, or random tokens.
+
+Whether a BOS token is prepended is always explicit (``bos`` = yes / no / auto) and recorded: a
+sink at position 0 means something different with and without it. ``tokens`` (T) counts every
+position the model sees, BOS included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from ..core.corpus import load_corpus
+from ..core.errors import SinklabError, check
+
+
+@dataclass
+class InputSpec:
+    """Exactly one source: ``text`` (file), ``prompt``, ``corpus`` or ``random_tokens``."""
+
+    text: Optional[str] = None
+    prompt: Optional[str] = None
+    corpus: Optional[str] = None
+    random_tokens: bool = False
+    max_tokens: int = 64
+    batch: int = 8
+    bos: str = "auto"  # yes | no | auto (prepend when the tokenizer defines one)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        chosen = [bool(self.text), self.prompt is not None, bool(self.corpus), self.random_tokens]
+        check(sum(chosen) <= 1, "give one input: --text, --prompt, --corpus or --random-tokens")
+        if not any(chosen):
+            self.corpus = "shakespeare"
+        check(self.max_tokens >= 2, f"--max-tokens must be at least 2, got {self.max_tokens}")
+        check(self.batch >= 1, f"--batch must be at least 1, got {self.batch}")
+        check(self.bos in ("yes", "no", "auto"), f"--bos must be yes, no or auto, got {self.bos!r}")
+
+    @property
+    def kind(self) -> str:
+        if self.text:
+            return "text"
+        if self.prompt is not None:
+            return "prompt"
+        return "random_tokens" if self.random_tokens else "corpus"
+
+
+@dataclass
+class Inputs:
+    ids: torch.Tensor  # (N, T) token ids
+    bos_prepended: bool
+    description: dict
+
+    @property
+    def tokens(self) -> int:
+        return self.ids.shape[1]
+
+
+def build_inputs(spec: InputSpec, tokenizer, max_positions: Optional[int] = None, vocab_size: Optional[int] = None) -> Inputs:
+    """Token ids (N, T) for ``spec``; T <= ``max_tokens`` and within the model's maximum."""
+    if max_positions is not None and spec.max_tokens > max_positions:
+        raise SinklabError(f"--max-tokens {spec.max_tokens} is longer than the model allows ({max_positions} positions)")
+    bos_id = getattr(tokenizer, "bos_token_id", None)
+    if spec.bos == "yes" and bos_id is None:
+        raise SinklabError("--bos yes, but the tokenizer defines no BOS token")
+    prepend = bos_id is not None and spec.bos != "no"
+    body = spec.max_tokens - int(prepend)
+    g = torch.Generator().manual_seed(spec.seed)
+    rows = {
+        "text": lambda: _windows(_encode(tokenizer, _read(spec.text)), body, spec.batch, spec.text),
+        "prompt": lambda: _windows(_encode(tokenizer, spec.prompt), body, spec.batch, "the prompt"),
+        "corpus": lambda: _corpus_windows(spec.corpus, tokenizer, body, spec.batch, g),
+        "random_tokens": lambda: _random_rows(tokenizer, vocab_size, body, spec.batch, g),
+    }[spec.kind]()
+    ids = torch.tensor(rows, dtype=torch.long)
+    if prepend:
+        ids = torch.cat([torch.full((ids.shape[0], 1), bos_id, dtype=torch.long), ids], dim=1)
+    description = {**asdict(spec), "kind": spec.kind, "sequences": ids.shape[0], "tokens": ids.shape[1], "bos_token_id": bos_id if prepend else None}
+    return Inputs(ids, prepend, description)
+
+
+def _read(path: str) -> str:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise SinklabError(f"no such text file: {path}")
+    return p.read_text(encoding="utf-8", errors="replace")
+
+
+def _encode(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def _windows(ids: list[int], length: int, batch: int, what: str) -> list[list[int]]:
+    """Up to ``batch`` consecutive windows of ``length`` tokens (one shorter window if that is all)."""
+    if not ids:
+        raise SinklabError(f"{what} contains no tokens")
+    if len(ids) <= length:
+        return [ids]
+    n = min(batch, len(ids) // length)
+    return [ids[i * length : (i + 1) * length] for i in range(n)]
+
+
+def _corpus_windows(spec: str, tokenizer, length: int, batch: int, g: torch.Generator) -> list[list[int]]:
+    """``batch`` windows of exactly ``length`` tokens from random documents and offsets."""
+    docs = load_corpus(spec)
+    rows = []
+    for _ in range(50 * batch):
+        if len(rows) == batch:
+            break
+        doc = docs[int(torch.randint(len(docs), (1,), generator=g))]
+        span = 8 * length + 64  # characters: comfortably more than `length` tokens of English
+        start = int(torch.randint(max(1, len(doc.text) - span), (1,), generator=g))
+        ids = _encode(tokenizer, doc.text[start : start + span])[1:]  # drop a possibly cut first token
+        if len(ids) >= length:
+            rows.append(ids[:length])
+    if len(rows) < batch:
+        raise SinklabError(f"the corpus {spec!r} is too small for {batch} windows of {length} tokens")
+    return rows
+
+
+def _random_rows(tokenizer, vocab_size: Optional[int], length: int, batch: int, g: torch.Generator) -> list[list[int]]:
+    """Uniform random ids over the vocabulary minus special tokens (Gu et al. 2025; Li et al. 2026)."""
+    vocab = vocab_size or len(tokenizer)
+    special = torch.tensor(sorted(set(getattr(tokenizer, "all_special_ids", []) or [])), dtype=torch.long)
+    allowed = torch.ones(vocab, dtype=torch.bool)
+    allowed[special[special < vocab]] = False
+    pool = allowed.nonzero().flatten()
+    return pool[torch.randint(len(pool), (batch, length), generator=g)].tolist()

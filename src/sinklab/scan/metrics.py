@@ -1,0 +1,171 @@
+"""Sink and outlier metrics: pure functions on tensors, each with its formula and source.
+
+Conventions: ``A[l, h, i, j]`` is the attention weight of query i on key j in head h of layer l;
+positions are 0-indexed unless a docstring says otherwise; T is the sequence length.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+
+def first_token_mass(first_column: torch.Tensor, min_query: int = 1) -> torch.Tensor:
+    """Mean attention on position 0 over query positions i >= ``min_query``.
+
+    ``first_column``: (..., T) the weight A[..., i, 0] per query i (already averaged over the
+    batch). Returns (...). ``min_query`` = 1 skips query 0, which can only attend to itself.
+    """
+    if not 0 <= min_query < first_column.shape[-1]:
+        raise ValueError(f"min_query must lie in [0, {first_column.shape[-1] - 1}], got {min_query}")
+    return first_column[..., min_query:].mean(-1)
+
+
+def sink_scores(received: torch.Tensor) -> torch.Tensor:
+    """Gu et al. (ICLR 2025) alpha_k = (1 / (T - k)) sum_{i >= k} A[i, k], for every key k.
+
+    ``received``: (..., T) the total attention each key position receives, summed over queries
+    (and averaged over the batch). Under a causal mask queries i < k give key k nothing, so the
+    sum over all queries equals the sum over i >= k. Returns (..., T); index k is 0-indexed.
+    """
+    T = received.shape[-1]
+    return received / torch.arange(T, 0, -1, dtype=received.dtype, device=received.device)
+
+
+def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
+    """Gu et al. Sink_k^eps: the share of (layer, head) pairs whose alpha_k exceeds ``eps``.
+
+    ``alpha``: (L, H) scores of one key position (Gu et al. use the first token, k = 1 in their
+    1-indexed notation).
+    """
+    return (alpha > eps).double().mean().item()
+
+
+def secondary_sinks(alpha: torch.Tensor, top: int = 5, min_queries: int = 8, exclude: int = 1) -> list[tuple[int, float]]:
+    """Key positions other than the first ``exclude`` with the largest alpha_k (mean over layers and heads).
+
+    ``alpha``: (L, H, T). Positions with fewer than ``min_queries`` queries after them are skipped,
+    since alpha_k of the last keys averages over too few rows to mean anything.
+    """
+    mean = alpha.double().mean(dim=(0, 1))  # (T,)
+    usable = mean[exclude : max(exclude, mean.shape[0] - min_queries + 1)]
+    if usable.numel() == 0:
+        return []
+    values, idx = usable.topk(min(top, usable.numel()))
+    return [(int(i) + exclude, float(v)) for v, i in zip(values, idx)]
+
+
+def dominance_ratio(hidden: torch.Tensor) -> torch.Tensor:
+    """Dimension disparity of Li et al. (2026): max_j |h_j| / mean_j |h_j| over the last dimension."""
+    a = hidden.abs().double()
+    return a.amax(-1) / a.mean(-1).clamp_min(1e-30)
+
+
+def massive_activations(
+    hidden: torch.Tensor, layer: int, absolute: float = 100.0, relative: float = 1000.0, limit: int = 100
+) -> list[dict]:
+    """Sun et al. (2024) massive activations: entries with |h| > ``absolute`` and > ``relative`` x median |h|.
+
+    ``hidden``: (B, T, d) one layer's residual stream; the median is over all its entries. Returns
+    at most ``limit`` entries (largest first) as dicts with layer, batch, position, dim, value.
+    """
+    a = hidden.detach().abs()
+    threshold = max(absolute, relative * a.median().item())
+    hits = (a > threshold).nonzero()
+    if hits.numel() == 0:
+        return []
+    values = hidden[hits[:, 0], hits[:, 1], hits[:, 2]]
+    order = values.abs().argsort(descending=True)[:limit]
+    return [
+        {"layer": layer, "batch": int(b), "position": int(t), "dim": int(d), "value": float(v)}
+        for (b, t, d), v in zip(hits[order].tolist(), values[order].tolist())
+    ]
+
+
+class Moments:
+    """Running sums of x, x^2, x^3, x^4 (float64) for mean, variance and kurtosis of a stream."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.sums = torch.zeros(4, dtype=torch.float64)
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.detach().double().flatten()
+        self.n += x.numel()
+        self.sums += torch.stack([x.sum(), x.pow(2).sum(), x.pow(3).sum(), x.pow(4).sum()])
+
+    def kurtosis(self) -> float:
+        """Pearson kurtosis E[(x - mu)^4] / Var^2 (3 for a Gaussian); Bondarenko et al. (2023)."""
+        if self.n == 0:
+            return float("nan")
+        m1, m2, m3, m4 = (self.sums / self.n).tolist()
+        var = m2 - m1 * m1
+        central4 = m4 - 4 * m1 * m3 + 6 * m1 * m1 * m2 - 3 * m1**4
+        return central4 / (var * var) if var > 0 else float("nan")
+
+
+def kurtosis(x: torch.Tensor) -> float:
+    """Kurtosis of all entries of ``x`` (see :meth:`Moments.kurtosis`)."""
+    m = Moments()
+    m.add(x)
+    return m.kurtosis()
+
+
+def variance_by_position(total: torch.Tensor, total_sq: torch.Tensor, n: int) -> torch.Tensor:
+    """Li et al. (2026) variance discrepancy: Var over a batch of the attention output, per position.
+
+    ``total``, ``total_sq``: (..., T, F) sums over the n sequences of the attention output and of
+    its square (F features: all heads' outputs before the output projection). Returns (..., T),
+    the unbiased variance across sequences, averaged over features.
+    """
+    if n < 2:
+        raise ValueError("the variance across sequences needs a batch of at least 2")
+    mean = total / n
+    var = (total_sq - n * mean * mean) / (n - 1)
+    return var.clamp_min(0).mean(-1)
+
+
+def super_neurons(
+    act_first: torch.Tensor,
+    act_rest_mean: torch.Tensor,
+    down_weight: Optional[torch.Tensor],
+    layer: int,
+    min_ratio: float = 100.0,
+    min_activation: float = 100.0,
+    top: int = 5,
+    out_dims: int = 3,
+) -> list[dict]:
+    """Super neurons (Li et al. 2026): FFN neurons far more active at position 0 than anywhere else.
+
+    Criterion (configurable): mean |a_n| at position 0 is at least ``min_ratio`` times the mean
+    |a_n| over all other positions, and at least ``min_activation``. ``act_first``,
+    ``act_rest_mean``: (I,) those two means over the batch. For each neuron (strongest ratio
+    first, at most ``top``) also reports the residual dimensions its down-projection column
+    (``down_weight``: (d, I)) writes into most, weighted by the neuron's position-0 activation.
+    """
+    ratio = act_first / act_rest_mean.clamp_min(1e-12)
+    chosen = ((ratio >= min_ratio) & (act_first >= min_activation)).nonzero().flatten()
+    chosen = chosen[ratio[chosen].argsort(descending=True)][:top]
+    out = []
+    for n in chosen.tolist():
+        entry = {"layer": layer, "neuron": n, "act_first": float(act_first[n]), "act_rest_mean": float(act_rest_mean[n]), "ratio": float(ratio[n])}
+        if down_weight is not None:
+            write = down_weight[:, n].abs() * act_first[n]
+            dims = write.topk(min(out_dims, write.numel()))
+            entry["writes_to"] = [{"dim": int(d), "magnitude": float(v)} for v, d in zip(dims.values, dims.indices)]
+        out.append(entry)
+    return out
+
+
+def null_slot_mass(row_mass: torch.Tensor) -> torch.Tensor:
+    """1 - sum_j A[i, j], averaged over query rows: the mass a normalisation with an implicit slot
+    (softmax1, a learned sink logit, gpt-oss's ``sinks``; Su et al. 2026) leaves outside the
+    visible keys. ``row_mass``: (...) the mean row sum. Negative where rows sum above one (ReLU)."""
+    return 1.0 - row_mass
+
+
+def nan_to_none(value: float) -> Optional[float]:
+    """NaN as None, so that JSON holds ``null`` (the kurtosis of a constant stream)."""
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value

@@ -1,0 +1,198 @@
+"""Reduce while recording: hook probes that keep only what the metrics need.
+
+A scan of T tokens never holds the (layers, heads, T, T) attention stack: each chunk of query
+rows is reduced on arrival to the attention each key receives and the first-token column, and
+the residual stream to per-position ratios, moments and the few massive entries. Memory is
+O(layers x heads x T), plus O(layers x T x d) only when the variance curve is requested.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from ..core.hooks import HookPoint, hook_name
+from . import metrics
+
+
+@dataclass
+class RecordOptions:
+    """What to keep besides the attention statistics (always kept)."""
+
+    variance: bool = False  # per-position sums of the attention output, for the variance curve
+    key_columns: tuple[int, ...] = (0,)  # keys whose weight from every query row is kept
+    patterns: bool = False  # the mean (H, T, T) pattern per layer, for heatmaps of short inputs
+    massive_absolute: float = 100.0
+    massive_relative: float = 1000.0
+    massive_limit: int = 100
+
+
+@dataclass
+class Record:
+    """Reduced statistics of a run over ``sequences`` sequences of ``tokens`` positions.
+
+    Per-layer tensors are stacked on a leading layer axis; attention statistics are averaged
+    over the sequences.
+    """
+
+    sequences: int
+    tokens: int
+    columns: dict[int, torch.Tensor]  # key k -> (L, H, T): mean A[i, k] per query i
+    received: torch.Tensor  # (L, H, T): mean over sequences of sum_i A[i, k] per key k
+    row_mass: torch.Tensor  # (L, H): mean over sequences and query rows of sum_k A[i, k]
+    key_norm: torch.Tensor  # (L, T): mean over sequences and heads of ||k_t||
+    value_norm: torch.Tensor  # (L, T)
+    dominance: torch.Tensor  # (L, T): mean dominance ratio of the residual stream per position
+    max_abs: torch.Tensor  # (L, T): largest |h| over dimensions and sequences per position
+    kurtosis: torch.Tensor  # (L,)
+    massive: list[dict]  # one entry per (layer, position, dim) over the threshold, by layer
+    act_first: Optional[torch.Tensor] = None  # (L, I): mean |a| of FFN neurons at position 0
+    act_rest: Optional[torch.Tensor] = None  # (L, I): mean |a| at positions >= 1
+    variance: Optional[torch.Tensor] = None  # (L, T)
+    patterns: Optional[torch.Tensor] = None  # (L, H, T, T)
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def first_column(self) -> torch.Tensor:
+        """(L, H, T): mean attention each query row puts on position 0."""
+        return self.columns[0]
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Gu et al. sink scores alpha_k for every (layer, head, key position), (L, H, T)."""
+        return metrics.sink_scores(self.received)
+
+
+class Recorder:
+    """Probes for every hook point that reduce each event into running statistics."""
+
+    def __init__(self, n_layers: int, options: Optional[RecordOptions] = None) -> None:
+        self.n_layers = n_layers
+        self.options = options or RecordOptions()
+        self.sequences = 0
+        self._sums: dict[str, dict[int, torch.Tensor]] = defaultdict(dict)
+        self._moments = [metrics.Moments() for _ in range(n_layers)]
+        self._massive: dict[tuple[int, int, int], dict] = {}
+
+    def hooks(self):
+        """(pattern, fn) pairs to attach to a model's :class:`~sinklab.core.hooks.HookSet`."""
+        probes = [
+            ("attn.hook_pattern", self._on_pattern),
+            ("attn.hook_k", self._on_key),
+            ("attn.hook_v", self._on_value),
+            ("hook_resid_post", self._on_resid),
+            ("mlp.hook_post", self._on_mlp),
+        ]
+        if self.options.variance:
+            probes.append(("attn.hook_z", self._on_z))
+        return [(hook_name("*", point), fn) for point, fn in probes]
+
+    def count(self, sequences: int) -> None:
+        """Declare that a forward pass over ``sequences`` more sequences is about to run."""
+        self.sequences += sequences
+
+    # -- probes: each returns None, so recording never changes the model ------------------
+    # Scans run without a KV cache, so query row i is position i and a chunk of rows starting
+    # at point.q_start covers positions q_start .. q_start + t - 1.
+
+    def _accumulate(self, key: str, layer: int, value: torch.Tensor) -> None:
+        store = self._sums[key]
+        value = value.detach().double()
+        store[layer] = store[layer] + value if layer in store else value
+
+    def _accumulate_rows(self, key: str, layer: int, value: torch.Tensor, start: int, n_rows: int) -> None:
+        """Add ``value`` (..., t) into rows start..start+t of a (..., n_rows) sum."""
+        store = self._sums[key]
+        if layer not in store:
+            store[layer] = torch.zeros(*value.shape[:-1], n_rows, dtype=torch.float64)
+        store[layer][..., start : start + value.shape[-1]] += value.detach().double()
+
+    def _on_pattern(self, w: torch.Tensor, point: HookPoint) -> None:
+        T = w.shape[-1]
+        self._accumulate("received", point.layer, w.sum(dim=(0, 2)))  # (H, T)
+        self._accumulate("row_mass", point.layer, w.sum(dim=(0, 2, 3)))  # (H,)
+        for key in self.options.key_columns:
+            if key < T:
+                self._accumulate_rows(f"column{key}", point.layer, w[..., key].sum(0), point.q_start, T)  # (H, t)
+        if self.options.patterns:
+            rows = w.sum(0).permute(0, 2, 1)  # (H, T, t): keys x query rows, rows last
+            self._accumulate_rows("patterns", point.layer, rows, point.q_start, T)
+
+    def _on_key(self, k: torch.Tensor, point: HookPoint) -> None:
+        self._accumulate("key_norm", point.layer, k.float().norm(dim=-1).mean(1).sum(0))  # (T,)
+
+    def _on_value(self, v: torch.Tensor, point: HookPoint) -> None:
+        self._accumulate("value_norm", point.layer, v.float().norm(dim=-1).mean(1).sum(0))
+
+    def _on_z(self, z: torch.Tensor, point: HookPoint) -> None:
+        flat = z.transpose(1, 2).reshape(z.shape[0], z.shape[2], -1).double()  # (B, T, H * D)
+        self._accumulate("z_sum", point.layer, flat.sum(0))
+        self._accumulate("z_sq", point.layer, flat.pow(2).sum(0))
+
+    def _on_resid(self, h: torch.Tensor, point: HookPoint) -> None:
+        self._accumulate("dominance", point.layer, metrics.dominance_ratio(h).sum(0))  # (T,)
+        peak = h.detach().abs().amax(dim=(0, 2)).double()  # (T,)
+        store = self._sums["max_abs"]
+        store[point.layer] = torch.maximum(store[point.layer], peak) if point.layer in store else peak
+        self._moments[point.layer].add(h)
+        o = self.options
+        for hit in metrics.massive_activations(h, point.layer, o.massive_absolute, o.massive_relative, o.massive_limit):
+            self._merge_massive(hit)
+
+    def _merge_massive(self, hit: dict) -> None:
+        """Keep one entry per (layer, position, dim): its largest |value| and in how many sequences."""
+        key = (hit["layer"], hit["position"], hit["dim"])
+        seen = self._massive.get(key)
+        if seen is None:
+            self._massive[key] = {"layer": key[0], "position": key[1], "dim": key[2], "value": hit["value"], "sequences": 1}
+            return
+        seen["sequences"] += 1
+        if abs(hit["value"]) > abs(seen["value"]):
+            seen["value"] = hit["value"]
+
+    def _on_mlp(self, a: torch.Tensor, point: HookPoint) -> None:
+        a = a.detach().abs()
+        self._accumulate("act_first", point.layer, a[:, 0].sum(0))  # (I,)
+        if a.shape[1] > 1:
+            self._accumulate("act_rest", point.layer, a[:, 1:].mean(1).sum(0))
+
+    # -- result -----------------------------------------------------------------------------
+
+    def result(self) -> Record:
+        """The averaged statistics of everything recorded so far."""
+        n = self.sequences
+        if n == 0 or "received" not in self._sums:
+            raise RuntimeError("nothing was recorded: run the model inside the recorder's hooks and call count()")
+        mean = lambda key: self._stack(key, n)  # noqa: E731
+        variance = None
+        if self.options.variance and n >= 2:
+            variance = torch.stack(
+                [metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n) for i in range(self.n_layers)]
+            )
+        patterns = mean("patterns")
+        return Record(
+            sequences=n,
+            tokens=self._sums["received"][0].shape[-1],
+            columns={k: mean(f"column{k}") for k in self.options.key_columns if f"column{k}" in self._sums},
+            received=mean("received"),
+            row_mass=mean("row_mass") / self._sums["received"][0].shape[-1],
+            key_norm=mean("key_norm"),
+            value_norm=mean("value_norm"),
+            dominance=mean("dominance"),
+            max_abs=torch.stack([self._sums["max_abs"][i] for i in range(self.n_layers)]),
+            kurtosis=torch.tensor([m.kurtosis() for m in self._moments], dtype=torch.float64),
+            massive=sorted(self._massive.values(), key=lambda e: (e["layer"], -abs(e["value"]))),
+            act_first=mean("act_first"),
+            act_rest=mean("act_rest"),
+            variance=variance,
+            patterns=patterns.transpose(-1, -2) if patterns is not None else None,  # (L, H, T, T)
+        )
+
+    def _stack(self, key: str, n: int) -> Optional[torch.Tensor]:
+        store = self._sums.get(key)
+        if not store:
+            return None
+        return torch.stack([store[i] for i in range(self.n_layers)]) / n

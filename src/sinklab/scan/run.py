@@ -1,0 +1,135 @@
+"""``sinklab scan``: where a model's sinks are and what drives them.
+
+``record_subject`` runs a model over token ids with the recorder attached (reduce while
+recording); :func:`~.summary.summarise` turns the :class:`~.recorder.Record` into the documented
+``summary.json``; ``run_scan`` is ``sinklab scan``: load, record, summarise, plot, write.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import torch
+from safetensors.torch import save_file
+from tqdm.auto import tqdm
+
+from ..core.errors import check
+from ..core.hooks import hook_name
+from ..core.memory import TRIM_FROM_TOKENS, trim_heap
+from ..core.runs import atomic_path, prepare_run_dir, write_json
+from ..models.hf import QUERY_CHUNK, load_model
+from ..models.subjects import HFSubject, NativeSubject, Subject
+from . import report
+from .inputs import Inputs, InputSpec, build_inputs
+from .recorder import Record, Recorder, RecordOptions
+from .summary import MetricSettings, summarise
+
+
+@dataclass
+class ScanConfig:
+    model: Optional[str] = None  # None: the built-in default (SmolLM2-135M-Instruct)
+    inputs: InputSpec = field(default_factory=InputSpec)
+    settings: MetricSettings = field(default_factory=MetricSettings)
+    variance: Optional[bool] = None  # None: whenever the batch has at least 2 sequences
+    query_chunk: int = QUERY_CHUNK
+    tokens_per_pass: int = 8192
+    trust_remote_code: bool = False
+    out: str = "runs/scan"
+
+
+def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, tokens_per_pass: int = 8192, extra_hooks=(), progress: bool = True) -> tuple[Record, torch.Tensor]:
+    """Run ``subject`` over ``ids`` (N, T) with the recorder attached; return the record and the
+    mean next-token loss (nats, over all predicted positions)."""
+    recorder = Recorder(subject.n_layers, options)
+    per_pass = max(1, tokens_per_pass // ids.shape[1])
+    passes = math.ceil(ids.shape[0] / per_pass)
+    bar = tqdm(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", disable=not progress)
+    long_input = ids.shape[1] >= TRIM_FROM_TOKENS
+
+    def after_layer(h, point) -> None:
+        bar.update(1)
+        if long_input:
+            trim_heap()
+
+    tick = [(hook_name("*", "hook_resid_post"), after_layer)]
+    total_loss, count = 0.0, 0
+    try:
+        with subject.session(), subject.hooks.attached([*extra_hooks, *recorder.hooks(), *tick]):
+            for start in range(0, ids.shape[0], per_pass):
+                batch = ids[start : start + per_pass]
+                recorder.count(batch.shape[0])
+                total_loss += subject.token_nll(batch).sum().item()
+                count += batch[:, 1:].numel()
+    finally:
+        bar.close()
+    return recorder.result(), torch.tensor(total_loss / max(count, 1))
+
+
+def scan_inputs(subject: Subject, spec: InputSpec) -> Inputs:
+    return build_inputs(spec, subject.tokenizer, subject.max_positions, subject.vocab_size)
+
+
+def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
+    """``sinklab scan``: write config.json, summary.json, record.safetensors and figures to ``cfg.out``."""
+    out = prepare_run_dir(cfg.out)
+    if subject is None:
+        subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
+    inputs = scan_inputs(subject, cfg.inputs)
+    cfg.settings.check_tokens(inputs.tokens)
+    variance = cfg.variance if cfg.variance is not None else inputs.ids.shape[0] >= 2
+    check(not variance or inputs.ids.shape[0] >= 2, "the variance curve needs --batch of at least 2 sequences")
+    options = RecordOptions(variance=variance, patterns=inputs.tokens <= 256, massive_absolute=cfg.settings.massive_absolute, massive_relative=cfg.settings.massive_relative)
+    write_json(out / "config.json", {**asdict(cfg), "model_name": subject.name})
+    record, loss = record_subject(subject, inputs.ids, options, cfg.tokens_per_pass)
+    summary = {
+        "model": subject.name,
+        "architecture": getattr(subject, "architecture", type(subject).__name__),
+        "layers": subject.n_layers,
+        "heads": record.first_column.shape[1],
+        "tokens": inputs.tokens,
+        "sequences": inputs.ids.shape[0],
+        "bos_prepended": inputs.bos_prepended,
+        "inputs": inputs.description,
+        "settings": asdict(cfg.settings),
+        "loss": loss.item(),
+        "ppl": math.exp(min(loss.item(), 50.0)),
+        **summarise(record, cfg.settings, subject, inputs.ids),
+    }
+    summary["figures"] = report.scan_figures(summary, record, out)
+    _save_record(record, out)
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _save_record(record: Record, out) -> None:
+    """The reduced tensors, for analyses beyond the summary (safetensors, no pickle)."""
+    tensors = {k: v.float().contiguous() for k, v in vars(record).items() if isinstance(v, torch.Tensor)}
+    tensors.update({f"column{k}": v.float().contiguous() for k, v in record.columns.items()})
+    with atomic_path(out / "record.safetensors") as tmp:
+        save_file(tensors, str(tmp))
+
+
+#: The entries a pretraining run's summary carries (the rest need a tokenizer or are plotted only).
+NATIVE_KEYS = ("first_token_mass", "first_token_mass_by_layer", "sink_rate", "sink_share_by_layer", "massive_activations",
+               "dominance_ratio_first", "dominance_ratio_rest", "max_abs_first", "kurtosis", "super_neurons", "variance_by_position", "null_slot_mass")
+
+
+def scan_native(model, ids: torch.Tensor, settings: Optional[MetricSettings] = None, decode=None) -> dict:
+    """The scanner's sink metrics for a native LM (used after ``sinklab pretrain``).
+
+    Position 0 is the first token of each window, or the first learned sink token when the model
+    prepends them.
+    """
+    subject = NativeSubject(model, tokenizer=_Decoder(decode) if decode else None)
+    settings = settings or MetricSettings()
+    record, loss = record_subject(subject, ids, RecordOptions(variance=ids.shape[0] >= 2), progress=False)
+    return {"scan_tokens": record.tokens, "scan_sequences": record.sequences, "scan_loss": loss.item(), **summarise(record, settings, subject, ids, NATIVE_KEYS)}
+
+
+class _Decoder:
+    """The one tokenizer method the scanner uses (decode), over a plain function."""
+
+    def __init__(self, fn) -> None:
+        self.decode = fn

@@ -1,0 +1,217 @@
+"""The scanner's ``summary.json``, built from one registry of entries over a :class:`Record`.
+
+Each entry is a short function named after its key that applies the pure metrics of
+:mod:`.metrics` (where formulas and sources live) to the recorded statistics. A new metric: a
+pure function in ``metrics.py``, a test on hand-made tensors in ``tests/test_metrics.py``, and an
+``@entry("key")`` function here; the summary, ``sinklab scan`` and the pretraining scan pick it up.
+An entry may return :data:`OMIT` to leave its key out (a statistic that does not apply).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable, Optional
+
+import torch
+
+from ..core.errors import check
+from ..models.subjects import Subject
+from . import metrics
+from .recorder import Record
+
+OMIT = object()
+ROW_MASS_TOLERANCE = 1e-3  # rows summing to one within this have no null slot to report
+
+
+@dataclass
+class MetricSettings:
+    """Thresholds of the metrics, all written to the output next to the values."""
+
+    eps: float = 0.3  # Gu et al. sink threshold
+    sink_k: int = 1  # key position of Sink_k^eps, 1-indexed as in Gu et al. (1 = the first token)
+    min_query: int = 1  # first query position averaged in the first-token mass
+    massive_absolute: float = 100.0  # Sun et al. 2024
+    massive_relative: float = 1000.0
+    super_min_ratio: float = 100.0  # super neuron: mean |a| at position 0 / mean |a| elsewhere
+    super_min_activation: float = 100.0  # ... and mean |a| at position 0 at least this
+    secondary_top: int = 5
+
+    def __post_init__(self) -> None:
+        check(0 < self.eps < 1, f"--eps must lie in (0, 1), got {self.eps}")
+        check(self.sink_k >= 1, f"--sink-k is 1-indexed and must be >= 1, got {self.sink_k}")
+        check(self.min_query >= 0, f"--min-query must be >= 0, got {self.min_query}")
+
+    def min_tokens(self) -> int:
+        """The shortest input every metric is defined on: a query after position 0, after the
+        first averaged query, and after the key of Sink_k."""
+        return max(2, self.min_query + 1, self.sink_k + 1)
+
+    def check_tokens(self, tokens: int) -> None:
+        check(
+            tokens >= self.min_tokens(),
+            f"the input has {tokens} token(s) (BOS included); the metrics need at least {self.min_tokens()}: "
+            f"a query after the first token (--min-query {self.min_query}, --sink-k {self.sink_k})",
+        )
+
+
+@dataclass
+class ScanContext:
+    """What an entry may read: the record, the settings, the subject and the token ids."""
+
+    record: Record
+    settings: MetricSettings
+    subject: Subject
+    ids: torch.Tensor
+
+    @cached_property
+    def alpha(self) -> torch.Tensor:
+        return self.record.alpha  # (L, H, T)
+
+    @cached_property
+    def first(self) -> torch.Tensor:
+        """(L, H) first-token mass."""
+        return metrics.first_token_mass(self.record.first_column, self.settings.min_query)
+
+    @cached_property
+    def sink_share(self) -> torch.Tensor:
+        """(L,) share of heads whose alpha at the Sink_k key exceeds eps."""
+        return (self.alpha[..., self.settings.sink_k - 1] > self.settings.eps).double().mean(-1)
+
+
+SUMMARY_ENTRIES: dict[str, Callable[[ScanContext], Any]] = {}
+
+
+def entry(key: str):
+    """Register the function computing ``summary[key]``."""
+
+    def add(fn: Callable[[ScanContext], Any]):
+        if key in SUMMARY_ENTRIES:
+            raise ValueError(f"summary entry {key!r} is registered twice")
+        SUMMARY_ENTRIES[key] = fn
+        return fn
+
+    return add
+
+
+def summarise(record: Record, settings: MetricSettings, subject: Subject, ids: torch.Tensor, keys: Optional[tuple[str, ...]] = None) -> dict:
+    """Every registered entry (or those in ``keys``), with entries that do not apply left out."""
+    settings.check_tokens(record.tokens)
+    ctx = ScanContext(record, settings, subject, ids)
+    values = {key: SUMMARY_ENTRIES[key](ctx) for key in (keys or SUMMARY_ENTRIES)}
+    return {k: v for k, v in values.items() if v is not OMIT}
+
+
+def _first_layer(flags: torch.Tensor) -> Optional[int]:
+    hits = flags.nonzero().flatten()
+    return int(hits[0]) if hits.numel() else None
+
+
+@entry("first_token_mass")
+def _first_token_mass(c: ScanContext):
+    """(L, H) :func:`metrics.first_token_mass`."""
+    return c.first.tolist()
+
+
+@entry("first_token_mass_by_layer")
+def _first_token_mass_by_layer(c: ScanContext):
+    return c.first.mean(-1).tolist()
+
+
+@entry("sink_rate")
+def _sink_rate(c: ScanContext):
+    """Gu et al. Sink_k^eps over every (layer, head): :func:`metrics.sink_rate`."""
+    s = c.settings
+    return {"k": s.sink_k, "eps": s.eps, "value": metrics.sink_rate(c.alpha[..., s.sink_k - 1], s.eps), "tokens": c.record.tokens}
+
+
+@entry("sink_share_by_layer")
+def _sink_share_by_layer(c: ScanContext):
+    return c.sink_share.tolist()
+
+
+@entry("sink_start_layer")
+def _sink_start_layer(c: ScanContext):
+    """The first layer where at least half the heads sink."""
+    return _first_layer(c.sink_share >= 0.5)
+
+
+@entry("first_token_mass_start_layer")
+def _first_token_mass_start_layer(c: ScanContext):
+    return _first_layer(c.first.mean(-1) >= 0.5)
+
+
+@entry("secondary_sinks")
+def _secondary_sinks(c: ScanContext):
+    """:func:`metrics.secondary_sinks`, with the tokens found there in the first sequences."""
+    found = metrics.secondary_sinks(c.alpha, c.settings.secondary_top, exclude=c.settings.sink_k)
+    return [{"position": pos, "alpha_mean": value, "tokens": c.subject.token_strings(c.ids[:3, pos].tolist())} for pos, value in found]
+
+
+@entry("norms")
+def _norms(c: ScanContext):
+    """Key and value norms at the first position against the mean over the others (the "no-op" account)."""
+    return {
+        name: {"first": t[:, 0].tolist(), "rest_mean": t[:, 1:].mean(-1).tolist()}
+        for name, t in (("key", c.record.key_norm), ("value", c.record.value_norm))
+    }
+
+
+@entry("massive_activations")
+def _massive_activations(c: ScanContext):
+    """:func:`metrics.massive_activations`, merged over sequences by the recorder."""
+    return c.record.massive
+
+
+@entry("dominance_ratio_first")
+def _dominance_ratio_first(c: ScanContext):
+    """:func:`metrics.dominance_ratio` at position 0, per layer."""
+    return c.record.dominance[:, 0].tolist()
+
+
+@entry("dominance_ratio_rest")
+def _dominance_ratio_rest(c: ScanContext):
+    return c.record.dominance[:, 1:].mean(-1).tolist()
+
+
+@entry("max_abs_first")
+def _max_abs_first(c: ScanContext):
+    return c.record.max_abs[:, 0].tolist()
+
+
+@entry("max_abs_rest")
+def _max_abs_rest(c: ScanContext):
+    return c.record.max_abs[:, 1:].amax(-1).tolist()
+
+
+@entry("kurtosis")
+def _kurtosis(c: ScanContext):
+    """:func:`metrics.kurtosis` of the residual stream, per layer."""
+    return [metrics.nan_to_none(v) for v in c.record.kurtosis.tolist()]
+
+
+@entry("super_neurons")
+def _super_neurons(c: ScanContext):
+    """:func:`metrics.super_neurons` of every layer with an FFN probe."""
+    record, s = c.record, c.settings
+    if record.act_first is None or record.act_rest is None:
+        return []
+    found = []
+    for layer in range(record.act_first.shape[0]):
+        down = c.subject.down_proj_weight(layer)
+        found += metrics.super_neurons(record.act_first[layer], record.act_rest[layer], down, layer, s.super_min_ratio, s.super_min_activation)
+    return found
+
+
+@entry("variance_by_position")
+def _variance_by_position(c: ScanContext):
+    """:func:`metrics.variance_by_position` per layer (None without a batch of 2)."""
+    return c.record.variance.tolist() if c.record.variance is not None else None
+
+
+@entry("null_slot_mass")
+def _null_slot_mass(c: ScanContext):
+    """(L, H) :func:`metrics.null_slot_mass`: attention mass outside the visible keys (gpt-oss sink
+    logits, softmax1, sink_logit). Left out when every row sums to one."""
+    slot = metrics.null_slot_mass(c.record.row_mass)
+    return slot.tolist() if slot.abs().max().item() > ROW_MASS_TOLERANCE else OMIT

@@ -1,0 +1,21 @@
+"""Streaming past the context window with sink caches (StreamingLLM, Xiao et al. 2024):
+:mod:`.caches` (the caches and exact RoPE re-rotation), :mod:`.kernel` (one-pass scoring),
+:mod:`.benchmark` (``sinklab stream``) and :mod:`.generate` (``sinklab generate``)."""
+
+from .benchmark import StreamConfig, run_stream
+from .caches import POLICIES, NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate_keys
+from .generate import generate
+from .kernel import sink_window_attention
+
+__all__ = [
+    "POLICIES",
+    "NativeSinkCache",
+    "RopeShift",
+    "StreamConfig",
+    "cache_bytes",
+    "generate",
+    "make_sink_cache",
+    "rotate_keys",
+    "run_stream",
+    "sink_window_attention",
+]

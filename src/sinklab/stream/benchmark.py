@@ -1,0 +1,235 @@
+"""``sinklab stream``: perplexity, speed and memory of cache policies over a long stream.
+
+Policies (``sinks`` + ``window`` = the cache size, the current token included):
+
+* ``dense``: keep every key; memory and latency grow, quality falls past the trained context;
+* ``window``: keep only the most recent ``sinks + window`` tokens;
+* ``sink``: keep the first ``sinks`` tokens plus the recent ``window`` (StreamingLLM);
+* ``recompute``: re-encode the last ``sinks + window`` tokens from scratch for every token (the
+  slow, high-quality reference), scored on every ``recompute_every``-th position.
+
+Scores: the next-token NLL of every position. ``dense`` is one causal forward pass; ``window``
+and ``sink`` use :func:`~.kernel.sink_window_attention`, which gives every token
+exactly the attention it would get streaming through the cache, in one pass; the run checks this
+against a real token-by-token cache over ``check_tokens`` steps and records the difference.
+
+Speed: real token-by-token decoding through the cache, timed at the start of every chunk of the
+stream (``latency_steps`` tokens each), so the latency curve covers the whole stream.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from ..core.corpus import load_corpus
+from ..core.errors import check
+from ..core.hooks import HookSet
+from ..core.runs import prepare_run_dir, write_json
+from ..models.hf import instrument, load_model, token_nll
+from . import report
+from .caches import POLICIES, RopeShift, cache_bytes, check_sizes, make_sink_cache
+from .kernel import sink_window_attention
+
+
+@dataclass
+class StreamConfig:
+    model: Optional[str] = None
+    corpus: str = "shakespeare"
+    tokens: int = 4096
+    sinks: int = 4
+    window: int = 1020
+    policies: tuple[str, ...] = ("dense", "window", "sink", "recompute")
+    recompute_every: int = 512
+    chunk: int = 1024  # positions per reported chunk
+    latency_steps: int = 16  # timed decode steps per chunk
+    check_tokens: int = 64  # token-by-token steps checked against the one-pass scores
+    bos: bool = True
+    ablation: tuple[int, ...] = ()  # sink counts to compare at the same total cache size
+    out: str = "runs/stream"
+
+    def __post_init__(self) -> None:
+        unknown = [p for p in self.policies if p not in POLICIES]
+        check(not unknown, f"unknown policy {', '.join(unknown)}; choose from: {', '.join(POLICIES)}")
+        check_sizes(self.sinks, self.window)
+        check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")
+        for name in ("recompute_every", "chunk", "latency_steps"):
+            check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        for n in self.ablation:
+            check(0 <= n < self.capacity, f"ablation sink count {n} leaves no room in a cache of {self.capacity}")
+
+    @property
+    def capacity(self) -> int:
+        return self.sinks + self.window
+
+
+def stream_tokens(tokenizer, corpus: str, n_tokens: int, bos: bool) -> torch.Tensor:
+    """The first ``n_tokens`` tokens of the corpus documents joined in name order (one long stream)."""
+    ids: list[int] = [tokenizer.bos_token_id] if bos and tokenizer.bos_token_id is not None else []
+    for doc in sorted(load_corpus(corpus), key=lambda d: d.name):
+        ids += tokenizer(doc.text, add_special_tokens=False)["input_ids"]
+        if len(ids) >= n_tokens:
+            break
+    check(len(ids) >= n_tokens, f"the corpus {corpus!r} has only {len(ids)} tokens; lower --tokens")
+    return torch.tensor(ids[:n_tokens])
+
+
+# --------------------------------------------------------------------------- scores
+
+
+@torch.no_grad()
+def policy_nll(model, ids: torch.Tensor, policy: str, sinks: int, window: int) -> torch.Tensor:
+    """NLL (T - 1,) of every next token under ``policy`` (dense, window or sink)."""
+    if policy == "dense":
+        return token_nll(model, ids[None])[0]
+    n_sink, recent = (sinks, window) if policy == "sink" else (0, sinks + window)
+    kernel = partial(sink_window_attention, n_sink=n_sink, window=recent, inv_freq=RopeShift(model).inv_freq)
+    with instrument(model, HookSet(), kernel=kernel):
+        return token_nll(model, ids[None])[0]
+
+
+@torch.no_grad()
+def recompute_nll(model, ids: torch.Tensor, context: int, every: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(positions, NLL, seconds) re-encoding the last ``context`` tokens before every ``every``-th position."""
+    positions = list(range(context, len(ids), every)) or [len(ids) - 1]
+    nll, seconds = [], []
+    for t in tqdm(positions, desc="recompute", unit="tok"):
+        start = time.perf_counter()
+        nll.append(token_nll(model, ids[None, t - min(t, context) : t + 1])[0, -1])
+        seconds.append(time.perf_counter() - start)
+    return torch.tensor(positions), torch.stack(nll), torch.tensor(seconds)
+
+
+# --------------------------------------------------------------------------- token-by-token
+
+
+def _new_cache(model, policy: str, sinks: int, window: int):
+    from transformers import DynamicCache
+
+    if policy == "dense":
+        return DynamicCache()
+    return make_sink_cache(model, sinks, window) if policy == "sink" else make_sink_cache(model, 0, sinks + window)
+
+
+@torch.no_grad()
+def decode_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: int, chunk: int, steps: int) -> dict:
+    """Walk the stream through a real cache: prefill up to each chunk start, then time ``steps``
+    single-token decode steps there. Returns ms per token by chunk and the peak cache size."""
+    cache = _new_cache(model, policy, sinks, window)
+    done, peak, by_chunk = 0, 0, []
+    starts = [s for s in range(0, len(ids) - 1, chunk)]
+    for start in tqdm(starts, desc=f"{policy} latency", unit="chunk"):
+        at = max(start, min(sinks + window, len(ids) - steps - 1), done)  # first timed step past a full cache
+        if at > done:
+            model(input_ids=ids[None, done:at], cache=cache, use_cache=True)
+            done = at
+        times = []
+        for t in range(done, min(done + steps, len(ids) - 1)):
+            begin = time.perf_counter()
+            model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True)
+            times.append(time.perf_counter() - begin)
+        done += len(times)
+        peak = max(peak, cache_bytes(cache))
+        if times:
+            by_chunk.append({"start": start, "end": start + chunk, "ms": 1000 * sum(times) / len(times), "measured_at": done - len(times)})
+    return {"ms_per_token_by_chunk": by_chunk, "peak_cache_bytes": peak}
+
+
+@torch.no_grad()
+def token_by_token_nll(model, ids: torch.Tensor, policy: str, sinks: int, window: int, steps: int) -> tuple[int, torch.Tensor]:
+    """NLL of ``steps`` positions right after the cache fills, through a real cache (the reference
+    the one-pass scores are checked against). Returns (first scored position, NLL)."""
+    cache = _new_cache(model, policy, sinks, window)
+    prefill = min(sinks + window - 1, len(ids) - 2)
+    logits = model(input_ids=ids[None, :prefill], cache=cache, use_cache=True).logits[0, -1:]
+    nll = []
+    for t in range(prefill, min(prefill + steps, len(ids) - 1)):
+        nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[t : t + 1]))
+        logits = model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True).logits[0, -1:]
+    return prefill, torch.stack(nll)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def by_chunk(positions: torch.Tensor, nll: torch.Tensor, chunk: int) -> list[dict]:
+    out = []
+    for start in range(0, int(positions.max()) + 1, chunk):
+        sel = (positions >= start) & (positions < start + chunk)
+        if sel.any():
+            out.append({"start": start, "end": start + chunk, "ppl": math.exp(nll[sel].mean().item())})
+    return out
+
+
+def evaluate_policy(model, ids: torch.Tensor, policy: str, sinks: int, window: int, cfg: StreamConfig, timed: bool = True) -> tuple[dict, torch.Tensor, torch.Tensor]:
+    """The summary entry of one policy, plus the (positions, NLL) it was computed from."""
+    if policy == "recompute":
+        positions, nll, seconds = recompute_nll(model, ids, sinks + window, cfg.recompute_every)
+        speed = {
+            "tokens_per_s": 1.0 / seconds.mean().item(),
+            "ms_per_token_by_chunk": [{"start": c["start"], "end": c["end"], "ms": 1000 * seconds[(positions >= c["start"]) & (positions < c["end"])].mean().item()} for c in by_chunk(positions, nll, cfg.chunk)],
+            "peak_cache_bytes": 0,
+            "scored_every": cfg.recompute_every,
+        }
+    else:
+        nll = policy_nll(model, ids, policy, sinks, window)
+        positions = torch.arange(1, len(ids))
+        speed = decode_walk(model, ids, policy, sinks, window, cfg.chunk, cfg.latency_steps) if timed else {}
+        if timed:
+            speed["tokens_per_s"] = 1000.0 / (sum(c["ms"] for c in speed["ms_per_token_by_chunk"]) / len(speed["ms_per_token_by_chunk"]))
+    entry = {"ppl": math.exp(nll.mean().item()), "scored_tokens": int(nll.numel()), "ppl_by_chunk": by_chunk(positions, nll, cfg.chunk), **speed}
+    return entry, positions, nll
+
+
+def same_positions_ppl(curves: dict) -> dict:
+    """Perplexity of every policy on the positions the recompute policy was scored at."""
+    at = curves["recompute"][0]
+    return {p: math.exp(nll[at - 1].mean().item()) if p != "recompute" else math.exp(nll.mean().item()) for p, (_, nll) in curves.items()}
+
+
+def check_one_pass(model, ids: torch.Tensor, cfg: StreamConfig, scores: dict) -> Optional[dict]:
+    """Largest |NLL difference| between the one-pass scores and a real token-by-token cache."""
+    policy = "sink" if "sink" in scores else "window" if "window" in scores else None
+    if policy is None or cfg.check_tokens == 0 or len(ids) <= cfg.capacity:
+        return None
+    first, reference = token_by_token_nll(model, ids, policy, cfg.sinks, cfg.window, cfg.check_tokens)
+    one_pass = scores[policy][first - 1 : first - 1 + len(reference)]
+    return {"policy": policy, "positions": [first, first + len(reference)], "max_abs_nll_difference": (one_pass - reference).abs().max().item()}
+
+
+def run_stream(cfg: StreamConfig) -> dict:
+    """Every policy (and the sink-count ablation) over one stream; writes summary.json and figures."""
+    out = prepare_run_dir(cfg.out)
+    loaded = load_model(cfg.model)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    ids = stream_tokens(tokenizer, cfg.corpus, cfg.tokens, cfg.bos)
+    write_json(out / "config.json", asdict(cfg))
+    entries, curves = {}, {}
+    for policy in cfg.policies:
+        entries[policy], positions, nll = evaluate_policy(model, ids, policy, cfg.sinks, cfg.window, cfg)
+        curves[policy] = (positions, nll)
+    if "recompute" in curves:  # its scores are sparse: compare every policy on the same positions
+        entries["recompute"]["ppl_same_positions"] = same_positions_ppl(curves)
+    summary = {
+        "model": loaded.name,
+        "max_positions": loaded.max_positions,
+        "tokens": cfg.tokens,
+        "sinks": cfg.sinks,
+        "window": cfg.window,
+        "bos_prepended": bool(cfg.bos and tokenizer.bos_token_id is not None),
+        "policies": entries,
+        "one_pass_check": check_one_pass(model, ids, cfg, {p: n for p, (_, n) in curves.items()}),
+    }
+    if cfg.ablation:
+        summary["ablation"] = {
+            str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
+        }
+    summary["figures"] = report.stream_figures(curves, entries, summary, out)
+    write_json(out / "summary.json", summary)
+    return summary

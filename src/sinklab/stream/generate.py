@@ -1,0 +1,31 @@
+"""``sinklab generate``: text past the context length at constant memory, with a sink cache."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.errors import check
+from .caches import cache_bytes, make_sink_cache
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, window: int, temperature: float = 0.0, seed: int = 0) -> dict:
+    """Generate with ``model.generate`` and a sink cache: constant memory past the context length."""
+    check(max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    check(temperature >= 0, f"--temperature must be >= 0, got {temperature}")
+    cache = make_sink_cache(model, sinks, window)
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    check(ids.shape[1] > 0, "the prompt contains no tokens")
+    torch.manual_seed(seed)
+    sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
+    out = model.generate(
+        ids, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id, **sampling
+    )
+    new = out[0, ids.shape[1] :]
+    return {
+        "prompt_tokens": ids.shape[1],
+        "new_tokens": int(new.numel()),
+        "text": tokenizer.decode(new, skip_special_tokens=True),
+        "cache_tokens": cache.get_seq_length(),
+        "cache_bytes": cache_bytes(cache),
+    }

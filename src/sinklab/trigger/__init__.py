@@ -1,0 +1,31 @@
+"""The trigger-conditional lab (Ran-Milo 2026): softmax must sink, ReLU need not.
+
+:mod:`.task` the exact task; :mod:`.config` one model's recipe; :mod:`.train` and
+:mod:`.evaluate`; :mod:`.lab` resumable grids; :mod:`.analyses` tables and the exact ReLU
+construction; :mod:`.report` figures.
+"""
+
+from .analyses import CAP_COLUMNS, VARIANT_COLUMNS, construction_report, run_cap_sweep, run_variants
+from .config import TriggerConfig
+from .evaluate import evaluate_trigger
+from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, load_trigger_model, paper_configs, run_lab
+from .task import TriggerTask
+from .train import train_trigger
+
+__all__ = [
+    "CAP_COLUMNS",
+    "PAPER_ATTNS",
+    "PAPER_SHAPES",
+    "QUICK_SHAPES",
+    "VARIANT_COLUMNS",
+    "TriggerConfig",
+    "TriggerTask",
+    "construction_report",
+    "evaluate_trigger",
+    "load_trigger_model",
+    "paper_configs",
+    "run_cap_sweep",
+    "run_lab",
+    "run_variants",
+    "train_trigger",
+]

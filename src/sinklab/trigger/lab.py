@@ -1,0 +1,151 @@
+"""The trigger lab: grids of trigger models trained in parallel, resumable, with their figures.
+Analyses over a grid (the variant table, the BOS-cap trade-off) live in :mod:`.analyses`.
+
+A lab run is a directory: ``config.json``, one ``records/<key>.json`` and
+``models/<key>.safetensors`` per trained model (written as each finishes, so re-running the same
+command resumes), ``maps/<key>.safetensors`` (mean and std attention over the evaluation set),
+figures, and ``summary.json`` written last.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.jobs import run_jobs
+from ..core.runs import atomic_path, prepare_run_dir, write_json
+from ..models.native import Transformer
+from . import report
+from .config import TriggerConfig
+from .evaluate import evaluate_trigger, summarise_seeds, trigger_record
+from .train import train_trigger
+
+PAPER_SHAPES = ((1, 1), (2, 2), (4, 4))
+QUICK_SHAPES = ((1, 1), (2, 2))
+PAPER_ATTNS = ("softmax", "relu")
+
+
+
+def run_one(cfg: TriggerConfig) -> tuple[dict, dict, dict]:
+    """Train and evaluate one model: (record, state dict, attention maps). Runs in a worker."""
+    model, log = train_trigger(cfg)
+    metrics = evaluate_trigger(model, cfg)
+    maps = {k: v.contiguous() for k, v in metrics.pop("maps").items()}
+    return trigger_record(cfg, log, metrics), model.state_dict(), maps
+
+
+def run_grid(configs: Sequence[TriggerConfig], out: Path, workers: Optional[int] = None) -> list[dict]:
+    """Train every config (resuming finished ones from ``out``) and return their records."""
+    for sub in ("records", "models", "maps"):
+        (out / sub).mkdir(exist_ok=True)
+    done = {cfg.key: rec for cfg in configs if (rec := _load_record(out, cfg)) is not None}
+    todo = sorted((c for c in configs if c.key not in done), key=_expected_cost, reverse=True)
+
+    def save(cfg: TriggerConfig, result: tuple[dict, dict, dict]) -> None:
+        record, state, maps = result
+        _save_tensors(out / "models" / f"{cfg.key}.safetensors", state)
+        _save_tensors(out / "maps" / f"{cfg.key}.safetensors", maps)
+        write_json(out / "records" / f"{cfg.key}.json", {"config": cfg.to_dict(), "record": record})
+        done[cfg.key] = record
+
+    if todo:
+        run_jobs(run_one, todo, workers, desc="training", label=lambda c: c.key, on_result=save)
+    return [done[c.key] for c in configs]
+
+
+def _expected_cost(cfg: TriggerConfig) -> float:
+    """Rough relative cost, to start the longest jobs first."""
+    return cfg.layers * cfg.heads * (1 if cfg.layers == 1 else 12) * cfg.max_steps
+
+
+def _load_record(out: Path, cfg: TriggerConfig) -> Optional[dict]:
+    """A finished record for exactly this config, if one was saved by an earlier run."""
+    path = out / "records" / f"{cfg.key}.json"
+    if not path.exists():
+        return None
+    saved = json.loads(path.read_text())
+    if saved.get("config") != json.loads(json.dumps(cfg.to_dict())):
+        return None
+    if not (out / "maps" / f"{cfg.key}.safetensors").exists():
+        return None
+    return saved["record"]
+
+
+def _save_tensors(path: Path, tensors: dict) -> None:
+    with atomic_path(path) as tmp:
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
+
+
+def load_maps(out: Path, key: str) -> dict[str, torch.Tensor]:
+    return load_file(str(out / "maps" / f"{key}.safetensors"))
+
+
+def load_trigger_model(out: Path, cfg: TriggerConfig) -> Transformer:
+    """The trained model of ``cfg`` saved in lab run ``out`` (safetensors, no pickle)."""
+    model = Transformer(cfg.model_config())
+    model.load_state_dict(load_file(str(out / "models" / f"{cfg.key}.safetensors")))
+    return model
+
+
+def paper_configs(seeds: Iterable[int], base: TriggerConfig, shapes=PAPER_SHAPES, attns=PAPER_ATTNS) -> list[TriggerConfig]:
+    """The paper's grid: every shape with softmax and ReLU, for every seed."""
+    return [
+        replace(base, layers=l, heads=h, attention=replace(base.attention, attn=a), seed=s, lr=None)
+        for (l, h) in shapes
+        for a in attns
+        for s in seeds
+    ]
+
+
+def variant_configs(seeds: Iterable[int], base: TriggerConfig, shapes=((1, 1), (2, 2))) -> list[TriggerConfig]:
+    """Every registered normalisation, plain and with each per-head extra alone, on the given shapes."""
+    return [
+        replace(base, layers=l, heads=h, attention=spec, seed=s, lr=None)
+        for (l, h) in shapes
+        for spec in variant_specs()
+        for s in seeds
+    ]
+
+
+def variant_specs() -> list[AttentionSpec]:
+    """Each registered normalisation plain, then with each per-head extra on its own."""
+    return [spec for a in ATTN_NORMS for spec in (AttentionSpec(a), *AttentionSpec(a).with_each_extra())]
+
+
+def cap_configs(caps: Iterable[float], seeds: Iterable[int], base: TriggerConfig) -> list[TriggerConfig]:
+    """One-layer softmax models with the BOS mass capped at each level (1.0 = uncapped)."""
+    return [replace(base, layers=1, heads=1, attention=AttentionSpec(), bos_cap=c, seed=s, lr=None) for c in caps for s in seeds]
+
+
+def run_lab(
+    configs: Sequence[TriggerConfig],
+    out: str,
+    workers: Optional[int] = None,
+    analyses: Sequence[Callable[[list[dict], Path], dict]] = (),
+) -> dict:
+    """Train ``configs``, write records, summary and heatmaps into ``out``; return the summary.
+
+    Each analysis maps (records, run dir) to extra summary entries (tables, figures).
+    """
+    out_dir = prepare_run_dir(out)
+    write_json(out_dir / "config.json", {"configs": [c.to_dict() for c in configs]})
+    records = run_grid(configs, out_dir, workers)
+    thresholds = sorted({c.sink_threshold for c in configs})
+    summary = {
+        "sink_threshold": thresholds[0] if len(thresholds) == 1 else thresholds,
+        "non_trigger_rows": "query rows 1..L-1 except the trigger",
+        "runs": records,
+        "across_seeds": summarise_seeds(records),
+        "figures": report.trigger_figures(out_dir, configs, records, load_maps),
+    }
+    for analysis in analyses:
+        for key, value in analysis(records, out_dir).items():
+            summary[key] = summary.get(key, []) + value if key == "figures" else value
+    write_json(out_dir / "summary.json", summary)
+    return summary
