@@ -31,16 +31,34 @@ def make_tokenizer():
 
 
 def tiny_config(arch: str, vocab_size: int):
-    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+    """A tiny random config of ``arch``: every architecture of the layout table, and gpt-oss.
 
-    common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1)
-    if arch == "llama":
-        return LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, **common)
-    if arch == "qwen2":
-        return Qwen2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128, **common)
-    if arch == "gpt2":
-        return GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **common)
-    raise ValueError(arch)
+    Sliding windows are shorter than the test inputs, so that the mask has to carry them."""
+    import transformers as t
+
+    common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1, pad_token_id=1)
+    decoder = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128, **common)
+    gqa = dict(decoder, num_key_value_heads=2)
+    configs = {
+        "llama": lambda: t.LlamaConfig(**{**gqa, "num_hidden_layers": 3}),
+        "mistral": lambda: t.MistralConfig(**gqa, sliding_window=8),
+        "qwen2": lambda: t.Qwen2Config(**decoder, num_key_value_heads=4),
+        "qwen3": lambda: t.Qwen3Config(**gqa, head_dim=8),
+        "gemma": lambda: t.GemmaConfig(**gqa, head_dim=8),
+        "gemma2": lambda: t.Gemma2Config(**gqa, head_dim=8, sliding_window=8, attn_logit_softcapping=5.0),
+        "phi": lambda: t.PhiConfig(**decoder),
+        "gpt2": lambda: t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **common),
+        "gpt_neox": lambda: t.GPTNeoXConfig(**decoder),
+        "opt": lambda: t.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=32, **common),
+        "gpt_oss": lambda: t.GptOssConfig(**{**gqa, "intermediate_size": 32}, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=8),
+    }
+    if arch not in configs:
+        raise ValueError(arch)
+    return configs[arch]()
+
+
+#: One tiny config per architecture sinklab's layout table knows, plus gpt-oss (learned sink logits).
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "gpt2", "gpt_neox", "opt", "gpt_oss")
 
 
 @pytest.fixture(scope="session")

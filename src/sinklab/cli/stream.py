@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..models.hf import load_model
-from ..stream import POLICIES, StreamConfig, generate, run_stream
+from ..stream import POLICIES, StreamConfig, check_generation, generate, run_stream
 from ..stream import report as stream_report
 from .args import STARTS_OVER, choice_list, int_list, option
 
@@ -60,6 +60,7 @@ def stream_command(args: argparse.Namespace) -> int:
 
 
 def generate_command(args: argparse.Namespace) -> int:
+    check_generation(args.max_new_tokens, args.sinks, args.window, args.temperature)
     loaded = load_model(args.model)
     result = generate(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens, args.sinks, args.window, args.temperature, args.seed)
     print(result["text"])

@@ -163,25 +163,16 @@ def _massive_activations(c: ScanContext):
     return c.record.massive
 
 
-@entry("dominance_ratio_first")
-def _dominance_ratio_first(c: ScanContext):
-    """:func:`metrics.dominance_ratio` at position 0, per layer."""
-    return c.record.dominance[:, 0].tolist()
-
-
-@entry("dominance_ratio_rest")
-def _dominance_ratio_rest(c: ScanContext):
-    return c.record.dominance[:, 1:].mean(-1).tolist()
-
-
-@entry("max_abs_first")
-def _max_abs_first(c: ScanContext):
-    return c.record.max_abs[:, 0].tolist()
-
-
-@entry("max_abs_rest")
-def _max_abs_rest(c: ScanContext):
-    return c.record.max_abs[:, 1:].amax(-1).tolist()
+#: The residual stream per layer at position 0 against the other positions: the dominance ratio
+#: (:func:`metrics.dominance_ratio`, mean over the others) and the largest |h| (max over the others).
+POSITION_SPLITS = {
+    "dominance_ratio_first": lambda r: r.dominance[:, 0],
+    "dominance_ratio_rest": lambda r: r.dominance[:, 1:].mean(-1),
+    "max_abs_first": lambda r: r.max_abs[:, 0],
+    "max_abs_rest": lambda r: r.max_abs[:, 1:].amax(-1),
+}
+for _key, _split in POSITION_SPLITS.items():
+    entry(_key)(lambda c, split=_split: split(c.record).tolist())
 
 
 @entry("kurtosis")

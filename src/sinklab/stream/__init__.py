@@ -4,7 +4,7 @@
 
 from .benchmark import StreamConfig, run_stream
 from .caches import POLICIES, NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate_keys
-from .generate import generate
+from .generate import check_generation, generate
 from .kernel import sink_window_attention
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "RopeShift",
     "StreamConfig",
     "cache_bytes",
+    "check_generation",
     "generate",
     "make_sink_cache",
     "rotate_keys",

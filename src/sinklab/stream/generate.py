@@ -5,14 +5,20 @@ from __future__ import annotations
 import torch
 
 from ..core.errors import check
-from .caches import cache_bytes, make_sink_cache
+from .caches import cache_bytes, check_sizes, make_sink_cache
+
+
+def check_generation(max_new_tokens: int, sinks: int, window: int, temperature: float) -> None:
+    """Refuse bad generation settings before any model is loaded."""
+    check(max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {max_new_tokens}")
+    check(temperature >= 0, f"--temperature must be >= 0, got {temperature}")
+    check_sizes(sinks, window)
 
 
 @torch.no_grad()
 def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, window: int, temperature: float = 0.0, seed: int = 0) -> dict:
     """Generate with ``model.generate`` and a sink cache: constant memory past the context length."""
-    check(max_new_tokens >= 1, f"--max-new-tokens must be at least 1, got {max_new_tokens}")
-    check(temperature >= 0, f"--temperature must be >= 0, got {temperature}")
+    check_generation(max_new_tokens, sinks, window, temperature)
     cache = make_sink_cache(model, sinks, window)
     ids = tokenizer(prompt, return_tensors="pt").input_ids
     check(ids.shape[1] > 0, "the prompt contains no tokens")

@@ -1,0 +1,98 @@
+"""The Hugging Face adapter computes exactly what each architecture's eager attention computes,
+or refuses with a clear error: tiny random models of every architecture in the layout table and
+of gpt-oss (learned sink logits), Gemma 2 (score soft-capping) and sliding windows."""
+
+import pytest
+import torch
+from conftest import ARCHITECTURES, tiny_config
+from transformers import AutoModelForCausalLM
+
+from sinklab.core.errors import SinklabError
+from sinklab.core.hooks import HookSet, hook_name
+from sinklab.models.hf import LAYOUTS, instrument
+from sinklab.models.hf.instrument import sinklab_attention
+from sinklab.models.subjects import HFSubject
+from sinklab.scan import MetricSettings, RecordOptions, record_subject, summarise
+
+T = 12  # longer than the sliding windows of the tiny configs (8)
+
+
+def eager_model(arch: str):
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(arch, 300), attn_implementation="eager").eval()
+    if arch == "gpt_oss":  # random sink logits large enough that the null slot takes real mass
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()))
+    return model
+
+
+def test_every_layout_architecture_has_a_parity_test():
+    tested = {type(eager_model(arch)).__name__ for arch in ARCHITECTURES}
+    assert set(LAYOUTS) <= tested
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_instrumented_attention_equals_eager_output_attentions(arch):
+    model = eager_model(arch)
+    ids = torch.randint(2, 300, (2, T), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        eager = model(input_ids=ids, output_attentions=True, use_cache=False)
+    patterns = {}
+
+    def keep(w, point):
+        patterns[point.layer] = w.clone()
+
+    hooks = HookSet()
+    with torch.no_grad(), instrument(model, hooks), hooks.attached([(hook_name("*", "attn.hook_pattern"), keep)]):
+        ours = model(input_ids=ids, use_cache=False)
+    assert model.config._attn_implementation == "eager"  # restored on exit
+    torch.testing.assert_close(ours.logits, eager.logits, atol=2e-5, rtol=1e-4)
+    assert len(patterns) == len(eager.attentions)
+    for layer, reference in enumerate(eager.attentions):
+        torch.testing.assert_close(patterns[layer], reference.float(), atol=2e-6, rtol=1e-4)
+
+
+def test_gpt_oss_sink_logits_are_reported_as_the_null_slot():
+    model = eager_model("gpt_oss")
+    subject = HFSubject_from(model)
+    ids = torch.randint(2, 300, (2, T), generator=torch.Generator().manual_seed(2))
+    record, _ = record_subject(subject, ids, RecordOptions(), progress=False)
+    summary = summarise(record, MetricSettings(), subject, ids)
+    with torch.no_grad():
+        eager = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
+    expected = torch.stack([1.0 - a.float().sum(-1).mean(dim=(0, 2)) for a in eager])  # (L, H)
+    torch.testing.assert_close(torch.tensor(summary["null_slot_mass"], dtype=torch.float64), expected.double(), atol=1e-5, rtol=1e-4)
+    assert (expected > 0.01).all()
+
+
+def test_a_softmax_model_reports_no_null_slot(tokenizer):
+    model = eager_model("llama")
+    subject = HFSubject_from(model, tokenizer)
+    ids = torch.randint(2, 300, (2, T))
+    record, _ = record_subject(subject, ids, RecordOptions(), progress=False)
+    assert "null_slot_mass" not in summarise(record, MetricSettings(), subject, ids)
+
+
+def test_an_argument_that_changes_attention_is_refused():
+    model = eager_model("llama")
+    attention = model.model.layers[0].self_attn
+    q = k = v = torch.randn(1, 4, 3, 8)
+    with instrument(model, HookSet()):
+        with pytest.raises(SinklabError, match="position_bias.*does not implement"):
+            sinklab_attention(attention, q, k, v, None, scaling=1.0, position_bias=torch.zeros(1, 4, 3, 3))
+        out, _ = sinklab_attention(attention, q, k, v, None, scaling=1.0, position_ids=torch.arange(3)[None], use_cache=False)
+    assert out.shape == (1, 3, 4, 8)
+
+
+def test_training_mode_dropout_is_refused():
+    model = eager_model("gpt2").train()
+    with pytest.raises(SinklabError, match="eval mode"), instrument(model, HookSet()):
+        model(input_ids=torch.randint(2, 300, (1, 6)), use_cache=False)
+
+
+def HFSubject_from(model, tokenizer=None) -> HFSubject:
+    """An HFSubject over an in-memory model (what load_model returns, without a folder)."""
+    from sinklab.models.hf import LoadedModel
+
+    return HFSubject(LoadedModel(model, tokenizer, type(model).__name__, "local"))
