@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install demo test sweep clean
+.PHONY: install browser demo test sweep clean
 
 # torch first, pinned to the CPU build on this machine's disk: with no torch present,
 # pip would resolve `torch` (a dependency of sinklab) to a multi-GB CUDA build.
@@ -25,7 +25,13 @@ install: $(STAMP)
 demo: install
 	$(BIN)/sinklab demo --out $(DEMO_OUT)
 
-test: install
+# The report tests drive Debian's headless Chromium (through Playwright's Python API, no browser
+# download); installed here when missing, which needs root (as on CI). Elsewhere they are skipped.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+		|| echo "sinklab: could not install chromium; the browser tests will be skipped"
+
+test: install browser
 	$(BIN)/python -m pytest -q
 
 # every attention variant, default pretraining budget, 2 seeds: about 3 hours on 2 CPU cores,

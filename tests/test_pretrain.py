@@ -15,7 +15,7 @@ from sinklab.core.corpus import load_corpus
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_jsonl
 from sinklab.models.native import Transformer
-from sinklab.pretrain import PretrainConfig, compare, train_lm
+from sinklab.pretrain import PretrainConfig, results, train_lm
 from sinklab.pretrain import train as pretrain
 from sinklab.pretrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sinklab.pretrain.tokens import load_token_data, split_documents
@@ -229,4 +229,4 @@ def test_compare_table_and_plots(corpus, tmp_path, capsys):
     assert all((tmp_path / "cmp" / f).exists() for f in result["figures"])
     assert "final val loss" in capsys.readouterr().out
     with pytest.raises(SinklabError, match="not a pretraining run"):
-        compare.load_run(str(tmp_path))
+        results.load_run(str(tmp_path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..core import html
 from ..core.runs import prepare_run_dir
 from ..intervene import InterveneConfig, run_trigger_interventions
 from ..intervene import report as intervene_report
@@ -34,6 +35,9 @@ def demo_command(args) -> int:
     print("\noutputs:")
     for d in dirs:
         print(f"  {d}/summary.json (+ figures)")
+    print("\ninteractive reports (open in a browser; they work offline):")
+    for d in dirs:
+        print(f"  {html.report_path(d)}")
     return 0
 
 
@@ -59,7 +63,7 @@ def run_demo(out: str) -> list[Path]:
     _section("3. streaming (StreamingLLM): 4 sinks + 60 recent tokens against 64 recent tokens")
     streamed = run_stream(StreamConfig(tokens=768, sinks=4, window=60, policies=("window", "sink"), chunk=128, out=str(stream_dir)))
     print(stream_report.stream_table(streamed))
-    return [trigger_dir, scan_dir, stream_dir]
+    return [trigger_dir, trigger_dir / "suppress-sink", scan_dir, stream_dir]
 
 
 def _section(title: str) -> None:

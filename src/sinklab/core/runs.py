@@ -11,7 +11,9 @@ import math
 import os
 import platform
 import shutil
+import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -28,10 +30,17 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes files private; results follow the umask
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager
@@ -106,7 +115,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
 
 def prepare_run_dir(path: str | os.PathLike) -> Path:
-    """Create ``path`` (and parents) and check that it is writable, with a clear error if not."""
+    """Create ``path`` (and parents), check that it is writable (a clear error if not), and record
+    in ``run.json`` the command line and package versions the run's report shows."""
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -114,7 +124,27 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
         probe.close()
     except OSError as exc:
         raise SinklabError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
+    write_json(out / "run.json", {"command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
     return out
+
+
+def _from_cli() -> bool:
+    """Whether this process is the ``sinklab`` command (the script or ``python -m sinklab``)."""
+    entry = Path(sys.argv[0])
+    return entry.name == "sinklab" or (entry.name == "__main__.py" and entry.parent.name == "sinklab")
+
+
+def package_versions() -> dict:
+    """Versions of the packages a result depends on (those installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("sinklab", "torch", "transformers", "plotly"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
 
 
 def machine_info() -> dict:

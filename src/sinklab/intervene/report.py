@@ -50,7 +50,7 @@ def intervention_figures(summary: dict, base_record, records: dict, out: Path) -
     paths = [_share_by_layer(summary, out / "share_by_layer.png")]
     if any(r["lam"] is not None for r in summary["results"]):
         paths.append(_lam_curves(summary, out / "lam_curve.png"))
-    shown = _strongest_per_kind(summary["results"])
+    shown = strongest_per_kind(summary["results"])
     for i, label in enumerate(shown):
         rec = records[label]
         if base_record.patterns is None or rec.patterns is None:
@@ -59,7 +59,7 @@ def intervention_figures(summary: dict, base_record, records: dict, out: Path) -
     return [p.name for p in paths]
 
 
-def _strongest_per_kind(results: list[dict]) -> list[str]:
+def strongest_per_kind(results: list[dict]) -> list[str]:
     """One label per intervention type: the largest lam of a sweep, else each setting."""
     best: dict[str, dict] = {}
     for r in results:
@@ -72,7 +72,7 @@ def _strongest_per_kind(results: list[dict]) -> list[str]:
 def _share_by_layer(summary: dict, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(8, 4))
     base = summary["baseline"]
-    for label in _strongest_per_kind(summary["results"]):
+    for label in strongest_per_kind(summary["results"]):
         r = next(x for x in summary["results"] if x["label"] == label)
         (line,) = ax.plot(r["share_at_k"], marker=".", label=safe_text(label, 50))
         ax.plot(base["share_at"][str(r["k"])], linestyle=":", color=line.get_color(), label=f"baseline at k={r['k']}")

@@ -12,13 +12,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
 import torch
+from safetensors.torch import save_file
 
 from ..core.errors import check
-from ..core.runs import prepare_run_dir, write_json
+from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.hf import QUERY_CHUNK, load_model
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
-from . import report
+from . import page, report
 from .interventions import MU_DEFINITION, Experiment, Intervention, experiments_for, hooks_of, validate_all
 
 
@@ -65,7 +66,8 @@ def _entry(record: Record, loss: float, ks: Sequence[int]) -> dict:
 
 
 def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> dict:
-    """Baseline plus every experiment; writes config.json, summary.json and figures to ``cfg.out``."""
+    """Baseline plus every experiment; writes config.json, summary.json, maps.safetensors, figures
+    and report.html to ``cfg.out``."""
     out = prepare_run_dir(cfg.out)
     experiments = cfg.experiments()
     if subject is None:
@@ -101,5 +103,19 @@ def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> di
         "results": results,
     }
     summary["figures"] = report.intervention_figures(summary, base_record, records, out)
+    _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(results)})
     write_json(out / "summary.json", summary)
+    page.write(out)
     return summary
+
+
+MAPS_FILE = "maps.safetensors"
+
+
+def _save_maps(out, base: Record, shown: dict[str, Record]) -> None:
+    """Head-averaged attention (L, T, T) before (``baseline``) and after each shown experiment."""
+    if base.patterns is None:
+        return
+    maps = {"baseline": base.patterns.mean(1)} | {label: r.patterns.mean(1) for label, r in shown.items()}
+    with atomic_path(out / MAPS_FILE) as tmp:
+        save_file({k: v.half().contiguous() for k, v in maps.items()}, str(tmp))

@@ -12,6 +12,7 @@ from ..core.attention import AttentionSpec
 from ..core.errors import SinklabError
 from ..core.runs import prepare_run_dir, write_json
 from ..trigger import PAPER_ATTNS, TriggerConfig, evaluate_trigger, load_trigger_model, train_trigger
+from . import page
 from .interventions import hooks_of, validate_all
 from .run import InterveneConfig
 
@@ -46,6 +47,7 @@ def run_trigger_interventions(cfg: InterveneConfig, lab_dir: Optional[str] = Non
             )
     summary = {"lab_dir": lab_dir, "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "results": results}
     write_json(out / "summary.json", summary)
+    page.write(out)
     return summary
 
 

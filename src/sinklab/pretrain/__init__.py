@@ -1,7 +1,8 @@
 """Mitigation pretraining: a small modern LM with any attention variant under one budget
 (:mod:`.train`), its data (:mod:`.tokens`), checkpoints, DDP, and ``sinklab compare``."""
 
-from .compare import COLUMNS, compare_runs, run_row
+from .compare import compare_runs
+from .results import COLUMNS, run_row
 from .train import PretrainConfig, train_lm
 
 __all__ = ["COLUMNS", "PretrainConfig", "compare_runs", "run_row", "train_lm"]

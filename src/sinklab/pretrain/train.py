@@ -12,6 +12,7 @@ Under ``torchrun --nproc-per-node N`` the same command trains with distributed d
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,6 +28,7 @@ from ..core.errors import SinklabError, check
 from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json, write_jsonl
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
+from . import page
 from .checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from .distributed import Dist, wrap_ddp
 from .tokens import TokenData, decode, load_token_data
@@ -197,9 +199,22 @@ def _evaluate(model, data: TokenData, cfg: PretrainConfig, step: int, carry: dic
         "val_bpb": data.bits_per_byte(val),
         "lr": lr_at(cfg, step),
         "tokens_per_s": tokens_per_s,
+        **sink_snapshot(model, data, cfg),
     }
     carry["loss_sum"], carry["loss_count"] = 0.0, 0
     return row
+
+
+def sink_snapshot(model: Transformer, data: TokenData, cfg: PretrainConfig) -> dict:
+    """The headline sink metrics now, for curves against the step (on a CPU copy of the model:
+    the scan is small and the recorder keeps its statistics on the CPU)."""
+    scan = scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg))
+    by_layer = scan["first_token_mass_by_layer"]
+    return {
+        "first_token_mass": sum(by_layer) / len(by_layer),
+        "sink_rate": scan["sink_rate"]["value"],
+        "dominance_ratio_first_max": max(scan["dominance_ratio_first"]),
+    }
 
 
 def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: TokenData, world: Dist) -> tuple[int, dict]:
@@ -259,4 +274,5 @@ def finish(model: Transformer, data: TokenData, cfg: PretrainConfig, out: Path) 
         **scan_native(model, validation_windows(data, cfg), decode=lambda ids: decode(data, ids)),
     }
     write_json(out / "summary.json", summary)
+    page.write(out)
     return summary

@@ -21,7 +21,7 @@ from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.hf import QUERY_CHUNK, load_model
 from ..models.subjects import HFSubject, NativeSubject, Subject
-from . import report
+from . import page, report
 from .inputs import Inputs, InputSpec, build_inputs
 from .recorder import Record, Recorder, RecordOptions
 from .summary import MetricSettings, summarise
@@ -72,7 +72,8 @@ def scan_inputs(subject: Subject, spec: InputSpec) -> Inputs:
 
 
 def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
-    """``sinklab scan``: write config.json, summary.json, record.safetensors and figures to ``cfg.out``."""
+    """``sinklab scan``: write config.json, summary.json, record.safetensors, tokens.json, figures and
+    report.html to ``cfg.out``."""
     out = prepare_run_dir(cfg.out)
     if subject is None:
         subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
@@ -99,8 +100,20 @@ def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
     }
     summary["figures"] = report.scan_figures(summary, record, out)
     _save_record(record, out)
+    write_json(out / TOKENS_FILE, scanned_tokens(subject, inputs.ids))
     write_json(out / "summary.json", summary)
+    page.write(out)
     return summary
+
+
+TOKENS_FILE = "tokens.json"
+TOKEN_ROWS = 4  # sequences whose token strings are kept for the report's axes and hovers
+
+
+def scanned_tokens(subject: Subject, ids: torch.Tensor) -> dict:
+    """The ids and token strings of the first sequences (what the report labels its axes with)."""
+    rows = ids[:TOKEN_ROWS].tolist()
+    return {"ids": rows, "strings": [subject.token_strings(row) for row in rows]}
 
 
 def _save_record(record: Record, out) -> None:

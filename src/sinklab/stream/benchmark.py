@@ -26,14 +26,15 @@ from functools import partial
 from typing import Optional
 
 import torch
+from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from ..core.corpus import load_corpus
 from ..core.errors import check
 from ..core.hooks import HookSet
-from ..core.runs import prepare_run_dir, write_json
+from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.hf import instrument, load_model, token_nll
-from . import report
+from . import page, report
 from .caches import POLICIES, RopeShift, cache_bytes, check_sizes, make_sink_cache
 from .kernel import sink_window_attention
 
@@ -231,5 +232,19 @@ def run_stream(cfg: StreamConfig) -> dict:
             str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
         }
     summary["figures"] = report.stream_figures(curves, entries, summary, out)
+    _save_curves(curves, out)
     write_json(out / "summary.json", summary)
+    page.write(out)
     return summary
+
+
+CURVES_FILE = "nll.safetensors"
+
+
+def _save_curves(curves: dict, out) -> None:
+    """Per-position NLL of every policy (``<policy>`` and ``<policy>.positions``), for the report."""
+    tensors = {}
+    for policy, (positions, nll) in curves.items():
+        tensors[policy], tensors[f"{policy}.positions"] = nll.float().contiguous(), positions.long().contiguous()
+    with atomic_path(out / CURVES_FILE) as tmp:
+        save_file(tensors, str(tmp))

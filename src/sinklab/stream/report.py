@@ -48,11 +48,19 @@ def stream_figures(curves: dict, entries: dict, summary: dict, out: Path) -> lis
     return [p.name for p in paths]
 
 
-def stream_table(summary: dict) -> str:
+STREAM_COLUMNS = [("policy", "policy", "s"), ("ppl", "ppl", ".2f"), ("ppl first chunk", "first", ".2f"),
+                  ("ppl last chunk", "last", ".2f"), ("tokens/s", "tps", ".1f"), ("peak cache MiB", "cache", ".1f")]
+
+
+def stream_rows(summary: dict) -> list[dict]:
+    """One row per policy and per ablation sink count."""
     rows = []
     for name, p in {**summary["policies"], **{f"sink x{n}": a for n, a in summary.get("ablation", {}).items()}}.items():
         chunks = p["ppl_by_chunk"]
         rows.append({"policy": name, "ppl": p["ppl"], "first": chunks[0]["ppl"], "last": chunks[-1]["ppl"],
                      "tps": p.get("tokens_per_s"), "cache": p["peak_cache_bytes"] / 2**20 if "peak_cache_bytes" in p else None})
-    return format_table(rows, [("policy", "policy", "s"), ("ppl", "ppl", ".2f"), ("ppl first chunk", "first", ".2f"),
-                               ("ppl last chunk", "last", ".2f"), ("tokens/s", "tps", ".1f"), ("peak cache MiB", "cache", ".1f")])
+    return rows
+
+
+def stream_table(summary: dict) -> str:
+    return format_table(stream_rows(summary), STREAM_COLUMNS)

@@ -5,10 +5,11 @@
 construction; :mod:`.report` figures.
 """
 
-from .analyses import CAP_COLUMNS, VARIANT_COLUMNS, construction_report, run_cap_sweep, run_variants
+from .analyses import construction_report, run_cap_sweep, run_variants
 from .config import TriggerConfig
 from .evaluate import evaluate_trigger
 from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, load_trigger_model, paper_configs, run_lab
+from .report import CAP_COLUMNS, VARIANT_COLUMNS
 from .task import TriggerTask
 from .train import train_trigger
 

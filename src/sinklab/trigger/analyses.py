@@ -12,21 +12,10 @@ import torch
 from ..core.attention import EXTRA_NAMES, AttentionSpec
 from ..core.runs import prepare_run_dir, write_json
 from ..models.native import ModelConfig, Transformer
-from . import report
+from . import page, report
 from .config import TriggerConfig
 from .lab import cap_configs, run_lab, variant_configs
 from .task import TRIGGER, TriggerTask
-
-VARIANT_COLUMNS = [
-    ("shape", "shape", "s"),
-    ("attention", "variant", "s"),
-    ("solved", "solved", "s"),
-    ("eval MSE", "eval_mse_mean", ".2e"),
-    ("BOS mass", "bos_mass_nontrigger", ".3f"),
-    ("row mass", "row_mass_nontrigger", ".3f"),
-    ("gate", "gate_nontrigger", ".3f"),
-    ("do-nothing goes to", "where", "s"),
-]
 
 
 def variant_table(records: list[dict], out: Path) -> dict:
@@ -64,13 +53,6 @@ def _mean_of(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
 
-CAP_COLUMNS = [
-    ("BOS cap", "bos_cap", "g"),
-    ("best eval MSE", "best_eval_mse", ".3e"),
-    ("mean eval MSE", "eval_mse_mean", ".3e"),
-    ("BOS mass reached", "bos_mass_nontrigger", ".3f"),
-    ("seeds", "n_seeds", "d"),
-]
 
 
 def cap_tradeoff(records: list[dict], out: Path) -> dict:
@@ -150,4 +132,5 @@ def construction_report(task: TriggerTask, out: str) -> dict:
     out_dir = prepare_run_dir(out)
     result = check_relu_construction(task)
     write_json(out_dir / "summary.json", {"relu_construction": result, "task": task})
+    page.write(out_dir)
     return result

@@ -21,7 +21,7 @@ from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.jobs import run_jobs
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.native import Transformer
-from . import report
+from . import page, report
 from .config import TriggerConfig
 from .evaluate import evaluate_trigger, summarise_seeds, trigger_record
 from .train import train_trigger
@@ -148,4 +148,5 @@ def run_lab(
         for key, value in analysis(records, out_dir).items():
             summary[key] = summary.get(key, []) + value if key == "figures" else value
     write_json(out_dir / "summary.json", summary)
+    page.write(out_dir)
     return summary

@@ -10,9 +10,41 @@ from typing import Callable, Sequence
 from ..core.figures import plt, save_figure
 from ..core.text import format_table, safe_text
 
+VARIANT_COLUMNS = [
+    ("shape", "shape", "s"),
+    ("attention", "variant", "s"),
+    ("solved", "solved", "s"),
+    ("eval MSE", "eval_mse_mean", ".2e"),
+    ("BOS mass", "bos_mass_nontrigger", ".3f"),
+    ("row mass", "row_mass_nontrigger", ".3f"),
+    ("gate", "gate_nontrigger", ".3f"),
+    ("do-nothing goes to", "where", "s"),
+]
 
-def trigger_table(records: Sequence[dict]) -> str:
-    """One line per trained trigger model."""
+CAP_COLUMNS = [
+    ("BOS cap", "bos_cap", "g"),
+    ("best eval MSE", "best_eval_mse", ".3e"),
+    ("mean eval MSE", "eval_mse_mean", ".3e"),
+    ("BOS mass reached", "bos_mass_nontrigger", ".3f"),
+    ("seeds", "n_seeds", "d"),
+]
+
+TRIGGER_COLUMNS = [
+    ("model", "model", "s"),
+    ("seed", "seed", "d"),
+    ("steps", "steps", "d"),
+    ("conv", "converged", ""),
+    ("eval MSE", "eval_mse", ".2e"),
+    ("max|err|", "eval_max_abs_error", ".2e"),
+    ("BOS mass (non-trig, mean heads)", "bos", ".3f"),
+    ("min row", "bos_min", ".3f"),
+    ("sinking heads", "sinking", "s"),
+    ("do-nothing goes to", "where", "s"),
+]
+
+
+def trigger_rows(records: Sequence[dict]) -> list[dict]:
+    """One row per trained trigger model: its record plus per-model head summaries."""
     rows = []
     for r in records:
         heads = r["heads_detail"]
@@ -26,21 +58,12 @@ def trigger_table(records: Sequence[dict]) -> str:
                 "where": ",".join(sorted({h["do_nothing"] for h in heads})),
             }
         )
-    return format_table(
-        rows,
-        [
-            ("model", "model", "s"),
-            ("seed", "seed", "d"),
-            ("steps", "steps", "d"),
-            ("conv", "converged", ""),
-            ("eval MSE", "eval_mse", ".2e"),
-            ("max|err|", "eval_max_abs_error", ".2e"),
-            ("BOS mass (non-trig, mean heads)", "bos", ".3f"),
-            ("min row", "bos_min", ".3f"),
-            ("sinking heads", "sinking", "s"),
-            ("do-nothing goes to", "where", "s"),
-        ],
-    )
+    return rows
+
+
+def trigger_table(records: Sequence[dict]) -> str:
+    """One line per trained trigger model."""
+    return format_table(trigger_rows(records), TRIGGER_COLUMNS)
 
 
 def trigger_figures(out: Path, configs, records, load_maps: Callable) -> list[str]:

@@ -1,0 +1,163 @@
+"""Self-contained interactive HTML reports: one page per run (or several runs side by side).
+
+Plotly draws the figures: it writes interactive, zoomable, hoverable plots from Python, is well
+kept, and its JavaScript can be embedded in the page, so a report opens offline with no network
+request. The library is embedded once per page; figures are JSON with every ``<``, ``>`` and
+``&`` escaped, so no string inside them can close the script. Strings from models, tokenizers
+and users must reach plotly through :func:`sinklab.core.text.html_text` (plotly renders a subset
+of HTML in labels); page text is escaped here.
+
+A capability's ``report.py`` turns its run directory into :class:`Section` objects; this module
+lays them out under a header (command line, model, package versions, key figures) and writes the
+page atomically.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+from .runs import atomic_path
+from .text import format_value, html_text
+
+REPORT_NAME = "report.html"
+RUN_INFO = "run.json"  # written by prepare_run_dir: the command line and package versions
+PLOT_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions": {"format": "png"}}
+
+
+@dataclass
+class Section:
+    """A titled block of trusted HTML (built only from escaped text and :func:`plot`)."""
+
+    title: str
+    body: str
+
+
+def dom_id(run_dir: Path) -> str:
+    """A stable id prefix for a run's elements, unique among runs shown side by side."""
+    return "r" + hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:8]
+
+
+def esc(value) -> str:
+    """Page text from anywhere: escaped and whitespace made visible (numbers formatted short)."""
+    if isinstance(value, float):
+        value = f"{value:.4g}"
+    return html_text(value, limit=200)
+
+
+def script_json(obj) -> str:
+    """``obj`` as JSON safe inside a <script> element."""
+    return _script_safe(json.dumps(obj, separators=(",", ":")))
+
+
+def _script_safe(text: str) -> str:
+    """JSON text with every character that could end a <script> element escaped."""
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def plot(fig, div_id: str, height: Optional[int] = None) -> str:
+    """A plotly figure as a div and the script that draws it (the library is on the page once)."""
+    import plotly.io as pio
+
+    if height:
+        fig.update_layout(height=height)
+    fig.update_layout(margin=dict(l=60, r=20, t=50, b=50), template="plotly_white")
+    spec = _script_safe(pio.to_json(fig, validate=False, engine="json"))
+    return (
+        f'<div class="plot" id="{esc(div_id)}"></div>'
+        f"<script>(function(){{var f={spec};Plotly.newPlot({script_json(div_id)},f.data,f.layout,{script_json(PLOT_CONFIG)});}})();</script>"
+    )
+
+
+def table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
+    """An HTML table; ``columns`` are (header, key, format spec) as for the terminal tables."""
+    head = "".join(f"<th>{esc(h)}</th>" for h, _, _ in columns)
+    body = "".join("<tr>" + "".join(f"<td>{esc(format_value(r.get(k), spec))}</td>" for _, k, spec in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def key_figures(figures: dict) -> str:
+    """A definition list of a run's headline numbers."""
+    return "<dl class='keys'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in figures.items() if v is not None) + "</dl>"
+
+
+def selector(name: str, options: dict[str, str]) -> str:
+    """A drop-down that shows one of several blocks of trusted HTML (e.g. one per seed)."""
+    keys = list(options)
+    choice = "".join(f'<option value="{i}">{esc(k)}</option>' for i, k in enumerate(keys))
+    blocks = "".join(f'<div class="choice" data-choice="{i}"{"" if i == 0 else " hidden"}>{options[k]}</div>' for i, k in enumerate(keys))
+    return f'<div class="selector"><label>{esc(name)} <select onchange="sinklabChoose(this)">{choice}</select></label>{blocks}</div>'
+
+
+@functools.lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+.runs{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1.5em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
+th{background:#f4f4f4} dl.keys{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}
+dt{font-weight:600} .meta{font-size:.8em;color:#555} code{background:#f4f4f4;padding:0 .2em} .note{font-size:.8em;color:#555}
+"""
+
+SCRIPT = """
+function sinklabChoose(sel){var box=sel.closest('.selector');
+box.querySelectorAll(':scope>.choice').forEach(function(d){d.hidden=(d.dataset.choice!==sel.value);
+if(!d.hidden){d.querySelectorAll('.plot').forEach(function(p){Plotly.Plots.resize(p);});}});}
+"""
+
+
+def run_info(run_dir: Path) -> dict:
+    """The command line and versions recorded when the run started (empty if not recorded)."""
+    path = Path(run_dir) / RUN_INFO
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def header(run_dir: Path, model: Optional[str], figures: dict) -> str:
+    """Where a run came from (command line, model, versions) and its key figures."""
+    info = run_info(run_dir)
+    versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
+    lines = [f"<div class='meta'>run directory <code>{esc(Path(run_dir).resolve())}</code></div>"]
+    if info.get("command"):
+        lines.append(f"<div class='meta'>command <code>{esc(' '.join(info['command']))}</code> ({esc(info.get('started', ''))})</div>")
+    if model:
+        lines.append(f"<div class='meta'>model <code>{esc(model)}</code></div>")
+    if versions:
+        lines.append(f"<div class='meta'>{esc(versions)}</div>")
+    return "".join(lines) + key_figures(figures)
+
+
+def write_page(path: Path, title: str, columns: Iterable[tuple[str, Sequence[Section]]]) -> Path:
+    """Write the page atomically: one column per run, each a header and its sections."""
+    blocks = []
+    for heading, sections in columns:
+        body = "".join(f"<section><h2>{esc(s.title)}</h2>{s.body}</section>" for s in sections)
+        blocks.append(f"<div class='run'><h1>{esc(heading)}</h1>{body}</div>")
+    page = (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:; font-src data:\">"
+        f"<title>{esc(title)}</title><style>{STYLE}</style>"
+        f"<script>{_plotly_js()}</script><script>{SCRIPT}</script></head>"
+        f"<body><div class='runs'>{''.join(blocks)}</div></body></html>"
+    )
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(page, encoding="utf-8")
+    return path
+
+
+def report_path(run_dir: os.PathLike) -> Path:
+    return Path(run_dir) / REPORT_NAME

@@ -1,0 +1,59 @@
+"""Reading finished pretraining runs and their one-line summaries (the comparison table)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..core.errors import SinklabError
+from ..core.runs import read_jsonl
+
+COLUMNS = [
+    ("run", "run", "s"),
+    ("variant", "variant", "s"),
+    ("seed", "seed", "d"),
+    ("final val loss", "final_val_loss", ".3f"),
+    ("val bpb", "final_val_bpb", ".3f"),
+    ("steps to target", "steps_to_target", ""),
+    ("tokens/s", "tokens_per_s", ".0f"),
+    ("first-token mass", "first_token_mass_mean", ".3f"),
+    ("Sink_1^0.3", "sink_rate", ".2f"),
+    ("dominance pos0 (max)", "dominance_first_max", ".1f"),
+    ("massive acts", "massive", "d"),
+    ("kurtosis (max)", "kurtosis_max", ".1f"),
+]
+
+
+def load_run(run_dir: str) -> tuple[list[dict], dict]:
+    """(metrics rows, summary) of a finished pretraining run, with clear errors otherwise."""
+    path = Path(run_dir)
+    if not (path / "metrics.jsonl").exists():
+        raise SinklabError(f"{run_dir} is not a pretraining run (no metrics.jsonl)")
+    if not (path / "summary.json").exists():
+        raise SinklabError(f"{run_dir} has not finished (no summary.json); resume it with sinklab pretrain --resume --out {run_dir}")
+    return read_jsonl(path / "metrics.jsonl"), json.loads((path / "summary.json").read_text())
+
+
+def steps_to(rows: Sequence[dict], target: float) -> Optional[int]:
+    """First evaluated step whose validation loss is at or below ``target``."""
+    return next((r["step"] for r in rows if r["val_loss"] <= target), None)
+
+
+def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, target: Optional[float] = None) -> dict:
+    by_layer = summary["first_token_mass_by_layer"]
+    kurtosis = [k for k in summary["kurtosis"] if k is not None]
+    return {
+        "run": Path(run_dir).name,
+        "variant": summary["variant"],
+        "seed": summary["seed"],
+        "final_val_loss": summary["final_val_loss"],
+        "final_val_bpb": summary["final_val_bpb"],
+        "steps_to_target": steps_to(rows, target) if rows is not None and target is not None else None,
+        "tokens_per_s": summary["tokens_per_s"],
+        "first_token_mass_mean": sum(by_layer) / len(by_layer),
+        "sink_rate": summary["sink_rate"]["value"],
+        "dominance_first_max": max(summary["dominance_ratio_first"]),
+        "massive": len(summary["massive_activations"]),
+        "kurtosis_max": max(kurtosis) if kurtosis else None,
+    }

@@ -1,0 +1,75 @@
+"""Headless Chromium (Debian's, driven by Playwright's Python API) for the report tests and for
+the README screenshots (``python tests/browser.py REPORT.html OUT.png``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@dataclass
+class Visit:
+    """A loaded report page and everything it did that a report must not do."""
+
+    page: object
+    console_errors: list = field(default_factory=list)
+    requests: list = field(default_factory=list)
+    dialogs: list = field(default_factory=list)
+
+    def problems(self) -> list:
+        return [*self.console_errors, *(f"request {u}" for u in self.requests), *(f"dialog {d}" for d in self.dialogs)]
+
+    def unrendered_plots(self) -> list[str]:
+        """Ids of plot elements with no drawn plotly SVG."""
+        return self.page.evaluate("Array.from(document.querySelectorAll('.plot')).filter(p => !p.hidden && p.offsetParent !== null && !p.querySelector('.main-svg')).map(p => p.id)")
+
+
+@contextmanager
+def chromium():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def visit(browser, report: Path, width: int = 1300) -> Visit:
+    """Open ``report`` from disk and wait for its plots; record errors, requests and dialogs."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    seen = Visit(page)
+    page.on("console", lambda m: seen.console_errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: seen.console_errors.append(str(e)))
+    page.on("request", lambda r: None if r.url.startswith("file:") else seen.requests.append(r.url))
+    page.on("dialog", lambda d: (seen.dialogs.append(d.message), d.dismiss()))
+    page.goto(Path(report).resolve().as_uri())
+    page.wait_for_load_state("load")
+    page.wait_for_timeout(300)
+    return seen
+
+
+def click_heatmap_cell(page, div_id: str, x: float, y: float) -> None:
+    """A real mouse click on the cell at data coordinates (x, y) of the heatmap in ``div_id``."""
+    where = page.evaluate(
+        """([id, x, y]) => { const gd = document.getElementById(id), box = gd.getBoundingClientRect();
+        const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+        return [box.left + xa._offset + xa.l2p(x), box.top + ya._offset + ya.l2p(y)]; }""",
+        [div_id, x, y],
+    )
+    page.mouse.click(*where)
+    page.wait_for_timeout(200)
+
+
+if __name__ == "__main__":  # screenshots for the README: python tests/browser.py REPORT.html OUT.png [WIDTH]
+    with chromium() as b:
+        seen = visit(b, Path(sys.argv[1]), int(sys.argv[3]) if len(sys.argv) > 3 else 1300)
+        seen.page.screenshot(path=sys.argv[2], full_page=False)
+        print(sys.argv[2], "problems:", seen.problems() or "none", file=sys.stderr if os.environ.get("QUIET") else sys.stdout)

@@ -1,0 +1,138 @@
+"""Every capability's report.html, opened in headless Chromium: it loads with no console error and
+no network request, every plot draws, clicking a first-token-mass cell shows that head's map, and a
+token made of markup shows as text and runs nothing."""
+
+import json
+import os
+
+import pytest
+import torch
+from browser import CHROMIUM, chromium, click_heatmap_cell, visit
+from conftest import make_tokenizer, tiny_config
+from transformers import AutoModelForCausalLM
+
+from sinklab import cli
+from sinklab.core.attention import AttentionSpec
+from sinklab.pretrain import PretrainConfig, train_lm
+from sinklab.trigger import TriggerConfig, paper_configs, run_lab
+
+MARKUP = "</script><script>alert(1)</script>"
+
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium; its absence skips a test, except on CI, which must run them."""
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the browser tests: `make test` installs Debian's chromium (apt-get install chromium)")
+        pytest.skip("no chromium on this machine: `make test` installs it where it may (apt-get install chromium)")
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture(scope="module")
+def markup_model(tmp_path_factory):
+    """A tiny Llama whose tokenizer has one token made of markup."""
+    tokenizer = make_tokenizer()
+    tokenizer.add_tokens([MARKUP])
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config("llama", len(tokenizer)))
+    path = tmp_path_factory.mktemp("markup-llama")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def check_page(browser, report, screenshots):
+    assert report.exists(), f"{report} was not written"
+    seen = visit(browser, report)
+    assert seen.problems() == []
+    assert seen.unrendered_plots() == []
+    assert seen.page.evaluate("document.querySelectorAll('.plot').length") >= 1
+    seen.page.screenshot(path=str(screenshots / f"{report.parent.name}.png"), full_page=True)
+    return seen
+
+
+def test_scan_report_click_and_escaping(markup_model, browser, tmp_path):
+    prompt = f"To be, or not to be {MARKUP} that is the question: whether 'tis nobler in the mind to suffer"
+    assert cli.main(["scan", str(markup_model), "--prompt", prompt, "--out", str(tmp_path / "scan")]) == 0
+    seen = check_page(browser, tmp_path / "scan" / "report.html", tmp_path)
+    page = seen.page
+    mass_id = page.evaluate("document.querySelector('[id$=\"-mass\"]').id")
+    map_id = mass_id.replace("-mass", "-map")
+    click_heatmap_cell(page, mass_id, 2, 1)  # head 2 of layer 1
+    assert page.evaluate(f"document.getElementById('{map_id}').layout.title.text").startswith("layer 1, head 2")
+    click_heatmap_cell(page, mass_id, 0, 2)
+    assert page.evaluate(f"document.getElementById('{map_id}').layout.title.text").startswith("layer 2, head 0")
+    ticks = page.evaluate(f"Array.from(document.querySelectorAll('#{map_id} .xtick text')).map(t => t.textContent)")
+    assert any(MARKUP[:20] in t for t in ticks), "the markup token is not shown literally on the map's axis (labels are cut at 24 characters)"
+    assert MARKUP in page.inner_text("body")  # the token table shows it whole
+    written = (tmp_path / "scan" / "report.html").read_text()
+    assert page.evaluate("document.querySelectorAll('script').length") == written.count("<script>")  # the token added no element
+    assert seen.dialogs == []
+
+
+def test_trigger_lab_report_with_seed_selector(browser, tmp_path):
+    configs = paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
+    run_lab(configs, str(tmp_path / "trigger"), workers=1)
+    seen = check_page(browser, tmp_path / "trigger" / "report.html", tmp_path)
+    select = seen.page.locator("select").first
+    select.select_option(label="seed 1")
+    seen.page.wait_for_timeout(200)
+    assert seen.unrendered_plots() == [] and seen.problems() == []
+
+
+def test_intervene_report(tiny_model_dir, browser, tmp_path):
+    out = tmp_path / "intervene"
+    code = cli.main(["intervene", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "16", "--batch", "2",
+                     "--mask-self", "5", "--amplify", "5", "--lam", "1,4", "--out", str(out)])
+    assert code == 0
+    check_page(browser, out / "report.html", tmp_path)
+
+
+def test_pretrain_reports_and_runs_side_by_side(browser, tmp_path, monkeypatch):
+    monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(4):
+        (corpus / f"doc{i}.txt").write_text(("the quick brown fox jumps over the lazy dog " * 300) + str(i))
+    runs = []
+    for attn in ("softmax", "relu"):
+        out = tmp_path / attn
+        train_lm(PretrainConfig(attention=AttentionSpec(attn), corpus=str(corpus), tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32,
+                                batch=4, steps=8, eval_every=4, eval_batches=2, checkpoint_every=8, scan_tokens=16, scan_batch=2, out=str(out)), progress=False)
+        runs.append(out)
+    rows = [json.loads(line) for line in (runs[0] / "metrics.jsonl").read_text().splitlines()]
+    assert {"first_token_mass", "sink_rate", "dominance_ratio_first_max"} <= set(rows[-1])  # sink metrics against the step
+    check_page(browser, runs[0] / "report.html", tmp_path)
+    both = tmp_path / "both.html"
+    assert cli.main(["report", *map(str, runs), "--out", str(both)]) == 0
+    seen = check_page(browser, both, tmp_path)
+    legend = seen.page.evaluate("Array.from(document.querySelectorAll('.legendtext')).map(t => t.textContent)")
+    assert {"softmax", "relu"} <= set(legend)
+
+
+def test_stream_report(tiny_model_dir, browser, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text("To be, or not to be, that is the question. " * 60)
+    out = tmp_path / "stream"
+    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(text), "--tokens", "80", "--sinks", "2", "--window", "14",
+                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--check-tokens", "8", "--ablation", "0,1", "--out", str(out)])
+    assert code == 0
+    check_page(browser, out / "report.html", tmp_path)
+
+
+def test_a_long_scan_report_stays_small(tmp_path):
+    """4,096 tokens: curves are binned, maps are not kept, the page stays under 10 MB (no browser needed)."""
+    from transformers import LlamaConfig
+
+    tokenizer = make_tokenizer()
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=4096, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    assert cli.main(["scan", str(tmp_path / "model"), "--random-tokens", "--max-tokens", "4096", "--batch", "2", "--out", str(tmp_path / "scan")]) == 0
+    size = (tmp_path / "scan" / "report.html").stat().st_size
+    assert size < 10 * 2**20, f"report of a 4,096-token scan is {size / 2**20:.1f} MiB"
