@@ -3,7 +3,6 @@ the README screenshots (``python tests/browser.py REPORT.html OUT.png``)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from contextlib import contextmanager
@@ -68,8 +67,20 @@ def click_heatmap_cell(page, div_id: str, x: float, y: float) -> None:
     page.wait_for_timeout(200)
 
 
-if __name__ == "__main__":  # screenshots for the README: python tests/browser.py REPORT.html OUT.png [WIDTH]
+def screenshot_sections(report: Path, png: Path, sections: list[int], width: int = 1100) -> list[str]:
+    """A PNG of the given sections of a report (0-indexed ``<section>`` elements), for the README;
+    returns the page's problems (there should be none)."""
     with chromium() as b:
-        seen = visit(b, Path(sys.argv[1]), int(sys.argv[3]) if len(sys.argv) > 3 else 1300)
-        seen.page.screenshot(path=sys.argv[2], full_page=False)
-        print(sys.argv[2], "problems:", seen.problems() or "none", file=sys.stderr if os.environ.get("QUIET") else sys.stdout)
+        seen = visit(b, report, width)
+        box = seen.page.evaluate(
+            """(idx) => { const s = Array.from(document.querySelectorAll('section')).filter((_, i) => idx.includes(i)).map(e => e.getBoundingClientRect());
+            return [Math.min(...s.map(r => r.left)), Math.min(...s.map(r => r.top)) + window.scrollY, Math.max(...s.map(r => r.right)), Math.max(...s.map(r => r.bottom)) + window.scrollY]; }""",
+            sections,
+        )
+        seen.page.screenshot(path=str(png), full_page=True, clip={"x": box[0], "y": box[1], "width": box[2] - box[0], "height": box[3] - box[1]})
+        return seen.problems()
+
+
+if __name__ == "__main__":  # python tests/browser.py REPORT.html OUT.png SECTION[,SECTION...]
+    problems = screenshot_sections(Path(sys.argv[1]), Path(sys.argv[2]), [int(i) for i in sys.argv[3].split(",")])
+    print(sys.argv[2], "problems:", problems or "none")

@@ -70,3 +70,11 @@ def test_interrupts_promise_a_resume_only_where_there_is_one(argv, target, promi
     err = one_line_error(capsys, "interrupted", promise)
     if "resume" not in promise:
         assert "resume" not in err
+
+
+def test_report_refuses_what_is_not_a_run(tmp_path, capsys):
+    assert cli.main(["report", str(tmp_path / "missing")]) == 2
+    one_line_error(capsys, "no such run directory")
+    assert not (tmp_path / "missing").exists()
+    assert cli.main(["report", str(tmp_path)]) == 2
+    one_line_error(capsys, "is not a finished sinklab run")

@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 from sinklab import cli
 from sinklab.core.attention import AttentionSpec
 from sinklab.pretrain import PretrainConfig, train_lm
-from sinklab.trigger import TriggerConfig, paper_configs, run_lab
+from sinklab.trigger import TriggerConfig, TriggerTask, construction_report, paper_configs, run_lab
 
 MARKUP = "</script><script>alert(1)</script>"
 
@@ -44,12 +44,12 @@ def markup_model(tmp_path_factory):
     return path
 
 
-def check_page(browser, report, screenshots):
+def check_page(browser, report, screenshots, min_plots=1):
     assert report.exists(), f"{report} was not written"
     seen = visit(browser, report)
     assert seen.problems() == []
     assert seen.unrendered_plots() == []
-    assert seen.page.evaluate("document.querySelectorAll('.plot').length") >= 1
+    assert seen.page.evaluate("document.querySelectorAll('.plot').length") >= min_plots
     seen.page.screenshot(path=str(screenshots / f"{report.parent.name}.png"), full_page=True)
     return seen
 
@@ -81,6 +81,8 @@ def test_trigger_lab_report_with_seed_selector(browser, tmp_path):
     select.select_option(label="seed 1")
     seen.page.wait_for_timeout(200)
     assert seen.unrendered_plots() == [] and seen.problems() == []
+    construction_report(TriggerTask(), str(tmp_path / "construction"))
+    assert "max_abs_error" in check_page(browser, tmp_path / "construction" / "report.html", tmp_path, min_plots=0).page.inner_text("body")
 
 
 def test_intervene_report(tiny_model_dir, browser, tmp_path):

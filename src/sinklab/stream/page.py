@@ -1,6 +1,6 @@
 """The stream's interactive report: NLL against position for every policy (hover the curves),
-per-token latency along the stream, and the sink-count ablation. NLL curves are binned to at most
-:data:`MAX_POINTS` points (the mean NLL of each bin)."""
+per-token latency along the stream, and the sink-count ablation. NLL curves are binned to about
+:data:`POINTS` points (the mean NLL of each bin), since one token's NLL is too noisy to read."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from ..core import html
 from .report import STREAM_COLUMNS, stream_rows
 
-MAX_POINTS = 1000
+POINTS = 200
 
 
 def is_run(run_dir: Path) -> bool:
@@ -38,7 +38,7 @@ def sections(run_dir: Path) -> list[html.Section]:
                **{f"ppl {p}": e["ppl"] for p, e in s["policies"].items()}, "one-pass check, max |dNLL|": check.get("max_abs_nll_difference")}
     parts = [html.Section("Run", html.header(run_dir, s["model"], figures)), html.Section("Policies", html.table(stream_rows(s), STREAM_COLUMNS))]
     if (run_dir / "nll.safetensors").exists():
-        parts.append(html.Section("NLL against position (binned means)", html.plot(_nll(load_file(str(run_dir / "nll.safetensors")), s), f"{uid}-nll", 420)))
+        parts.append(html.Section(f"NLL against position (means over bins of {max(1, math.ceil(s['tokens'] / POINTS))} positions)", html.plot(_nll(load_file(str(run_dir / "nll.safetensors")), s), f"{uid}-nll", 420)))
     parts.append(html.Section("Per-token latency along the stream", html.plot(_latency(s), f"{uid}-latency", 360)))
     if s.get("ablation"):
         parts.append(html.Section("Sink count at the same cache size", html.plot(_ablation(s), f"{uid}-ablation", 320)))
@@ -46,7 +46,7 @@ def sections(run_dir: Path) -> list[html.Section]:
 
 
 def _binned(positions: torch.Tensor, nll: torch.Tensor) -> tuple[list[float], list[float]]:
-    width = max(1, math.ceil(len(nll) / MAX_POINTS))
+    width = max(1, math.ceil(len(nll) / POINTS))
     n = len(nll) // width * width or len(nll)
     if width == 1 or n < width:
         return positions.tolist(), nll.tolist()
