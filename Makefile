@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo test sweep clean
+.PHONY: install browser demo test sweep sweep-bb clean
 
 # torch first, pinned to the CPU build on this machine's disk: with no torch present,
 # pip would resolve `torch` (a dependency of sinklab) to a multi-GB CUDA build.
@@ -38,6 +38,11 @@ test: install browser
 # under 2 minutes on one GPU (pretraining picks a GPU when PyTorch sees one)
 sweep: install
 	$(BIN)/python benchmarks/pretrain_sweep.py
+
+# the Bigram-Backcopy mitigation sweep: 9 variants x 3 seeds, two single-threaded runs at a time
+# on 2 CPU cores (BENCHMARKS.md section 4 gives its duration)
+sweep-bb: install
+	$(BIN)/python benchmarks/pretrain_sweep.py --corpus bb
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

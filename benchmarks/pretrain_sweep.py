@@ -1,9 +1,12 @@
-"""Every attention variant, pretrained with the default budget and 2 seeds, then compared.
+"""Every attention variant pretrained under one budget, several seeds, then compared.
 
-Runs one after another (each uses every core) into runs/sweep/<variant>-seed<s>. Finished runs
-are kept and half-finished ones resumed, so the sweep can be stopped and restarted.
+Text (default): the 8 variants, 2 seeds, the default text budget, one run after another (each
+uses every core) into runs/sweep/. Bigram-Backcopy (`--corpus bb`, `make sweep-bb`): the 9 variants
+of the mitigation sweep (every normalisation, +gate, +head_norm, softmax with one learned sink
+token), 3 seeds, the calibrated BB budget, two single-threaded runs at a time into runs/sweep-bb/.
+Finished runs are kept and half-finished ones resumed, so a sweep can be stopped and restarted.
 
-Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--seeds 0,1] [--steps N]` (also `make sweep`)
+Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--steps N]`
 """
 
 from __future__ import annotations
@@ -15,33 +18,46 @@ from pathlib import Path
 from common import RUNS, record
 
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec
+from sinklab.core.jobs import run_jobs
 from sinklab.core.text import format_table
 from sinklab.pretrain import COLUMNS, PretrainConfig, compare_runs, train_lm
 from sinklab.pretrain.checkpoint import latest_checkpoint
 
+SETTINGS = {  # corpus -> (default seeds, worker processes, extra variants, run root)
+    "shakespeare": ("0,1", 1, [], "sweep"),
+    "bb": ("0,1,2", 2, [{"sink_tokens": 1}], "sweep-bb"),
+}
 
-def sweep_configs(seeds, steps=None) -> list[PretrainConfig]:
-    base = PretrainConfig() if steps is None else PretrainConfig(steps=steps)
-    variants = [AttentionSpec(name) for name in ATTN_NORMS] + AttentionSpec().with_each_extra()
-    return [replace(base, attention=v, seed=s) for s in seeds for v in variants]
+
+def sweep_configs(corpus: str, seeds, steps=None) -> list[PretrainConfig]:
+    base = PretrainConfig(corpus=corpus, steps=steps)
+    variants = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [{"attention": s} for s in AttentionSpec().with_each_extra()]
+    return [replace(base, **v, seed=s, max_seq_len=None) for s in seeds for v in variants + SETTINGS[corpus][2]]
+
+
+def train_one(cfg: PretrainConfig) -> str:
+    """Train (or resume, or skip when finished) one run; returns its directory."""
+    if not (Path(cfg.out) / "summary.json").exists():
+        train_lm(cfg, resume=latest_checkpoint(Path(cfg.out)) is not None, progress=False)
+    return cfg.out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seeds", default="0,1")
+    parser.add_argument("--corpus", choices=list(SETTINGS), default="shakespeare")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0,1 for text, 0,1,2 for bb)")
     parser.add_argument("--steps", type=int, default=None, help="override the default budget (for a quick look)")
-    parser.add_argument("--root", default=str(RUNS / "sweep"))
+    parser.add_argument("--workers", type=int, default=None, help="runs at a time (default: 1 for text, 2 single-threaded for bb)")
     args = parser.parse_args()
-    runs = []
-    for cfg in sweep_configs([int(s) for s in args.seeds.split(",")], args.steps):
-        cfg.out = str(Path(args.root) / f"{cfg.variant}-seed{cfg.seed}")
-        runs.append(cfg.out)
-        if (Path(cfg.out) / "summary.json").exists():
-            continue
-        train_lm(cfg, resume=latest_checkpoint(Path(cfg.out)) is not None)
-    result = compare_runs(runs, None, str(Path(args.root) / "compare"))
-    print(format_table(result["rows"], COLUMNS))
-    record("pretrain_sweep", {"steps": PretrainConfig().steps if args.steps is None else args.steps, "target": result["target"], "by_variant": result["by_variant"], "rows": result["rows"]})
+    seeds, workers, _, root = SETTINGS[args.corpus]
+    configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps)
+    for cfg in configs:
+        cfg.out = str(RUNS / root / f"{cfg.variant}-seed{cfg.seed}")
+    runs = run_jobs(train_one, configs, args.workers or workers, desc=f"sweep {args.corpus}", label=lambda c: Path(c.out).name)
+    result = compare_runs(runs, None, str(RUNS / root / "compare"))
+    print(format_table(result["by_variant"], [("variant", "variant", "s"), ("seeds", "seeds", "d")] + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")]))
+    record("pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),
+           {"corpus": args.corpus, "steps": configs[0].steps, "target": result["target"], "by_variant": result["by_variant"], "rows": result["rows"]})
 
 
 if __name__ == "__main__":

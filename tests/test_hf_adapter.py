@@ -62,7 +62,7 @@ def test_gpt_oss_sink_logits_are_reported_as_the_null_slot():
     with torch.no_grad():
         eager = model(input_ids=ids, output_attentions=True, use_cache=False).attentions
     expected = torch.stack([1.0 - a.float().sum(-1).mean(dim=(0, 2)) for a in eager])  # (L, H)
-    torch.testing.assert_close(torch.tensor(summary["null_slot_mass"], dtype=torch.float64), expected.double(), atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(torch.tensor(summary["null_mass"], dtype=torch.float64), expected.double(), atol=1e-5, rtol=1e-4)
     assert (expected > 0.01).all()
 
 
@@ -71,7 +71,7 @@ def test_a_softmax_model_reports_no_null_slot(tokenizer):
     subject = HFSubject_from(model, tokenizer)
     ids = torch.randint(2, 300, (2, T))
     record, _ = record_subject(subject, ids, RecordOptions(), progress=False)
-    assert "null_slot_mass" not in summarise(record, MetricSettings(), subject, ids)
+    assert "null_mass" not in summarise(record, MetricSettings(), subject, ids)
 
 
 def test_an_argument_that_changes_attention_is_refused():

@@ -91,8 +91,15 @@ def test_super_neurons_need_ratio_and_size_and_report_what_they_write():
     assert "writes_to" not in metrics.super_neurons(act_first, act_rest, None, 0)[0]
 
 
-def test_null_slot_mass_is_what_rows_leave_out():
-    torch.testing.assert_close(metrics.null_slot_mass(torch.tensor([1.0, 0.8])), torch.tensor([0.0, 0.2]))
+def test_null_mass_counts_the_slot_and_the_sink_tokens():
+    torch.testing.assert_close(metrics.null_mass(torch.tensor([1.0, 0.8])), torch.tensor([0.0, 0.2]))
+    torch.testing.assert_close(metrics.null_mass(torch.tensor([1.0, 0.8]), torch.tensor([0.5, 0.1])), torch.tensor([0.5, 0.3]))
+    torch.testing.assert_close(metrics.null_mass(torch.tensor([1.5])), torch.tensor([-0.5]))  # ReLU rows above one
+
+
+def test_norm_ratio_first_is_the_first_over_the_mean_of_the_rest():
+    norms = torch.tensor([[10.0, 1.0, 3.0], [1.0, 2.0, 2.0]])
+    torch.testing.assert_close(metrics.norm_ratio_first(norms), torch.tensor([5.0, 0.5]))
 
 
 def test_every_summary_entry_is_computed_or_omitted_on_a_native_model():
@@ -103,7 +110,7 @@ def test_every_summary_entry_is_computed_or_omitted_on_a_native_model():
     record, _ = record_subject(subject, ids, RecordOptions(variance=True), progress=False)
     summary = summarise(record, MetricSettings(), subject, ids)
     omitted = {key for key in SUMMARY_ENTRIES if key not in summary}
-    assert omitted == {"null_slot_mass"}  # softmax rows sum to one
+    assert omitted == {"null_mass"}  # softmax rows sum to one over content keys
     assert set(summary) | omitted == set(SUMMARY_ENTRIES)
     assert OMIT not in summary.values()
     assert len(summary["first_token_mass"]) == 2 and len(summary["first_token_mass"][0]) == 2

@@ -8,9 +8,10 @@ from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.text import format_table
 from ..pretrain import COLUMNS, PretrainConfig, compare_runs, run_row, train_lm
 from ..pretrain.tokens import TOKENIZERS
+from ..pretrain.train import CORPUS_DEFAULTS
 from .args import STARTS_OVER, add_extra_arguments, extra_flags, option
 
-#: PretrainConfig fields that are plain numbers on the command line.
+#: PretrainConfig fields that are plain numbers on the command line (those in CORPUS_DEFAULTS have per-corpus defaults).
 NUMBERS = ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every", "seed", "lr", "weight_decay")
 
 
@@ -24,10 +25,16 @@ def add_parser(sub) -> None:
     p.add_argument("--attn", choices=list(ATTN_NORMS), default=defaults.attention.attn, help=f"attention normalisation (default {defaults.attention.attn})")
     add_extra_arguments(p)
     option(p, defaults, "sink_tokens", "learned sink/register tokens prepended to every sequence")
-    option(p, defaults, "corpus", "shakespeare, a text file or folder, or hf:NAME")
+    option(p, defaults, "corpus", "shakespeare, a text file or folder, hf:NAME, or bb (the Bigram-Backcopy task)")
+    p.add_argument("--bos", action="store_true", help="put one fixed first token in every window of a text corpus")
+    option(p, defaults, "bb_triggers", "--corpus bb: the k most frequent characters trigger a back-copy")
     p.add_argument("--tokenizer", choices=TOKENIZERS, default=defaults.tokenizer, help="default: the default model's tokenizer; bytes: UTF-8 bytes")
     for name in NUMBERS:
-        option(p, defaults, name, name.replace("_", " "))
+        if name in CORPUS_DEFAULTS["text"]:
+            per_corpus = ", ".join(f"{kind} {values[name]}" for kind, values in CORPUS_DEFAULTS.items())
+            p.add_argument(f"--{name.replace('_', '-')}", type=type(CORPUS_DEFAULTS["text"][name]), default=None, help=f"{name.replace('_', ' ')} (default: {per_corpus})")
+        else:
+            option(p, defaults, name, name.replace("_", " "))
     p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: a tenth of --steps)")
     p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default seq-len + sink tokens)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one")
@@ -46,11 +53,11 @@ def add_parser(sub) -> None:
 def pretrain_command(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
         attention=AttentionSpec(args.attn, **extra_flags(args)), corpus=args.corpus, tokenizer=args.tokenizer,
-        sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, max_seq_len=args.max_seq_len, warmup=args.warmup,
+        bos=args.bos, bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, max_seq_len=args.max_seq_len, warmup=args.warmup,
         device=args.device, out=args.out or "", **{name: getattr(args, name) for name in NUMBERS},
     )
     if not args.out:
-        cfg.out = f"runs/pretrain-{cfg.variant}-seed{cfg.seed}"
+        cfg.out = f"runs/pretrain-{'bb-' if cfg.corpus_kind == 'bb' else ''}{cfg.variant}-seed{cfg.seed}"
     summary = train_lm(cfg, resume=args.resume)
     if summary is not None:
         print(format_table([run_row(cfg.out, summary)], COLUMNS))

@@ -28,6 +28,7 @@ class Subject:
     n_heads: int
     max_positions: Optional[int]
     vocab_size: int
+    prefix_positions: int = 0  # learned sink tokens the model puts before the input
 
     @contextmanager
     def session(self) -> Iterator["Subject"]:  # pragma: no cover - interface
@@ -91,6 +92,7 @@ class NativeSubject(Subject):
         self.n_heads = model.cfg.n_heads
         self.max_positions = model.cfg.max_seq_len - model.cfg.sink_tokens
         self.vocab_size = model.cfg.vocab_size
+        self.prefix_positions = model.cfg.sink_tokens
 
     @contextmanager
     def session(self):

@@ -9,15 +9,11 @@ from pathlib import Path
 
 from ..core import html
 from ..core.runs import read_jsonl
+from .report import EMERGENCE_CURVES
 from .results import COLUMNS, run_row
 
-#: Curves against the step: metrics.jsonl key -> axis title (sink metrics appear from this version on).
-CURVES = {
-    "val_loss": "validation loss (nats/token)",
-    "first_token_mass": "first-token mass (mean over layers and heads)",
-    "sink_rate": "Sink_1^0.3",
-    "dominance_ratio_first_max": "largest dominance ratio at position 0",
-}
+#: Curves against the step (the sink metrics appear in metrics.jsonl from this version on).
+CURVES = {**EMERGENCE_CURVES, "dominance_ratio_first_max": "largest dominance ratio at position 0"}
 
 
 def is_run(run_dir: Path) -> bool:

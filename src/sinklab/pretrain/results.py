@@ -21,7 +21,15 @@ COLUMNS = [
     ("Sink_1^0.3", "sink_rate", ".2f"),
     ("dominance pos0 (max)", "dominance_first_max", ".1f"),
     ("massive acts", "massive", "d"),
+    ("max/median |h|", "max_over_median", ".0f"),
+    ("null mass", "null_mass_mean", ".3f"),
+    ("value drain (max)", "value_drain_max", ".2f"),
+    ("residual peak (max)", "residual_peak_max", ".1f"),
     ("kurtosis (max)", "kurtosis_max", ".1f"),
+    ("gap to optimum", "val_loss_gap", ".3f"),
+    ("copy acc", "copy_accuracy", ".3f"),
+    ("sink head BOS non-trig", "sink_head_bos_mass_nontrigger", ".3f"),
+    ("trig", "sink_head_bos_mass_trigger", ".3f"),
 ]
 
 
@@ -56,4 +64,14 @@ def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, 
         "dominance_first_max": max(summary["dominance_ratio_first"]),
         "massive": len(summary["massive_activations"]),
         "kurtosis_max": max(kurtosis) if kurtosis else None,
+        "max_over_median": max(summary["max_over_median"]) if "max_over_median" in summary else None,
+        "null_mass_mean": _mean_all(summary["null_mass"]) if "null_mass" in summary else 0.0,
+        "value_drain_max": max(triad["value_drain"]) if (triad := summary.get("extreme_token_triad")) else None,
+        "residual_peak_max": max(triad["residual_peak"]) if triad else None,
+        **{k: summary.get(k) for k in ("val_loss_gap", "copy_accuracy", "sink_head_bos_mass_nontrigger", "sink_head_bos_mass_trigger")},
     }
+
+
+def _mean_all(rows: list[list[float]]) -> float:
+    values = [v for row in rows for v in row]
+    return sum(values) / len(values)

@@ -16,7 +16,7 @@ import functools
 import hashlib
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -46,6 +46,27 @@ class TokenData:
     source_ids: Optional[np.ndarray]  # compact id -> original tokenizer id (None for bytes)
     meta: dict
     root: Path  # the cache folder (holds a copy of the tokenizer, for decoding)
+    bos: Optional[int] = None  # a reserved id (the last) put first in every window, when asked for
+
+    def with_bos(self) -> "TokenData":
+        """The same data with one fixed first token in every window (a new id after the vocabulary)."""
+        return replace(self, bos=self.vocab_size, vocab_size=self.vocab_size + 1)
+
+    def check_windows(self, seq_len: int) -> None:
+        window = seq_len + 1
+        check(len(self.train) > window * 2, f"the corpus is smaller than one batch: {len(self.train)} training tokens for windows of {window}")
+        check(len(self.val) > window, f"the validation split ({len(self.val)} tokens) is shorter than one window of {window} tokens")
+
+    def describe(self) -> dict:
+        """What config.json records of the data."""
+        return self.meta | {"train_documents": len(self.meta["train_documents"]), "bos_id": self.bos}
+
+    def decode(self, ids: list[int]) -> str:
+        return decode(self, ids)
+
+    def task_metrics(self, model, batches: list) -> dict:
+        """Natural text has no task-specific metrics."""
+        return {}
 
     def bits_per_byte(self, loss_nats: float) -> float:
         """Validation loss per token (nats) as bits per UTF-8 byte of the validation text."""
@@ -60,11 +81,14 @@ class TokenData:
         return float(-np.log(counts / counts.sum())[self.val].mean())
 
     def batch(self, split: str, batch: int, seq_len: int, generator: torch.Generator) -> torch.Tensor:
-        """(batch, seq_len + 1) random windows: inputs are [:, :-1], targets [:, 1:]."""
+        """(batch, seq_len + 1) random windows: inputs are [:, :-1], targets [:, 1:]; with a BOS id,
+        column 0 is that id and the text fills the rest."""
         data = self.train if split == "train" else self.val
         starts = torch.randint(len(data) - seq_len - 1, (batch,), generator=generator)
-        rows = np.stack([data[s : s + seq_len + 1] for s in starts.tolist()])
-        return torch.from_numpy(rows.astype(np.int64))
+        rows = torch.from_numpy(np.stack([data[s : s + seq_len + 1] for s in starts.tolist()]).astype(np.int64))
+        if self.bos is not None:
+            rows = torch.cat([torch.full((batch, 1), self.bos, dtype=torch.long), rows[:, :-1]], dim=1)
+        return rows
 
 
 def cache_dir() -> Path:
@@ -204,7 +228,9 @@ def _stream(docs: list[Document], encode, eod: int) -> np.ndarray:
 
 
 def decode(data: TokenData, ids: list[int]) -> str:
-    """Text of compact ids (for samples and token labels)."""
+    """Text of compact ids (for samples and token labels); the reserved BOS id reads ``<bos>``."""
+    if data.bos is not None and data.bos in ids:
+        return "".join("<bos>" if i == data.bos else decode(replace(data, bos=None), [i]) for i in ids)
     if data.source_ids is None:
         return bytes(i for i in ids if i < 256).decode("utf-8", "replace")
     copy = data.root / TOKENIZER_DIR  # absent in caches built before copies were kept

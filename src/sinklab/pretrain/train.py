@@ -28,36 +28,47 @@ from ..core.errors import SinklabError, check
 from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json, write_jsonl
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
-from . import page
+from . import page, report
+from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
 from .checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from .distributed import Dist, wrap_ddp
-from .tokens import TokenData, decode, load_token_data
+from .results import run_row
+from .sources import DataSource, load_source
+
+#: Defaults that depend on the corpus. Text: about 12 minutes on 2 CPU cores (BENCHMARKS.md 4).
+#: Bigram-Backcopy: calibrated so that the softmax baseline forms a clear sink (BENCHMARKS.md 4).
+CORPUS_DEFAULTS = {
+    "text": {"n_layers": 4, "seq_len": 256, "batch": 16, "steps": 300, "lr": 3e-3, "eval_every": 50, "checkpoint_every": 50},
+    "bb": {"n_layers": 2, "seq_len": 128, "batch": 32, "steps": 1200, "lr": 1e-2, "eval_every": 200, "checkpoint_every": 200},
+}
 
 
 @dataclass
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
 
-    corpus: str = "shakespeare"
+    corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
     tokenizer: str = "default"
+    bos: bool = False  # one fixed first token in every window of a text corpus (Gu et al. 2025)
+    bb_triggers: int = 3  # the k most frequent characters that trigger a back-copy (--corpus bb)
     attention: AttentionSpec = field(default_factory=AttentionSpec)
     sink_tokens: int = 0
     d_model: int = 128
-    n_layers: int = 4
+    n_layers: Optional[int] = None  # None: CORPUS_DEFAULTS
     n_heads: int = 4
     tie_embeddings: bool = True
-    seq_len: int = 256
+    seq_len: Optional[int] = None  # None: CORPUS_DEFAULTS
     max_seq_len: Optional[int] = None  # the model's maximum positions (None: seq_len + sink tokens)
-    batch: int = 16  # global batch, in sequences
-    steps: int = 300
-    lr: float = 3e-3
+    batch: Optional[int] = None  # global batch, in sequences (None: CORPUS_DEFAULTS)
+    steps: Optional[int] = None  # None: CORPUS_DEFAULTS
+    lr: Optional[float] = None  # None: CORPUS_DEFAULTS
     min_lr_ratio: float = 0.1
     warmup: Optional[int] = None  # None: a tenth of the steps
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_every: int = 50
+    eval_every: Optional[int] = None  # None: CORPUS_DEFAULTS
     eval_batches: int = 8
-    checkpoint_every: int = 50
+    checkpoint_every: Optional[int] = None  # None: CORPUS_DEFAULTS
     seed: int = 0
     scan_tokens: int = 64
     scan_batch: int = 8
@@ -65,6 +76,9 @@ class PretrainConfig:
     out: str = "runs/pretrain"
 
     def __post_init__(self) -> None:
+        for name, value in CORPUS_DEFAULTS[self.corpus_kind].items():
+            if getattr(self, name) is None:
+                setattr(self, name, value)
         for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every"):
             check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
@@ -81,6 +95,10 @@ class PretrainConfig:
         check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup} for {self.steps} steps")
         check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
         check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
+
+    @property
+    def corpus_kind(self) -> str:
+        return "bb" if self.corpus == BB_CORPUS else "text"
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
@@ -116,33 +134,32 @@ def lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
 
-def step_batch(data: TokenData, cfg: PretrainConfig, step: int) -> torch.Tensor:
+def step_batch(data: DataSource, cfg: PretrainConfig, step: int) -> torch.Tensor:
     """The global batch of ``step``: a pure function of (seed, step), so resuming reproduces it."""
     return data.batch("train", cfg.batch, cfg.seq_len, torch.Generator().manual_seed(cfg.seed * 1_000_003 + step))
 
 
+def validation_batches(data: DataSource, cfg: PretrainConfig) -> list[torch.Tensor]:
+    """``eval_batches`` fixed validation batches (the same for every run of the same data)."""
+    g = torch.Generator().manual_seed(1234)
+    return [data.batch("val", cfg.batch, cfg.seq_len, g) for _ in range(cfg.eval_batches)]
+
+
 @torch.no_grad()
-def validation_loss(model: Transformer, data: TokenData, cfg: PretrainConfig) -> float:
-    """Mean loss on ``eval_batches`` fixed validation batches (the same for every run)."""
+def validation_loss(model: Transformer, batches: list[torch.Tensor]) -> float:
+    """Mean loss on the validation batches."""
     was_training = model.training
     model.eval()
-    g = torch.Generator().manual_seed(1234)
     device = next(model.parameters()).device
-    losses = [lm_loss(model, data.batch("val", cfg.batch, cfg.seq_len, g).to(device)).item() for _ in range(cfg.eval_batches)]
+    losses = [lm_loss(model, b.to(device)).item() for b in batches]
     model.train(was_training)
     return sum(losses) / len(losses)
 
 
-def validation_windows(data: TokenData, cfg: PretrainConfig) -> torch.Tensor:
+def validation_windows(data: DataSource, cfg: PretrainConfig) -> torch.Tensor:
     """(scan_batch, scan_tokens) fixed validation windows for the post-training scan."""
     length = min(cfg.scan_tokens, cfg.seq_len)
     return data.batch("val", cfg.scan_batch, length, torch.Generator().manual_seed(4321))[:, :length]
-
-
-def check_data(data: TokenData, cfg: PretrainConfig) -> None:
-    window = cfg.seq_len + 1
-    check(len(data.train) > window * 2, f"the corpus is smaller than one batch: {len(data.train)} training tokens for windows of {window}")
-    check(len(data.val) > window, f"the validation split ({len(data.val)} tokens) is shorter than one window of {window} tokens")
 
 
 def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> Optional[dict]:
@@ -150,8 +167,8 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
     world = Dist.from_env(cfg.device)
     check(cfg.batch % world.world == 0, f"--batch {cfg.batch} is not divisible by {world.world} processes")
     out = prepare_run_dir(cfg.out) if world.main else Path(cfg.out)
-    data = load_token_data(cfg.corpus, cfg.tokenizer)
-    check_data(data, cfg)
+    data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
+    data.check_windows(cfg.seq_len)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model_config(data.vocab_size)).to(world.device)
     opt = make_optimizer(model, cfg)
@@ -179,7 +196,8 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
             elapsed = time.perf_counter() - clock
             row = _evaluate(model, data, cfg, step, carry, tokens / max(elapsed, 1e-9))
             clock, tokens = time.perf_counter(), 0
-            bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            gap = {"gap": f"{row['val_loss_gap']:.3f}"} if "val_loss_gap" in row else {}
+            bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}", **gap, tok_s=f"{row['tokens_per_s']:.0f}")
             if world.main:
                 append_jsonl(out / "metrics.jsonl", row)
         if world.main and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
@@ -190,8 +208,9 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
     return summary
 
 
-def _evaluate(model, data: TokenData, cfg: PretrainConfig, step: int, carry: dict, tokens_per_s: float) -> dict:
-    val = validation_loss(model, data, cfg)
+def _evaluate(model, data: DataSource, cfg: PretrainConfig, step: int, carry: dict, tokens_per_s: float) -> dict:
+    batches = validation_batches(data, cfg)
+    val = validation_loss(model, batches)
     row = {
         "step": step,
         "train_loss": carry["loss_sum"] / max(carry["loss_count"], 1),
@@ -200,31 +219,39 @@ def _evaluate(model, data: TokenData, cfg: PretrainConfig, step: int, carry: dic
         "lr": lr_at(cfg, step),
         "tokens_per_s": tokens_per_s,
         **sink_snapshot(model, data, cfg),
+        **{k: v for k, v in data.task_metrics(model, batches).items() if isinstance(v, float)},
     }
     carry["loss_sum"], carry["loss_count"] = 0.0, 0
     return row
 
 
-def sink_snapshot(model: Transformer, data: TokenData, cfg: PretrainConfig) -> dict:
+def sink_snapshot(model: Transformer, data: DataSource, cfg: PretrainConfig) -> dict:
     """The headline sink metrics now, for curves against the step (on a CPU copy of the model:
     the scan is small and the recorder keeps its statistics on the CPU)."""
     scan = scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg))
-    by_layer = scan["first_token_mass_by_layer"]
-    return {
-        "first_token_mass": sum(by_layer) / len(by_layer),
-        "sink_rate": scan["sink_rate"]["value"],
-        "dominance_ratio_first_max": max(scan["dominance_ratio_first"]),
-    }
+    row = run_row("", {**scan, "variant": cfg.variant, "seed": cfg.seed, "final_val_loss": None, "final_val_bpb": None, "tokens_per_s": None})
+    return {key: row[name] for key, name in EMERGENCE.items()}
 
 
-def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: TokenData, world: Dist) -> tuple[int, dict]:
+#: The sink metrics written at every evaluation (metrics.jsonl key -> comparison-row key).
+EMERGENCE = {
+    "first_token_mass": "first_token_mass_mean",
+    "sink_rate": "sink_rate",
+    "dominance_ratio_first_max": "dominance_first_max",
+    "null_mass": "null_mass_mean",
+    "value_drain_max": "value_drain_max",
+    "residual_peak_max": "residual_peak_max",
+}
+
+
+def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataSource, world: Dist) -> tuple[int, dict]:
     """Fresh start, or the state of the last checkpoint when resuming."""
     fresh = {"loss_sum": 0.0, "loss_count": 0}
     ckpt = latest_checkpoint(out)
     if not resume:
         if world.main:
             check(ckpt is None, f"{out} already holds a run; pass --resume to continue it or choose another --out")
-            write_json(out / "config.json", {**asdict(cfg), "model": asdict(cfg.model_config(data.vocab_size)), "data": data.meta | {"train_documents": len(data.meta["train_documents"]), "val_documents": data.meta["val_documents"]}})
+            write_json(out / "config.json", {**asdict(cfg), "model": asdict(cfg.model_config(data.vocab_size)), "data": data.describe()})
         return 0, fresh
     check(ckpt is not None, f"nothing to resume in {out}: it holds no checkpoint")
     _check_compatible(checkpoint_state(ckpt).get("config", {}), asdict(cfg))
@@ -235,7 +262,7 @@ def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: Token
     return step, saved.get("carry", fresh)
 
 
-TRAINING_KEYS = ("corpus", "tokenizer", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed")
+TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed")
 
 
 def _check_compatible(saved: dict, current: dict) -> None:
@@ -253,7 +280,7 @@ def _truncate_metrics(out: Path, step: int) -> None:
         write_jsonl(path, rows)
 
 
-def finish(model: Transformer, data: TokenData, cfg: PretrainConfig, out: Path) -> dict:
+def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path) -> dict:
     """Scan the trained model on validation windows and write ``summary.json``.
 
     The scan is small (``scan_batch`` x ``scan_tokens``) and runs on the CPU wherever training ran.
@@ -270,9 +297,11 @@ def finish(model: Transformer, data: TokenData, cfg: PretrainConfig, out: Path) 
         "final_val_loss": rows[-1]["val_loss"],
         "final_val_bpb": rows[-1]["val_bpb"],
         "unigram_val_loss": data.unigram_val_loss(),
+        **data.task_metrics(model, validation_batches(data, cfg)),
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
-        **scan_native(model, validation_windows(data, cfg), decode=lambda ids: decode(data, ids)),
+        **scan_native(model, validation_windows(data, cfg), decode=data.decode),
     }
+    summary["figures"] = [report.emergence({cfg.variant: rows}, out / "emergence.png").name]
     write_json(out / "summary.json", summary)
     page.write(out)
     return summary

@@ -159,11 +159,20 @@ def super_neurons(
     return out
 
 
-def null_slot_mass(row_mass: torch.Tensor) -> torch.Tensor:
-    """1 - sum_j A[i, j], averaged over query rows: the mass a normalisation with an implicit slot
-    (softmax1, a learned sink logit, gpt-oss's ``sinks``; Su et al. 2026) leaves outside the
-    visible keys. ``row_mass``: (...) the mean row sum. Negative where rows sum above one (ReLU)."""
-    return 1.0 - row_mass
+def null_mass(row_mass: torch.Tensor, prefix_mass: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Attention that goes nowhere in the content: 1 - sum_j A[i, j] averaged over query rows (the
+    implicit slot of softmax1, a learned sink logit or gpt-oss's ``sinks``; for ReLU and sigmoid,
+    how much of a row is not attended at all, negative where rows sum above one), plus the mass on
+    learned sink tokens prepended to the sequence (``prefix_mass``), so that a sink that moved to a
+    slot or a sink token is not counted as removed (Su et al. 2026)."""
+    return 1.0 - row_mass + (prefix_mass if prefix_mass is not None else 0.0)
+
+
+def norm_ratio_first(norms: torch.Tensor) -> torch.Tensor:
+    """(..., T) norms -> (...): the first position's norm over the mean of the others. Guo et al.
+    (2024)'s extreme-token triad uses it for value drain (value vectors) and residual peak (the
+    residual stream)."""
+    return norms[..., 0] / norms[..., 1:].mean(-1).clamp_min(1e-30)
 
 
 def nan_to_none(value: float) -> Optional[float]:

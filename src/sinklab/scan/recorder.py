@@ -46,6 +46,8 @@ class Record:
     key_norm: torch.Tensor  # (L, T): mean over sequences and heads of ||k_t||
     value_norm: torch.Tensor  # (L, T)
     dominance: torch.Tensor  # (L, T): mean dominance ratio of the residual stream per position
+    resid_norm: torch.Tensor  # (L, T): mean over sequences of ||h_t|| of the residual stream
+    median_abs: torch.Tensor  # (L,): mean over sequences of the median |h| of the residual stream
     max_abs: torch.Tensor  # (L, T): largest |h| over dimensions and sequences per position
     kurtosis: torch.Tensor  # (L,)
     massive: list[dict]  # one entry per (layer, position, dim) over the threshold, by layer
@@ -134,6 +136,8 @@ class Recorder:
 
     def _on_resid(self, h: torch.Tensor, point: HookPoint) -> None:
         self._accumulate("dominance", point.layer, metrics.dominance_ratio(h).sum(0))  # (T,)
+        self._accumulate("resid_norm", point.layer, h.detach().float().norm(dim=-1).sum(0))  # (T,)
+        self._accumulate("median_abs", point.layer, h.detach().abs().flatten(1).median(dim=1).values.sum())  # ()
         peak = h.detach().abs().amax(dim=(0, 2)).double()  # (T,)
         store = self._sums["max_abs"]
         store[point.layer] = torch.maximum(store[point.layer], peak) if point.layer in store else peak
@@ -182,6 +186,8 @@ class Recorder:
             key_norm=mean("key_norm"),
             value_norm=mean("value_norm"),
             dominance=mean("dominance"),
+            resid_norm=mean("resid_norm"),
+            median_abs=mean("median_abs"),
             max_abs=torch.stack([self._sums["max_abs"][i] for i in range(self.n_layers)]),
             kurtosis=torch.tensor([m.kurtosis() for m in self._moments], dtype=torch.float64),
             massive=sorted(self._massive.values(), key=lambda e: (e["layer"], -abs(e["value"]))),

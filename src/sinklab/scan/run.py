@@ -126,7 +126,8 @@ def _save_record(record: Record, out) -> None:
 
 #: The entries a pretraining run's summary carries (the rest need a tokenizer or are plotted only).
 NATIVE_KEYS = ("first_token_mass", "first_token_mass_by_layer", "sink_rate", "sink_share_by_layer", "massive_activations",
-               "dominance_ratio_first", "dominance_ratio_rest", "max_abs_first", "kurtosis", "super_neurons", "variance_by_position", "null_slot_mass")
+               "dominance_ratio_first", "dominance_ratio_rest", "max_abs_first", "kurtosis", "super_neurons", "variance_by_position", "null_mass",
+               "extreme_token_triad", "max_over_median")
 
 
 def scan_native(model, ids: torch.Tensor, settings: Optional[MetricSettings] = None, decode=None) -> dict:
@@ -137,7 +138,8 @@ def scan_native(model, ids: torch.Tensor, settings: Optional[MetricSettings] = N
     """
     subject = NativeSubject(model, tokenizer=_Decoder(decode) if decode else None)
     settings = settings or MetricSettings()
-    record, loss = record_subject(subject, ids, RecordOptions(variance=ids.shape[0] >= 2), progress=False)
+    columns = tuple(range(max(1, subject.prefix_positions)))  # the sink tokens' columns, for the null mass
+    record, loss = record_subject(subject, ids, RecordOptions(variance=ids.shape[0] >= 2, key_columns=columns), progress=False)
     return {"scan_tokens": record.tokens, "scan_sequences": record.sequences, "scan_loss": loss.item(), **summarise(record, settings, subject, ids, NATIVE_KEYS)}
 
 

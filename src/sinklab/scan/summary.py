@@ -175,6 +175,14 @@ for _key, _split in POSITION_SPLITS.items():
     entry(_key)(lambda c, split=_split: split(c.record).tolist())
 
 
+@entry("max_over_median")
+def _max_over_median(c: ScanContext):
+    """Per layer, the largest |h| over the median |h| of the residual stream: the scale-free view of
+    massive activations (Sun et al. 2024 require > 1000 x the median and > 100 absolutely; the
+    absolute bar may never be reached by a small model)."""
+    return (c.record.max_abs.amax(-1) / c.record.median_abs.clamp_min(1e-30)).tolist()
+
+
 @entry("kurtosis")
 def _kurtosis(c: ScanContext):
     """:func:`metrics.kurtosis` of the residual stream, per layer."""
@@ -200,9 +208,23 @@ def _variance_by_position(c: ScanContext):
     return c.record.variance.tolist() if c.record.variance is not None else None
 
 
-@entry("null_slot_mass")
-def _null_slot_mass(c: ScanContext):
-    """(L, H) :func:`metrics.null_slot_mass`: attention mass outside the visible keys (gpt-oss sink
-    logits, softmax1, sink_logit). Left out when every row sums to one."""
-    slot = metrics.null_slot_mass(c.record.row_mass)
-    return slot.tolist() if slot.abs().max().item() > ROW_MASS_TOLERANCE else OMIT
+@entry("null_mass")
+def _null_mass(c: ScanContext):
+    """(L, H) :func:`metrics.null_mass`: mass in an implicit slot or on learned sink tokens. Left
+    out when rows sum to one over content keys (no slot, no sink tokens)."""
+    n = c.subject.prefix_positions
+    prefix = sum(c.record.columns[k][..., n:].mean(-1) for k in range(n)) if n else None
+    mass = metrics.null_mass(c.record.row_mass, prefix)
+    return mass.tolist() if mass.abs().max().item() > ROW_MASS_TOLERANCE else OMIT
+
+
+@entry("extreme_token_triad")
+def _extreme_token_triad(c: ScanContext):
+    """Per layer, Guo et al. (2024)'s triad at the first position: its attention share (the
+    first-token mass), value drain (its value norm over the others') and residual peak (its
+    residual norm over the others'), via :func:`metrics.norm_ratio_first`."""
+    return {
+        "attention_share": c.first.mean(-1).tolist(),
+        "value_drain": metrics.norm_ratio_first(c.record.value_norm).tolist(),
+        "residual_peak": metrics.norm_ratio_first(c.record.resid_norm).tolist(),
+    }

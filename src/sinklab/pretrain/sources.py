@@ -1,0 +1,25 @@
+"""Where pretraining data comes from: a text corpus tokenised once (:mod:`.tokens`), optionally
+with a fixed first token in every window, or the synthetic Bigram-Backcopy task
+(:mod:`.bigram_backcopy`). Both offer what training needs: ``vocab_size``, ``batch(split, batch,
+seq_len, generator)``, ``check_windows``, ``bits_per_byte``, ``unigram_val_loss``, ``decode``,
+``describe`` and ``task_metrics`` (the task's own figures on the validation batches)."""
+
+from __future__ import annotations
+
+from typing import Union
+
+from ..core.errors import check
+from .bigram_backcopy import CORPUS_NAME, BigramBackcopy
+from .tokens import TokenData, load_token_data
+
+DataSource = Union[TokenData, BigramBackcopy]
+
+
+def load_source(corpus: str, tokenizer: str, bos: bool, triggers: int) -> DataSource:
+    """The data of a pretraining run; clear errors for options that do not fit the corpus."""
+    if corpus == CORPUS_NAME:
+        check(tokenizer == "default", f"--corpus {CORPUS_NAME} has its own character vocabulary; drop --tokenizer {tokenizer}")
+        check(not bos, f"--corpus {CORPUS_NAME} sequences always start with BOS; drop --bos")
+        return BigramBackcopy(triggers)
+    data = load_token_data(corpus, tokenizer)
+    return data.with_bos() if bos else data
