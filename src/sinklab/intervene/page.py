@@ -14,16 +14,6 @@ from ..core import html
 from . import report
 
 MAP_TOKENS = 96
-TRIGGER_COLUMNS = [
-    ("model", "model", "s"),
-    ("intervention", "intervention", "s"),
-    ("MSE non-trigger before", "mse_nontrigger_before", ".2e"),
-    ("after", "mse_nontrigger_after", ".2e"),
-    ("MSE trigger before", "mse_trigger_before", ".2e"),
-    ("after", "mse_trigger_after", ".2e"),
-    ("BOS mass before", "bos_mass_nontrigger_before", ".3f"),
-    ("after", "bos_mass_nontrigger_after", ".3f"),
-]
 
 
 def is_run(run_dir: Path) -> bool:
@@ -46,7 +36,7 @@ def sections(run_dir: Path) -> list[html.Section]:
     summary = json.loads((run_dir / "summary.json").read_text())
     if "lab_dir" in summary:
         return [html.Section("Run", html.header(run_dir, "trigger-lab models", {"experiments": len(summary["experiments"])})),
-                html.Section("Errors before and after", html.table(summary["results"], TRIGGER_COLUMNS))]
+                html.Section("Errors before and after", html.table(summary["results"], report.TRIGGER_INTERVENTION_COLUMNS))]
     uid, base = html.dom_id(run_dir), summary["baseline"]
     layer_mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
     rows = [{**r, "k_before": layer_mean(base["share_at"][str(r["k"])]), "k_after": layer_mean(r["share_at_k"]),

@@ -118,18 +118,18 @@ def _before_after(before, after, label: str, path: Path) -> Path:
     return save_figure(fig, path)
 
 
+TRIGGER_INTERVENTION_COLUMNS = [
+    ("model", "model", "s"),
+    ("intervention", "intervention", "s"),
+    ("MSE non-trigger before", "mse_nontrigger_before", ".2e"),
+    ("after", "mse_nontrigger_after", ".2e"),
+    ("MSE trigger before", "mse_trigger_before", ".2e"),
+    ("after", "mse_trigger_after", ".2e"),
+    ("BOS mass before", "bos_mass_nontrigger_before", ".3f"),
+    ("after", "bos_mass_nontrigger_after", ".3f"),
+]
+
+
 def trigger_intervention_table(results: list[dict]) -> str:
-    return format_table(
-        results,
-        [
-            ("model", "model", "s"),
-            ("intervention", "intervention", "s"),
-            ("MSE non-trigger before", "mse_nontrigger_before", ".2e"),
-            ("after", "mse_nontrigger_after", ".2e"),
-            ("MSE trigger before", "mse_trigger_before", ".2e"),
-            ("after", "mse_trigger_after", ".2e"),
-            ("BOS mass before", "bos_mass_nontrigger_before", ".3f"),
-            ("after", "bos_mass_nontrigger_after", ".3f"),
-        ],
-    )
+    return format_table(results, TRIGGER_INTERVENTION_COLUMNS)
 
