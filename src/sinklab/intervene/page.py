@@ -37,14 +37,11 @@ def sections(run_dir: Path) -> list[html.Section]:
     if "lab_dir" in summary:
         return [html.Section("Run", html.header(run_dir, "trigger-lab models", {"experiments": len(summary["experiments"])})),
                 html.Section("Errors before and after", html.table(summary["results"], report.TRIGGER_INTERVENTION_COLUMNS))]
-    uid, base = html.dom_id(run_dir), summary["baseline"]
-    layer_mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    rows = [{**r, "k_before": layer_mean(base["share_at"][str(r["k"])]), "k_after": layer_mean(r["share_at_k"]),
-             "0_before": layer_mean(base["share_at_0"]), "0_after": layer_mean(r["share_at_0"]), "ppl_before": base["ppl"]} for r in summary["results"]]
+    uid, rows = html.dom_id(run_dir), report.intervention_rows(summary)
+    figures = {"input": f"{summary['sequences']} x {summary['tokens']} tokens", "baseline ppl": summary["baseline"]["ppl"], "experiments": len(rows)}
     parts = [
-        html.Section("Run", html.header(run_dir, summary["model"], {"input": f"{summary['sequences']} x {summary['tokens']} tokens", "baseline ppl": base["ppl"], "experiments": len(rows)})),
-        html.Section("Before and after (means over layers)", html.table(rows, [("intervention", "label", "s"), ("share at k before", "k_before", ".3f"), ("after", "k_after", ".3f"),
-                                                                             ("share at 0 before", "0_before", ".3f"), ("after", "0_after", ".3f"), ("ppl before", "ppl_before", ".2f"), ("after", "ppl", ".2f")])),
+        html.Section("Run", html.header(run_dir, summary["model"], figures)),
+        html.Section("Before and after (means over layers)", html.table(rows, report.INTERVENTION_COLUMNS)),
         html.Section("Share of attention at k by layer (dotted: before)", html.plot(_share_by_layer(summary), f"{uid}-share", 420)),
     ]
     if any(r["lam"] is not None for r in summary["results"]):

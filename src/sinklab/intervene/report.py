@@ -15,34 +15,36 @@ def _layer_mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
-def intervention_table(summary: dict) -> str:
+INTERVENTION_COLUMNS = [
+    ("intervention", "label", "s"),
+    ("share at k before", "k_before", ".3f"),
+    ("after", "k_after", ".3f"),
+    ("share at 0 before", "0_before", ".3f"),
+    ("after", "0_after", ".3f"),
+    ("ppl before", "ppl_before", ".2f"),
+    ("ppl after", "ppl_after", ".2f"),
+]
+
+
+def intervention_rows(summary: dict) -> list[dict]:
+    """One row per experiment: shares at k and at 0 (means over layers) and ppl, before and after."""
     base = summary["baseline"]
-    rows = []
-    for r in summary["results"]:
-        k = str(r["k"])
-        rows.append(
-            {
-                "label": r["label"],
-                "k_before": _layer_mean(base["share_at"][k]),
-                "k_after": _layer_mean(r["share_at_k"]),
-                "0_before": _layer_mean(base["share_at_0"]),
-                "0_after": _layer_mean(r["share_at_0"]),
-                "ppl_before": base["ppl"],
-                "ppl_after": r["ppl"],
-            }
-        )
-    return format_table(
-        rows,
-        [
-            ("intervention", "label", "s"),
-            ("share at k before", "k_before", ".3f"),
-            ("after", "k_after", ".3f"),
-            ("share at 0 before", "0_before", ".3f"),
-            ("after", "0_after", ".3f"),
-            ("ppl before", "ppl_before", ".2f"),
-            ("ppl after", "ppl_after", ".2f"),
-        ],
-    )
+    return [
+        {
+            "label": r["label"],
+            "k_before": _layer_mean(base["share_at"][str(r["k"])]),
+            "k_after": _layer_mean(r["share_at_k"]),
+            "0_before": _layer_mean(base["share_at_0"]),
+            "0_after": _layer_mean(r["share_at_0"]),
+            "ppl_before": base["ppl"],
+            "ppl_after": r["ppl"],
+        }
+        for r in summary["results"]
+    ]
+
+
+def intervention_table(summary: dict) -> str:
+    return format_table(intervention_rows(summary), INTERVENTION_COLUMNS)
 
 
 def intervention_figures(summary: dict, base_record, records: dict, out: Path) -> list[str]:

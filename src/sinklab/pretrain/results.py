@@ -49,8 +49,6 @@ def steps_to(rows: Sequence[dict], target: float) -> Optional[int]:
 
 
 def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, target: Optional[float] = None) -> dict:
-    by_layer = summary["first_token_mass_by_layer"]
-    kurtosis = [k for k in summary["kurtosis"] if k is not None]
     return {
         "run": Path(run_dir).name,
         "variant": summary["variant"],
@@ -59,16 +57,27 @@ def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, 
         "final_val_bpb": summary["final_val_bpb"],
         "steps_to_target": steps_to(rows, target) if rows is not None and target is not None else None,
         "tokens_per_s": summary["tokens_per_s"],
-        "first_token_mass_mean": sum(by_layer) / len(by_layer),
-        "sink_rate": summary["sink_rate"]["value"],
-        "dominance_first_max": max(summary["dominance_ratio_first"]),
-        "massive": len(summary["massive_activations"]),
-        "kurtosis_max": max(kurtosis) if kurtosis else None,
-        "max_over_median": max(summary["max_over_median"]) if "max_over_median" in summary else None,
-        "null_mass_mean": _mean_all(summary["null_mass"]) if "null_mass" in summary else 0.0,
-        "value_drain_max": max(triad["value_drain"]) if (triad := summary.get("extreme_token_triad")) else None,
-        "residual_peak_max": max(triad["residual_peak"]) if triad else None,
+        **sink_figures(summary),
         **{k: summary.get(k) for k in ("val_loss_gap", "copy_accuracy", "sink_head_bos_mass_nontrigger", "sink_head_bos_mass_trigger")},
+    }
+
+
+def sink_figures(scan: dict) -> dict:
+    """The one-number summaries of a native scan (``scan_native`` or a run's summary) that the
+    comparison table and the per-evaluation curves show."""
+    by_layer = scan["first_token_mass_by_layer"]
+    kurtosis = [k for k in scan["kurtosis"] if k is not None]
+    triad = scan.get("extreme_token_triad")
+    return {
+        "first_token_mass_mean": sum(by_layer) / len(by_layer),
+        "sink_rate": scan["sink_rate"]["value"],
+        "dominance_first_max": max(scan["dominance_ratio_first"]),
+        "massive": len(scan["massive_activations"]),
+        "kurtosis_max": max(kurtosis) if kurtosis else None,
+        "max_over_median": max(scan["max_over_median"]) if "max_over_median" in scan else None,
+        "null_mass_mean": _mean_all(scan["null_mass"]) if "null_mass" in scan else 0.0,
+        "value_drain_max": max(triad["value_drain"]) if triad else None,
+        "residual_peak_max": max(triad["residual_peak"]) if triad else None,
     }
 
 

@@ -32,7 +32,7 @@ from . import page, report
 from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
 from .checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from .distributed import Dist, wrap_ddp
-from .results import run_row
+from .results import sink_figures
 from .sources import DataSource, load_source
 
 #: Defaults that depend on the corpus. Text: about 12 minutes on 2 CPU cores (BENCHMARKS.md 4).
@@ -228,12 +228,11 @@ def _evaluate(model, data: DataSource, cfg: PretrainConfig, step: int, carry: di
 def sink_snapshot(model: Transformer, data: DataSource, cfg: PretrainConfig) -> dict:
     """The headline sink metrics now, for curves against the step (on a CPU copy of the model:
     the scan is small and the recorder keeps its statistics on the CPU)."""
-    scan = scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg))
-    row = run_row("", {**scan, "variant": cfg.variant, "seed": cfg.seed, "final_val_loss": None, "final_val_bpb": None, "tokens_per_s": None})
-    return {key: row[name] for key, name in EMERGENCE.items()}
+    figures = sink_figures(scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg)))
+    return {key: figures[name] for key, name in EMERGENCE.items()}
 
 
-#: The sink metrics written at every evaluation (metrics.jsonl key -> comparison-row key).
+#: The sink metrics written at every evaluation (metrics.jsonl key -> sink_figures key).
 EMERGENCE = {
     "first_token_mass": "first_token_mass_mean",
     "sink_rate": "sink_rate",
