@@ -1,8 +1,11 @@
-"""Training throughput (forward + backward tokens/s) of every attention variant, and of a minimal
-plain PyTorch model of the same shapes built on F.scaled_dot_product_attention.
+"""Training throughput (tokens/s of a full step: forward, backward, gradient clipping and the
+pretraining's AdamW update) of every attention variant, and of a minimal plain PyTorch model of
+the same shapes built on F.scaled_dot_product_attention.
 
 Target: sinklab's softmax model at least 0.9x the plain one. All models run in this process, in
-rounds that alternate between them, so machine noise hits each alike; the median round counts.
+rounds; the order of the models reverses every round, so neither end of a round is favoured. Each
+round gives every model's speed relative to softmax; the row reports the median ratio and its
+spread (min-max over rounds), and a difference inside the spread is called a tie.
 
 Run: `.venv/bin/python benchmarks/pretrain_speed.py [--rounds 5]`
 """
@@ -21,6 +24,7 @@ from torch import nn
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec
 from sinklab.models.native import Transformer
 from sinklab.pretrain import PretrainConfig
+from sinklab.pretrain.train import make_optimizer
 
 VOCAB = 19087  # the compact vocabulary of the default tokenizer on Shakespeare
 
@@ -69,11 +73,14 @@ class PlainLM(nn.Module):
         return F.linear(self.norm(x), self.embed.weight)
 
 
-def step_seconds(model: nn.Module, batch: torch.Tensor) -> float:
+def step_seconds(model: nn.Module, optimizer: torch.optim.Optimizer, batch: torch.Tensor, grad_clip: float) -> float:
+    """One training step as ``sinklab pretrain`` takes it."""
     start = time.perf_counter()
     logits = model(batch[:, :-1])
     F.cross_entropy(logits.reshape(-1, VOCAB), batch[:, 1:].reshape(-1)).backward()
-    model.zero_grad(set_to_none=True)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     return time.perf_counter() - start
 
 
@@ -85,29 +92,40 @@ def variants(cfg: PretrainConfig) -> dict[str, nn.Module]:
     return models
 
 
+def ratio_row(name: str, per_round: list[float]) -> dict:
+    """Median and spread of a per-round speed ratio; "tie" when the spread holds 1."""
+    low, high = min(per_round), max(per_round)
+    verdict = "tie" if low <= 1.0 <= high else ("faster" if low > 1.0 else "slower")
+    return {"model": name, "median": round(statistics.median(per_round), 3), "min": round(low, 3), "max": round(high, 3), "verdict": verdict}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     cfg = PretrainConfig()
     torch.manual_seed(0)
     batch = torch.randint(0, VOCAB, (cfg.batch, cfg.seq_len + 1))
     models = variants(cfg)
-    for m in models.values():  # warm-up
-        step_seconds(m, batch)
+    optimizers = {name: make_optimizer(m, cfg) for name, m in models.items()}
+    for name, m in models.items():  # warm-up (also creates the optimizer state)
+        step_seconds(m, optimizers[name], batch, cfg.grad_clip)
     times: dict[str, list[float]] = {name: [] for name in models}
-    for _ in range(args.rounds):
-        for name, m in models.items():
-            times[name].append(step_seconds(m, batch))
+    for r in range(args.rounds):
+        for name in list(models) if r % 2 == 0 else list(models)[::-1]:
+            times[name].append(step_seconds(models[name], optimizers[name], batch, cfg.grad_clip))
     tokens = cfg.batch * cfg.seq_len
     tps = {name: tokens / statistics.median(t) for name, t in times.items()}
-    rows = [{"model": name, "tokens_per_s": round(v), "vs_softmax": round(v / tps["softmax"], 3)} for name, v in tps.items()]
+    versus_softmax = [ratio_row(name, [s / t for s, t in zip(times["softmax"], ts)]) for name, ts in times.items()]
     record("pretrain_speed", {
         "config": {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "seq_len", "batch")},
         "vocab": VOCAB,
         "threads": torch.get_num_threads(),
-        "softmax_vs_plain": round(tps["softmax"] / tps["plain sdpa"], 3),
-        "rows": rows,
+        "rounds": args.rounds,
+        "step": "forward, backward, clip_grad_norm_, AdamW (make_optimizer)",
+        "softmax_vs_plain": ratio_row("softmax vs plain sdpa", [p / s for p, s in zip(times["plain sdpa"], times["softmax"])]),
+        "tokens_per_s": {name: round(v) for name, v in tps.items()},
+        "vs_softmax": versus_softmax,
     })
 
 

@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet, hook_name
-from sinklab.models.hf import LAYOUTS, instrument
+from sinklab.models.hf import LAYOUTS, describe_architecture, instrument
 from sinklab.models.hf.instrument import sinklab_attention
 from sinklab.models.subjects import HFSubject
 from sinklab.scan import MetricSettings, RecordOptions, record_subject, summarise
@@ -96,3 +96,17 @@ def HFSubject_from(model, tokenizer=None) -> HFSubject:
     from sinklab.models.hf import LoadedModel
 
     return HFSubject(LoadedModel(model, tokenizer, type(model).__name__, "local"))
+
+
+def test_an_architecture_outside_the_layout_table_is_recorded_as_guessed(tokenizer):
+    from transformers import LlamaForCausalLM
+
+    class ForkedLlamaForCausalLM(LlamaForCausalLM):  # a class the layout table does not know
+        pass
+
+    torch.manual_seed(0)
+    model = ForkedLlamaForCausalLM(tiny_config("llama", len(tokenizer)))
+    with pytest.warns(UserWarning, match="not in sinklab's layout table"):
+        described = describe_architecture(model)
+    assert described == "ForkedLlamaForCausalLM (layout guessed: layers model.layers, FFN down projection mlp.down_proj)"
+    assert describe_architecture(AutoModelForCausalLM.from_config(tiny_config("llama", len(tokenizer)))) == "LlamaForCausalLM"

@@ -1,6 +1,7 @@
 """Interventions: zero strength is a no-op, each edit changes exactly what it claims, hooks are
 removed on error, bad positions and layers are clear errors, and the trigger-model result."""
 
+import dataclasses
 import json
 
 import pytest
@@ -123,13 +124,25 @@ def test_suppressing_the_sink_moves_all_first_token_attention(tiny_model_dir):
     assert masked.columns[5][:, :, 5].min() == pytest.approx(1.0)  # row 5 attends only to itself
 
 
-def test_hooks_are_gone_after_a_failing_run():
+def test_hooks_are_gone_after_a_run_that_fails_inside_an_intervention():
+    """The failure happens in the second layer's hook, mid-forward, after the first one edited."""
     subject = native_subject()
-    bad = VarianceAmplify(k=2, lam=float("nan"))
-    with pytest.raises(RuntimeError):
-        with subject.session(), subject.hooks.attached(hooks_of([bad], 2)):
-            raise RuntimeError("interrupted")
-    assert not subject.hooks
+    calls = []
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class FailsInTheSecondLayer(VarianceAmplify):
+        def rewrite(self, o_k, z):
+            calls.append(o_k)
+            if len(calls) == 2:
+                raise RuntimeError("failed inside the intervention")
+            return super().rewrite(o_k, z)
+
+    ids = torch.randint(0, 40, (1, 8))
+    clean = logits_with(subject, ids, [])
+    with pytest.raises(RuntimeError, match="inside the intervention"):
+        logits_with(subject, ids, [FailsInTheSecondLayer(k=2, lam=2.0)])
+    assert len(calls) == 2 and not subject.hooks
+    torch.testing.assert_close(logits_with(subject, ids, []), clean, atol=0, rtol=0)  # nothing left behind
 
 
 @pytest.mark.parametrize(

@@ -230,3 +230,13 @@ def test_compare_table_and_plots(corpus, tmp_path, capsys):
     assert "final val loss" in capsys.readouterr().out
     with pytest.raises(SinklabError, match="not a pretraining run"):
         results.load_run(str(tmp_path))
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_a_damaged_one_is_an_error(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2}\n{"st')
+    with pytest.warns(UserWarning, match="torn last line"):
+        assert read_jsonl(path) == [{"step": 1}, {"step": 2}]
+    path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
+    with pytest.raises(SinklabError, match="line 2, is not valid JSON"):
+        read_jsonl(path)

@@ -120,7 +120,7 @@ def test_stream_report(tiny_model_dir, browser, tmp_path):
     text.write_text("To be, or not to be, that is the question. " * 60)
     out = tmp_path / "stream"
     code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(text), "--tokens", "80", "--sinks", "2", "--window", "14",
-                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--check-tokens", "8", "--ablation", "0,1", "--out", str(out)])
+                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(out)])
     assert code == 0
     check_page(browser, out / "report.html", tmp_path)
 

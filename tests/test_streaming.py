@@ -1,23 +1,52 @@
-"""Sink caches: equal to dense within capacity, exact re-rotation, the intended positions after
-eviction, generate past the context length, native caches, and clear errors."""
+"""Sink caches: equal to dense within capacity, exact key rotation over long streams in every
+dtype, the intended positions after eviction (manual loops, absolute positions, generate, GPT-NeoX),
+the one-pass kernel against a real cache, native caches, and clear errors.
+
+Position tests run on *sharp* tiny models (initializer range 0.2): the default tiny models attend
+almost uniformly, so a wrong position would move their logits by ~1e-4 and pass unnoticed. Two
+mutation tests show that the position bugs these tests guard against do fail them."""
 
 import json
 
 import pytest
 import torch
+from conftest import tiny_config
+from transformers import AutoModelForCausalLM, DynamicCache
 
 from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import load_model
 from sinklab.models.native import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, generate
-from sinklab.stream.benchmark import policy_nll, token_by_token_nll
-from sinklab.stream.caches import NativeSinkCache, RopeShift, make_sink_cache, rotate_keys
+from sinklab.stream import StreamConfig, benchmark, caches, generate
+from sinklab.stream.benchmark import policy_nll, real_cache_walk
+from sinklab.stream.caches import NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate, rotation
+
+ROPE_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi", "gpt_neox")
 
 
 @pytest.fixture(scope="module")
 def llama(tiny_model_dir):
     return load_model(str(tiny_model_dir("llama")))
+
+
+@pytest.fixture(scope="module")
+def sharp():
+    """A factory: a tiny random model of ``arch`` whose attention is far from uniform."""
+    made = {}
+
+    def make(arch: str):
+        if arch not in made:
+            config = tiny_config(arch, 300)
+            config.initializer_range = 0.2
+            torch.manual_seed(0)
+            made[arch] = AutoModelForCausalLM.from_config(config).eval()
+        return made[arch]
+
+    return make
+
+
+def stream_ids(n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(2, 300, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
 def step_logits(model, ids, cache, prefill=5):
@@ -28,16 +57,15 @@ def step_logits(model, ids, cache, prefill=5):
 
 
 @torch.no_grad()
-def test_sink_cache_equals_dense_while_it_holds_everything(llama):
-    from transformers import DynamicCache
-
-    ids = torch.randint(2, llama.model.config.vocab_size, (1, 40))
-    dense = step_logits(llama.model, ids, DynamicCache())
-    sink = step_logits(llama.model, ids, make_sink_cache(llama.model, 4, 36))
+@pytest.mark.parametrize("arch", ROPE_ARCHITECTURES)
+def test_sink_cache_equals_dense_while_it_holds_everything(sharp, arch):
+    model, ids = sharp(arch), stream_ids(40)
+    dense = step_logits(model, ids, DynamicCache())
+    sink = step_logits(model, ids, make_sink_cache(model, 4, 36))
     torch.testing.assert_close(sink, dense, atol=1e-5, rtol=0)
 
 
-def test_re_rotation_is_exact(llama):
+def test_moving_keys_is_exact(llama):
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     model = llama.model
@@ -49,12 +77,49 @@ def test_re_rotation_is_exact(llama):
         return apply_rotary_pos_emb(k, k, cos, sin)[1]
 
     start, moved = [10, 11, 12, 13, 14, 15], [3, 4, 5, 6, 7, 8]
-    shifted = RopeShift(model)(at(start), torch.tensor(moved) - torch.tensor(start))
-    torch.testing.assert_close(shifted, at(moved), atol=1e-5, rtol=0)
-    # composing shifts is exact too (a token re-rotated once per evicted step)
-    inv = RopeShift(model).inv_freq
-    twice = rotate_keys(rotate_keys(at(start), torch.full((6,), -3), inv), torch.full((6,), -4), inv)
-    torch.testing.assert_close(twice, at([p - 7 for p in start]), atol=1e-5, rtol=0)
+    shifted = RopeShift(model).move(at(start), torch.tensor(start), torch.tensor(moved))
+    torch.testing.assert_close(shifted, at(moved), atol=1e-6, rtol=0)
+
+
+def smollm_like_rope():
+    """A one-layer Llama with SmolLM2's rotary setting (head_dim 64, theta 1e5)."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(hidden_size=64, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                         vocab_size=8, max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e5})
+    return AutoModelForCausalLM.from_config(config)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_kept_keys_stay_exact_over_10000_steps(dtype):
+    """After 10,000 single-token steps (~9,000 evictions) every kept key equals the key rotated
+    directly at its index in the cache, within the rounding of one rotation in ``dtype``;
+    re-rotating by -1 at every eviction (the old design) drifts far past that bound."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model = smollm_like_rope()
+    rotary = model.model.rotary_emb
+    raw = 3 * torch.randn(10_000, 64, generator=torch.Generator().manual_seed(0))
+
+    def at(rows, positions):  # as the model rotates keys; calling rotary also feeds the cache's tap
+        x = rows.to(dtype).view(1, 1, -1, 64)
+        cos, sin = rotary(x, torch.tensor([positions]))
+        return apply_rotary_pos_emb(x, x, cos, sin)[1]
+
+    layer = make_sink_cache(model, 4, 1020).layers[0]
+    for step in range(len(raw)):
+        key = at(raw[step : step + 1], [layer.get_seq_length()])
+        layer.update(key, key)
+    direct = at(raw[layer.positions], list(range(len(layer.positions))))
+    one_rounding = 2 * torch.finfo(dtype).eps * direct.abs().max().item()
+    assert (layer.keys_in_cache().float() - direct.float()).abs().max() <= one_rounding
+
+    compounded = at(raw[:1], [1023])  # one key moved from the end of a full cache to index 4 by -1 steps
+    minus_one = rotation(-RopeShift(model).inv_freq.double())
+    for _ in range(1019):
+        compounded = rotate(compounded, *minus_one)
+    drift = (compounded.float() - at(raw[:1], [4]).float()).abs().max()
+    assert drift > (10 * one_rounding if dtype != torch.float32 else 1e-4)
 
 
 @torch.no_grad()
@@ -68,8 +133,6 @@ def test_after_eviction_the_cache_holds_the_sinks_and_the_recent_window(llama):
         assert layer.keys.shape[-2] == layer.values.shape[-2] == 3 + 7
     assert cache.get_seq_length() == 10
     # the sink keys were computed with the full early context, exactly as in a dense cache
-    from transformers import DynamicCache
-
     dense = DynamicCache()
     step_logits(model, ids, dense)
     torch.testing.assert_close(cache.layers[0].keys[..., :3, :], dense.layers[0].keys[..., :3, :], atol=1e-6, rtol=0)
@@ -77,26 +140,80 @@ def test_after_eviction_the_cache_holds_the_sinks_and_the_recent_window(llama):
 
 @torch.no_grad()
 def test_generate_runs_past_the_context_length_with_constant_memory(llama):
+    from transformers import LogitsProcessor, LogitsProcessorList
+
     max_positions = llama.model.config.max_position_embeddings  # 128 in the tiny config
-    result = generate(llama.model, llama.tokenizer, "To be or not to be", max_positions + 72, sinks=2, window=30)
-    assert result["new_tokens"] == max_positions + 72
-    assert result["cache_tokens"] == 2 + 29
+    cache = make_sink_cache(llama.model, 2, 30)
+    held = []
+
+    class RecordCacheBytes(LogitsProcessor):
+        def __call__(self, input_ids, scores):
+            held.append(cache_bytes(cache))
+            return scores
+
+    ids = llama.tokenizer("To be or not to be", return_tensors="pt").input_ids
+    out = llama.model.generate(ids, cache=cache, max_new_tokens=max_positions + 72, min_new_tokens=max_positions + 72,
+                               do_sample=False, pad_token_id=1, logits_processor=LogitsProcessorList([RecordCacheBytes()]))
+    assert out.shape[1] - ids.shape[1] == max_positions + 72
+    full = held.index(max(held))
+    assert full <= 30 and set(held[full:]) == {held[-1]}  # flat from the moment the cache fills
+    result = generate(llama.model, llama.tokenizer, "To be or not to be", 50, sinks=2, window=30)
+    assert result["new_tokens"] == 50 and result["cache_tokens"] == 2 + 29
+
+
+def in_cache_vs_absolute_gap(model) -> float:
+    """Largest |logit difference| between a manual loop (positions = index in the cache) and the
+    same loop given the stream positions, as ``model.generate`` passes them, well past eviction."""
+    ids = stream_ids(60)
+    in_cache = step_logits(model, ids, make_sink_cache(model, 2, 10))
+    cache = make_sink_cache(model, 2, 10)
+    outs = [model(input_ids=ids[:, :5], cache=cache, position_ids=torch.arange(5)[None]).logits]
+    for t in range(5, ids.shape[1]):
+        outs.append(model(input_ids=ids[:, t : t + 1], cache=cache, position_ids=torch.tensor([[t]])).logits)
+    return (torch.cat(outs, dim=1) - in_cache).abs().max().item()
 
 
 @torch.no_grad()
-def test_generate_matches_a_manual_loop(llama):
-    """generate passes absolute positions; the cache shifts keys so both agree."""
-    model, tok = llama.model, llama.tokenizer
-    ids = tok("Now is the winter", return_tensors="pt").input_ids
-    out = model.generate(ids, cache=make_sink_cache(model, 2, 10), max_new_tokens=30, do_sample=False, pad_token_id=0)
-    cache = make_sink_cache(model, 2, 10)
-    seq = ids
-    logits = model(input_ids=ids, cache=cache, use_cache=True).logits
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])  # GPT-NeoX does not pass positions to the cache
+def test_absolute_positions_see_the_cache_positions(sharp, arch):
+    assert in_cache_vs_absolute_gap(sharp(arch)) < 1e-4
+
+
+@torch.no_grad()
+def test_mutation_dropping_the_position_offset_fails_the_test_above(sharp, monkeypatch):
+    monkeypatch.setattr(caches, "_presented_positions", lambda caller, n_old, n_keys: torch.arange(n_keys))
+    assert in_cache_vs_absolute_gap(sharp("llama")) > 1e-2
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])
+def test_generate_matches_a_manual_loop(sharp, arch):
+    """generate passes absolute positions; the cache presents its keys so that both agree."""
+    model, ids = sharp(arch), stream_ids(6)
+    out = model.generate(ids, cache=make_sink_cache(model, 2, 10), max_new_tokens=30, min_new_tokens=30, do_sample=False, pad_token_id=1)
+    cache, seq = make_sink_cache(model, 2, 10), ids
+    logits = model(input_ids=ids, cache=cache).logits
     for _ in range(30):
+        logits[..., 1] = float("-inf")  # min_new_tokens bans EOS (id 1)
         nxt = logits[:, -1:].argmax(-1)
         seq = torch.cat([seq, nxt], dim=1)
-        logits = model(input_ids=nxt, cache=cache, use_cache=True).logits
+        logits = model(input_ids=nxt, cache=cache).logits
     assert out.tolist() == seq.tolist()
+
+
+@torch.no_grad()
+def test_a_chunk_fed_after_the_cache_fills_attends_like_a_prefill(sharp):
+    """A chunk of n tokens sees the kept cache plus its own earlier tokens (n_sink + window - 1 + n
+    keys), exactly as a dense cache holding the kept keys would, and the cache is trimmed after."""
+    model, ids = sharp("llama"), stream_ids(40)
+    cache = make_sink_cache(model, 2, 10)
+    step_logits(model, ids[:, :30], cache)
+    dense = DynamicCache()
+    for i, layer in enumerate(cache.layers):
+        dense.update(layer.keys_in_cache(), layer.values, i)
+    chunk = ids[:, 30:35]
+    torch.testing.assert_close(model(input_ids=chunk, cache=cache).logits, model(input_ids=chunk, cache=dense).logits, atol=1e-5, rtol=0)
+    assert dense.get_seq_length() == 2 + 9 + 5 and cache.get_seq_length() == 2 + 9
 
 
 def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
@@ -111,6 +228,15 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
         make_sink_cache(gpt2.model, 4, 16)
     with pytest.raises(SinklabError, match="unknown policy"):
         StreamConfig(policies=("dense", "lru"))
+    ids = torch.randint(2, 300, (2, 6))
+    with pytest.raises(SinklabError, match="one sequence at a time; got a batch of 2"):
+        llama.model(input_ids=ids, cache=make_sink_cache(llama.model, 2, 10))
+    with pytest.raises(SinklabError, match="consecutive positions"):
+        llama.model(input_ids=ids[:1], cache=make_sink_cache(llama.model, 2, 10), position_ids=torch.tensor([[0, 1, 2, 7, 8, 9]]))
+    per_layer_type = AutoModelForCausalLM.from_config(tiny_config("llama", 300))
+    per_layer_type.config.rope_parameters = {kind: {"rope_type": "default", "rope_theta": 1e4} for kind in ("full_attention", "sliding_attention")}
+    with pytest.raises(SinklabError, match="per layer type"):
+        make_sink_cache(per_layer_type, 2, 10)
 
 
 @torch.no_grad()
@@ -129,13 +255,27 @@ def test_native_models_stream_the_same_way():
     assert len(small) == 2 + 5
 
 
+def one_pass_vs_real_cache(model, policy, sinks, window) -> float:
+    ids = stream_ids(70)[0]
+    one_pass = policy_nll(model, ids, policy, sinks, window)
+    walk = real_cache_walk(model, ids, policy, sinks, window)
+    first, reference = walk["first"], walk["nll"]
+    assert one_pass.shape == (69,) and first + len(reference) == 70
+    return (one_pass[first - 1 :] - reference).abs().max().item()
+
+
 @pytest.mark.parametrize("policy, sinks, window", [("sink", 2, 8), ("sink", 1, 5), ("window", 2, 8), ("dense", 2, 8)])
-def test_one_pass_scores_equal_a_token_by_token_cache(llama, policy, sinks, window):
-    ids = torch.randint(2, llama.model.config.vocab_size, (70,), generator=torch.Generator().manual_seed(1))
-    one_pass = policy_nll(llama.model, ids, policy, sinks, window)
-    first, reference = token_by_token_nll(llama.model, ids, policy, sinks, window, steps=50)
-    assert one_pass.shape == (69,) and len(reference) == 50
-    torch.testing.assert_close(one_pass[first - 1 : first - 1 + 50], reference, atol=2e-4, rtol=0)
+def test_one_pass_scores_equal_a_token_by_token_cache(sharp, policy, sinks, window):
+    assert one_pass_vs_real_cache(sharp("llama"), policy, sinks, window) < 1e-4
+
+
+def test_mutation_skipping_the_sink_query_re_rotation_fails_the_test_above(sharp, monkeypatch):
+    class NoMove(RopeShift):
+        def move(self, x, source, target):
+            return x
+
+    monkeypatch.setattr(benchmark, "RopeShift", NoMove)  # the kernel's shifter only; the cache keeps its own
+    assert one_pass_vs_real_cache(sharp("llama"), "sink", 2, 8) > 1e-1
 
 
 def test_sinks_change_the_scores_once_tokens_are_evicted(llama):
@@ -149,7 +289,7 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
     corpus = tmp_path / "text.txt"
     corpus.write_text("To be, or not to be, that is the question. " * 60)
     code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2",
-                     "--window", "14", "--recompute-every", "10", "--chunk", "40", "--latency-steps", "3", "--check-tokens", "20",
+                     "--window", "14", "--recompute-every", "10", "--chunk", "40", "--latency-steps", "3",
                      "--ablation", "0,1", "--out", str(tmp_path / "run")])
     assert code == 0
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -159,10 +299,41 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
         assert {"ppl", "ppl_by_chunk", "tokens_per_s", "ms_per_token_by_chunk", "peak_cache_bytes"} <= set(p)
         assert all({"start", "end", "ppl"} <= set(c) for c in p["ppl_by_chunk"])
     assert set(s["ablation"]) == {"0", "1"}
-    assert s["one_pass_check"]["max_abs_nll_difference"] < 1e-3
+    check = s["one_pass_check"]  # the whole stream after the prefill, chunk by chunk
+    assert check["policy"] == "sink" and check["positions"] == [15, 80] and check["passed"]
+    assert check["max_abs_nll_difference"] < check["tolerance"] == 1e-3
+    assert [c["start"] for c in check["by_chunk"]] == [0, 40]
+    assert len(s["policies"]["sink"]["ms_per_token_by_chunk"]) == 2  # timed along the same walk
     assert all((tmp_path / "run" / f).exists() for f in s["figures"])
+
+
+def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, tokenizer, tmp_path, monkeypatch, capsys):
+    class NoMove(RopeShift):
+        def move(self, x, source, target):
+            return x
+
+    sharp("llama").save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "text.txt").write_text("Now is the winter of our discontent. " * 60)
+    monkeypatch.setattr(benchmark, "RopeShift", NoMove)  # a kernel that forgets the sink-query re-rotation
+    code = cli.main(["stream", str(tmp_path / "model"), "--corpus", str(tmp_path / "text.txt"), "--tokens", "60", "--sinks", "2",
+                     "--window", "8", "--policies", "sink", "--out", str(tmp_path / "run")])
+    assert code != 0
+    assert "differ from a real sink cache" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["one_pass_check"]["passed"] is False
 
 
 def test_generate_cli(tiny_model_dir, capsys):
     assert cli.main(["generate", str(tiny_model_dir("llama")), "--prompt", "To be", "--max-new-tokens", "20", "--window", "8"]) == 0
     assert "the cache holds 11 tokens" in capsys.readouterr().out
+
+
+@torch.no_grad()
+def test_recompute_scores_each_token_from_a_fresh_window(sharp):
+    model, ids = sharp("llama"), stream_ids(60)[0]
+    positions, nll, _ = benchmark.recompute_nll(model, ids, context=20, every=7)
+    assert positions.tolist() == list(range(20, 60, 7))
+    dense = policy_nll(model, ids, "dense", 2, 8)
+    assert nll[0].item() == pytest.approx(dense[19].item(), abs=1e-5)  # the first window is the stream's start
+    fresh = policy_nll(model, ids[27 - 20 : 28], "dense", 2, 8)[-1]
+    assert nll[1].item() == pytest.approx(fresh.item(), abs=1e-5)

@@ -38,6 +38,9 @@ def test_softmax_sinks_and_relu_does_not_after_short_training():
 
 @pytest.mark.parametrize("mode", ["fused", "compiled"])
 def test_fused_adam_step_matches_autograd_and_torch_adam(mode):
+    """The compiled mode must really compile: a silent fallback to the fused step fails this test."""
+    from torch._dynamo.utils import counters
+
     cfg = TriggerConfig(layers=2, heads=2, n=6, length=6, eval_trigger=3)
     task = cfg.task
     models = []
@@ -45,13 +48,32 @@ def test_fused_adam_step_matches_autograd_and_torch_adam(mode):
         torch.manual_seed(0)
         model = Transformer(cfg.model_config())
         step = AdamStep(model, lr=1e-2, stop_below=5e-3, mode=m)
+        counters.clear()
         data = torch.Generator().manual_seed(1)
         losses = [step(*task.sample(16, data)[:2], t)[0] for t in range(1, 6)]
         models.append((model, losses))
+    assert step.compile_fallback is None
+    assert (counters["stats"]["unique_graphs"] > 0) == (mode == "compiled")
     (ref, ref_losses), (fused, fused_losses) = models
     assert fused_losses == pytest.approx(ref_losses, rel=1e-4)
     for a, b in zip(ref.parameters(), fused.parameters()):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_a_compile_failure_is_recorded_in_the_run(monkeypatch, tmp_path):
+    def broken_compile(fn, **kwargs):
+        def run(*args):
+            raise RuntimeError("no C++ compiler found")
+
+        return run
+
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    cfg = TriggerConfig(layers=2, heads=1, n=6, length=6, eval_trigger=3, max_steps=3, compile="on")
+    with pytest.warns(UserWarning, match="no C\\+\\+ compiler"):
+        summary = lab.run_lab([cfg], str(tmp_path / "lab"), workers=1)
+    record = summary["runs"][0]
+    assert record["step_mode"] == "compiled" and record["compile_fallback"] == "RuntimeError: no C++ compiler found"
+    assert summary["compile_fallbacks"] == {cfg.key: "RuntimeError: no C++ compiler found"}
 
 
 def test_a_converged_batch_leaves_the_weights_untouched():

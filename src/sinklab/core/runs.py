@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
@@ -103,15 +104,18 @@ def write_jsonl(path: str | os.PathLike, rows: list) -> None:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """Read the complete lines of a JSON-lines file."""
+    """Read a JSON-lines file. A torn last line (a write cut short by a kill, see
+    :func:`append_jsonl`) is skipped with a warning; a malformed line anywhere else is an error."""
+    lines = Path(path).read_text().splitlines()
     rows = []
-    for line in Path(path).read_text().splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            continue
+            if number < len(lines):
+                raise SinklabError(f"{path}, line {number}, is not valid JSON; the file is damaged") from None
+            warnings.warn(f"skipped the torn last line of {path} (an interrupted write)", stacklevel=2)
     return rows
-
 
 
 def prepare_run_dir(path: str | os.PathLike) -> Path:

@@ -96,6 +96,7 @@ def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> di
         )
     summary = {
         "model": subject.name,
+        "architecture": subject.architecture,
         "tokens": ids.shape[1],
         "sequences": ids.shape[0],
         "mu": MU_DEFINITION,

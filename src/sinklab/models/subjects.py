@@ -77,7 +77,7 @@ class HFSubject(Subject):
 
     @property
     def architecture(self) -> str:
-        return type(self.model).__name__
+        return hf.describe_architecture(self.model)
 
 
 class NativeSubject(Subject):

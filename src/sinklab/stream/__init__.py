@@ -3,7 +3,7 @@
 :mod:`.benchmark` (``sinklab stream``) and :mod:`.generate` (``sinklab generate``)."""
 
 from .benchmark import StreamConfig, run_stream
-from .caches import POLICIES, NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate_keys
+from .caches import POLICIES, NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate, rotation
 from .generate import check_generation, generate
 from .kernel import sink_window_attention
 
@@ -16,7 +16,8 @@ __all__ = [
     "check_generation",
     "generate",
     "make_sink_cache",
-    "rotate_keys",
+    "rotate",
+    "rotation",
     "run_stream",
     "sink_window_attention",
 ]

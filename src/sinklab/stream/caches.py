@@ -4,15 +4,22 @@ The cache keeps the first ``n_sink`` tokens (the attention sinks) and the most r
 a model can stream far past its context length at constant memory. ``window`` counts the recent
 tokens a query sees *including itself*: attention spans at most ``n_sink + window`` keys.
 
-Positions follow StreamingLLM: keys are kept rotated to their index *in the cache*, and when
-tokens are evicted the kept ones are re-rotated back by the number evicted (an exact rotation by
--delta; :func:`rotate_keys`). A query at in-cache position p therefore sees the same relative
-distances as in a fresh sequence of the cached tokens. Callers that feed absolute positions
-(``model.generate``) still work: the keys returned for attention are shifted to match.
+Positions follow StreamingLLM: a query at in-cache position p sees every kept key at its index in
+the cache, so the relative distances are those of a fresh sequence of the cached tokens. Each key
+is stored exactly as the model rotated it, with the position it was rotated at; the keys handed to
+attention are moved from there to their current index by **one** rotation per step. Re-rotating
+the stored keys by -1 at every eviction instead would compound rounding: after ~1,000 evictions a
+bfloat16 key is off by tens of percent (BENCHMARKS.md, section 5).
 
-This rotation is the one piece that depends on transformers internals (where the rotary
-frequencies live, which RoPE variants are static); it is isolated in :class:`RopeShift` and tested
-against keys computed directly at the new positions.
+Angles are those transformers computes (``float32(position) * float32(inv_freq)``), so a moved key
+is the key the model would have rotated at the target position, and queries and keys stay
+consistent at any absolute position (``model.generate`` passes absolute positions; far past
+10^5 tokens those float32 angles themselves drift, for the model as much as for the cache).
+
+The caller's positions are read where the model uses them: a forward pre-hook on the rotary module
+records the ``position_ids`` of every call, so models that do not pass positions to the cache
+(GPT-NeoX) stream correctly too. This is the one piece that depends on transformers internals; it
+is isolated in :class:`RopeShift` and tested against keys computed directly at the new positions.
 """
 
 from __future__ import annotations
@@ -38,33 +45,77 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def rotate_keys(keys: torch.Tensor, delta, inv_freq: torch.Tensor) -> torch.Tensor:
-    """Move RoPE keys (or queries) (B, H, T, D) from their positions to positions + ``delta``, in
-    the rotate-half convention: R(p + d) k = R(d) R(p) k, exact up to float rounding.
+def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """(T, D/2) float64 angles as transformers computes them: a float32 product, then widened."""
+    return (positions.to(torch.float32).unsqueeze(-1) * inv_freq.to(positions.device, torch.float32)).double()
 
-    ``delta`` is one shift for every token (an int) or one per token, (T,)."""
-    delta = torch.as_tensor(delta, dtype=torch.float64, device=keys.device)
-    angles = delta.unsqueeze(-1) * inv_freq.to(keys.device, torch.float64)  # (D/2,) or (T, D/2)
+
+def rotation(angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos, sin), float32 (..., D), of float64 ``angles`` (..., D/2) in the rotate-half layout."""
     angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos().to(keys.dtype), angles.sin().to(keys.dtype)
-    return keys * cos + rotate_half(keys) * sin
+    return angles.cos().float(), angles.sin().float()
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate RoPE keys or queries (..., T, D) by a :func:`rotation`. The products run in float32
+    and round once to ``x``'s dtype. With partial rotary embeddings (GPT-NeoX, Phi) only the first
+    ``cos.shape[-1]`` dimensions rotate; the rest pass through."""
+    wide, rest = x[..., : cos.shape[-1]].float(), x[..., cos.shape[-1] :]
+    rotated = (wide * cos + rotate_half(wide) * sin).to(x.dtype)
+    return torch.cat([rotated, rest], dim=-1) if rest.shape[-1] else rotated
 
 
 class RopeShift:
-    """The rotary frequencies of a Hugging Face model, for exact key re-rotation."""
+    """The rotary frequencies of a Hugging Face model and the positions of its latest forward."""
 
     def __init__(self, model: nn.Module) -> None:
         rotary = next((m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
         if rotary is None:
             raise SinklabError(f"{type(model).__name__} has no rotary position embedding; the sink cache needs a RoPE model")
-        rope = getattr(model.config, "rope_parameters", None) or getattr(model.config, "rope_scaling", None) or {}
-        kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
-        if kind not in STATIC_ROPE_TYPES:
-            raise SinklabError(f"RoPE type {kind!r} changes its frequencies with the sequence length; the sink cache supports {', '.join(STATIC_ROPE_TYPES)}")
+        _check_rope_config(model.config)
         self.inv_freq = rotary.inv_freq.detach().float().clone()
+        self.tap = _position_tap(rotary)
+        self._memo: tuple = ()
 
-    def __call__(self, keys: torch.Tensor, delta) -> torch.Tensor:
-        return rotate_keys(keys, delta, self.inv_freq)
+    def move(self, x: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``x`` (..., T, D), rotated by the model at positions ``source`` (T,), rotated instead at
+        ``target`` (T,), in one rotation. Every layer moves the same positions in a step, so the
+        angles are computed once and reused."""
+        if torch.equal(source, target):
+            return x
+        if not (self._memo and torch.equal(self._memo[0], source) and torch.equal(self._memo[1], target)):
+            cos, sin = rotation(rope_angles(target, self.inv_freq) - rope_angles(source, self.inv_freq))
+            self._memo = (source, target, cos.to(x.device), sin.to(x.device))
+        return rotate(x, *self._memo[2:])
+
+
+def _check_rope_config(config) -> None:
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()):
+        raise SinklabError(f"RoPE parameters per layer type ({', '.join(rope)}) are not supported by the sink cache: it assumes one set of rotary frequencies")
+    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    if kind not in STATIC_ROPE_TYPES:
+        raise SinklabError(f"RoPE type {kind!r} changes its frequencies with the sequence length; the sink cache supports {', '.join(STATIC_ROPE_TYPES)}")
+
+
+class _PositionTap:
+    """Holds the ``position_ids`` the rotary module was last called with."""
+
+    def __init__(self) -> None:
+        self.positions = None
+
+    def __call__(self, module, args, kwargs) -> None:
+        self.positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
+
+
+def _position_tap(rotary: nn.Module) -> _PositionTap:
+    """The tap on ``rotary``, installed once per model (a forward pre-hook that only records)."""
+    tap = getattr(rotary, "_sinklab_position_tap", None)
+    if tap is None:
+        tap = _PositionTap()
+        rotary.register_forward_pre_hook(tap, with_kwargs=True)
+        rotary._sinklab_position_tap = tap
+    return tap
 
 
 # --------------------------------------------------------------------------- Hugging Face
@@ -77,16 +128,19 @@ def _transformers_cache_classes():
 
 
 def make_sink_cache(model: nn.Module, n_sink: int, window: int):
-    """A transformers ``Cache`` with one :class:`SinkCacheLayer` per decoder layer.
+    """A transformers ``Cache`` with one ``SinkCacheLayer`` per decoder layer.
 
-    Use it like any cache: ``model(ids, cache=c)`` in a loop, or ``model.generate(ids, cache=c)``.
-    ``n_sink = 0`` gives the plain sliding window (the ``window`` policy).
+    Use it like any cache: ``model(ids, cache=c)`` in a loop, or ``model.generate(ids, cache=c)``,
+    one sequence at a time. ``n_sink = 0`` gives the plain sliding window (the ``window`` policy).
+    Feed single tokens for exact streaming: a chunk of n tokens attends like a prefill (each of its
+    tokens sees the kept cache and the chunk's earlier tokens, up to ``n_sink + window - 1 + n``
+    keys), and the cache is trimmed after it.
     """
     check_sizes(n_sink, window)
     Cache, _ = _transformers_cache_classes()
-    shift = RopeShift(model)
+    rope = RopeShift(model)
     n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
-    return Cache(layers=[_sink_layer_class()(n_sink, window, shift) for _ in range(n_layers)])
+    return Cache(layers=[_sink_layer_class()(n_sink, window, rope) for _ in range(n_layers)])
 
 
 _SINK_LAYER = None
@@ -100,43 +154,53 @@ def _sink_layer_class():
     _, DynamicLayer = _transformers_cache_classes()
 
     class SinkCacheLayer(DynamicLayer):
-        """Keeps ``n_sink`` first tokens plus the most recent ``window - 1`` between steps."""
+        """Keeps ``n_sink`` first tokens plus the most recent ``window - 1`` between steps.
+
+        ``positions``: the stream index of every kept token; ``rotated_at``: the position the model
+        rotated its key at (the caller's position when it was fed)."""
 
         is_croppable = False
 
-        def __init__(self, n_sink: int, window: int, shift: RopeShift) -> None:
+        def __init__(self, n_sink: int, window: int, rope: RopeShift) -> None:
             super().__init__()
-            self.n_sink, self.window, self.shift = n_sink, window, shift
-            self.positions = torch.zeros(0, dtype=torch.long)  # stream position of every kept token
+            self.n_sink, self.window, self.rope = n_sink, window, rope
+            self.reset()
+
+        def reset(self) -> None:
+            super().reset()
+            self.positions = torch.zeros(0, dtype=torch.long)
+            self.rotated_at = torch.zeros(0, dtype=torch.long)
             self.seen = 0
 
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
+            check(key_states.shape[0] == 1, f"the sink cache streams one sequence at a time; got a batch of {key_states.shape[0]}")
             n_old, n_new = self.get_seq_length(), key_states.shape[-2]
-            offset = _query_offset(kwargs, n_old)  # caller's position minus in-cache position
-            if offset:
-                key_states = self.shift(key_states, -offset)
+            caller = _caller_positions(self.rope.tap, n_new)
             keys = torch.cat([self.keys, key_states], dim=-2)
             values = torch.cat([self.values, value_states], dim=-2)
+            rotated_at = torch.cat([self.rotated_at, caller])
             self.positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
             self.seen += n_new
-            self._store(keys, values)
-            if offset:  # present keys at the caller's positions: same relative distances
-                keys = self.shift(keys, offset)
-            return keys, values
+            presented = self.rope.move(keys, rotated_at, _presented_positions(caller, n_old, keys.shape[-2]))
+            self._store(keys, values, rotated_at)
+            return presented, values
 
-        def _store(self, keys, values) -> None:
-            """Keep sinks + the last window - 1 tokens; re-rotate the recent ones to their new index."""
+        def _store(self, keys, values, rotated_at) -> None:
+            """Keep the sinks and the last window - 1 tokens, each as the model rotated it."""
             dropped = keys.shape[-2] - (self.n_sink + self.window - 1)
-            if dropped <= 0:
-                self.keys, self.values = keys, values
-                return
-            S = self.n_sink
-            self.positions = torch.cat([self.positions[:S], self.positions[S + dropped :]])
-            moved = self.shift(keys[..., S + dropped :, :], -dropped)  # slices, no gather
-            self.keys = torch.cat([keys[..., :S, :], moved], dim=-2)
-            self.values = torch.cat([values[..., :S, :], values[..., S + dropped :, :]], dim=-2)
+            if dropped > 0:
+                S = self.n_sink
+                keys = torch.cat([keys[..., :S, :], keys[..., S + dropped :, :]], dim=-2)
+                values = torch.cat([values[..., :S, :], values[..., S + dropped :, :]], dim=-2)
+                rotated_at = torch.cat([rotated_at[:S], rotated_at[S + dropped :]])
+                self.positions = torch.cat([self.positions[:S], self.positions[S + dropped :]])
+            self.keys, self.values, self.rotated_at = keys, values, rotated_at
+
+        def keys_in_cache(self) -> torch.Tensor:
+            """The kept keys rotated at their index in the cache (what the next query sees)."""
+            return self.rope.move(self.keys, self.rotated_at, torch.arange(len(self.rotated_at)))
 
         def get_max_length(self) -> int:
             return self.n_sink + self.window
@@ -145,17 +209,21 @@ def _sink_layer_class():
     return SinkCacheLayer
 
 
-def _query_offset(kwargs: dict, n_cached: int) -> int:
-    """How far the caller's position ids run ahead of the in-cache positions (0 when none given).
+def _caller_positions(tap: _PositionTap, n_new: int) -> torch.Tensor:
+    """The positions (n_new,) the model rotated the new keys at, from the rotary module's last call."""
+    check(tap.positions is not None, "the sink cache saw no rotary call for this forward; it needs a model that computes RoPE from position_ids")
+    positions = tap.positions.reshape(-1).cpu()
+    consecutive = len(positions) == n_new and torch.equal(positions, positions[0] + torch.arange(n_new))
+    check(consecutive, f"the sink cache needs {n_new} consecutive positions for the new tokens; the model used {positions.tolist()[:8]}")
+    return positions
 
-    transformers passes the attention module's keyword arguments to the cache as ``kwargs``;
-    ``position_ids`` is among them for models that forward it (Llama, Qwen2, Mistral, ...).
-    """
-    inner = kwargs.get("kwargs") or {}
-    positions = inner.get("position_ids") if isinstance(inner, dict) else None
-    if positions is None:
-        return 0
-    return int(positions.reshape(-1)[0]) - n_cached
+
+def _presented_positions(caller: torch.Tensor, n_old: int, n_keys: int) -> torch.Tensor:
+    """Where attention must see the ``n_keys`` keys: at their index in the cache, moved by how far
+    the caller's positions run ahead of the cache's (0 in a manual loop; under ``model.generate``,
+    which passes absolute positions, the number of tokens evicted so far)."""
+    offset = int(caller[0]) - n_old
+    return torch.arange(offset, offset + n_keys)
 
 
 def cache_bytes(cache) -> int:

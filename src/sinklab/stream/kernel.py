@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import torch
 
-from .caches import rotate_keys
+from .caches import RopeShift
 
 
-def sink_window_attention(q, k, v, scale: float, n_sink: int, window: int, inv_freq: torch.Tensor, query_chunk: int = 256) -> torch.Tensor:
+def sink_window_attention(q, k, v, scale: float, n_sink: int, window: int, rope: RopeShift, query_chunk: int = 256) -> torch.Tensor:
     """Every query's attention *as if it had streamed through a sink cache*, for all at once.
 
     q, k, v: (B, H, T, D), RoPE applied at absolute positions 0..T-1, KV heads repeated. Query t
     sees the ``n_sink`` first keys and the last ``window`` keys up to itself. Recent keys keep
     their true distances in a sink cache (they shift together), so they use the ordinary scores;
     once the cache is full (t >= n_sink + window - 1) the query sits at in-cache position
-    n_sink + window - 1, so for the sink keys it is re-rotated there. This reproduces token-by-
+    n_sink + window - 1, so for the sink keys it is re-rotated there (with the cache's own angle
+    arithmetic, :meth:`RopeShift.move`). This reproduces token-by-
     token streaming exactly (each token's representation in every layer was computed with its own
     window, as in the cache) at the cost of one forward pass: ``sinklab stream`` scores long
     streams with it and checks it against the token-by-token cache.
@@ -31,8 +32,8 @@ def sink_window_attention(q, k, v, scale: float, n_sink: int, window: int, inv_f
         scores = scores.masked_fill(~band, float("-inf"))
         values = v[:, :, lo:b]
         if n_sink:
-            shift = -(t.flatten() - (capacity - 1)).clamp_min(0)  # to in-cache position capacity - 1
-            q_at_cache = rotate_keys(q[:, :, a:b].float(), shift, inv_freq)
+            at_cache = t.flatten().clamp_max(capacity - 1)  # a full cache's query sits at capacity - 1
+            q_at_cache = rope.move(q[:, :, a:b].float(), t.flatten(), at_cache)
             sink_scores = (q_at_cache @ k[:, :, :n_sink].float().transpose(-1, -2)) * scale
             outside_band = torch.arange(n_sink, device=q.device).view(1, -1) <= t - window
             scores = torch.cat([sink_scores.masked_fill(~outside_band, float("-inf")), scores], dim=-1)

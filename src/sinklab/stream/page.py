@@ -15,6 +15,8 @@ from ..core import html
 from .report import STREAM_COLUMNS, stream_rows
 
 POINTS = 200
+CHECK_COLUMNS = [("positions from", "start", "d"), ("to", "end", "d"), ("ppl, one pass", "ppl_one_pass", ".3f"),
+                 ("ppl, real cache", "ppl_real_cache", ".3f"), ("max |dNLL|", "max_abs_nll_difference", ".1e")]
 
 
 def is_run(run_dir: Path) -> bool:
@@ -40,6 +42,9 @@ def sections(run_dir: Path) -> list[html.Section]:
     if (run_dir / "nll.safetensors").exists():
         parts.append(html.Section(f"NLL against position (means over bins of {max(1, math.ceil(s['tokens'] / POINTS))} positions)", html.plot(_nll(load_file(str(run_dir / "nll.safetensors")), s), f"{uid}-nll", 420)))
     parts.append(html.Section("Per-token latency along the stream", html.plot(_latency(s), f"{uid}-latency", 360)))
+    if check.get("by_chunk"):
+        title = f"One-pass scores against a real {check['policy']} cache, token by token (tolerance {check['tolerance']:g} nats)"
+        parts.append(html.Section(title, html.table(check["by_chunk"], CHECK_COLUMNS)))
     if s.get("ablation"):
         parts.append(html.Section("Sink count at the same cache size", html.plot(_ablation(s), f"{uid}-ablation", 320)))
     return parts

@@ -117,6 +117,8 @@ def trigger_record(cfg: TriggerConfig, log: TrainLog, metrics: dict) -> dict:
         "steps": log.steps,
         "converged": log.converged,
         "train_seconds": round(log.seconds, 3),
+        "step_mode": log.step_mode,
+        "compile_fallback": log.compile_fallback,
         "final_train_max_abs_error": log.final_max_abs_error,
         "eval_mse": metrics["eval_mse"],
         "eval_max_abs_error": metrics["eval_max_abs_error"],

@@ -142,6 +142,7 @@ def run_lab(
         "non_trigger_rows": "query rows 1..L-1 except the trigger",
         "runs": records,
         "across_seeds": summarise_seeds(records),
+        "compile_fallbacks": {r["key"]: r["compile_fallback"] for r in records if r.get("compile_fallback")},
         "figures": report.trigger_figures(out_dir, configs, records, load_maps),
     }
     for analysis in analyses:

@@ -6,6 +6,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -21,6 +22,8 @@ class TrainLog:
     final_loss: float
     final_max_abs_error: float
     seconds: float
+    step_mode: str
+    compile_fallback: Optional[str] = None  # why torch.compile failed, when the step ran uncompiled
 
 
 def train_trigger(cfg: TriggerConfig) -> tuple[Transformer, TrainLog]:
@@ -40,7 +43,8 @@ def train_trigger(cfg: TriggerConfig) -> tuple[Transformer, TrainLog]:
             if max_err < cfg.stop_max_abs_error:
                 break
     converged = max_err < cfg.stop_max_abs_error
-    return model, TrainLog(step, converged, loss_value, max_err, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return model, TrainLog(step, converged, loss_value, max_err, seconds, train_step.mode, train_step.compile_fallback)
 
 
 def step_mode(cfg: TriggerConfig) -> str:
@@ -74,7 +78,8 @@ class AdamStep:
     def __init__(self, model: Transformer, lr: float, stop_below: float, mode: str = "autograd") -> None:
         if mode not in self.MODES:
             raise ValueError(f"mode must be one of {self.MODES}, got {mode!r}")
-        self.model, self.lr, self.stop_below, self.fused = model, lr, stop_below, mode != "autograd"
+        self.model, self.lr, self.stop_below, self.mode, self.fused = model, lr, stop_below, mode, mode != "autograd"
+        self.compile_fallback: Optional[str] = None  # set when compiling fails and the step runs uncompiled
         if self.fused:
             self.params = {k: p.detach() for k, p in model.named_parameters()}  # shared storage
             self.exp_avg = {k: torch.zeros_like(p) for k, p in self.params.items()}
@@ -119,9 +124,9 @@ class AdamStep:
                 state.copy_(torch.where(apply, new, state))
         return loss, max_err
 
-    @staticmethod
-    def _compile(fn):
-        """``torch.compile(fn)``, falling back to ``fn`` (with a warning) where compiling fails.
+    def _compile(self, fn):
+        """``torch.compile(fn)``, falling back to ``fn`` where compiling fails: the reason is kept in
+        :attr:`compile_fallback` (and so in the run's records) and warned about once.
 
         Dynamo's caches are reset first: a worker trains many models in turn, and guards piling up
         from earlier models would hit the recompile limit and silently fall back to eager mode.
@@ -136,7 +141,8 @@ class AdamStep:
             except Exception as exc:  # no C++ compiler, unsupported platform, ...
                 if compiled is fn:
                     raise
-                warnings.warn(f"torch.compile failed ({type(exc).__name__}); training uncompiled", stacklevel=2)
+                self.compile_fallback = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+                warnings.warn(f"torch.compile failed ({self.compile_fallback}); training uncompiled", stacklevel=2)
                 compiled = fn
                 return fn(*args)
 

@@ -3,7 +3,7 @@ keeps its layers (:mod:`.layouts`), and instrumentation with sinklab's hook name
 (:mod:`.instrument`). A new architecture is one line in ``layouts.LAYOUTS``."""
 
 from .instrument import QUERY_CHUNK, instrument, token_nll
-from .layouts import LAYOUTS, Layout, decoder_layers, down_proj_weight, layout_of
+from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, down_proj_weight, layout_of
 from .loading import DEFAULT_MODEL, LoadedModel, cache_root, default_gguf_path, dequantised_dir, load_model
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "LoadedModel",
     "cache_root",
     "decoder_layers",
+    "describe_architecture",
     "default_gguf_path",
     "dequantised_dir",
     "down_proj_weight",

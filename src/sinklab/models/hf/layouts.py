@@ -9,6 +9,7 @@ then skips the FFN probes.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import reduce
 from typing import Optional
@@ -47,9 +48,29 @@ def get_submodule(module: nn.Module, path: str) -> nn.Module:
 
 
 def layout_of(model: nn.Module) -> Layout:
-    """The table entry for the model's class, else a layout found by inspecting the modules."""
+    """The table entry for the model's class, else a layout found by inspecting the modules
+    (warned about once per class; :func:`describe_architecture` records it in summaries)."""
     known = LAYOUTS.get(type(model).__name__)
-    return known if known is not None else _infer_layout(model)
+    if known is not None:
+        return known
+    layout = _infer_layout(model)
+    if type(model).__name__ not in _WARNED:
+        _WARNED.add(type(model).__name__)
+        warnings.warn(f"{type(model).__name__} is not in sinklab's layout table; using the inferred {_describe(layout)}", stacklevel=2)
+    return layout
+
+
+_WARNED: set[str] = set()
+
+
+def describe_architecture(model: nn.Module) -> str:
+    """The model's class, and the inferred layout when it is not in :data:`LAYOUTS`."""
+    name = type(model).__name__
+    return name if name in LAYOUTS else f"{name} ({_describe(layout_of(model))})"
+
+
+def _describe(layout: Layout) -> str:
+    return f"layout guessed: layers {layout.layers}, FFN down projection {layout.down_proj or 'none'}"
 
 
 def _infer_layout(model: nn.Module) -> Layout:

@@ -1,0 +1,46 @@
+"""Run one ``sinklab`` command and keep its result as a row of ``results/<name>.jsonl``.
+
+For the tables of BENCHMARKS.md that a plain ``sinklab`` command produces: the row holds the
+command, its wall time and the run's ``summary.json`` (``compare.json`` for pretraining
+comparisons), so the table can be checked against data in the repository rather than in the
+git-ignored ``runs/``.
+
+Run: `.venv/bin/python benchmarks/record_run.py NAME -- sinklab scan --out runs/scan-text`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from common import record
+
+from sinklab import cli
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="the results file: results/NAME.jsonl")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- sinklab ARGS (must include --out)")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if command[:1] != ["sinklab"] or "--out" not in command:
+        parser.error("give the command as: -- sinklab ARGS ... --out DIR")
+    out = Path(command[command.index("--out") + 1])
+    start = time.perf_counter()
+    code = cli.main(command[1:])
+    seconds = time.perf_counter() - start
+    if code != 0:
+        sys.exit(f"the command failed (exit {code}); nothing recorded")
+    result = next((out / f for f in ("summary.json", "compare.json") if (out / f).exists()), None)
+    if result is None:
+        sys.exit(f"{out} holds no summary.json or compare.json; nothing recorded")
+    record(args.name, {"command": shlex.join(command), "wall_seconds": round(seconds, 1), "result_file": result.name, "result": json.loads(result.read_text())})
+
+
+if __name__ == "__main__":
+    main()
