@@ -1,8 +1,8 @@
 """Run one ``sinklab`` command and keep its result as a row of ``results/<name>.jsonl``.
 
 For the tables of BENCHMARKS.md that a plain ``sinklab`` command produces: the row holds the
-command, its wall time and the run's ``summary.json`` (``compare.json`` for pretraining
-comparisons), so the table can be checked against data in the repository rather than in the
+command, its wall time, the run's ``summary.json`` (``compare.json`` for pretraining
+comparisons) and the sizes of its JSON, HTML and PNG files, so the table can be checked against data in the repository rather than in the
 git-ignored ``runs/``.
 
 Run: `.venv/bin/python benchmarks/record_run.py NAME -- sinklab scan --out runs/scan-text`
@@ -39,7 +39,9 @@ def main() -> None:
     result = next((out / f for f in ("summary.json", "compare.json") if (out / f).exists()), None)
     if result is None:
         sys.exit(f"{out} holds no summary.json or compare.json; nothing recorded")
-    record(args.name, {"command": shlex.join(command), "wall_seconds": round(seconds, 1), "result_file": result.name, "result": json.loads(result.read_text())})
+    sizes = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file() and f.suffix in (".json", ".html", ".png")}
+    record(args.name, {"command": shlex.join(command), "wall_seconds": round(seconds, 1), "result_file": result.name,
+                       "result": json.loads(result.read_text()), "file_bytes": sizes})
 
 
 if __name__ == "__main__":
