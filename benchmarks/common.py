@@ -23,14 +23,14 @@ RUNS = ROOT / "runs"  # run directories (git-ignored)
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip()
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=True, cwd=ROOT).stdout.rstrip()
 
 
 def measured_revision() -> str:
     """HEAD's commit; exits with a one-line message when the tree has uncommitted changes."""
     try:
         revision = _git("rev-parse", "--short", "HEAD")
-        changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()]
+        changed = [line[3:] for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()]  # "XY path"
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     changed = [path for path in changed if not path.startswith("benchmarks/results/")]
