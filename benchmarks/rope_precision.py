@@ -22,7 +22,7 @@ from transformers import AutoConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from sinklab.models.hf import default_gguf_path, dequantised_dir
-from sinklab.stream.caches import RopeShift, _sink_layer_class, rope_angles, rotate, rotation
+from sinklab.stream.caches import make_sink_cache, rope_angles, rotate, rotation
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -59,7 +59,7 @@ def absolute_positions(rotary, config, start: int, steps: int = 1100, n_sink: in
     inv_freq = rotary.inv_freq.float()
     holder = torch.nn.Module()
     holder.rotary, holder.config = rotary, config
-    layer = _sink_layer_class()(n_sink, window, RopeShift(holder))
+    layer = make_sink_cache(holder, n_sink, window).layers[0]
     raw = 3 * torch.randn(steps, inv_freq.numel() * 2, generator=torch.Generator().manual_seed(0))
 
     def at(rows, positions):
