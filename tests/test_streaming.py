@@ -45,6 +45,13 @@ def sharp():
     return make
 
 
+class NoMove(RopeShift):
+    """A mutant shifter that leaves keys and queries where they are."""
+
+    def move(self, x, source, target):
+        return x
+
+
 def stream_ids(n: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(2, 300, (1, n), generator=torch.Generator().manual_seed(seed))
 
@@ -270,10 +277,6 @@ def test_one_pass_scores_equal_a_token_by_token_cache(sharp, policy, sinks, wind
 
 
 def test_mutation_skipping_the_sink_query_re_rotation_fails_the_test_above(sharp, monkeypatch):
-    class NoMove(RopeShift):
-        def move(self, x, source, target):
-            return x
-
     monkeypatch.setattr(benchmark, "RopeShift", NoMove)  # the kernel's shifter only; the cache keeps its own
     assert one_pass_vs_real_cache(sharp("llama"), "sink", 2, 8) > 1e-1
 
@@ -308,10 +311,6 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, tokenizer, tmp_path, monkeypatch, capsys):
-    class NoMove(RopeShift):
-        def move(self, x, source, target):
-            return x
-
     sharp("llama").save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "text.txt").write_text("Now is the winter of our discontent. " * 60)

@@ -172,13 +172,16 @@ def real_cache_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: i
 # --------------------------------------------------------------------------- summary
 
 
-def by_chunk(positions: torch.Tensor, nll: torch.Tensor, chunk: int) -> list[dict]:
-    out = []
+def chunks_of(positions: torch.Tensor, chunk: int):
+    """(start, mask) for every ``chunk``-long stretch of the stream that holds some of ``positions``."""
     for start in range(0, int(positions.max()) + 1, chunk):
         sel = (positions >= start) & (positions < start + chunk)
         if sel.any():
-            out.append({"start": start, "end": start + chunk, "ppl": math.exp(nll[sel].mean().item())})
-    return out
+            yield start, sel
+
+
+def by_chunk(positions: torch.Tensor, nll: torch.Tensor, chunk: int) -> list[dict]:
+    return [{"start": start, "end": start + chunk, "ppl": math.exp(nll[sel].mean().item())} for start, sel in chunks_of(positions, chunk)]
 
 
 def evaluate_policy(model, ids: torch.Tensor, policy: str, sinks: int, window: int, cfg: StreamConfig, timed: bool = True, walk: Optional[dict] = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
@@ -204,12 +207,8 @@ def evaluate_policy(model, ids: torch.Tensor, policy: str, sinks: int, window: i
 
 def _ms_by_chunk(positions: torch.Tensor, seconds: torch.Tensor, chunk: int) -> list[dict]:
     """Mean ms per step in each chunk of the stream that has timed steps."""
-    out = []
-    for start in range(0, int(positions.max()) + 1, chunk):
-        sel = (positions >= start) & (positions < start + chunk)
-        if sel.any():
-            out.append({"start": start, "end": start + chunk, "ms": 1000 * seconds[sel].mean().item(), "measured_at": int(positions[sel][0])})
-    return out
+    return [{"start": start, "end": start + chunk, "ms": 1000 * seconds[sel].mean().item(), "measured_at": int(positions[sel][0])}
+            for start, sel in chunks_of(positions, chunk)]
 
 
 def same_positions_ppl(curves: dict) -> dict:
@@ -230,12 +229,9 @@ def one_pass_check(policy: str, one_pass: torch.Tensor, walk: dict, chunk: int) 
     mine, real = one_pass[first - 1 :], walk["nll"]
     positions = torch.arange(first, first + len(real))
     gap = (mine - real).abs()
-    chunks = []
-    for start in range(0, int(positions.max()) + 1, chunk):
-        sel = (positions >= start) & (positions < start + chunk)
-        if sel.any():
-            chunks.append({"start": start, "end": start + chunk, "ppl_one_pass": math.exp(mine[sel].mean().item()),
-                           "ppl_real_cache": math.exp(real[sel].mean().item()), "max_abs_nll_difference": gap[sel].max().item()})
+    chunks = [{"start": start, "end": start + chunk, "ppl_one_pass": math.exp(mine[sel].mean().item()),
+               "ppl_real_cache": math.exp(real[sel].mean().item()), "max_abs_nll_difference": gap[sel].max().item()}
+              for start, sel in chunks_of(positions, chunk)]
     worst = int(gap.argmax())
     return {"policy": policy, "positions": [first, first + len(real)], "tolerance": ONE_PASS_TOLERANCE,
             "max_abs_nll_difference": gap[worst].item(), "worst_position": first + worst,

@@ -78,7 +78,7 @@ class AdamStep:
     def __init__(self, model: Transformer, lr: float, stop_below: float, mode: str = "autograd") -> None:
         if mode not in self.MODES:
             raise ValueError(f"mode must be one of {self.MODES}, got {mode!r}")
-        self.model, self.lr, self.stop_below, self.mode, self.fused = model, lr, stop_below, mode, mode != "autograd"
+        self.model, self.lr, self.stop_below, self.mode = model, lr, stop_below, mode
         self.compile_fallback: Optional[str] = None  # set when compiling fails and the step runs uncompiled
         if self.fused:
             self.params = {k: p.detach() for k, p in model.named_parameters()}  # shared storage
@@ -88,6 +88,10 @@ class AdamStep:
             self._fused = self._compile(self._fused_update) if mode == "compiled" else self._fused_update
         else:
             self.opt = torch.optim.Adam(model.parameters(), lr=lr, betas=self.betas, eps=self.eps, weight_decay=0.0, foreach=True)
+
+    @property
+    def fused(self) -> bool:
+        return self.mode != "autograd"
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor, step: int) -> tuple[float, float]:
         """One step on batch (x, y); returns the batch's MSE and largest absolute error."""
@@ -141,7 +145,7 @@ class AdamStep:
             except Exception as exc:  # no C++ compiler, unsupported platform, ...
                 if compiled is fn:
                     raise
-                self.compile_fallback = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+                self.compile_fallback = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300]
                 warnings.warn(f"torch.compile failed ({self.compile_fallback}); training uncompiled", stacklevel=2)
                 compiled = fn
                 return fn(*args)
