@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec, HeadOutput, attend, attend_fast, causal_mask, make_norm
+from sinklab.core.attention.reference import column_visibility
 from sinklab.core.errors import SinklabError
+from sinklab.core.hooks import HookSet
 
 B, H, T, D = 2, 3, 7, 5
 
@@ -123,6 +125,42 @@ def test_query_chunks_give_identical_results(name):
     chunked = attend(q, k, v, causal_mask(T, T), norm, 0.3, query_chunk=3)
     torch.testing.assert_close(full[0], chunked[0], atol=1e-7, rtol=1e-6)
     torch.testing.assert_close(full[1], chunked[1], atol=1e-7, rtol=1e-6)
+
+
+def mask_kinds() -> dict:
+    """Masks a model may hand to attend: causal, a sliding window, and a prefix the first 4 tokens
+    see bidirectionally (its rows see keys past the diagonal)."""
+    i, j = torch.arange(T).view(-1, 1), torch.arange(T).view(1, -1)
+    causal = j <= i
+    return {"causal": causal, "sliding": causal & (j > i - 3), "prefix": causal | ((i < 4) & (j < 4))}
+
+
+def test_column_visibility_bounds_each_block_by_its_rows():
+    masks = mask_kinds()
+    assert column_visibility(masks["causal"][2:5]) == (5, 3)  # rows 2-4 see keys 0-4; keys 0-2 by every row
+    assert column_visibility(masks["sliding"][4:7]) == (7, 0)  # key 0 is outside row 4's window
+    assert column_visibility(masks["prefix"][0:2]) == (4, 4)  # the prefix rows see past the diagonal
+    assert column_visibility(torch.zeros(2, T, dtype=torch.bool)) == (T, 0)
+
+
+@pytest.mark.parametrize("kind", ["causal", "sliding", "prefix"])
+@pytest.mark.parametrize("name", [n for n, cls in ATTN_NORMS.items() if cls.masks_logits])
+def test_in_place_masking_and_key_bounds_equal_the_plain_formula(name, kind):
+    """attend masks the scores in place and scores each block only up to its last visible key when
+    no hook listens to the scores; both must equal norm(scores, mask) over all keys, and a hook
+    that keeps the scores must see them unmasked."""
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(B, H, T, D, generator=g) for _ in range(3))
+    mask = mask_kinds()[kind].view(1, 1, T, T)
+    norm = make_norm(name, H)
+    expected = norm(torch.matmul(q, k.transpose(-1, -2)) * 0.3, mask)
+    fast_out, fast_w = attend(q, k, v, mask, norm, 0.3, query_chunk=3)
+    kept, hooks = [], HookSet()
+    with hooks.attached([("blocks.*.attn.hook_scores", lambda s, point: kept.append(s))]):
+        heard_out, heard_w = attend(q, k, v, mask, norm, 0.3, hooks=hooks, query_chunk=3)
+    torch.testing.assert_close(fast_w, expected, atol=1e-6, rtol=1e-5)
+    assert torch.equal(fast_w, heard_w) and torch.equal(fast_out, heard_out)
+    assert all(torch.isfinite(s).all() for s in kept)
 
 
 def test_attend_with_cache_offset_matches_last_rows_of_full_attention():

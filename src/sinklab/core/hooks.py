@@ -18,7 +18,10 @@ point                     tensor                                                
 ========================  =====================================================  ===================
 
 Query-indexed tensors may arrive in chunks of rows (long inputs are attended in query blocks to
-bound memory); :attr:`HookPoint.q_start` gives the absolute position of the first row.
+bound memory); :attr:`HookPoint.q_start` gives the absolute position of the first row. A chunk's
+``hook_scores`` and ``hook_pattern`` may also stop before the last key: keys no row of the chunk
+can see are not scored (their weight is zero). Column j is always key j, and
+:attr:`HookPoint.n_keys`, where set, is the number of keys of the whole attention.
 
 Hooks are global state for the model that owns the :class:`HookSet`, so they are only added with
 :meth:`HookSet.attached`, which removes them in ``finally`` even when the body raises.
@@ -52,12 +55,14 @@ def hook_name(layer: int | str, point: str) -> str:
 
 @dataclass(frozen=True)
 class HookPoint:
-    """Where a hook fired: its full name, the block index and the first query position."""
+    """Where a hook fired: its full name, the block index, the first query position and (for
+    the attention points, where known) the number of keys of the whole attention."""
 
     name: str
     layer: int
     point: str
     q_start: int = 0
+    n_keys: Optional[int] = None
 
 
 HookFn = Callable[[torch.Tensor, HookPoint], Optional[torch.Tensor]]
@@ -83,7 +88,7 @@ class HookSet:
         name = hook_name(layer, point)
         return any(fnmatchcase(name, pattern) for pattern, _ in self._hooks)
 
-    def fire(self, layer: int, point: str, tensor: torch.Tensor, q_start: int = 0) -> torch.Tensor:
+    def fire(self, layer: int, point: str, tensor: torch.Tensor, q_start: int = 0, n_keys: Optional[int] = None) -> torch.Tensor:
         """Pass ``tensor`` through every hook whose pattern matches; return the final tensor."""
         if not self._hooks:
             return tensor
@@ -91,7 +96,7 @@ class HookSet:
         where = None
         for pattern, fn in self._hooks:
             if fnmatchcase(name, pattern):
-                where = where or HookPoint(name, layer, point, q_start)
+                where = where or HookPoint(name, layer, point, q_start, n_keys)
                 out = fn(tensor, where)
                 if isinstance(out, torch.Tensor):
                     tensor = out

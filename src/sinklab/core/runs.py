@@ -132,6 +132,21 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
     return out
 
 
+class PhaseClock:
+    """Wall time of a run's named phases (what a user waits for), kept for its summary."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 3)
+
+
 def _from_cli() -> bool:
     """Whether this process is the ``sinklab`` command (the script or ``python -m sinklab``)."""
     entry = Path(sys.argv[0])

@@ -64,15 +64,17 @@ def dominance_ratio(hidden: torch.Tensor) -> torch.Tensor:
 
 
 def massive_activations(
-    hidden: torch.Tensor, layer: int, absolute: float = 100.0, relative: float = 1000.0, limit: int = 100
+    hidden: torch.Tensor, layer: int, absolute: float = 100.0, relative: float = 1000.0, limit: int = 100, median_abs: Optional[float] = None
 ) -> list[dict]:
     """Sun et al. (2024) massive activations: entries with |h| > ``absolute`` and > ``relative`` x median |h|.
 
-    ``hidden``: (B, T, d) one layer's residual stream; the median is over all its entries. Returns
-    at most ``limit`` entries (largest first) as dicts with layer, batch, position, dim, value.
+    ``hidden``: (B, T, d) one layer's residual stream; the median is over all its entries
+    (``median_abs``, when the caller has it already). Returns at most ``limit`` entries (largest
+    first) as dicts with layer, batch, position, dim, value.
     """
     a = hidden.detach().abs()
-    threshold = max(absolute, relative * a.median().item())
+    median = a.median().item() if median_abs is None else median_abs
+    threshold = max(absolute, relative * median)
     hits = (a > threshold).nonzero()
     if hits.numel() == 0:
         return []
@@ -93,8 +95,9 @@ class Moments:
 
     def add(self, x: torch.Tensor) -> None:
         x = x.detach().double().flatten()
+        x2 = x * x
         self.n += x.numel()
-        self.sums += torch.stack([x.sum(), x.pow(2).sum(), x.pow(3).sum(), x.pow(4).sum()])
+        self.sums += torch.stack([x.sum(), x2.sum(), torch.dot(x2, x), torch.dot(x2, x2)]).cpu()  # dot: no x^3, x^4 copies
 
     def kurtosis(self) -> float:
         """Pearson kurtosis E[(x - mu)^4] / Var^2 (3 for a Gaussian); Bondarenko et al. (2023)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 
 from ..core.hooks import HookPoint, hook_name
 from . import metrics
@@ -105,23 +106,24 @@ class Recorder:
         value = value.detach().double()
         store[layer] = store[layer] + value if layer in store else value
 
-    def _accumulate_rows(self, key: str, layer: int, value: torch.Tensor, start: int, n_rows: int) -> None:
-        """Add ``value`` (..., t) into rows start..start+t of a (..., n_rows) sum."""
+    def _accumulate_span(self, key: str, layer: int, value: torch.Tensor, start: int, size: int) -> None:
+        """Add ``value`` (..., n) into entries start..start+n of a (..., size) running sum."""
         store = self._sums[key]
         if layer not in store:
-            store[layer] = torch.zeros(*value.shape[:-1], n_rows, dtype=torch.float64)
+            store[layer] = torch.zeros(*value.shape[:-1], size, dtype=torch.float64, device=value.device)
         store[layer][..., start : start + value.shape[-1]] += value.detach().double()
 
     def _on_pattern(self, w: torch.Tensor, point: HookPoint) -> None:
-        T = w.shape[-1]
-        self._accumulate("received", point.layer, w.sum(dim=(0, 2)))  # (H, T)
-        self._accumulate("row_mass", point.layer, w.sum(dim=(0, 2, 3)))  # (H,)
+        # A chunk's weights may stop before the last key (keys no row of it can see): column j
+        # is key j, and point.n_keys is the full count (= the number of query positions here).
+        T = point.n_keys or w.shape[-1]
+        self._accumulate_span("received", point.layer, w.sum(dim=(0, 2)), 0, T)  # (H, T)
         for key in self.options.key_columns:
-            if key < T:
-                self._accumulate_rows(f"column{key}", point.layer, w[..., key].sum(0), point.q_start, T)  # (H, t)
+            if key < w.shape[-1]:
+                self._accumulate_span(f"column{key}", point.layer, w[..., key].sum(0), point.q_start, T)  # (H, t)
         if self.options.patterns:
-            rows = w.sum(0).permute(0, 2, 1)  # (H, T, t): keys x query rows, rows last
-            self._accumulate_rows("patterns", point.layer, rows, point.q_start, T)
+            rows = F.pad(w, (0, T - w.shape[-1])).sum(0).permute(0, 2, 1)  # (H, T, t): keys x query rows, rows last
+            self._accumulate_span("patterns", point.layer, rows, point.q_start, T)
 
     def _on_key(self, k: torch.Tensor, point: HookPoint) -> None:
         self._accumulate("key_norm", point.layer, k.float().norm(dim=-1).mean(1).sum(0))  # (T,)
@@ -137,13 +139,16 @@ class Recorder:
     def _on_resid(self, h: torch.Tensor, point: HookPoint) -> None:
         self._accumulate("dominance", point.layer, metrics.dominance_ratio(h).sum(0))  # (T,)
         self._accumulate("resid_norm", point.layer, h.detach().float().norm(dim=-1).sum(0))  # (T,)
-        self._accumulate("median_abs", point.layer, h.detach().abs().flatten(1).median(dim=1).values.sum())  # ()
-        peak = h.detach().abs().amax(dim=(0, 2)).double()  # (T,)
+        magnitude = h.detach().abs()
+        medians = torch.stack([row.median() for row in magnitude.flatten(1)])  # (B,); median(dim=1) is 1.7x slower
+        self._accumulate("median_abs", point.layer, medians.sum())  # ()
+        peak = magnitude.amax(dim=(0, 2)).double()  # (T,)
         store = self._sums["max_abs"]
         store[point.layer] = torch.maximum(store[point.layer], peak) if point.layer in store else peak
         self._moments[point.layer].add(h)
         o = self.options
-        for hit in metrics.massive_activations(h, point.layer, o.massive_absolute, o.massive_relative, o.massive_limit):
+        median_all = medians[0].item() if len(medians) == 1 else None  # one sequence: its median is the batch's
+        for hit in metrics.massive_activations(h, point.layer, o.massive_absolute, o.massive_relative, o.massive_limit, median_all):
             self._merge_massive(hit)
 
     def _merge_massive(self, hit: dict) -> None:
@@ -175,20 +180,20 @@ class Recorder:
         if self.options.variance and n >= 2:
             variance = torch.stack(
                 [metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n) for i in range(self.n_layers)]
-            )
-        patterns = mean("patterns")
+            ).cpu()
+        patterns, received = mean("patterns"), mean("received")
         return Record(
             sequences=n,
             tokens=self._sums["received"][0].shape[-1],
             columns={k: mean(f"column{k}") for k in self.options.key_columns if f"column{k}" in self._sums},
-            received=mean("received"),
-            row_mass=mean("row_mass") / self._sums["received"][0].shape[-1],
+            received=received,
+            row_mass=received.sum(-1) / received.shape[-1],  # all rows' mass, summed key by key
             key_norm=mean("key_norm"),
             value_norm=mean("value_norm"),
             dominance=mean("dominance"),
             resid_norm=mean("resid_norm"),
             median_abs=mean("median_abs"),
-            max_abs=torch.stack([self._sums["max_abs"][i] for i in range(self.n_layers)]),
+            max_abs=torch.stack([self._sums["max_abs"][i] for i in range(self.n_layers)]).cpu(),
             kurtosis=torch.tensor([m.kurtosis() for m in self._moments], dtype=torch.float64),
             massive=sorted(self._massive.values(), key=lambda e: (e["layer"], -abs(e["value"]))),
             act_first=mean("act_first"),
@@ -201,4 +206,4 @@ class Recorder:
         store = self._sums.get(key)
         if not store:
             return None
-        return torch.stack([store[i] for i in range(self.n_layers)]) / n
+        return torch.stack([store[i] for i in range(self.n_layers)]).cpu() / n  # sums stay on the model's device until here

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
-from ..core.runs import atomic_path, prepare_run_dir, write_json
+from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, write_json
 from ..models.hf import QUERY_CHUNK, load_model
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, report
@@ -75,33 +75,40 @@ def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
     """``sinklab scan``: write config.json, summary.json, record.safetensors, tokens.json, figures and
     report.html to ``cfg.out``."""
     out = prepare_run_dir(cfg.out)
-    if subject is None:
-        subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
-    inputs = scan_inputs(subject, cfg.inputs)
+    clock = PhaseClock()
+    with clock.phase("load"):
+        if subject is None:
+            subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
+        inputs = scan_inputs(subject, cfg.inputs)
     cfg.settings.check_tokens(inputs.tokens)
     variance = cfg.variance if cfg.variance is not None else inputs.ids.shape[0] >= 2
     check(not variance or inputs.ids.shape[0] >= 2, "the variance curve needs --batch of at least 2 sequences")
     options = RecordOptions(variance=variance, patterns=inputs.tokens <= 256, massive_absolute=cfg.settings.massive_absolute, massive_relative=cfg.settings.massive_relative)
     write_json(out / "config.json", {**asdict(cfg), "model_name": subject.name})
-    record, loss = record_subject(subject, inputs.ids, options, cfg.tokens_per_pass)
-    summary = {
-        "model": subject.name,
-        "architecture": getattr(subject, "architecture", type(subject).__name__),
-        "layers": subject.n_layers,
-        "heads": record.first_column.shape[1],
-        "tokens": inputs.tokens,
-        "sequences": inputs.ids.shape[0],
-        "bos_prepended": inputs.bos_prepended,
-        "inputs": inputs.description,
-        "settings": asdict(cfg.settings),
-        "loss": loss.item(),
-        "ppl": math.exp(min(loss.item(), 50.0)),
-        **summarise(record, cfg.settings, subject, inputs.ids),
-    }
-    summary["figures"] = report.scan_figures(summary, record, out)
-    _save_record(record, out)
-    write_json(out / TOKENS_FILE, scanned_tokens(subject, inputs.ids))
-    write_json(out / "summary.json", summary)
+    with clock.phase("record"):
+        record, loss = record_subject(subject, inputs.ids, options, cfg.tokens_per_pass)
+    with clock.phase("summarise"):
+        summary = {
+            "model": subject.name,
+            "architecture": getattr(subject, "architecture", type(subject).__name__),
+            "layers": subject.n_layers,
+            "heads": record.first_column.shape[1],
+            "tokens": inputs.tokens,
+            "sequences": inputs.ids.shape[0],
+            "bos_prepended": inputs.bos_prepended,
+            "inputs": inputs.description,
+            "settings": asdict(cfg.settings),
+            "loss": loss.item(),
+            "ppl": math.exp(min(loss.item(), 50.0)),
+            **summarise(record, cfg.settings, subject, inputs.ids),
+        }
+    with clock.phase("figures"):
+        summary["figures"] = report.scan_figures(summary, record, out)
+    with clock.phase("write"):
+        _save_record(record, out)
+        write_json(out / TOKENS_FILE, scanned_tokens(subject, inputs.ids))
+        summary["seconds"] = clock.seconds  # the page is written last, so its own time is not in here
+        write_json(out / "summary.json", summary)
     page.write(out)
     return summary
 

@@ -65,22 +65,35 @@ class AttnNorm(nn.Module):
     sums_to_one: bool = False
     #: rows may leave mass in an implicit slot (an extra logit in the denominator)
     implicit_slot: bool = False
+    #: masking is exactly "logit -inf where masked", then :meth:`from_logits` (the softmax family)
+    masks_logits: bool = False
 
     def __init__(self, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
 
-    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if not self.masks_logits:  # pragma: no cover - every other normalisation overrides forward
+            raise NotImplementedError
+        return self.from_logits(masked_logits(scores, mask))
+
+    def from_logits(self, logits: torch.Tensor) -> torch.Tensor:  # pragma: no cover
+        """Weights from float32 logits that are already -inf wherever the mask is False (only for
+        ``masks_logits`` normalisations; lets :func:`~.reference.attend` mask in place)."""
         raise NotImplementedError
 
 
-def _masked_softmax(scores: torch.Tensor, mask: torch.Tensor, extra_logit: Optional[torch.Tensor] = None):
-    """Float32 softmax over visible keys, optionally with one extra logit column in the denominator.
+def masked_logits(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Float32 copy of ``scores`` with -inf wherever ``mask`` is False."""
+    return torch.where(mask, scores.float(), float("-inf"))  # one pass; masked_fill(~mask) takes three
+
+
+def _softmax(logits: torch.Tensor, extra_logit: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Softmax over the last axis, optionally with one extra logit column in the denominator.
 
     ``extra_logit`` broadcasts to (B, H, Tq, 1); its probability is dropped from the output, so the
-    visible weights sum to 1 minus the extra slot's share.
+    weights sum to 1 minus the extra slot's share.
     """
-    logits = scores.float().masked_fill(~mask, float("-inf"))
     if extra_logit is None:
         return torch.softmax(logits, dim=-1)
     extra = extra_logit.float().expand(*logits.shape[:-1], 1)
@@ -92,9 +105,10 @@ class Softmax(AttnNorm):
     """Standard softmax over visible keys, in float32 (Vaswani et al. 2017)."""
 
     sums_to_one = True
+    masks_logits = True
 
-    def forward(self, scores, mask):
-        return _masked_softmax(scores, mask)
+    def from_logits(self, logits):
+        return _softmax(logits)
 
 
 @register("relu")
@@ -136,10 +150,10 @@ class SoftmaxPlusOne(AttnNorm):
     """
 
     implicit_slot = True
+    masks_logits = True
 
-    def forward(self, scores, mask):
-        zero = scores.new_zeros(1, 1, 1, 1)
-        return _masked_softmax(scores, mask, extra_logit=zero)
+    def from_logits(self, logits):
+        return _softmax(logits, extra_logit=logits.new_zeros(1, 1, 1, 1))
 
 
 @register("sink_logit")
@@ -150,13 +164,14 @@ class SinkLogit(AttnNorm):
     """
 
     implicit_slot = True
+    masks_logits = True
 
     def __init__(self, n_heads: int, init: float = 0.0) -> None:
         super().__init__(n_heads)
         self.sink = nn.Parameter(torch.full((n_heads,), float(init)))
 
-    def forward(self, scores, mask):
-        return _masked_softmax(scores, mask, extra_logit=self.sink.view(1, -1, 1, 1))
+    def from_logits(self, logits):
+        return _softmax(logits, extra_logit=self.sink.view(1, -1, 1, 1))
 
 
 @register("clipped_softmax")
@@ -174,5 +189,5 @@ class ClippedSoftmax(AttnNorm):
         self.zeta, self.gamma = zeta, gamma
 
     def forward(self, scores, mask):
-        stretched = (self.zeta - self.gamma) * _masked_softmax(scores, mask) + self.gamma
+        stretched = (self.zeta - self.gamma) * _softmax(masked_logits(scores, mask)) + self.gamma
         return stretched.clamp(0.0, 1.0) * mask

@@ -44,28 +44,58 @@ def attend(
     matrix never exists whole; results are identical. ``score_cap`` c replaces the scores s by
     c tanh(s / c) before anything else sees them (Gemma 2's logit soft-capping), so a score hook
     still acts on the scores the normalisation receives. Fires ``attn.hook_*`` points on ``hooks``.
+
+    A block of query rows is scored only against the keys up to the last one any of its rows may
+    see (:func:`column_visibility`): every normalisation gives the keys past it weight exactly zero,
+    and under a causal mask this halves the work. The score and pattern hooks of a block therefore
+    see that many key columns (``HookPoint.n_keys`` says how many the attention has in all).
     """
     hooks = hooks if hooks is not None else HookSet()
     k = hooks.fire(layer, "attn.hook_k", k)
     v = hooks.fire(layer, "attn.hook_v", v)
-    n_q, offset = q.shape[2], k.shape[2] - q.shape[2]
+    n_q, n_keys = q.shape[2], k.shape[2]
+    offset = n_keys - n_q
     step = query_chunk or n_q
+    keys = k.float().transpose(-1, -2)  # (B, H, D, Tk), converted once for every block
     outs, weights = [], []
-    for start in range(0, n_q, step):
+    # last block first: the widest blocks are allocated first and their memory serves the
+    # narrower ones, which keeps the heap from fragmenting on long inputs
+    for start in reversed(range(0, n_q, step)):
         rows = slice(start, min(start + step, n_q))
         q_start = offset + start
-        chunk_mask = hooks.fire(layer, "attn.hook_mask", mask[..., rows, :], q_start)
-        scores = torch.matmul(q[:, :, rows].float(), k.float().transpose(-1, -2)) * scale  # (B, H, t, Tk)
+        chunk_mask = hooks.fire(layer, "attn.hook_mask", mask[..., rows, :], q_start, n_keys)
+        width, dense = column_visibility(chunk_mask)
+        chunk_mask = chunk_mask[..., :width]
+        scores = torch.matmul(q[:, :, rows].float() * scale, keys[..., :width])  # (B, H, t, width)
         if score_cap:
             scores = score_cap * torch.tanh(scores / score_cap)
-        scores = hooks.fire(layer, "attn.hook_scores", scores, q_start)
-        w = hooks.fire(layer, "attn.hook_pattern", norm(scores, chunk_mask), q_start)  # (B, H, t, Tk)
-        outs.append(torch.matmul(w.to(v.dtype), v))  # (B, H, t, D)
+        if norm.masks_logits and not hooks.listens(layer, "attn.hook_scores"):
+            # nobody else holds the scores: mask them in place, and only the columns some row
+            # cannot see (under a causal mask the diagonal block), a pass over the block less
+            scores[..., dense:].masked_fill_(~chunk_mask[..., dense:], float("-inf"))
+            w = norm.from_logits(scores)
+        else:
+            scores = hooks.fire(layer, "attn.hook_scores", scores, q_start, n_keys)
+            w = norm(scores, chunk_mask)
+        w = hooks.fire(layer, "attn.hook_pattern", w, q_start, n_keys)
+        outs.append(torch.matmul(w.to(v.dtype), v[..., :width, :]))  # (B, H, t, D)
         if need_weights:
-            weights.append(w)
-    z = hooks.fire(layer, "attn.hook_z", torch.cat(outs, dim=2) if len(outs) > 1 else outs[0], offset)
-    w_all = (torch.cat(weights, dim=2) if len(weights) > 1 else weights[0]) if need_weights else None
+            weights.append(F.pad(w, (0, n_keys - width)))
+    z = hooks.fire(layer, "attn.hook_z", torch.cat(outs[::-1], dim=2) if len(outs) > 1 else outs[0], offset)
+    w_all = (torch.cat(weights[::-1], dim=2) if len(weights) > 1 else weights[0]) if need_weights else None
     return z, w_all
+
+
+def column_visibility(mask: torch.Tensor) -> tuple[int, int]:
+    """(width, dense) of a block of mask rows (..., t, Tk): ``width`` is 1 + the last key column
+    any row may see (Tk if none is visible: a fully masked row then normalises over nothing, as
+    it would without this bound), ``dense`` the number of leading columns every row may see."""
+    flat = mask.reshape(-1, mask.shape[-1])
+    seen_by = flat.sum(0)  # rows that may see each key
+    seen = seen_by.nonzero()
+    width = int(seen[-1]) + 1 if seen.numel() else mask.shape[-1]
+    hidden = (seen_by[:width] < flat.shape[0]).nonzero()
+    return width, int(hidden[0]) if hidden.numel() else width
 
 
 def sdpa_equivalent(norm: AttnNorm, hooks: Optional[HookSet], need_weights: bool) -> bool:
