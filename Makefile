@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo test sweep sweep-bb clean
+.PHONY: install browser demo test sweep sweep-bb bench-llama-cpp clean
 
 # torch first, pinned to the CPU build on this machine's disk: with no torch present,
 # pip would resolve `torch` (a dependency of sinklab) to a multi-GB CUDA build.
@@ -43,6 +43,12 @@ sweep: install
 # on 2 CPU cores (BENCHMARKS.md section 4 gives its duration)
 sweep-bb: install
 	$(BIN)/python benchmarks/pretrain_sweep.py --corpus bb
+
+# llama.cpp as the yardstick for decoding and streaming: llama-cpp-python builds llama.cpp from
+# source (about 6 minutes on 2 cores), so it stays out of `make test`
+bench-llama-cpp: install
+	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/pip install llama-cpp-python==0.3.36
+	$(BIN)/python benchmarks/llama_cpp_yardstick.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
