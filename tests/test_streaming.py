@@ -129,6 +129,15 @@ def test_kept_keys_stay_exact_over_10000_steps(dtype):
     assert drift > (10 * one_rounding if dtype != torch.float32 else 1e-4)
 
 
+def test_layers_updated_out_of_order_are_refused(llama):
+    """Layer 0 plans each step for every layer (the positions are shared), so a forward that
+    skips it would silently use the previous step's plan."""
+    cache = make_sink_cache(llama.model, 2, 6)
+    key = torch.randn(1, llama.model.config.num_key_value_heads, 1, 8)
+    with pytest.raises(SinklabError, match="in order, from layer 0"):
+        cache.update(key, key, 1)
+
+
 @torch.no_grad()
 def test_after_eviction_the_cache_holds_the_sinks_and_the_recent_window(llama):
     model = llama.model

@@ -24,6 +24,9 @@ is isolated in :class:`RopeShift` and tested against keys computed directly at t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -40,28 +43,28 @@ def check_sizes(n_sink: int, window: int) -> None:
     check(window > n_sink or n_sink == 0, f"the window ({window}) must be larger than the number of sink tokens ({n_sink})")
 
 
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-
-
 def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
     """(T, D/2) float64 angles as transformers computes them: a float32 product, then widened."""
     return (positions.to(torch.float32).unsqueeze(-1) * inv_freq.to(positions.device, torch.float32)).double()
 
 
 def rotation(angles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos, sin), float32 (..., D), of float64 ``angles`` (..., D/2) in the rotate-half layout."""
-    angles = torch.cat([angles, angles], dim=-1)
-    return angles.cos().float(), angles.sin().float()
+    """(cos, signed sin), float32 (..., D), of float64 ``angles`` (..., D/2) for :func:`rotate`.
+
+    In the rotate-half layout dimension i pairs with i + D/2, and the rotated key is
+    x cos + (-x2, x1) sin; swapping the halves is a roll by D/2, so the sign of the first half
+    is folded into the sine here and :func:`rotate` needs three tensor operations."""
+    cos, sin = angles.cos(), angles.sin()
+    return torch.cat([cos, cos], dim=-1).float(), torch.cat([-sin, sin], dim=-1).float()
 
 
-def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """Rotate RoPE keys or queries (..., T, D) by a :func:`rotation`. The products run in float32
     and round once to ``x``'s dtype. With partial rotary embeddings (GPT-NeoX, Phi) only the first
     ``cos.shape[-1]`` dimensions rotate; the rest pass through."""
-    wide, rest = x[..., : cos.shape[-1]].float(), x[..., cos.shape[-1] :]
-    rotated = (wide * cos + rotate_half(wide) * sin).to(x.dtype)
+    width = cos.shape[-1]
+    wide, rest = x[..., :width].float(), x[..., width:]
+    rotated = torch.addcmul(wide * cos, wide.roll(width // 2, dims=-1), signed_sin).to(x.dtype)
     return torch.cat([rotated, rest], dim=-1) if rest.shape[-1] else rotated
 
 
@@ -75,18 +78,18 @@ class RopeShift:
         _check_rope_config(model.config)
         self.inv_freq = rotary.inv_freq.detach().float().clone()
         self.tap = _position_tap(rotary)
-        self._memo: tuple = ()
+
+    def rotation(self, source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The :func:`rotation` that moves keys rotated at ``source`` (T,) to ``target`` (T,)."""
+        return rotation(rope_angles(target, self.inv_freq) - rope_angles(source, self.inv_freq))
 
     def move(self, x: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """``x`` (..., T, D), rotated by the model at positions ``source`` (T,), rotated instead at
-        ``target`` (T,), in one rotation. Every layer moves the same positions in a step, so the
-        angles are computed once and reused."""
+        ``target`` (T,), in one rotation."""
         if torch.equal(source, target):
             return x
-        if not (self._memo and torch.equal(self._memo[0], source) and torch.equal(self._memo[1], target)):
-            cos, sin = rotation(rope_angles(target, self.inv_freq) - rope_angles(source, self.inv_freq))
-            self._memo = (source, target, cos.to(x.device), sin.to(x.device))
-        return rotate(x, *self._memo[2:])
+        cos, sin = self.rotation(source, target)
+        return rotate(x, cos.to(x.device), sin.to(x.device))
 
 
 def _check_rope_config(config) -> None:
@@ -138,9 +141,60 @@ def make_sink_cache(model: nn.Module, n_sink: int, window: int):
     """
     check_sizes(n_sink, window)
     Cache, _ = _transformers_cache_classes()
-    rope = RopeShift(model)
+    book = _SinkBook(n_sink, window, RopeShift(model))
     n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
-    return Cache(layers=[_sink_layer_class()(n_sink, window, rope) for _ in range(n_layers)])
+    return Cache(layers=[_sink_layer_class()(book, index) for index in range(n_layers)])
+
+
+class _SinkBook:
+    """What every layer of one sink cache shares: which stream tokens are kept, where the model
+    rotated their keys, and this step's plan (worked out once, by layer 0, for all layers)."""
+
+    def __init__(self, n_sink: int, window: int, rope: RopeShift) -> None:
+        self.n_sink, self.window, self.rope = n_sink, window, rope
+        self.reset()
+
+    def reset(self) -> None:
+        self.positions = torch.zeros(0, dtype=torch.long)  # stream index of every kept token
+        self.rotated_at = torch.zeros(0, dtype=torch.long)  # where the model rotated its key
+        self.seen = 0
+        self.step: Optional[_Step] = None
+
+    def begin_step(self, n_new: int) -> "_Step":
+        """Plan a forward that feeds ``n_new`` tokens: the rotation that presents the kept and the
+        new keys at their cache index, and how many tokens to drop after it."""
+        n_old = len(self.rotated_at)
+        caller = _caller_positions(self.rope.tap, n_new)
+        rotated_at = torch.cat([self.rotated_at, caller])
+        target = _presented_positions(caller, n_old, len(rotated_at))
+        positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
+        dropped = max(0, len(rotated_at) - (self.n_sink + self.window - 1))
+        self.step = _Step(n_old, n_new, None if torch.equal(rotated_at, target) else self.rope.rotation(rotated_at, target), dropped)
+        self.rotated_at, self.positions = _drop(rotated_at, self.n_sink, dropped), _drop(positions, self.n_sink, dropped)
+        self.seen += n_new
+        return self.step
+
+
+@dataclass
+class _Step:
+    n_old: int
+    n_new: int
+    rotation: Optional[tuple[torch.Tensor, torch.Tensor]]  # None: every key is already where it is seen
+    dropped: int  # tokens after the sinks evicted once the step is attended
+
+
+def _drop(x: torch.Tensor, n_sink: int, dropped: int, dim: int = 0) -> torch.Tensor:
+    """``x`` without the ``dropped`` entries that follow the first ``n_sink`` along ``dim``."""
+    if not dropped:
+        return x
+    return torch.cat([x.narrow(dim, 0, n_sink), x.narrow(dim, n_sink + dropped, x.shape[dim] - n_sink - dropped)], dim=dim)
+
+
+def _splice(held: torch.Tensor, new: torch.Tensor, n_sink: int, pending: int) -> torch.Tensor:
+    """``held`` without its ``pending`` evicted tokens after the sinks, then ``new``: one copy."""
+    if not pending:
+        return torch.cat([held, new], dim=-2)
+    return torch.cat([held[..., :n_sink, :], held[..., n_sink + pending :, :], new], dim=-2)
 
 
 _SINK_LAYER = None
@@ -154,53 +208,71 @@ def _sink_layer_class():
     _, DynamicLayer = _transformers_cache_classes()
 
     class SinkCacheLayer(DynamicLayer):
-        """Keeps ``n_sink`` first tokens plus the most recent ``window - 1`` between steps.
+        """Keeps the ``n_sink`` first tokens plus the most recent ``window - 1`` between steps,
+        each key as the model rotated it; the positions live in the cache's shared book.
 
-        ``positions``: the stream index of every kept token; ``rotated_at``: the position the model
-        rotated its key at (the caller's position when it was fed)."""
+        The tokens a step evicts stay in the held tensors until the next step, whose one
+        concatenation both drops them and appends the new tokens (a copy of the cache less per
+        step); ``keys`` and ``values`` never show them."""
 
         is_croppable = False
+        _pending = 0  # tokens after the sinks that the last step evicted but the tensors still hold
 
-        def __init__(self, n_sink: int, window: int, rope: RopeShift) -> None:
+        def __init__(self, book: _SinkBook, index: int) -> None:
             super().__init__()
-            self.n_sink, self.window, self.rope = n_sink, window, rope
-            self.reset()
+            self.book, self.index = book, index
+            self.n_sink, self.window = book.n_sink, book.window
+
+        @property
+        def keys(self):
+            return _drop(self._keys, self.n_sink, self._pending, -2) if self._pending else self._keys
+
+        @keys.setter
+        def keys(self, value) -> None:
+            self._keys = value
+
+        @property
+        def values(self):
+            return _drop(self._values, self.n_sink, self._pending, -2) if self._pending else self._values
+
+        @values.setter
+        def values(self, value) -> None:
+            self._values = value
+
+        @property
+        def positions(self) -> torch.Tensor:
+            return self.book.positions
+
+        @property
+        def rotated_at(self) -> torch.Tensor:
+            return self.book.rotated_at
 
         def reset(self) -> None:
             super().reset()
-            self.positions = torch.zeros(0, dtype=torch.long)
-            self.rotated_at = torch.zeros(0, dtype=torch.long)
-            self.seen = 0
+            self._pending = 0
+            if hasattr(self, "book"):
+                self.book.reset()
+
+        def get_seq_length(self) -> int:
+            if not self.is_initialized or self._keys.numel() == 0:
+                return 0
+            return self._keys.shape[-2] - self._pending
 
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             check(key_states.shape[0] == 1, f"the sink cache streams one sequence at a time; got a batch of {key_states.shape[0]}")
-            n_old, n_new = self.get_seq_length(), key_states.shape[-2]
-            caller = _caller_positions(self.rope.tap, n_new)
-            keys = torch.cat([self.keys, key_states], dim=-2)
-            values = torch.cat([self.values, value_states], dim=-2)
-            rotated_at = torch.cat([self.rotated_at, caller])
-            self.positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
-            self.seen += n_new
-            presented = self.rope.move(keys, rotated_at, _presented_positions(caller, n_old, keys.shape[-2]))
-            self._store(keys, values, rotated_at)
-            return presented, values
-
-        def _store(self, keys, values, rotated_at) -> None:
-            """Keep the sinks and the last window - 1 tokens, each as the model rotated it."""
-            dropped = keys.shape[-2] - (self.n_sink + self.window - 1)
-            if dropped > 0:
-                S = self.n_sink
-                keys = torch.cat([keys[..., :S, :], keys[..., S + dropped :, :]], dim=-2)
-                values = torch.cat([values[..., :S, :], values[..., S + dropped :, :]], dim=-2)
-                rotated_at = torch.cat([rotated_at[:S], rotated_at[S + dropped :]])
-                self.positions = torch.cat([self.positions[:S], self.positions[S + dropped :]])
-            self.keys, self.values, self.rotated_at = keys, values, rotated_at
+            step = self.book.begin_step(key_states.shape[-2]) if self.index == 0 else self.book.step
+            check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.get_seq_length(),
+                  "the sink cache's layers must be updated in order, from layer 0, once per forward")
+            keys = _splice(self._keys, key_states, self.n_sink, self._pending)
+            values = _splice(self._values, value_states, self.n_sink, self._pending)
+            self._keys, self._values, self._pending = keys, values, step.dropped
+            return (keys if step.rotation is None else rotate(keys, *step.rotation)), values
 
         def keys_in_cache(self) -> torch.Tensor:
             """The kept keys rotated at their index in the cache (what the next query sees)."""
-            return self.rope.move(self.keys, self.rotated_at, torch.arange(len(self.rotated_at)))
+            return self.book.rope.move(self.keys, self.rotated_at, torch.arange(len(self.rotated_at)))
 
         def get_max_length(self) -> int:
             return self.n_sink + self.window
