@@ -43,6 +43,7 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
     """Run ``subject`` over ``ids`` (N, T) with the recorder attached; return the record and the
     mean next-token loss (nats, over all predicted positions)."""
     recorder = Recorder(subject.n_layers, options)
+    recorder.reserve(subject.n_heads, ids.shape[1] + getattr(subject, "prefix_positions", 0), ids.device)
     per_pass = max(1, tokens_per_pass // ids.shape[1])
     passes = math.ceil(ids.shape[0] / per_pass)
     bar = tqdm(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", disable=not progress)

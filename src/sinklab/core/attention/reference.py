@@ -57,7 +57,8 @@ def attend(
     offset = n_keys - n_q
     step = query_chunk or n_q
     keys = k.float().transpose(-1, -2)  # (B, H, D, Tk), converted once for every block
-    outs, weights = [], []
+    z = torch.empty(*q.shape[:3], v.shape[-1], dtype=v.dtype, device=v.device)  # filled block by block: no list of pieces kept mid-pass
+    weights = []
     # last block first: the widest blocks are allocated first and their memory serves the
     # narrower ones, which keeps the heap from fragmenting on long inputs
     for start in reversed(range(0, n_q, step)):
@@ -78,10 +79,10 @@ def attend(
             scores = hooks.fire(layer, "attn.hook_scores", scores, q_start, n_keys)
             w = norm(scores, chunk_mask)
         w = hooks.fire(layer, "attn.hook_pattern", w, q_start, n_keys)
-        outs.append(torch.matmul(w.to(v.dtype), v[..., :width, :]))  # (B, H, t, D)
+        z[:, :, rows] = torch.matmul(w.to(v.dtype), v[..., :width, :])  # (B, H, t, D)
         if need_weights:
             weights.append(F.pad(w, (0, n_keys - width)))
-    z = hooks.fire(layer, "attn.hook_z", torch.cat(outs[::-1], dim=2) if len(outs) > 1 else outs[0], offset)
+    z = hooks.fire(layer, "attn.hook_z", z, offset)
     w_all = (torch.cat(weights[::-1], dim=2) if len(weights) > 1 else weights[0]) if need_weights else None
     return z, w_all
 
