@@ -197,6 +197,23 @@ def _splice(held: torch.Tensor, new: torch.Tensor, n_sink: int, pending: int) ->
     return torch.cat([held[..., :n_sink, :], held[..., n_sink + pending :, :], new], dim=-2)
 
 
+class _Kept:
+    """A sink cache layer's ``keys`` or ``values``: the held tensor without the tokens the last
+    step evicted (the next step's concatenation drops them for free)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.held = "_" + name
+
+    def __get__(self, layer, owner=None):
+        if layer is None:
+            return self
+        held = getattr(layer, self.held)
+        return _drop(held, layer.n_sink, layer._pending, -2) if layer._pending else held
+
+    def __set__(self, layer, value) -> None:
+        setattr(layer, self.held, value)
+
+
 _SINK_LAYER = None
 
 
@@ -223,21 +240,8 @@ def _sink_layer_class():
             self.book, self.index = book, index
             self.n_sink, self.window = book.n_sink, book.window
 
-        @property
-        def keys(self):
-            return _drop(self._keys, self.n_sink, self._pending, -2) if self._pending else self._keys
-
-        @keys.setter
-        def keys(self, value) -> None:
-            self._keys = value
-
-        @property
-        def values(self):
-            return _drop(self._values, self.n_sink, self._pending, -2) if self._pending else self._values
-
-        @values.setter
-        def values(self, value) -> None:
-            self._values = value
+        keys = _Kept()
+        values = _Kept()
 
         @property
         def positions(self) -> torch.Tensor:
