@@ -7,13 +7,14 @@ reading the weights once, the levers that might close the gap, and the one-pass 
 * ``floor``: the model's weight bytes over the copy bandwidth measured here (a decode step reads
   every weight once).
 * ``levers`` (at the middle length, dense cache): bfloat16 weights, int8 weights (PyTorch dynamic
-  quantization of every linear layer; changes the logits), a static preallocated cache; and the
+  quantization of every linear layer; changes the logits), a static preallocated cache, the
+  decode step compiled with ``torch.compile`` on the static cache; and the
   cache update alone (every layer's ``update`` on random keys), dense against sink, which is the
   per-step work the sink cache adds.
 * ``one_pass``: tokens per second of the sink policy's one-pass scorer (``sinklab stream``) against
   a plain forward pass (SDPA) of the same tokens.
 
-Run: `.venv/bin/python benchmarks/decode_speed.py [--lengths 256,1024,4096]` (about 6 minutes)
+Run: `.venv/bin/python benchmarks/decode_speed.py [--lengths 256,1024,4096]` (about 8 minutes)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import statistics
 import time
 from functools import partial
+from typing import Optional
 
 import torch
 from common import record
@@ -80,6 +82,35 @@ def decode_ms(model, ids: torch.Tensor, make_cache, length: int, steps: int) -> 
     return 1000 * statistics.median(times)
 
 
+class CompiledDecode:
+    """Decode steps through ``torch.compile(model.forward)`` on one static cache, compiled at the
+    first call (the compile time is kept apart) and reset before every measurement, so the
+    compiled graph is reused across rounds."""
+
+    def __init__(self, model, ids: torch.Tensor, length: int, steps: int) -> None:
+        from transformers import StaticCache
+
+        self.model, self.ids, self.length, self.steps = model, ids, length, steps
+        self.cache = StaticCache(config=model.config, max_cache_len=length + SINKS + steps + 8)
+        self.forward = torch.compile(model.forward, dynamic=False)
+        self.compile_s: Optional[float] = None
+
+    @torch.no_grad()
+    def __call__(self) -> float:
+        self.cache.reset()
+        start = self.length + SINKS
+        self.model(input_ids=self.ids[None, :start], cache=self.cache, use_cache=True, logits_to_keep=1)
+        times = []
+        for t in range(start, start + self.steps):
+            begin = time.perf_counter()
+            self.forward(input_ids=self.ids[None, t : t + 1], cache=self.cache, use_cache=True, logits_to_keep=1, cache_position=torch.tensor([t]))
+            times.append(time.perf_counter() - begin)
+        if self.compile_s is None:
+            self.compile_s = times[0]
+            return self()  # the first step compiled; measure again
+        return 1000 * statistics.median(times)
+
+
 def alternate(measures: dict, rounds: int) -> dict:
     """Median over ``rounds`` of each measurement, the order reversed every round."""
     runs = {name: [] for name in measures}
@@ -118,13 +149,17 @@ def levers(model_spec, ids: torch.Tensor, length: int, steps: int, rounds: int, 
     """Dense decode at ``length`` under each lever, each against float32 measured in the same rounds."""
     bf16 = load_model(model_spec, dtype=torch.bfloat16).model
     int8 = torch.ao.quantization.quantize_dynamic(load_model(model_spec).model, {torch.nn.Linear}, dtype=torch.qint8)
+    compiled = CompiledDecode(baseline, ids, length, steps)
     measures = {
         "float32 weights, dynamic cache": lambda: decode_ms(baseline, ids, dense_cache, length, steps),
         "bfloat16 weights": lambda: decode_ms(bf16, ids, dense_cache, length, steps),
         "int8 weights (dynamic quantization)": lambda: decode_ms(int8, ids, dense_cache, length, steps),
         "static preallocated cache": lambda: decode_ms(baseline, ids, static_cache, length, steps),
+        "static cache, compiled step (torch.compile)": compiled,
     }
-    return alternate(measures, rounds)
+    result = alternate(measures, rounds)
+    result["static cache, compiled step (torch.compile)"]["compile_s"] = round(compiled.compile_s, 1)
+    return result
 
 
 @torch.no_grad()
