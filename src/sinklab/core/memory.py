@@ -33,10 +33,10 @@ def trim_heap(slack: int = HEAP_SLACK_BYTES) -> None:
     (glibc only; elsewhere nothing happens).
 
     glibc raises its mmap threshold after large frees, so a long forward pass then serves its
-    per-layer activations (tens of MB each) from the heap, which fragments: at 2,048 tokens of the
-    default model the heap holds about 300 MB of freed memory after every layer, and more on
-    longer inputs. Trimming costs the page faults of refilling what it handed back: trimming
-    after every layer made a 2,048-token scan about 40 % slower, so it waits for the slack.
+    per-layer activations (tens of MB each) from the heap, where freed memory stays resident.
+    Trimming costs the page faults of refilling what it handed back: trimming after every layer
+    made a 2,048-token scan about 40 % slower, so it waits until the slack is worth returning
+    (the scan keeps the heap from fragmenting in the first place: ``Recorder.reserve``).
     """
     libc = _glibc()
     if libc is not None and libc.mallinfo2().fordblks > slack:
