@@ -160,16 +160,17 @@ class _SinkBook:
         self.seen = 0
         self.step: Optional[_Step] = None
 
-    def begin_step(self, n_new: int) -> "_Step":
-        """Plan a forward that feeds ``n_new`` tokens: the rotation that presents the kept and the
-        new keys at their cache index, and how many tokens to drop after it."""
+    def begin_step(self, n_new: int, device) -> "_Step":
+        """Plan a forward that feeds ``n_new`` tokens: the rotation (on ``device``, the keys') that
+        presents the kept and the new keys at their cache index, and how many tokens to drop after it."""
         n_old = len(self.rotated_at)
         caller = _caller_positions(self.rope.tap, n_new)
         rotated_at = torch.cat([self.rotated_at, caller])
         target = _presented_positions(caller, n_old, len(rotated_at))
         positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
         dropped = max(0, len(rotated_at) - (self.n_sink + self.window - 1))
-        self.step = _Step(n_old, n_new, None if torch.equal(rotated_at, target) else self.rope.rotation(rotated_at, target), dropped)
+        rotation = None if torch.equal(rotated_at, target) else tuple(t.to(device) for t in self.rope.rotation(rotated_at, target))
+        self.step = _Step(n_old, n_new, rotation, dropped)
         self.rotated_at, self.positions = _drop(rotated_at, self.n_sink, dropped), _drop(positions, self.n_sink, dropped)
         self.seen += n_new
         return self.step
@@ -266,7 +267,7 @@ def _sink_layer_class():
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
             check(key_states.shape[0] == 1, f"the sink cache streams one sequence at a time; got a batch of {key_states.shape[0]}")
-            step = self.book.begin_step(key_states.shape[-2]) if self.index == 0 else self.book.step
+            step = self.book.begin_step(key_states.shape[-2], key_states.device) if self.index == 0 else self.book.step
             check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.get_seq_length(),
                   "the sink cache's layers must be updated in order, from layer 0, once per forward")
             keys = _splice(self._keys, key_states, self.n_sink, self._pending)
