@@ -255,8 +255,7 @@ def _sink_layer_class():
         def reset(self) -> None:
             super().reset()
             self._pending = 0
-            if hasattr(self, "book"):
-                self.book.reset()
+            self.book.reset()
 
         def get_seq_length(self) -> int:
             if not self.is_initialized or self._keys.numel() == 0:
