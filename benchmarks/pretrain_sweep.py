@@ -18,10 +18,10 @@ from pathlib import Path
 from common import RUNS, record
 
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec
+from sinklab.core.checkpoint import latest_checkpoint
 from sinklab.core.jobs import run_jobs
 from sinklab.core.text import format_table
 from sinklab.pretrain import COLUMNS, PretrainConfig, compare_runs, train_lm
-from sinklab.pretrain.checkpoint import latest_checkpoint
 
 SETTINGS = {  # corpus -> (default seeds, worker processes, extra variants, run root)
     "shakespeare": ("0,1", 1, [], "sweep"),

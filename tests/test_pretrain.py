@@ -11,14 +11,14 @@ import torch
 
 from sinklab import cli
 from sinklab.core.attention import ATTN_NORMS, EXTRA_NAMES, AttentionSpec
-from sinklab.core.corpus import load_corpus
+from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sinklab.core.corpus import load_corpus, split_documents
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_jsonl
 from sinklab.models.native import Transformer
 from sinklab.pretrain import PretrainConfig, results, train_lm
 from sinklab.pretrain import train as pretrain
-from sinklab.pretrain.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from sinklab.pretrain.tokens import load_token_data, split_documents
+from sinklab.pretrain.tokens import load_token_data
 
 WORDS = "the king queen love death night day sword crown blood heart fair foul sweet sour honour".split()
 

@@ -9,9 +9,9 @@ import sys
 from typing import Optional, Sequence
 
 from ..core.errors import SinklabError
-from . import demo, intervene, pretrain, report, scan, stream, trigger
+from . import adapt, demo, intervene, pretrain, report, scan, stream, trigger
 
-COMMANDS = (demo, trigger, scan, intervene, pretrain, stream, report)
+COMMANDS = (demo, trigger, scan, intervene, pretrain, stream, adapt, report)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..adapt import page as adapt_page
 from ..core import html
 from ..core.errors import SinklabError
 from ..intervene import page as intervene_page
@@ -15,7 +16,7 @@ from ..trigger import page as trigger_page
 from .args import STARTS_OVER
 
 #: Every kind of run directory and the page module that reads it (checked in this order).
-PAGES = {"scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page}
+PAGES = {"scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page, "adapt": adapt_page}
 
 
 def add_parser(sub) -> None:

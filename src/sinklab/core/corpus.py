@@ -8,7 +8,7 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import SinklabError
+from .errors import SinklabError, check
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
 
@@ -48,6 +48,15 @@ def load_corpus(spec: str) -> list[Document]:
     if not docs:
         raise SinklabError(f"the corpus {spec!r} is empty: it contains no text")
     return docs
+
+
+def split_documents(docs: list[Document], val_every: int) -> tuple[list[Document], list[Document]]:
+    """Every ``val_every``-th document (sorted by name) goes to validation; at least one each."""
+    check(len(docs) >= 2, "the corpus needs at least two documents to split train and validation by document")
+    ordered = sorted(docs, key=lambda d: d.name)
+    val = [d for i, d in enumerate(ordered) if i % val_every == val_every // 2] or ordered[-1:]
+    train = [d for d in ordered if d not in val]
+    return train, val
 
 
 def _file_documents(path: Path) -> list[Document]:

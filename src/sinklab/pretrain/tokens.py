@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..core.corpus import Document, load_corpus
+from ..core.corpus import Document, load_corpus, split_documents
 from ..core.errors import SinklabError, check
 from ..core.runs import atomic_dir, atomic_path
 from ..models.hf import cache_root, default_gguf_path, dequantised_dir
@@ -126,15 +126,6 @@ def _cache_key(docs: list[Document], tokenizer: str, val_every: int) -> str:
         h.update(d.name.encode())
         h.update(hashlib.sha256(d.text.encode("utf-8", "replace")).digest())
     return f"{tokenizer}-{h.hexdigest()[:16]}"
-
-
-def split_documents(docs: list[Document], val_every: int) -> tuple[list[Document], list[Document]]:
-    """Every ``val_every``-th document (sorted by name) goes to validation; at least one each."""
-    check(len(docs) >= 2, "the corpus needs at least two documents to split train and validation by document")
-    ordered = sorted(docs, key=lambda d: d.name)
-    val = [d for i, d in enumerate(ordered) if i % val_every == val_every // 2] or ordered[-1:]
-    train = [d for d in ordered if d not in val]
-    return train, val
 
 
 def _build(docs: list[Document], tokenizer: str, val_every: int, where: Path) -> None:

@@ -24,13 +24,13 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..core.attention import AttentionSpec
+from ..core.checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import SinklabError, check
 from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json, write_jsonl
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
 from . import page, report
 from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
-from .checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
 from .distributed import Dist, wrap_ddp
 from .results import sink_figures
 from .sources import DataSource, load_source

@@ -5,6 +5,7 @@ reduces while recording, the metric settings and summary, and the runners.
 """
 
 from .inputs import Inputs, InputSpec, build_inputs
+from .metrics import sink_rate, super_neurons
 from .recorder import Record, Recorder, RecordOptions
 from .run import ScanConfig, record_subject, run_scan, scan_inputs, scan_native
 from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
@@ -23,5 +24,7 @@ __all__ = [
     "run_scan",
     "scan_inputs",
     "scan_native",
+    "sink_rate",
     "summarise",
+    "super_neurons",
 ]

@@ -70,9 +70,10 @@ def attend(
         scores = torch.matmul(q[:, :, rows].float() * scale, keys[..., :width])  # (B, H, t, width)
         if score_cap:
             scores = score_cap * torch.tanh(scores / score_cap)
-        if norm.masks_logits and not hooks.listens(layer, "attn.hook_scores"):
+        if norm.masks_logits and not hooks.listens(layer, "attn.hook_scores") and not (score_cap and scores.requires_grad):
             # nobody else holds the scores: mask them in place, and only the columns some row
             # cannot see (under a causal mask the diagonal block), a pass over the block less
+            # (not when training through a soft cap: tanh's backward needs its output intact)
             scores[..., dense:].masked_fill_(~chunk_mask[..., dense:], float("-inf"))
             w = norm.from_logits(scores)
         else:

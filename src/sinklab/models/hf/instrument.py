@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.attention import attend, causal_mask, make_norm
+from ...core.attention import AttnNorm, attend, causal_mask, make_norm
 from ...core.errors import SinklabError
 from ...core.hooks import HookSet
 from .layouts import decoder_layers, get_submodule, layout_of
@@ -42,6 +42,7 @@ class _Binding:
     layer: int
     query_chunk: Optional[int]
     kernel: Optional[Callable] = None  # (q, k, v, scale) -> z (B, H, T, D), replacing attend()
+    norm: Optional[AttnNorm] = None  # replaces the model's softmax (an adapted model's mitigation)
 
 
 _BINDINGS: dict[int, _Binding] = {}  # id(attention module) -> binding, only inside instrument()
@@ -93,7 +94,9 @@ def sinklab_attention(module, query, key, value, attention_mask, scaling=None, d
     if mask.dtype != torch.bool:  # an additive float mask from an eager-style mask function
         mask = mask > torch.finfo(mask.dtype).min / 2
     s_aux = kwargs.get("s_aux")
-    norm = _SOFTMAX if s_aux is None else _null_slot_norm(s_aux)
+    if binding.norm is not None and s_aux is not None:
+        raise SinklabError(f"{type(module).__name__} already has learned sink logits; sinklab cannot replace its normalisation")
+    norm = binding.norm or (_SOFTMAX if s_aux is None else _null_slot_norm(s_aux))
     need_weights = bool(kwargs.get("output_attentions", False))
     z, weights = attend(
         query, key, value, mask, norm, scale, binding.hooks, binding.layer, binding.query_chunk, need_weights, score_cap=kwargs.get("softcap")
@@ -125,11 +128,14 @@ def _register() -> None:
 
 
 @contextmanager
-def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QUERY_CHUNK, kernel: Optional[Callable] = None) -> Iterator[nn.Module]:
+def instrument(
+    model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QUERY_CHUNK, kernel: Optional[Callable] = None, norms: Optional[Sequence[AttnNorm]] = None
+) -> Iterator[nn.Module]:
     """Route the model's attention through sinklab and fire every hook point on ``hooks``.
 
     With ``kernel`` the attention itself is that function of (q, k, v, scale) instead of the
-    masked reference (the attention hooks then do not fire). Restores the model's attention
+    masked reference (the attention hooks then do not fire); with ``norms`` (one per layer) each
+    layer's softmax is replaced by that normalisation. Restores the model's attention
     implementation and removes every torch hook on exit, also when the body raises.
     """
     _register()
@@ -141,7 +147,7 @@ def instrument(model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QU
         model.set_attn_implementation(KERNEL_ATTN_NAME if kernel is not None else ATTN_NAME)
         for i, layer in enumerate(layers):
             for sub in layer.modules():
-                _BINDINGS[id(sub)] = _Binding(hooks, i, query_chunk, kernel)
+                _BINDINGS[id(sub)] = _Binding(hooks, i, query_chunk, kernel, norms[i] if norms is not None else None)
             handles.append(layer.register_forward_hook(_resid_hook(hooks, i)))
             if down_path:
                 handles.append(get_submodule(layer, down_path).register_forward_pre_hook(_mlp_hook(hooks, i)))
@@ -176,19 +182,27 @@ def _mlp_hook(hooks: HookSet, layer: int):
 
 @torch.no_grad()
 def token_nll(model: nn.Module, ids: torch.Tensor, chunk: int = 256) -> torch.Tensor:
-    """Next-token NLL (B, T - 1) in nats, from the final hidden states through the output layer
-    in position chunks, so a long input never holds its full (T, vocab) logits. The cross-entropy
-    runs over contiguous vocabulary rows: over a strided (B, V, T) view, float32 log-softmax on the
-    default model was off by up to 1.2e-4 nats (and biased low)."""
+    """Next-token NLL (B, T - 1) in nats of ``ids`` (B, T), never holding the full (T, vocab) logits."""
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (B, T, d), final norm applied
-    head = model.get_output_embeddings()
-    cap = getattr(model.config, "final_logit_softcapping", None)
+    return head_nll(model, hidden[:, :-1], ids[:, 1:], chunk)
+
+
+@torch.no_grad()
+def head_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+    """NLL (B, N) of ``targets`` (B, N) from final hidden states (B, N, d) through the output
+    layer, in position chunks. The cross-entropy runs over contiguous vocabulary rows: over a
+    strided (B, V, T) view, float32 log-softmax on the default model was off by up to 1.2e-4
+    nats (and biased low)."""
     pieces = []
-    for start in range(0, ids.shape[1] - 1, chunk):
-        stop = min(start + chunk, ids.shape[1] - 1)
-        logits = head(hidden[:, start:stop]).float()
-        if cap:
-            logits = cap * torch.tanh(logits / cap)
-        targets = ids[:, start + 1 : stop + 1]
-        pieces.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none").view_as(targets))
+    for start in range(0, targets.shape[1], chunk):
+        logits = output_logits(model, hidden[:, start : start + chunk]).float()
+        part = targets[:, start : start + chunk]
+        pieces.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), part.reshape(-1), reduction="none").view_as(part))
     return torch.cat(pieces, dim=1)
+
+
+def output_logits(model: nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """Logits from final hidden states: the output layer, and Gemma 2's final soft cap."""
+    logits = model.get_output_embeddings()(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    return cap * torch.tanh(logits / cap) if cap else logits

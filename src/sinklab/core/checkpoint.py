@@ -17,8 +17,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..core.errors import SinklabError
-from ..core.runs import atomic_path
+from .errors import SinklabError
+from .runs import atomic_path
 
 LATEST = "latest"
 
@@ -56,7 +56,7 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, str(tmp / "model.safetensors"))
+    save_file(_unshared(model.state_dict()), str(tmp / "model.safetensors"))
     tensors, rest = optimizer_tensors(opt)
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     (tmp / "state.json").write_text(json.dumps({"step": step, "optimizer": rest, **extra}))
@@ -66,6 +66,18 @@ def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch
     for old in sorted(run_dir.glob("ckpt-*"))[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Tensors to save: a tensor sharing memory with an earlier one (tied embeddings) is copied,
+    since safetensors refuses shared memory; loading restores both names."""
+    seen, out = set(), {}
+    for name, tensor in state.items():
+        tensor = tensor.detach().cpu().contiguous()
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        out[name] = tensor.clone() if key in seen else tensor
+        seen.add(key)
+    return out
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:

@@ -1,0 +1,29 @@
+"""Changing a pretrained model's sink: the first token as a cached prefix (:mod:`.prefix`), the
+quantization payoff of taking it out of the stream (:mod:`.quantize`, :mod:`.evaluate`), a search
+for prefix tokens that absorb outliers (:mod:`.search`), and mitigations fine-tuned into the
+model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.probe`)."""
+
+from .adapted import AdaptedModel
+from .finetune import FinetuneConfig, run_finetune
+from .mitigations import MITIGATIONS, Mitigation
+from .prefix import SinkPrefix, bos_token
+from .quantize import QUANT_SCHEMES, QuantScheme, fake_quant, quantize_activation, quantize_weight, quantized
+from .run import PrefixConfig, run_sink_prefix
+
+__all__ = [
+    "MITIGATIONS",
+    "AdaptedModel",
+    "FinetuneConfig",
+    "Mitigation",
+    "run_finetune",
+    "QUANT_SCHEMES",
+    "PrefixConfig",
+    "QuantScheme",
+    "SinkPrefix",
+    "bos_token",
+    "fake_quant",
+    "quantize_activation",
+    "quantize_weight",
+    "quantized",
+    "run_sink_prefix",
+]

@@ -1,0 +1,84 @@
+"""What the sink in the token stream costs: perplexity and activation maxima of the same content
+with the first token in the stream, replaced by its cached keys and values, or absent.
+
+Every condition scores the same targets, content tokens 2..T predicted from what precedes them,
+so perplexities compare directly. Text windows come from documents split by name: calibration and
+fine-tuning read one part, perplexity the held-out rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..core.corpus import load_corpus, split_documents
+from ..core.errors import SinklabError
+from ..models.hf import head_nll
+from .adapted import AdaptedModel
+from .prefix import SinkPrefix
+
+HELD_OUT_EVERY = 4  # every 4th document (by name) is held out for perplexity
+
+
+@dataclass
+class Condition:
+    """How the content is presented: leading tokens in the stream, and/or a cached prefix."""
+
+    name: str
+    lead: tuple[int, ...] = ()
+    prefix: Optional[SinkPrefix] = None
+    adapted: Optional[AdaptedModel] = None  # a mitigation, which brings its own prefix
+
+
+def corpus_tokens(corpus: str, tokenizer, held_out: bool, limit: int) -> torch.Tensor:
+    """Token ids of the held-out documents (``held_out``) or the others, in order, encoded without
+    special tokens; documents are read until at least ``limit`` tokens are collected."""
+    train, val = split_documents(load_corpus(corpus), HELD_OUT_EVERY)
+    ids: list[int] = []
+    for doc in val if held_out else train:
+        ids.extend(tokenizer(doc.text, add_special_tokens=False)["input_ids"])
+        if len(ids) >= limit:
+            break
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def corpus_windows(corpus: str, tokenizer, length: int, count: int, held_out: bool) -> torch.Tensor:
+    """``count`` windows (count, length) of consecutive tokens, evenly spaced over the held-out
+    documents (``held_out``) or the others."""
+    ids = corpus_tokens(corpus, tokenizer, held_out, 8 * length * count)  # plenty to spread the windows over
+    n = len(ids) // length
+    if n < count:
+        part = "held-out" if held_out else "calibration"
+        raise SinklabError(f"the {part} part of {corpus!r} has {len(ids)} tokens: too few for {count} windows of {length}")
+    starts = torch.linspace(0, n - 1, count).round().long() * length
+    return torch.stack([ids[s : s + length] for s in starts.tolist()])
+
+
+@torch.no_grad()
+def content_hidden(model: nn.Module, content: torch.Tensor, condition: Condition) -> torch.Tensor:
+    """Final hidden states (B, T, d) of the content positions under ``condition``."""
+    if condition.adapted is not None:
+        with condition.adapted.applied():
+            return condition.adapted.hidden(content.to(condition.adapted.model.device))
+    lead = torch.tensor([condition.lead], dtype=torch.long).expand(content.shape[0], -1)
+    ids = torch.cat([lead, content], dim=1).to(model.device)
+    cache = condition.prefix.cache(model, content.shape[0]) if condition.prefix is not None else None
+    hidden = model.base_model(input_ids=ids, cache=cache, use_cache=cache is not None).last_hidden_state
+    return hidden[:, len(condition.lead) :]
+
+
+def content_nll(model: nn.Module, windows: torch.Tensor, condition: Condition) -> torch.Tensor:
+    """NLL (N, T - 1) of every window's tokens 2..T, one window per forward (a per-tensor scale
+    must not depend on which windows share a batch)."""
+    rows = []
+    for window in windows:
+        hidden = content_hidden(model, window[None], condition)
+        rows.append(head_nll(model, hidden[:, :-1], window[None, 1:].to(hidden.device)))
+    return torch.cat(rows)
+
+
+def perplexity(nll: torch.Tensor) -> float:
+    return float(nll.double().mean().exp())

@@ -1,0 +1,190 @@
+"""``sinklab adapt --to NAME``: fine-tune a mitigation into a pretrained model by distillation.
+
+The student is the model with the mitigation (:mod:`.mitigations`), reading text without BOS;
+the teacher is the frozen original reading the same text after BOS. Loss: KL(teacher || student)
+on every next-token distribution plus ``lm_weight`` times the LM loss. During the first ``ramp``
+fraction of the steps BOS fades out and the mitigation fades in, so step 0 is exactly the
+original model (``exact_check``) and the rest of training has no sink token at all: the model
+must find its "do nothing" in the mitigation. Only the mitigation's parameters train unless
+``full``. Checkpoints every ``checkpoint_every`` steps; ``resume`` continues from the last one.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
+from tqdm.auto import tqdm
+
+from ..core.checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..core.errors import check
+from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, read_jsonl, write_json, write_jsonl
+from ..models.hf import LoadedModel, describe_architecture, load_model
+from . import page, report
+from .adapted import AdaptedModel
+from .evaluate import Condition, corpus_tokens, corpus_windows
+from .mitigations import MITIGATIONS, make_mitigation
+from .prefix import SinkPrefix, bos_token
+from .probe import head_rms, profile_adapted, profile_original
+from .quantize import QUANT_SCHEMES, check_scheme
+from .run import EXACT_WINDOWS, FULL_PRECISION, PREFIX_FILE, measure
+
+ADAPTER_FILE = "adapter.safetensors"
+
+
+@dataclass
+class FinetuneConfig:
+    model: Optional[str] = None
+    mitigation: str = "gate"
+    steps: int = 300
+    full: bool = False  # train every weight, not only the mitigation's
+    corpus: str = "shakespeare"
+    seq_len: int = 128
+    batch: int = 4
+    lr: Optional[float] = None  # default: 1e-2 for the mitigation's parameters, 1e-5 with --full
+    lm_weight: float = 1.0
+    ramp: float = 0.5  # fraction of the steps over which BOS fades out
+    tokens: int = 256  # evaluation windows
+    windows: int = 8
+    calibration: int = 4
+    schemes: tuple[str, ...] = tuple(QUANT_SCHEMES)
+    checkpoint_every: int = 50
+    seed: int = 0
+    trust_remote_code: bool = False
+    out: str = "runs/adapt-finetune"
+
+    def __post_init__(self) -> None:
+        check(self.mitigation in MITIGATIONS, f"unknown mitigation {self.mitigation!r}; choose one of: {', '.join(MITIGATIONS)}")
+        check(self.steps >= 1, f"--steps must be at least 1, got {self.steps}")
+        check(self.seq_len >= 2 and self.batch >= 1, "--seq-len must be at least 2 and --batch at least 1")
+        check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
+        check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
+        check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
+        for name in self.schemes:
+            check_scheme(name)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (1e-5 if self.full else 1e-2)
+
+
+def ramp_at(step: int, cfg: FinetuneConfig) -> float:
+    """The ramp during training step ``step`` (0-indexed): it rises linearly and reaches 1 at step
+    ``ramp * steps`` (ramp 0, the original model, is where training starts from)."""
+    return min(1.0, (step + 1) / max(1.0, cfg.ramp * cfg.steps))
+
+
+def run_finetune(cfg: FinetuneConfig, loaded: Optional[LoadedModel] = None, resume: bool = False, progress: bool = True) -> dict:
+    """Train, then measure before / after; writes the run directory ``cfg.out``."""
+    out = prepare_run_dir(cfg.out)
+    loaded = loaded or load_model(cfg.model, cfg.trust_remote_code)
+    model = loaded.model
+    bos = bos_token(loaded.tokenizer, model)
+    check(bos is not None, f"--to needs a model with a fixed BOS token to start from; {loaded.name} has none")
+    bos_prefix = SinkPrefix.compute(model, [bos])
+    mitigation = make_mitigation(cfg.mitigation, model, bos_prefix)
+    model.requires_grad_(cfg.full)
+    teacher = copy.deepcopy(model).requires_grad_(False) if cfg.full else model
+    train_ids = corpus_tokens(cfg.corpus, loaded.tokenizer, held_out=False, limit=200 * cfg.seq_len * cfg.batch)
+    mitigation.calibrate(head_rms(teacher, bos, _batch(train_ids, cfg, -1)))
+    adapted = AdaptedModel(model, mitigation, bos_prefix)
+    params = [p for p in mitigation.parameters() if p.requires_grad] + (list(model.parameters()) if cfg.full else [])
+    check(params, f"{cfg.mitigation} adds no parameters to train; pass --full to fine-tune the model's weights with it")
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+    trained = nn.ModuleDict({"mitigation": mitigation, **({"model": model} if cfg.full else {})})
+    evaluation = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.windows, held_out=True)
+    start, exact = _start(cfg, out, trained, opt, resume, adapted, teacher, bos, evaluation[:EXACT_WINDOWS])
+    clock = time.perf_counter()
+    _train(cfg, out, adapted, teacher, bos, train_ids, opt, trained, start, exact, progress)
+    summary = _finish(cfg, loaded, teacher, adapted, bos, evaluation, exact, time.perf_counter() - clock, progress)
+    with atomic_path(out / ADAPTER_FILE) as tmp:
+        save_file({k: v.detach().contiguous() for k, v in mitigation.state_dict().items()}, str(tmp))
+    bos_prefix.save(out / PREFIX_FILE, loaded.name)
+    summary["figures"] = [report.activation_figure(summary, out).name]
+    write_json(out / "summary.json", summary)
+    page.write(out)
+    return summary
+
+
+def _batch(ids: torch.Tensor, cfg: FinetuneConfig, step: int) -> torch.Tensor:
+    """The training batch of ``step`` (B, seq_len): random windows, reproducible on resume."""
+    g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + step + 1)
+    starts = torch.randint(len(ids) - cfg.seq_len, (cfg.batch,), generator=g)
+    return torch.stack([ids[s : s + cfg.seq_len] for s in starts.tolist()])
+
+
+def teacher_logits(teacher: nn.Module, bos: int, content: torch.Tensor) -> torch.Tensor:
+    lead = torch.full((content.shape[0], 1), bos, dtype=torch.long)
+    with torch.no_grad():
+        return teacher(input_ids=torch.cat([lead, content], dim=1), use_cache=False).logits[:, 1:].float()
+
+
+def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, content: torch.Tensor, lm_weight: float) -> tuple[torch.Tensor, dict]:
+    """KL(teacher || student) per position, plus ``lm_weight`` x next-token cross-entropy."""
+    log_s = F.log_softmax(student.float(), dim=-1)
+    kl = F.kl_div(log_s.flatten(0, 1), F.log_softmax(teacher, dim=-1).flatten(0, 1), log_target=True, reduction="batchmean")
+    lm = F.cross_entropy(log_s[:, :-1].flatten(0, 1), content[:, 1:].flatten())
+    return kl + lm_weight * lm, {"kl": kl.item(), "lm": lm.item()}
+
+
+def _start(cfg, out, trained, opt, resume: bool, adapted: AdaptedModel, teacher, bos: int, windows) -> tuple[int, float]:
+    """(first step, step-0 logit difference): a fresh start, or the last checkpoint's."""
+    ckpt = latest_checkpoint(out)
+    if not resume:
+        check(ckpt is None, f"{out} already holds a fine-tuning run; pass --resume to continue it or choose another --out")
+        write_json(out / "config.json", asdict(cfg))
+        adapted.mitigation.ramp = 0.0
+        with torch.no_grad(), adapted.applied():
+            exact = float((adapted.logits(windows).float() - teacher_logits(teacher, bos, windows)).abs().max())
+        check(exact < 1e-3, f"the adapted model does not start equal to the original (max |logit difference| {exact:.2e}); please report this")
+        return 0, exact
+    check(ckpt is not None, f"nothing to resume in {out}: it holds no checkpoint")
+    state = checkpoint_state(ckpt)
+    differ = [k for k in ("mitigation", "steps", "full", "seq_len", "batch", "lr", "lm_weight", "ramp", "seed") if state["config"].get(k) != getattr(cfg, k)]
+    check(not differ, f"the checkpoint comes from another configuration ({', '.join(differ)} differ)")
+    load_checkpoint(ckpt, trained, opt)
+    if (out / "metrics.jsonl").exists():  # drop what the interrupted run logged past its checkpoint
+        write_jsonl(out / "metrics.jsonl", [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] <= state["step"]])
+    return state["step"], state["exact_check"]
+
+
+def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained, start: int, exact: float, progress: bool) -> None:
+    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", disable=not progress)
+    for step in bar:
+        adapted.mitigation.ramp = ramp_at(step, cfg)
+        content = _batch(ids, cfg, step)
+        target = teacher_logits(teacher, bos, content)
+        with adapted.applied():
+            loss, parts = distillation_loss(adapted.logits(content), target, content, cfg.lm_weight)
+        check(math.isfinite(parts["kl"] + parts["lm"]), f"the loss is {parts['kl'] + parts['lm']} at step {step}; lower --lr (or resume from the last checkpoint with a lower one)")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        append_jsonl(out / "metrics.jsonl", {"step": step + 1, "ramp": adapted.mitigation.ramp, "loss": parts["kl"] + cfg.lm_weight * parts["lm"], **parts})
+        bar.set_postfix(kl=f"{parts['kl']:.3f}", ramp=f"{adapted.mitigation.ramp:.2f}")
+        if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
+            save_checkpoint(out, step + 1, trained, opt, {"config": asdict(cfg), "exact_check": exact})
+    adapted.mitigation.ramp = 1.0
+
+
+def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, evaluation, exact: float, train_seconds: float, progress: bool) -> dict:
+    """Sink metrics and (quantized) perplexities of the original with BOS and the adapted model without."""
+    calibration = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.calibration, held_out=False)
+    before = profile_original(teacher, bos, evaluation)
+    after = profile_adapted(adapted, evaluation, before["super_neurons"])
+    settings = (FULL_PRECISION, *cfg.schemes)
+    original = measure(teacher, [Condition("bos", lead=(bos,))], evaluation, calibration, settings, progress)
+    adapted_run = measure(adapted.model, [Condition("adapted", adapted=adapted)], evaluation, calibration, settings, progress)
+    merge = lambda key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings}  # noqa: E731
+    return {
+        "model": loaded.name, "architecture": describe_architecture(adapted.model), "method": "finetune", "mitigation": cfg.mitigation,
+        "full": cfg.full, "steps": cfg.steps, "exact_check": exact, "train_seconds": train_seconds,
+        "before": before, "after": after, "ppl": merge("ppl"), "max_abs_activation": merge("max_abs_activation"),
+    }

