@@ -188,6 +188,8 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
     assert [json.loads(line)["step"] for line in (cut / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
     with pytest.raises(SinklabError, match="already holds a fine-tuning run"):
         run(tmp_path / "whole")
+    (cut / "report.html").unlink()
+    assert cli.main(["report", str(cut)]) == 0 and "before" in (cut / "report.html").read_text()  # rebuilt as an adapt page
 
 
 def test_bad_input_gets_one_line_errors(tiny_model_dir, corpus, capsys):
@@ -205,3 +207,14 @@ def test_bad_input_gets_one_line_errors(tiny_model_dir, corpus, capsys):
         assert cli.main(["adapt", model, "--corpus", corpus, *extra]) == 2, extra
         errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
         assert len(errors) == 1 and message in errors[0], errors
+
+
+@pytest.mark.slow
+def test_prefix_is_exact_on_the_default_model(default_model):
+    from sinklab.adapt.run import exact_check
+    from sinklab.core.corpus import shakespeare_documents
+
+    text = shakespeare_documents()[0].text[10_000:13_000]
+    ids = torch.tensor([default_model.tokenizer(text, add_special_tokens=False)["input_ids"][:256]])
+    prefix = SinkPrefix.compute(default_model.model, [default_model.tokenizer.bos_token_id])
+    assert exact_check(default_model.model, prefix, ids) < 1e-4

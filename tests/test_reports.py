@@ -138,3 +138,21 @@ def test_a_long_scan_report_stays_small(tmp_path):
     assert cli.main(["scan", str(tmp_path / "model"), "--random-tokens", "--max-tokens", "4096", "--batch", "2", "--out", str(tmp_path / "scan")]) == 0
     size = (tmp_path / "scan" / "report.html").stat().st_size
     assert size < 10 * 2**20, f"report of a 4,096-token scan is {size / 2**20:.1f} MiB"
+
+
+def test_adapt_reports(markup_model, browser, tmp_path):
+    """The sink-prefix page (a searched prefix may be the markup token) and the fine-tuning page."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(8):
+        (corpus / f"doc{i}.txt").write_text(f"To be, or not to be {MARKUP} that is the question. " * 30)
+    common = ["--corpus", str(corpus), "--tokens", "16", "--windows", "2", "--calibration", "1", "--quant", "w8a8,w8a8_static"]
+    assert cli.main(["adapt", str(markup_model), *common, "--prefix-tokens", "1", "--candidates", "1", "--out", str(tmp_path / "prefix")]) == 0
+    summary = json.loads((tmp_path / "prefix" / "summary.json").read_text())
+    seen = check_page(browser, tmp_path / "prefix" / "report.html", tmp_path)
+    if MARKUP in summary["search"]["strings"]:
+        assert MARKUP in seen.page.inner_text("body")
+    written = (tmp_path / "prefix" / "report.html").read_text()
+    assert seen.page.evaluate("document.querySelectorAll('script').length") == written.count("<script>") and seen.dialogs == []
+    assert cli.main(["adapt", str(markup_model), *common, "--to", "kv_bias", "--steps", "3", "--seq-len", "12", "--batch", "2", "--out", str(tmp_path / "tune")]) == 0
+    check_page(browser, tmp_path / "tune" / "report.html", tmp_path, min_plots=2)

@@ -16,7 +16,7 @@ from ..trigger import page as trigger_page
 from .args import STARTS_OVER
 
 #: Every kind of run directory and the page module that reads it (checked in this order).
-PAGES = {"scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page, "adapt": adapt_page}
+PAGES = {"adapt": adapt_page, "scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page}
 
 
 def add_parser(sub) -> None:
