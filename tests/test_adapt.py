@@ -14,7 +14,7 @@ import torch
 from conftest import ARCHITECTURES, SAMPLE_TEXT
 
 from sinklab import cli
-from sinklab.adapt import MITIGATIONS, FinetuneConfig, PrefixConfig, SinkPrefix, run_finetune, run_sink_prefix
+from sinklab.adapt import MITIGATIONS, FinetuneConfig, PrefixConfig, SinkPrefix, load_adapted, run_finetune, run_sink_prefix
 from sinklab.adapt.adapted import AdaptedModel
 from sinklab.adapt.finetune import teacher_logits
 from sinklab.adapt.mitigations import make_mitigation
@@ -188,6 +188,15 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
     assert [json.loads(line)["step"] for line in (cut / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
     with pytest.raises(SinklabError, match="already holds a fine-tuning run"):
         run(tmp_path / "whole")
+    fresh = load_model(str(tiny_model_dir("llama"))).model
+    trained = load_adapted(fresh, cut)
+    ids = content(load_model(str(tiny_model_dir("llama"))))
+    with torch.no_grad(), trained.applied():
+        assert trained.logits(ids).shape == (2, 24, fresh.config.vocab_size) and trained.prefix() is None  # BOS gone for good
+        shipped = trained.logits(ids)
+    rebuilt = load_adapted(load_model(str(tiny_model_dir("llama"))).model, tmp_path / "whole")
+    with torch.no_grad(), rebuilt.applied():
+        assert torch.allclose(rebuilt.logits(ids), shipped, atol=1e-5)
     (cut / "report.html").unlink()
     assert cli.main(["report", str(cut)]) == 0 and "before" in (cut / "report.html").read_text()  # rebuilt as an adapt page
 
@@ -218,3 +227,17 @@ def test_prefix_is_exact_on_the_default_model(default_model):
     ids = torch.tensor([default_model.tokenizer(text, add_special_tokens=False)["input_ids"][:256]])
     prefix = SinkPrefix.compute(default_model.model, [default_model.tokenizer.bos_token_id])
     assert exact_check(default_model.model, prefix, ids) < 1e-4
+
+
+def test_a_model_without_bos(tmp_path, tiny_model_dir, corpus):
+    """No BOS: --bos yes and --to refuse; the sink-prefix job searches a one-token prefix instead."""
+    loaded = load_model(str(tiny_model_dir("llama")))
+    loaded.tokenizer.bos_token = None
+    loaded.model.config.bos_token_id = None
+    with pytest.raises(SinklabError, match="defines no BOS token"):
+        run_sink_prefix(PrefixConfig(corpus=corpus, bos="yes", out=str(tmp_path / "yes")), loaded, progress=False)
+    s = run_sink_prefix(PrefixConfig(corpus=corpus, tokens=16, windows=1, calibration=1, schemes=("w8a8",), candidates=3, out=str(tmp_path / "no")), loaded, progress=False)
+    assert set(s["ppl"]["w8a8"]) == {"no_bos", "cushion"} and len(s["search"]["tokens"]) == 1
+    assert s["exact_check"] < 1e-4 and tuple(s["exact_check_tokens"]) == tuple(s["search"]["tokens"])  # the searched prefix is exact too
+    with pytest.raises(SinklabError, match="needs a model with a fixed BOS"):
+        run_finetune(FinetuneConfig(corpus=corpus, out=str(tmp_path / "tune")), loaded, progress=False)

@@ -4,7 +4,7 @@ for prefix tokens that absorb outliers (:mod:`.search`), and mitigations fine-tu
 model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.probe`)."""
 
 from .adapted import AdaptedModel
-from .finetune import FinetuneConfig, run_finetune
+from .finetune import FinetuneConfig, load_adapted, run_finetune
 from .mitigations import MITIGATIONS, Mitigation
 from .prefix import SinkPrefix, bos_token
 from .quantize import QUANT_SCHEMES, QuantScheme, fake_quant, quantize_activation, quantize_weight, quantized
@@ -22,6 +22,7 @@ __all__ = [
     "SinkPrefix",
     "bos_token",
     "fake_quant",
+    "load_adapted",
     "quantize_activation",
     "quantize_weight",
     "quantized",

@@ -12,14 +12,16 @@ must find its "do nothing" in the mitigation. Only the mitigation's parameters t
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
@@ -111,6 +113,21 @@ def run_finetune(cfg: FinetuneConfig, loaded: Optional[LoadedModel] = None, resu
     write_json(out / "summary.json", summary)
     page.write(out)
     return summary
+
+
+def load_adapted(model: nn.Module, run_dir: str | Path) -> AdaptedModel:
+    """The adapted model a finished ``sinklab adapt --to`` run wrote (``model``: the same base
+    model, loaded fresh; with ``--full`` its weights are replaced by the run's)."""
+    run_dir = Path(run_dir)
+    check((run_dir / ADAPTER_FILE).exists(), f"{run_dir} holds no finished fine-tuning run ({ADAPTER_FILE} is missing)")
+    cfg = json.loads((run_dir / "config.json").read_text())
+    bos = SinkPrefix.load(run_dir / PREFIX_FILE)
+    mitigation = make_mitigation(cfg["mitigation"], model, bos)
+    mitigation.load_state_dict(load_file(str(run_dir / ADAPTER_FILE)))
+    if cfg["full"]:
+        load_checkpoint(latest_checkpoint(run_dir), nn.ModuleDict({"mitigation": mitigation, "model": model}), None)
+    mitigation.ramp = 1.0
+    return AdaptedModel(model, mitigation, bos)
 
 
 def _batch(ids: torch.Tensor, cfg: FinetuneConfig, step: int) -> torch.Tensor:

@@ -44,7 +44,7 @@ def ppl_table(summary: dict) -> str:
 def headline(summary: dict) -> str:
     lines = []
     if "exact_check" in summary:
-        lines.append(f"prefix exactness: max |logit difference| {summary['exact_check']:.1e} against BOS in the sequence")
+        lines.append(f"prefix exactness: max |logit difference| {summary['exact_check']:.1e} against the same tokens in the sequence")
     if "search" in summary:
         strings = ", ".join(repr(safe_text(s, 12)) for s in summary["search"]["strings"])
         lines.append(f"searched prefix: [{strings}] ({summary['search']['evaluated']} candidates tried in {summary['search']['seconds']:.0f} s)")

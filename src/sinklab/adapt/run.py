@@ -67,7 +67,6 @@ def run_sink_prefix(cfg: PrefixConfig, loaded: Optional[LoadedModel] = None, pro
     if bos is not None:
         with clock.phase("prefix"):
             prefix = SinkPrefix.compute(model, [bos])
-            summary["exact_check"] = exact_check(model, prefix, evaluation[:EXACT_WINDOWS])
             prefix.save(out / PREFIX_FILE, loaded.name)
         conditions += [Condition("bos", lead=(bos,)), Condition("prefix", prefix=prefix)]
     conditions.append(Condition("no_bos"))
@@ -75,6 +74,10 @@ def run_sink_prefix(cfg: PrefixConfig, loaded: Optional[LoadedModel] = None, pro
     if n_search:
         with clock.phase("search"):
             conditions.append(_cushion(cfg, loaded, calibration, bos, n_search, summary, out, progress))
+    with clock.phase("exact check"):
+        checked = next(c.prefix for c in conditions if c.prefix is not None)  # BOS's, else the searched one
+        summary["exact_check"] = exact_check(model, checked, evaluation[:EXACT_WINDOWS])
+        summary["exact_check_tokens"] = list(checked.token_ids)
     with clock.phase("measure"):
         summary.update(measure(model, conditions, evaluation, calibration, (FULL_PRECISION, *cfg.schemes), progress))
     summary["files"] = [name for name in (PREFIX_FILE, CUSHION_FILE) if (out / name).exists()]
