@@ -5,8 +5,8 @@ the model. Computed once in full precision and handed to the model as the start 
 they stand in exactly for the token: the content keeps its positions (1, 2, ...), so RoPE distances
 and learned position embeddings are unchanged, and the logits of the content equal those with the
 token in the sequence. The token itself then never enters the forward pass, with its massive
-activations (IntactKV, Liu et al. 2024, keeps such pivot tokens' KV in full precision; CushionCache,
-Son et al. 2024, searches a prefix that absorbs the outliers, :mod:`.search`).
+activations (IntactKV, Liu et al. ACL 2024, keeps such pivot tokens' KV in full precision; CushionCache,
+Son et al. EMNLP 2024, searches a prefix that absorbs the outliers, :mod:`.search`).
 
 Works through the transformers Cache API (``DynamicCache`` built from the model's config, so
 sliding-window layers stay sliding), with no model file forked.
