@@ -58,7 +58,7 @@ class AdaptedModel:
         """Final hidden states (B, T, d) of the content (call inside :meth:`applied`)."""
         prefix = self.prefix()
         cache = prefix.cache(self.model, content.shape[0]) if prefix is not None else None
-        return self.model.base_model(input_ids=content, cache=cache, use_cache=cache is not None).last_hidden_state
+        return self.model.base_model(input_ids=content.to(self.model.device), cache=cache, use_cache=cache is not None).last_hidden_state
 
     def logits(self, content: torch.Tensor) -> torch.Tensor:
         return output_logits(self.model, self.hidden(content))

@@ -9,7 +9,7 @@ fine-tuning read one part, perplexity the held-out rest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch import nn
@@ -57,14 +57,19 @@ def corpus_windows(corpus: str, tokenizer, length: int, count: int, held_out: bo
     return torch.stack([ids[s : s + length] for s in starts.tolist()])
 
 
+def prepend(tokens: Sequence[int], content: torch.Tensor) -> torch.Tensor:
+    """(B, P + T): ``tokens`` before every row of ``content`` (B, T), on the content's device."""
+    lead = torch.tensor([list(tokens)], dtype=torch.long, device=content.device).expand(content.shape[0], -1)
+    return torch.cat([lead, content], dim=1)
+
+
 @torch.no_grad()
 def content_hidden(model: nn.Module, content: torch.Tensor, condition: Condition) -> torch.Tensor:
     """Final hidden states (B, T, d) of the content positions under ``condition``."""
     if condition.adapted is not None:
         with condition.adapted.applied():
-            return condition.adapted.hidden(content.to(condition.adapted.model.device))
-    lead = torch.tensor([condition.lead], dtype=torch.long).expand(content.shape[0], -1)
-    ids = torch.cat([lead, content], dim=1).to(model.device)
+            return condition.adapted.hidden(content)
+    ids = prepend(condition.lead, content.to(model.device))
     cache = condition.prefix.cache(model, content.shape[0]) if condition.prefix is not None else None
     hidden = model.base_model(input_ids=ids, cache=cache, use_cache=cache is not None).last_hidden_state
     return hidden[:, len(condition.lead) :]

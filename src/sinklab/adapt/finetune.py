@@ -31,7 +31,7 @@ from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, read_jsonl, 
 from ..models.hf import LoadedModel, describe_architecture, load_model
 from . import page, report
 from .adapted import AdaptedModel
-from .evaluate import Condition, corpus_tokens, corpus_windows
+from .evaluate import Condition, corpus_tokens, corpus_windows, prepend
 from .mitigations import MITIGATIONS, make_mitigation
 from .prefix import SinkPrefix, bos_token
 from .probe import head_rms, profile_adapted, profile_original
@@ -59,6 +59,7 @@ class FinetuneConfig:
     schemes: tuple[str, ...] = tuple(QUANT_SCHEMES)
     checkpoint_every: int = 50
     seed: int = 0
+    device: str = "auto"  # auto: the GPU when PyTorch sees one
     trust_remote_code: bool = False
     out: str = "runs/adapt-finetune"
 
@@ -69,6 +70,8 @@ class FinetuneConfig:
         check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
         check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
         check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
+        check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
+        check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
         for name in self.schemes:
             check_scheme(name)
 
@@ -87,7 +90,7 @@ def run_finetune(cfg: FinetuneConfig, loaded: Optional[LoadedModel] = None, resu
     """Train, then measure before / after; writes the run directory ``cfg.out``."""
     out = prepare_run_dir(cfg.out)
     loaded = loaded or load_model(cfg.model, cfg.trust_remote_code)
-    model = loaded.model
+    model = loaded.model.to("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu")
     bos = bos_token(loaded.tokenizer, model)
     check(bos is not None, f"--to needs a model with a fixed BOS token to start from; {loaded.name} has none")
     bos_prefix = SinkPrefix.compute(model, [bos])
@@ -107,7 +110,7 @@ def run_finetune(cfg: FinetuneConfig, loaded: Optional[LoadedModel] = None, resu
     _train(cfg, out, adapted, teacher, bos, train_ids, opt, trained, start, exact, progress)
     summary = _finish(cfg, loaded, teacher, adapted, bos, evaluation, exact, time.perf_counter() - clock, progress)
     with atomic_path(out / ADAPTER_FILE) as tmp:
-        save_file({k: v.detach().contiguous() for k, v in mitigation.state_dict().items()}, str(tmp))
+        save_file({k: v.detach().cpu().contiguous() for k, v in mitigation.state_dict().items()}, str(tmp))
     bos_prefix.save(out / PREFIX_FILE, loaded.name)
     summary["figures"] = [report.activation_figure(summary, out).name]
     write_json(out / "summary.json", summary)
@@ -138,9 +141,8 @@ def _batch(ids: torch.Tensor, cfg: FinetuneConfig, step: int) -> torch.Tensor:
 
 
 def teacher_logits(teacher: nn.Module, bos: int, content: torch.Tensor) -> torch.Tensor:
-    lead = torch.full((content.shape[0], 1), bos, dtype=torch.long)
     with torch.no_grad():
-        return teacher(input_ids=torch.cat([lead, content], dim=1), use_cache=False).logits[:, 1:].float()
+        return teacher(input_ids=prepend((bos,), content.to(teacher.device)), use_cache=False).logits[:, 1:].float()
 
 
 def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, content: torch.Tensor, lm_weight: float) -> tuple[torch.Tensor, dict]:
@@ -176,7 +178,7 @@ def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained
     bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", disable=not progress)
     for step in bar:
         adapted.mitigation.ramp = ramp_at(step, cfg)
-        content = _batch(ids, cfg, step)
+        content = _batch(ids, cfg, step).to(adapted.model.device)
         target = teacher_logits(teacher, bos, content)
         with adapted.applied():
             loss, parts = distillation_loss(adapted.logits(content), target, content, cfg.lm_weight)

@@ -14,7 +14,6 @@ or both), and register it in :data:`MITIGATIONS`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -22,21 +21,7 @@ from torch import nn
 
 from ..core.attention import AttnNorm, make_norm
 from ..core.errors import SinklabError
-from .prefix import SinkPrefix
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    n_layers: int
-    n_heads: int
-    head_dim: int
-    d_model: int
-
-    @classmethod
-    def of(cls, model: nn.Module) -> "ModelShape":
-        cfg = model.config.get_text_config(decoder=True)
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return cls(cfg.num_hidden_layers, cfg.num_attention_heads, head_dim, cfg.hidden_size)
+from .prefix import ModelShape, SinkPrefix
 
 
 class Mitigation(nn.Module):
@@ -169,4 +154,4 @@ MITIGATIONS: dict[str, type[Mitigation]] = {
 def make_mitigation(name: str, model: nn.Module, bos: SinkPrefix) -> Mitigation:
     if name not in MITIGATIONS:
         raise SinklabError(f"unknown mitigation {name!r}; choose one of: {', '.join(MITIGATIONS)}")
-    return MITIGATIONS[name](ModelShape.of(model), bos)
+    return MITIGATIONS[name](ModelShape.of(model), bos).to(model.device)

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Optional
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from torch import nn
 
 from ..core.errors import SinklabError
@@ -68,8 +68,8 @@ class SinkPrefix:
 
     def save(self, path: str | Path, model_name: str = "") -> Path:
         """Write the prefix as safetensors (atomically), with the token ids and the model's name."""
-        tensors = {f"keys.{i}": k.contiguous() for i, k in enumerate(self.keys)}
-        tensors.update({f"values.{i}": v.contiguous() for i, v in enumerate(self.values)})
+        tensors = {f"keys.{i}": k.detach().cpu().contiguous() for i, k in enumerate(self.keys)}
+        tensors.update({f"values.{i}": v.detach().cpu().contiguous() for i, v in enumerate(self.values)})
         metadata = {"format": FORMAT, "token_ids": json.dumps(list(self.token_ids)), "model": model_name}
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
@@ -82,12 +82,9 @@ class SinkPrefix:
         if not path.is_file():
             raise SinklabError(f"no such sink prefix file: {path}")
         try:
-            with open(path, "rb"):
-                tensors = load_file(str(path))
-            from safetensors import safe_open
-
             with safe_open(str(path), "pt") as f:
                 metadata = f.metadata() or {}
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
         except (SafetensorError, OSError) as exc:
             raise SinklabError(f"{path} is not a safetensors file: {exc}") from None
         if metadata.get("format") != FORMAT:
@@ -96,20 +93,30 @@ class SinkPrefix:
         return cls(tuple(json.loads(metadata["token_ids"])), [tensors[f"keys.{i}"] for i in range(n)], [tensors[f"values.{i}"] for i in range(n)])
 
     def _check_fits(self, model: nn.Module) -> None:
-        reference = SinkPrefix.compute_shapes(model)
-        if len(self.keys) != len(reference) or any(k.shape[1] != h or k.shape[3] != d for k, (h, d) in zip(self.keys, reference)):
+        shape = ModelShape.of(model)
+        if len(self.keys) != shape.n_layers or any(tuple(k.shape[1::2]) != (shape.kv_heads, shape.head_dim) for k in self.keys):
             raise SinklabError(
-                f"this sink prefix was computed for another model: {len(self.keys)} layers of (heads, head size) "
-                f"{[tuple(k.shape[1::2]) for k in self.keys[:1]]}, the model has {len(reference)} of {reference[:1]}"
+                f"this sink prefix was computed for another model: {len(self.keys)} layers of (KV heads, head size) "
+                f"{tuple(self.keys[0].shape[1::2])}, the model has {shape.n_layers} of {(shape.kv_heads, shape.head_dim)}"
             )
 
-    @staticmethod
-    def compute_shapes(model: nn.Module) -> list[tuple[int, int]]:
-        """(KV heads, head size) of each layer's cache, as the model's config gives them."""
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The attention shapes of a model, from its config."""
+
+    n_layers: int
+    n_heads: int
+    kv_heads: int
+    head_dim: int
+    d_model: int
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "ModelShape":
         cfg = model.config.get_text_config(decoder=True)
-        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        return [(heads, head_dim)] * cfg.num_hidden_layers
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        return cls(cfg.num_hidden_layers, cfg.num_attention_heads, kv_heads, head_dim, cfg.hidden_size)
 
 
 def _empty_cache(model: nn.Module):

@@ -19,6 +19,7 @@ from torch import nn
 from ..core.hooks import HookSet, hook_name
 from ..models.hf import down_proj_weight, instrument
 from ..scan import MetricSettings, sink_rate, super_neurons
+from .evaluate import prepend
 
 SETTINGS = MetricSettings()
 
@@ -96,8 +97,7 @@ def _follow(neuron: dict, sums: _Sums) -> dict:
 def profile_original(model: nn.Module, bos: int, windows: torch.Tensor) -> dict:
     """The original model reading BOS + each window."""
     hooks = HookSet()
-    lead = torch.tensor([[bos]])
-    return sink_profile(hooks, lambda: instrument(model, hooks, query_chunk=None), lambda w: model.base_model(input_ids=torch.cat([lead, w], 1), use_cache=False),
+    return sink_profile(hooks, lambda: instrument(model, hooks, query_chunk=None), lambda w: model.base_model(input_ids=prepend((bos,), w.to(model.device)), use_cache=False),
                         windows, lambda i: down_proj_weight(model, i))
 
 
@@ -114,7 +114,6 @@ def head_rms(model: nn.Module, bos: int, content: torch.Tensor) -> torch.Tensor:
     def keep(z: torch.Tensor, point) -> None:
         rms[point.layer] = z.float().pow(2).mean((0, 2, 3)).sqrt()
 
-    lead = torch.full((content.shape[0], 1), bos, dtype=torch.long)
     with instrument(model, hooks, query_chunk=None), hooks.attached([(hook_name("*", "attn.hook_z"), keep)]):
-        model.base_model(input_ids=torch.cat([lead, content], 1), use_cache=False)
+        model.base_model(input_ids=prepend((bos,), content.to(model.device)), use_cache=False)
     return torch.stack([rms[i] for i in sorted(rms)])

@@ -14,7 +14,7 @@ from ..core.errors import SinklabError, check
 from ..core.runs import PhaseClock, prepare_run_dir, write_json
 from ..models.hf import LoadedModel, describe_architecture, load_model
 from . import page, report
-from .evaluate import Condition, content_nll, corpus_windows, perplexity
+from .evaluate import Condition, content_nll, corpus_windows, perplexity, prepend
 from .prefix import SinkPrefix, bos_token
 from .quantize import QUANT_SCHEMES, check_scheme, quantized
 from .search import candidate_tokens, search_prefix
@@ -97,9 +97,8 @@ def _first_token(cfg: PrefixConfig, loaded: LoadedModel) -> Optional[int]:
 
 def exact_check(model, prefix: SinkPrefix, windows: torch.Tensor) -> float:
     """Largest |logit difference| of the content: prefix in the cache against BOS in the sequence."""
-    lead = torch.tensor([prefix.token_ids], dtype=torch.long).expand(windows.shape[0], -1)
     with torch.no_grad():
-        in_sequence = model(input_ids=torch.cat([lead, windows], dim=1), use_cache=False).logits[:, prefix.length :]
+        in_sequence = model(input_ids=prepend(prefix.token_ids, windows.to(model.device)), use_cache=False).logits[:, prefix.length :]
         cached = prefix.logits(model, windows)
     return float((in_sequence.float() - cached.float()).abs().max())
 

@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
     option(g, tune, "ramp", "fraction of the steps over which BOS fades out and the mitigation in")
     option(g, tune, "checkpoint_every", "steps between checkpoints")
     option(g, tune, "seed", "seed of the training batches")
+    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default=tune.device, help="auto (default): the GPU when PyTorch sees one")
     g.add_argument("--resume", action="store_true", help="continue the fine-tuning run in --out from its last checkpoint")
     p.set_defaults(handler=adapt_command, on_interrupt=STARTS_OVER)
 
@@ -73,7 +74,7 @@ def _finetune(args: argparse.Namespace) -> int:
     cfg = FinetuneConfig(
         model=args.model, mitigation=args.to, steps=args.steps, full=args.full, corpus=args.corpus, seq_len=args.seq_len,
         batch=args.batch, lr=args.lr, lm_weight=args.lm_weight, ramp=args.ramp, tokens=args.tokens, windows=args.windows,
-        calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed,
+        calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device,
         trust_remote_code=args.trust_remote_code, out=args.out or FinetuneConfig.out,
     )
     summary = run_finetune(cfg, resume=args.resume)
