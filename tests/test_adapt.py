@@ -241,3 +241,32 @@ def test_a_model_without_bos(tmp_path, tiny_model_dir, corpus):
     assert s["exact_check"] < 1e-4 and tuple(s["exact_check_tokens"]) == tuple(s["search"]["tokens"])  # the searched prefix is exact too
     with pytest.raises(SinklabError, match="needs a model with a fixed BOS"):
         run_finetune(FinetuneConfig(corpus=corpus, out=str(tmp_path / "tune")), loaded, progress=False)
+
+
+def test_the_fade_ends_at_the_model_without_bos(tiny_model_dir):
+    """BOS's weight goes to zero as the ramp goes to 1: a gate at its start is then the plain
+    model reading the content alone."""
+    loaded = load_model(str(tiny_model_dir("llama")))
+    bos = SinkPrefix.compute(loaded.model, [0])
+    adapted = AdaptedModel(loaded.model, make_mitigation("gate", loaded.model, bos), bos)
+    ids = content(loaded)
+    outputs = {}
+    for ramp in (1 - 1e-7, 1.0):
+        adapted.mitigation.ramp = ramp
+        with torch.no_grad(), adapted.applied():
+            outputs[ramp] = adapted.logits(ids)
+    with torch.no_grad():
+        alone = loaded.model(input_ids=ids).logits
+    assert (outputs[1.0] - alone).abs().max() < 1e-4
+    assert (outputs[1 - 1e-7] - alone).abs().max() < 1e-4
+
+
+def test_the_slot_enters_with_the_ramp(tiny_model_dir):
+    """softmax+1 at ramp r: exp(s_j) / (r + sum_k exp(s_k)); two zero logits at r = 0.5 get 0.4 each."""
+    loaded = load_model(str(tiny_model_dir("llama")))
+    mitigation = make_mitigation("softmax1", loaded.model, SinkPrefix.compute(loaded.model, [0]))
+    slot = mitigation.norms()[0]
+    logits = torch.zeros(1, 4, 1, 2)
+    for ramp, expected in ((0.0, 0.5), (0.5, 0.4), (1.0, 1 / 3)):
+        mitigation.ramp = ramp
+        assert torch.allclose(slot.from_logits(logits), torch.full_like(logits, expected))
