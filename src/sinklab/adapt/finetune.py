@@ -25,9 +25,9 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..core.checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import check
-from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, read_jsonl, write_json, write_jsonl
+from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, write_json
 from ..models.hf import LoadedModel, describe_architecture, load_model
 from . import page, report
 from .adapted import AdaptedModel
@@ -169,8 +169,7 @@ def _start(cfg, out, trained, opt, resume: bool, adapted: AdaptedModel, teacher,
     differ = [k for k in ("mitigation", "steps", "full", "seq_len", "batch", "lr", "lm_weight", "ramp", "seed") if state["config"].get(k) != getattr(cfg, k)]
     check(not differ, f"the checkpoint comes from another configuration ({', '.join(differ)} differ)")
     load_checkpoint(ckpt, trained, opt)
-    if (out / "metrics.jsonl").exists():  # drop what the interrupted run logged past its checkpoint
-        write_jsonl(out / "metrics.jsonl", [r for r in read_jsonl(out / "metrics.jsonl") if r["step"] <= state["step"]])
+    drop_rows_after(out / "metrics.jsonl", state["step"])
     return state["step"], state["exact_check"]
 
 

@@ -14,7 +14,7 @@ from ..core.errors import SinklabError, check
 from ..core.runs import PhaseClock, prepare_run_dir, write_json
 from ..models.hf import LoadedModel, describe_architecture, load_model
 from . import page, report
-from .evaluate import Condition, content_nll, corpus_windows, perplexity, prepend
+from .evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity, prepend
 from .prefix import SinkPrefix, bos_token
 from .quantize import QUANT_SCHEMES, check_scheme, quantized
 from .search import candidate_tokens, search_prefix
@@ -136,5 +136,6 @@ def calibrate(model, calibration: torch.Tensor, condition: Condition) -> dict[st
     """Static per-tensor scales: each linear layer's largest |input| over the calibration windows,
     full-precision model, same condition as the evaluation."""
     with quantized(model, None) as log:
-        content_nll(model, calibration, condition)
+        for window in calibration:  # one window per forward, as scored; no output layer: only the linear inputs matter
+            content_hidden(model, window[None], condition)
     return dict(log.by_module)

@@ -18,7 +18,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .errors import SinklabError
-from .runs import atomic_path
+from .runs import atomic_path, read_jsonl, write_jsonl
 
 LATEST = "latest"
 
@@ -78,6 +78,13 @@ def _unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out[name] = tensor.clone() if key in seen else tensor
         seen.add(key)
     return out
+
+
+def drop_rows_after(log: Path, step: int) -> None:
+    """On resume, drop the rows a killed run logged to ``log`` (JSON lines with a ``step``) after
+    the checkpoint it resumes from."""
+    if log.exists():
+        write_jsonl(log, [r for r in read_jsonl(log) if r["step"] <= step])
 
 
 def latest_checkpoint(run_dir: Path) -> Optional[Path]:

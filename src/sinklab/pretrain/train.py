@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from ..core.attention import AttentionSpec
-from ..core.checkpoint import checkpoint_state, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import SinklabError, check
-from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json, write_jsonl
+from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
 from . import page, report
@@ -257,7 +257,7 @@ def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataS
     saved = load_checkpoint(ckpt, model, opt)
     step = saved["step"]
     if world.main:
-        _truncate_metrics(out, step)
+        drop_rows_after(out / "metrics.jsonl", step)
     return step, saved.get("carry", fresh)
 
 
@@ -269,14 +269,6 @@ def _check_compatible(saved: dict, current: dict) -> None:
     if differ:
         detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
         raise SinklabError(f"the checkpoint comes from an incompatible configuration ({detail})")
-
-
-def _truncate_metrics(out: Path, step: int) -> None:
-    """Drop rows logged after the checkpoint (the killed run went on past it)."""
-    path = out / "metrics.jsonl"
-    if path.exists():
-        rows = [r for r in read_jsonl(path) if r["step"] <= step]
-        write_jsonl(path, rows)
 
 
 def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path) -> dict:
