@@ -134,10 +134,10 @@ def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
     assert all((tmp_path / f).exists() for f in summary["figures"])
     assert (tmp_path / "config.json").exists()
 
-    def must_not_train(cfg):
+    def must_not_train(job, device="cpu"):
         raise AssertionError("a finished model was trained again")
 
-    monkeypatch.setattr(lab, "run_one", must_not_train)
+    monkeypatch.setattr(lab, "run_members", must_not_train)
     again = lab.run_lab(configs, str(tmp_path), workers=1)
     assert again["runs"] == summary["runs"]
     model = lab.load_trigger_model(tmp_path, configs[0])

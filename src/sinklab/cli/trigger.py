@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
+import torch
+
 from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.errors import check
 from ..core.text import format_table
 from ..trigger import (
     CAP_COLUMNS,
     PAPER_ATTNS,
     QUICK_SHAPES,
     VARIANT_COLUMNS,
+    VARIANT_SEEDS,
     TriggerConfig,
     construction_report,
     paper_configs,
@@ -20,7 +24,7 @@ from ..trigger import (
     run_variants,
 )
 from ..trigger import report as trigger_report
-from .args import add_extra_arguments, choice_list, extra_flags, float_list, int_list, option
+from .args import add_extra_arguments, choice_list, extra_flags, float_list, option, seed_list
 
 MODES = ("paper", "variants", "cap_sweep", "construct", "quick")
 
@@ -46,7 +50,13 @@ def add_parser(sub) -> None:
     option(p, defaults, "heads", "heads per layer")
     p.add_argument("--attn", type=choice_list(ATTN_NORMS), default=list(PAPER_ATTNS), help=f"comma-separated normalisations (default {','.join(PAPER_ATTNS)})")
     add_extra_arguments(p)
-    p.add_argument("--seeds", type=int_list, default=[defaults.seed], help=f"comma-separated seeds (default {defaults.seed})")
+    p.add_argument(
+        "--seeds",
+        type=seed_list,
+        default=None,
+        help=f"seeds and ranges, e.g. 0-31 or 0-7,10 (default {defaults.seed}; --variants: {VARIANT_SEEDS[0]}-{VARIANT_SEEDS[-1]}); "
+        "the seeds of one configuration train together as one batched ensemble",
+    )
     option(p, defaults, "n", "token dimension n")
     option(p, defaults, "length", "sequence length L")
     option(p, defaults, "eval_trigger", "0-indexed trigger position for evaluation")
@@ -58,6 +68,7 @@ def add_parser(sub) -> None:
     for name, help in (("scale_scores", "scale scores by 1/sqrt(d)"), ("bias", "biases in the projections"), ("rope", "rotary position embeddings"), ("mlp", "a SwiGLU MLP after attention")):
         p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"ablation: {help}")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: one per core)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where ensembles train (cuda: one process, every seed of a configuration in one ensemble)")
     p.add_argument("--out", default=None, help="run directory (default runs/trigger-<mode>)")
     p.set_defaults(handler=trigger_command, on_interrupt="finished models are saved; run the same command to resume")
 
@@ -70,6 +81,8 @@ def base_config(args: argparse.Namespace) -> TriggerConfig:
 def trigger_command(args: argparse.Namespace) -> int:
     mode = next((m for m in MODES if getattr(args, m)), "grid")
     base = base_config(args)
+    seeds = args.seeds or (list(VARIANT_SEEDS) if mode == "variants" else [TriggerConfig().seed])
+    check(args.device == "cpu" or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
     out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
     if mode == "construct":
         result = construction_report(base.task, out)
@@ -77,18 +90,21 @@ def trigger_command(args: argparse.Namespace) -> int:
         print(f"outputs: {out}")
         return 0 if result["max_abs_error"] <= 1e-6 and result["non_trigger_rows_exactly_zero"] else 1
     if mode == "cap_sweep":
-        summary = run_cap_sweep(args.cap_sweep, args.seeds, base, out, args.workers)
+        summary = run_cap_sweep(args.cap_sweep, seeds, base, out, args.workers, args.device)
         print(format_table(summary["cap_tradeoff"], CAP_COLUMNS))
     elif mode == "variants":
-        summary = run_variants(args.seeds, base, out, args.workers)
+        summary = run_variants(seeds, base, out, args.workers, args.device)
         print(format_table(summary["variant_table"], VARIANT_COLUMNS))
     else:
         configs = {
-            "paper": lambda: paper_configs(args.seeds, base),
-            "quick": lambda: paper_configs(args.seeds, base, shapes=QUICK_SHAPES),
-            "grid": lambda: [replace(base, attention=replace(base.attention, attn=a), seed=s) for a in args.attn for s in args.seeds],
+            "paper": lambda: paper_configs(seeds, base),
+            "quick": lambda: paper_configs(seeds, base, shapes=QUICK_SHAPES),
+            "grid": lambda: [replace(base, attention=replace(base.attention, attn=a), seed=s) for a in args.attn for s in seeds],
         }[mode]()
-        summary = run_lab(configs, out, workers=args.workers)
-        print(trigger_report.trigger_table(summary["runs"]))
+        summary = run_lab(configs, out, workers=args.workers, device=args.device)
+        if trigger_report.several_seeds(summary["across_seeds"]):
+            print(format_table(trigger_report.seed_rows(summary["across_seeds"]), trigger_report.SEED_COLUMNS))
+        else:
+            print(trigger_report.trigger_table(summary["runs"]))
     print(f"\noutputs: {out}/summary.json and figures: {', '.join(summary['figures'])}")
     return 0

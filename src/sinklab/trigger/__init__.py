@@ -1,12 +1,13 @@
 """The trigger-conditional lab (Ran-Milo 2026): softmax must sink, ReLU need not.
 
-:mod:`.task` the exact task; :mod:`.config` one model's recipe; :mod:`.train` and
-:mod:`.evaluate`; :mod:`.lab` resumable grids; :mod:`.analyses` tables and the exact ReLU
+:mod:`.task` the exact task; :mod:`.config` one model's recipe; :mod:`.train` one model,
+:mod:`.ensemble` many seeds as one batched computation; :mod:`.evaluate`; :mod:`.lab` resumable grids; :mod:`.analyses` tables and the exact ReLU
 construction; :mod:`.report` figures.
 """
 
-from .analyses import construction_report, run_cap_sweep, run_variants
+from .analyses import VARIANT_SEEDS, construction_report, run_cap_sweep, run_variants
 from .config import TriggerConfig
+from .ensemble import Ensemble, train_members
 from .evaluate import evaluate_trigger
 from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, load_trigger_model, paper_configs, run_lab
 from .report import CAP_COLUMNS, VARIANT_COLUMNS
@@ -19,6 +20,8 @@ __all__ = [
     "PAPER_SHAPES",
     "QUICK_SHAPES",
     "VARIANT_COLUMNS",
+    "VARIANT_SEEDS",
+    "Ensemble",
     "TriggerConfig",
     "TriggerTask",
     "construction_report",
@@ -28,5 +31,6 @@ __all__ = [
     "run_cap_sweep",
     "run_lab",
     "run_variants",
+    "train_members",
     "train_trigger",
 ]

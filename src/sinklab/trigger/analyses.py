@@ -17,6 +17,8 @@ from .config import TriggerConfig
 from .lab import cap_configs, run_lab, variant_configs
 from .task import TRIGGER, TriggerTask
 
+VARIANT_SEEDS = tuple(range(8))  # a cell's "solved" and "sinks" are fractions over seeds: at least 8
+
 
 def variant_table(records: list[dict], out: Path) -> dict:
     """Per (shape, variant): how many seeds solved the task and where the do-nothing mass went.
@@ -38,6 +40,7 @@ def variant_table(records: list[dict], out: Path) -> dict:
             {
                 "shape": shape,
                 "variant": variant,
+                "n_seeds": len(rs),
                 "solved": f"{sum(r['converged'] for r in rs)}/{len(rs)}",
                 "eval_mse_mean": sum(r["eval_mse"] for r in rs) / len(rs),
                 "bos_mass_nontrigger": _mean_of(heads, "bos_mass_nontrigger"),
@@ -51,8 +54,6 @@ def variant_table(records: list[dict], out: Path) -> dict:
 
 def _mean_of(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
-
-
 
 
 def cap_tradeoff(records: list[dict], out: Path) -> dict:
@@ -78,14 +79,14 @@ def cap_tradeoff(records: list[dict], out: Path) -> dict:
     return {"cap_tradeoff": rows, "figures": [figure.name]}
 
 
-def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, workers=None) -> dict:
+def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, workers=None, device: str = "cpu") -> dict:
     """Train capped one-layer softmax models and measure the error-vs-cap trade-off."""
-    return run_lab(cap_configs(caps, seeds, base), out, workers, analyses=[cap_tradeoff])
+    return run_lab(cap_configs(caps, seeds, base), out, workers, analyses=[cap_tradeoff], device=device)
 
 
-def run_variants(seeds: Sequence[int], base: TriggerConfig, out: str, workers=None) -> dict:
-    """The all-variants table on 1x1 and 2x2."""
-    return run_lab(variant_configs(seeds, base), out, workers, analyses=[variant_table])
+def run_variants(seeds: Sequence[int], base: TriggerConfig, out: str, workers=None, device: str = "cpu") -> dict:
+    """The all-variants table on 1x1 and 2x2 (``VARIANT_SEEDS`` by default on the command line)."""
+    return run_lab(variant_configs(seeds, base), out, workers, analyses=[variant_table], device=device)
 
 
 def relu_construction(task: TriggerTask) -> Transformer:

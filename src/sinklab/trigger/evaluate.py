@@ -4,6 +4,7 @@ statistics over seeds."""
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Iterable, Optional, Sequence
 
 import torch
@@ -127,27 +128,61 @@ def trigger_record(cfg: TriggerConfig, log: TrainLog, metrics: dict) -> dict:
 
 
 def summarise_seeds(records: Iterable[dict]) -> list[dict]:
-    """Mean and std across seeds of every numeric metric, per (attention variant, layers, heads, cap)."""
+    """Statistics over seeds, per configuration (attention variant, layers, heads, cap).
+
+    ``solved`` is the fraction of seeds that met the stopping rule; ``every_layer_sinks`` the
+    fraction in which every layer has a sinking head (what the paper proves softmax must do) and
+    ``no_head_sinks`` the fraction in which none does (what ReLU can do);
+    ``sinking_heads_per_layer`` counts, for each layer, the seeds with 0, 1, ... sinking heads.
+    Every per-run metric gets its mean, std, min and max.
+    """
     group_keys = (*AttentionSpec().flags(), "layers", "heads", "bos_cap")
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault(tuple(r[k] for k in group_keys), []).append(r)
-    out = []
-    for values, rs in groups.items():
-        row = {**dict(zip(group_keys, values)), "seeds": [r["seed"] for r in rs]}
-        per_run = {
-            "steps": [r["steps"] for r in rs],
-            "eval_mse": [r["eval_mse"] for r in rs],
-            "eval_max_abs_error": [r["eval_max_abs_error"] for r in rs],
-            "bos_mass_nontrigger": [_mean(h["bos_mass_nontrigger"] for h in r["heads_detail"]) for r in rs],
-            "sinking_heads": [sum(h["sinks"] for h in r["heads_detail"]) for r in rs],
-        }
-        for name, values in per_run.items():
-            t = torch.tensor(values, dtype=torch.float64)
-            row[f"{name}_mean"] = t.mean().item()
-            row[f"{name}_std"] = t.std().item() if len(values) > 1 else 0.0
-        out.append(row)
-    return out
+    return [_seed_statistics(dict(zip(group_keys, values)), rs) for values, rs in groups.items()]
+
+
+def _seed_statistics(config: dict, runs: list[dict]) -> dict:
+    sinking = [_sinking_heads_by_layer(r) for r in runs]  # per run: sinking heads in each layer
+    row = {
+        **config,
+        "seeds": [r["seed"] for r in runs],
+        "n_seeds": len(runs),
+        "solved": _fraction(r["converged"] for r in runs),
+        "every_layer_sinks": _fraction(min(layers) > 0 for layers in sinking),
+        "no_head_sinks": _fraction(max(layers) == 0 for layers in sinking),
+        "sinking_heads_per_layer": [
+            {str(k): count for k, count in sorted(Counter(layers[i] for layers in sinking).items())} for i in range(config["layers"])
+        ],
+    }
+    per_run = {
+        "steps": [r["steps"] for r in runs],
+        "train_seconds": [r["train_seconds"] for r in runs],
+        "eval_mse": [r["eval_mse"] for r in runs],
+        "eval_max_abs_error": [r["eval_max_abs_error"] for r in runs],
+        "bos_mass_nontrigger": [_mean(h["bos_mass_nontrigger"] for h in r["heads_detail"]) for r in runs],
+        "sinking_heads": [sum(layers) for layers in sinking],
+    }
+    for name, values in per_run.items():
+        t = torch.tensor(values, dtype=torch.float64)
+        row[f"{name}_mean"] = t.mean().item()
+        row[f"{name}_std"] = t.std().item() if len(values) > 1 else 0.0
+        row[f"{name}_min"] = t.min().item()
+        row[f"{name}_max"] = t.max().item()
+    return row
+
+
+def _sinking_heads_by_layer(record: dict) -> list[int]:
+    counts = [0] * record["layers"]
+    for head in record["heads_detail"]:
+        counts[head["layer"]] += head["sinks"]
+    return counts
+
+
+def _fraction(flags: Iterable[bool]) -> float:
+    flags = list(flags)
+    return sum(flags) / len(flags)
 
 
 def _mean(values: Iterable[float]) -> float:

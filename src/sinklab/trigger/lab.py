@@ -2,8 +2,8 @@
 Analyses over a grid (the variant table, the BOS-cap trade-off) live in :mod:`.analyses`.
 
 A lab run is a directory: ``config.json``, one ``records/<key>.json`` and
-``models/<key>.safetensors`` per trained model (written as each finishes, so re-running the same
-command resumes), ``maps/<key>.safetensors`` (mean and std attention over the evaluation set),
+``models/<key>.safetensors`` per trained model (written as each training job finishes, so
+re-running the same command resumes; the seeds of an ensemble are saved together), ``maps/<key>.safetensors`` (mean and std attention over the evaluation set),
 figures, and ``summary.json`` written last.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -18,45 +19,65 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.jobs import run_jobs
+from ..core.jobs import default_workers, run_jobs
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.native import Transformer
 from . import page, report
 from .config import TriggerConfig
+from .ensemble import check_memory, plan_jobs, train_members
 from .evaluate import evaluate_trigger, summarise_seeds, trigger_record
-from .train import train_trigger
 
 PAPER_SHAPES = ((1, 1), (2, 2), (4, 4))
 QUICK_SHAPES = ((1, 1), (2, 2))
 PAPER_ATTNS = ("softmax", "relu")
 
 
+def run_members(job: Sequence[TriggerConfig], device: str = "cpu") -> list[tuple[dict, dict, dict]]:
+    """Train configs that differ only in their seed (one ensemble) and evaluate each: a (record,
+    state dict, attention maps) per config. Runs in a worker."""
+    results = []
+    for cfg, (model, log) in zip(job, train_members(job, device)):
+        model = model.cpu()
+        metrics = evaluate_trigger(model, cfg)
+        maps = {k: v.contiguous() for k, v in metrics.pop("maps").items()}
+        results.append((trigger_record(cfg, log, metrics), model.state_dict(), maps))
+    return results
 
-def run_one(cfg: TriggerConfig) -> tuple[dict, dict, dict]:
-    """Train and evaluate one model: (record, state dict, attention maps). Runs in a worker."""
-    model, log = train_trigger(cfg)
-    metrics = evaluate_trigger(model, cfg)
-    maps = {k: v.contiguous() for k, v in metrics.pop("maps").items()}
-    return trigger_record(cfg, log, metrics), model.state_dict(), maps
 
+def run_grid(configs: Sequence[TriggerConfig], out: Path, workers: Optional[int] = None, device: str = "cpu") -> list[dict]:
+    """Train every config (resuming finished ones from ``out``) and return their records.
 
-def run_grid(configs: Sequence[TriggerConfig], out: Path, workers: Optional[int] = None) -> list[dict]:
-    """Train every config (resuming finished ones from ``out``) and return their records."""
+    Seeds of one configuration train together as ensembles (:mod:`.ensemble`); independent
+    ensembles are spread over ``workers`` processes (one GPU: a single process).
+    """
     for sub in ("records", "models", "maps"):
         (out / sub).mkdir(exist_ok=True)
     done = {cfg.key: rec for cfg in configs if (rec := _load_record(out, cfg)) is not None}
-    todo = sorted((c for c in configs if c.key not in done), key=_expected_cost, reverse=True)
+    workers = training_processes(workers, device)
+    jobs = plan_jobs([c for c in configs if c.key not in done], workers)
+    jobs.sort(key=lambda job: _expected_cost(job[0]) * len(job), reverse=True)
 
-    def save(cfg: TriggerConfig, result: tuple[dict, dict, dict]) -> None:
-        record, state, maps = result
-        _save_tensors(out / "models" / f"{cfg.key}.safetensors", state)
-        _save_tensors(out / "maps" / f"{cfg.key}.safetensors", maps)
-        write_json(out / "records" / f"{cfg.key}.json", {"config": cfg.to_dict(), "record": record})
-        done[cfg.key] = record
+    def save(job: Sequence[TriggerConfig], results: list[tuple[dict, dict, dict]]) -> None:
+        for cfg, (record, state, maps) in zip(job, results):
+            _save_tensors(out / "models" / f"{cfg.key}.safetensors", state)
+            _save_tensors(out / "maps" / f"{cfg.key}.safetensors", maps)
+            write_json(out / "records" / f"{cfg.key}.json", {"config": cfg.to_dict(), "record": record})
+            done[cfg.key] = record
 
-    if todo:
-        run_jobs(run_one, todo, workers, desc="training", label=lambda c: c.key, on_result=save)
+    if jobs:
+        run_jobs(partial(run_members, device=device), jobs, workers, desc="training", label=_job_label, on_result=save)
     return [done[c.key] for c in configs]
+
+
+def training_processes(workers: Optional[int], device: str) -> int:
+    """Worker processes for training: one per core by default, one for a GPU."""
+    return 1 if device != "cpu" else (workers or default_workers())
+
+
+def _job_label(job: Sequence[TriggerConfig]) -> str:
+    if len(job) == 1:
+        return job[0].key
+    return f"{job[0].key.rsplit('_seed', 1)[0]} x{len(job)} seeds"
 
 
 def _expected_cost(cfg: TriggerConfig) -> float:
@@ -128,22 +149,30 @@ def run_lab(
     out: str,
     workers: Optional[int] = None,
     analyses: Sequence[Callable[[list[dict], Path], dict]] = (),
+    device: str = "cpu",
 ) -> dict:
     """Train ``configs``, write records, summary and heatmaps into ``out``; return the summary.
 
-    Each analysis maps (records, run dir) to extra summary entries (tables, figures).
+    Each analysis maps (records, run dir) to extra summary entries (tables, figures). Ensembles
+    that would not fit in memory are refused before anything is written.
     """
+    processes = training_processes(workers, device)
+    check_memory(plan_jobs(configs, processes), processes)
     out_dir = prepare_run_dir(out)
     write_json(out_dir / "config.json", {"configs": [c.to_dict() for c in configs]})
-    records = run_grid(configs, out_dir, workers)
+    records = run_grid(configs, out_dir, workers, device)
     thresholds = sorted({c.sink_threshold for c in configs})
+    across_seeds = summarise_seeds(records)
+    figures = report.trigger_figures(out_dir, configs, records, load_maps)
+    if report.several_seeds(across_seeds):
+        figures.append(report.seeds_figure(across_seeds, records, out_dir / "seeds.png").name)
     summary = {
         "sink_threshold": thresholds[0] if len(thresholds) == 1 else thresholds,
         "non_trigger_rows": "query rows 1..L-1 except the trigger",
         "runs": records,
-        "across_seeds": summarise_seeds(records),
+        "across_seeds": across_seeds,
         "compile_fallbacks": {r["key"]: r["compile_fallback"] for r in records if r.get("compile_fallback")},
-        "figures": report.trigger_figures(out_dir, configs, records, load_maps),
+        "figures": figures,
     }
     for analysis in analyses:
         for key, value in analysis(records, out_dir).items():

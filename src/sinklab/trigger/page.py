@@ -13,7 +13,18 @@ from safetensors.torch import load_file
 
 from ..core import html
 from ..core.attention import EXTRA_NAMES, AttentionSpec
-from .report import CAP_COLUMNS, TRIGGER_COLUMNS, VARIANT_COLUMNS, trigger_rows
+from .report import (
+    CAP_COLUMNS,
+    MAP_SEEDS,
+    SEED_COLUMNS,
+    TRIGGER_COLUMNS,
+    VARIANT_COLUMNS,
+    map_seeds,
+    same_config,
+    seed_rows,
+    several_seeds,
+    trigger_rows,
+)
 
 HEAD_COLUMNS = [
     ("model", "key", "s"),
@@ -49,6 +60,7 @@ def sections(run_dir: Path) -> list[html.Section]:
     runs, uid = summary["runs"], html.dom_id(run_dir)
     parts = [
         html.Section("Run", html.header(run_dir, None, _key_figures(runs))),
+        *_seed_sections(summary["across_seeds"], runs, uid),
         html.Section("Trained models", html.table(trigger_rows(runs), TRIGGER_COLUMNS)),
         html.Section("Attention over the evaluation set (mean and std; normalisations side by side)", _maps(run_dir, runs, uid)),
         html.Section("Per head", html.table([{**h, "key": r["key"]} for r in runs for h in r["heads_detail"]], HEAD_COLUMNS)),
@@ -58,6 +70,24 @@ def sections(run_dir: Path) -> list[html.Section]:
     if "variant_table" in summary:
         parts.append(html.Section("Variants", html.table(summary["variant_table"], VARIANT_COLUMNS)))
     return parts
+
+
+def _seed_sections(across_seeds: list[dict], runs: list[dict], uid: str) -> list[html.Section]:
+    """Statistics over seeds and every seed's BOS mass, when a configuration has several seeds."""
+    if not several_seeds(across_seeds):
+        return []
+    import plotly.graph_objects as go
+
+    rows = seed_rows(across_seeds)
+    fig = go.Figure()
+    for row in rows:
+        seeds = [r for r in runs if r["seed"] in row["seeds"] and same_config(r, row)]
+        bos = [sum(h["bos_mass_nontrigger"] for h in r["heads_detail"]) / len(r["heads_detail"]) for r in seeds]
+        text = [f"seed {r['seed']}: {r['steps']} steps, {'solved' if r['converged'] else 'not solved'}" for r in seeds]
+        fig.add_trace(go.Box(y=bos, name=row["model"], boxpoints="all", jitter=0.4, pointpos=0, text=text, hovertemplate="%{text}<br>BOS mass %{y:.3f}<extra></extra>"))
+    fig.update_layout(showlegend=False, yaxis=dict(title="BOS mass, non-trigger rows (mean over heads)", range=[-0.03, 1.03]))
+    caption = f"<p>Attention maps below are drawn for the first {MAP_SEEDS} seeds of each configuration.</p>"
+    return [html.Section("Across seeds", html.table(rows, SEED_COLUMNS) + html.plot(fig, f"{uid}-seeds", 380) + caption)]
 
 
 def _key_figures(runs: list[dict]) -> dict:
@@ -77,7 +107,8 @@ def _maps(run_dir: Path, runs: list[dict], uid: str) -> str:
     blocks = []
     for n, ((layers, heads, extras, cap), by_seed) in enumerate(groups.items()):
         name = f"{layers}x{heads}" + "".join(f"+{e}" for e in extras) + (f", BOS cap {cap:g}" if cap else "")
-        options = {f"seed {seed}": html.plot(_grid(run_dir, rs, layers, heads), f"{uid}-maps{n}-{seed}", 170 * layers * heads + 90) for seed, rs in sorted(by_seed.items())}
+        drawn = map_seeds(by_seed)
+        options = {f"seed {seed}": html.plot(_grid(run_dir, by_seed[seed], layers, heads), f"{uid}-maps{n}-{seed}", 170 * layers * heads + 90) for seed in drawn}
         blocks.append(f"<h3>{html.esc(name)}</h3>" + html.selector("seed", options))
     return "".join(blocks)
 

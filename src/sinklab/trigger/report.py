@@ -1,18 +1,22 @@
 """Figures and tables of the trigger lab: attention heatmaps (variants side by side), the run
-table and the BOS-cap trade-off curve."""
+table, statistics over seeds and the BOS-cap trade-off curve."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
+from ..core.attention import EXTRA_NAMES, AttentionSpec
 from ..core.figures import plt, save_figure
 from ..core.text import format_table, safe_text
+
+MAP_SEEDS = 4  # attention heatmaps are drawn for the first few seeds of each configuration
 
 VARIANT_COLUMNS = [
     ("shape", "shape", "s"),
     ("attention", "variant", "s"),
+    ("seeds", "n_seeds", "d"),
     ("solved", "solved", "s"),
     ("eval MSE", "eval_mse_mean", ".2e"),
     ("BOS mass", "bos_mass_nontrigger", ".3f"),
@@ -43,6 +47,63 @@ TRIGGER_COLUMNS = [
 ]
 
 
+SEED_COLUMNS = [
+    ("model", "model", "s"),
+    ("seeds", "n_seeds", "d"),
+    ("solved", "solved", ".0%"),
+    ("every layer sinks", "every_layer_sinks", ".0%"),
+    ("no head sinks", "no_head_sinks", ".0%"),
+    ("sinking heads per layer (count: seeds)", "sinking_per_layer", "s"),
+    ("steps mean", "steps_mean", ".0f"),
+    ("steps min-max", "steps_range", "s"),
+    ("eval MSE mean", "eval_mse_mean", ".2e"),
+    ("eval MSE max", "eval_mse_max", ".2e"),
+    ("BOS mass mean +- std", "bos_mass", "s"),
+]
+
+
+def seed_rows(across_seeds: Sequence[dict]) -> list[dict]:
+    """One row per configuration of ``summary.json``'s ``across_seeds``, formatted for a table."""
+    return [
+        {
+            **row,
+            "model": f"{AttentionSpec(row['attn'], **{e: row[e] for e in EXTRA_NAMES}).label} {row['layers']}x{row['heads']}"
+            + (f" cap {row['bos_cap']:g}" if row["bos_cap"] is not None else ""),
+            "sinking_per_layer": " | ".join(", ".join(f"{k}: {n}" for k, n in layer.items()) for layer in row["sinking_heads_per_layer"]),
+            "steps_range": f"{row['steps_min']:.0f}-{row['steps_max']:.0f}",
+            "bos_mass": f"{row['bos_mass_nontrigger_mean']:.3f} +- {row['bos_mass_nontrigger_std']:.3f}",
+        }
+        for row in across_seeds
+    ]
+
+
+def several_seeds(across_seeds: Sequence[dict]) -> bool:
+    return any(row["n_seeds"] > 1 for row in across_seeds)
+
+
+def seeds_figure(rows: Sequence[dict], records: Sequence[dict], path: Path) -> Path:
+    """Per configuration, every seed's mean BOS mass at non-trigger rows (filled: solved)."""
+    models = [r["model"] for r in seed_rows(rows)]
+    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(models) + 2), 3.8))
+    for x, row in enumerate(rows):
+        runs = [r for r in records if r["seed"] in row["seeds"] and same_config(r, row)]
+        for i, r in enumerate(runs):
+            bos = sum(h["bos_mass_nontrigger"] for h in r["heads_detail"]) / len(r["heads_detail"])
+            jitter = (i / max(1, len(runs) - 1) - 0.5) * 0.35
+            ax.scatter(x + jitter, bos, s=18, color="C0" if r["converged"] else "white", edgecolors="C0")
+    ax.set_xticks(range(len(models)), [safe_text(m) for m in models], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("BOS mass, non-trigger rows (mean over heads)")
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_title("Every seed: where the do-nothing mass goes (filled: solved)")
+    ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def same_config(record: dict, row: dict) -> bool:
+    """Whether a run record belongs to a configuration row of ``across_seeds``."""
+    return all(record[k] == row[k] for k in (*EXTRA_NAMES, "attn", "layers", "heads", "bos_cap"))
+
+
 def trigger_rows(records: Sequence[dict]) -> list[dict]:
     """One row per trained trigger model: its record plus per-model head summaries."""
     rows = []
@@ -67,10 +128,13 @@ def trigger_table(records: Sequence[dict]) -> str:
 
 
 def trigger_figures(out: Path, configs, records, load_maps: Callable) -> list[str]:
-    """Mean and std attention heatmaps, every layer and head, attention variants side by side."""
+    """Mean and std attention heatmaps, every layer and head, attention variants side by side,
+    for the first ``MAP_SEEDS`` seeds."""
     groups: dict[tuple, list] = defaultdict(list)
+    drawn = map_seeds(c.seed for c in configs)
     for cfg in configs:  # one figure per shape, extras, cap and seed; the normalisations side by side
-        groups[(cfg.layers, cfg.heads, cfg.attention.extras, cfg.bos_cap, cfg.seed)].append(cfg)
+        if cfg.seed in drawn:
+            groups[(cfg.layers, cfg.heads, cfg.attention.extras, cfg.bos_cap, cfg.seed)].append(cfg)
     paths = []
     for (layers, heads, extras, cap, seed), cfgs in groups.items():
         suffix = "".join(f"+{e}" for e in extras) + (f"_cap{cap:g}" if cap else "")
@@ -79,6 +143,11 @@ def trigger_figures(out: Path, configs, records, load_maps: Callable) -> list[st
         fig.suptitle(f"{layers} layer(s) x {heads} head(s){suffix}, seed {seed}: attention over 1,000 eval sequences (trigger at 0-indexed 7)")
         paths.append(str(save_figure(fig, out / name).name))
     return paths
+
+
+def map_seeds(seeds: Iterable[int]) -> list[int]:
+    """The seeds whose attention maps are drawn."""
+    return sorted(set(seeds))[:MAP_SEEDS]
 
 
 def _attention_grid(variants: list[tuple[str, dict]], layers: int, heads: int):

@@ -16,7 +16,7 @@ nothing, which softmax can only approximate by attending to BOS (the sink).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Sequence
 
 import torch
 
@@ -58,16 +58,30 @@ class TriggerTask:
 
     def sample(self, batch: int, generator: Optional[torch.Generator] = None, trigger: Optional[int] = None) -> TriggerBatch:
         """Draw ``batch`` sequences; the trigger is uniform in {2, ..., L-1} unless fixed."""
-        L, n = self.length, self.n
-        x = torch.zeros(batch, L, n)
-        x[:, 0, BOS] = 1.0
-        x[:, 1:, 2 : n - 1] = torch.rand(batch, L - 1, n - 3, generator=generator) * 2.0 - 1.0
-        x[:, 1:, self.bias_channel] = 1.0
-        if trigger is None:
-            j = torch.randint(2, L, (batch,), generator=generator)
-        else:
+        if trigger is not None:
             self.check_trigger(trigger)
-            j = torch.full((batch,), trigger, dtype=torch.long)
+        return self._assemble(*self._draw(batch, generator, trigger))
+
+    def sample_stacked(self, batch: int, generators: Sequence[torch.Generator]) -> TriggerBatch:
+        """One batch per generator, stacked (S, batch, L, n): the same draws as calling
+        :meth:`sample` with each generator in turn, with the rest of the work done once for all."""
+        draws = [self._draw(batch, g) for g in generators]
+        stacked = self._assemble(torch.cat([u for u, _ in draws]), torch.cat([j for _, j in draws]))
+        return TriggerBatch(*(t.view(len(generators), batch, *t.shape[1:]) for t in stacked))
+
+    def _draw(self, batch: int, generator: Optional[torch.Generator], trigger: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The random part of a batch: content values (batch, L-1, n-3) and trigger positions."""
+        values = torch.rand(batch, self.length - 1, self.n - 3, generator=generator) * 2.0 - 1.0
+        if trigger is None:
+            return values, torch.randint(2, self.length, (batch,), generator=generator)
+        return values, torch.full((batch,), trigger, dtype=torch.long)
+
+    def _assemble(self, values: torch.Tensor, j: torch.Tensor) -> TriggerBatch:
+        batch, n = values.shape[0], self.n
+        x = torch.zeros(batch, self.length, n)
+        x[:, 0, BOS] = 1.0
+        x[:, 1:, 2 : n - 1] = values
+        x[:, 1:, self.bias_channel] = 1.0
         rows = torch.arange(batch)
         x[rows, j, TRIGGER] = 1.0
         x[rows, j, self.bias_channel] = 0.0

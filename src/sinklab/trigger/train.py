@@ -6,6 +6,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Optional
 
 import torch
@@ -13,6 +14,9 @@ import torch
 from ..core.errors import SinklabError
 from ..models.native import Transformer
 from .config import TriggerConfig, constraint_hooks
+
+BETAS = (0.9, 0.95)  # the paper's Adam betas
+EPS = 1e-8
 
 
 @dataclass
@@ -64,14 +68,11 @@ class AdamStep:
     untouched: under the paper's rule that batch ends training. Modes:
 
     * ``autograd``: plain autograd and ``torch.optim.Adam`` (the reference);
-    * ``fused``: the whole step as one function, with a functional copy of Adam's update
-      (bias-corrected, eps outside the square root, no weight decay);
+    * ``fused``: the whole step as one function, with Adam's update written functionally
+      (:func:`adam_update`);
     * ``compiled``: the fused step through torch.compile, which removes the per-operation
       overhead that dominates models this small (falls back to ``fused`` where compiling fails).
     """
-
-    betas = (0.9, 0.95)
-    eps = 1e-8
 
     MODES = ("autograd", "fused", "compiled")
 
@@ -79,15 +80,19 @@ class AdamStep:
         if mode not in self.MODES:
             raise ValueError(f"mode must be one of {self.MODES}, got {mode!r}")
         self.model, self.lr, self.stop_below, self.mode = model, lr, stop_below, mode
-        self.compile_fallback: Optional[str] = None  # set when compiling fails and the step runs uncompiled
         if self.fused:
             self.params = {k: p.detach() for k, p in model.named_parameters()}  # shared storage
             self.exp_avg = {k: torch.zeros_like(p) for k, p in self.params.items()}
             self.exp_avg_sq = {k: torch.zeros_like(p) for k, p in self.params.items()}
-            self._grad = torch.func.grad_and_value(self._loss, has_aux=True)
-            self._fused = self._compile(self._fused_update) if mode == "compiled" else self._fused_update
+            self._grad = torch.func.grad_and_value(partial(batch_loss, model), has_aux=True)
+            self._fused = CompiledStep(self._fused_update) if mode == "compiled" else self._fused_update
         else:
-            self.opt = torch.optim.Adam(model.parameters(), lr=lr, betas=self.betas, eps=self.eps, weight_decay=0.0, foreach=True)
+            self.opt = torch.optim.Adam(model.parameters(), lr=lr, betas=BETAS, eps=EPS, weight_decay=0.0, foreach=True)
+
+    @property
+    def compile_fallback(self) -> Optional[str]:
+        """Why torch.compile failed, when the step runs uncompiled."""
+        return getattr(self._fused, "fallback", None) if self.fused else None
 
     @property
     def fused(self) -> bool:
@@ -110,44 +115,57 @@ class AdamStep:
             self.opt.step()
         return loss, max_err
 
-    def _loss(self, params, x, y):
-        err = torch.func.functional_call(self.model, params, (x,)) - y
-        return err.pow(2).mean(), err.detach().abs().max()
-
     def _fused_update(self, params, exp_avg, exp_avg_sq, step, x, y):
         grads, (loss, max_err) = self._grad(params, x, y)
-        apply = max_err >= self.stop_below
-        beta1, beta2 = self.betas
-        step_size = self.lr / (1 - beta1**step)
-        bias_correction2_sqrt = (1 - beta2**step).sqrt()
-        for name, grad in grads.items():
-            m = torch.lerp(exp_avg[name], grad, 1 - beta1)
-            v = exp_avg_sq[name] * beta2 + grad * grad * (1 - beta2)
-            p = params[name] - step_size * m / (v.sqrt() / bias_correction2_sqrt + self.eps)
-            for state, new in ((params[name], p), (exp_avg[name], m), (exp_avg_sq[name], v)):
-                state.copy_(torch.where(apply, new, state))
+        adam_update(params, exp_avg, exp_avg_sq, grads, step, max_err >= self.stop_below, self.lr)
         return loss, max_err
 
-    def _compile(self, fn):
-        """``torch.compile(fn)``, falling back to ``fn`` where compiling fails: the reason is kept in
-        :attr:`compile_fallback` (and so in the run's records) and warned about once.
 
-        Dynamo's caches are reset first: a worker trains many models in turn, and guards piling up
-        from earlier models would hit the recompile limit and silently fall back to eager mode.
-        """
+def batch_loss(model: Transformer, params: dict, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch's MSE (the training loss) and its largest absolute error (the stopping rule)."""
+    err = torch.func.functional_call(model, params, (x,)) - y
+    return err.pow(2).mean(), err.detach().abs().max()
+
+
+def adam_update(params: dict, exp_avg: dict, exp_avg_sq: dict, grads: dict, step: torch.Tensor, apply: torch.Tensor, lr: float) -> None:
+    """torch.optim.Adam's update (bias-corrected, eps outside the square root, no weight decay)
+    written functionally, in place, where ``apply`` is true.
+
+    ``apply`` is a scalar for one model or (S,) for an ensemble whose tensors are stacked (S, ...):
+    a member whose batch already meets the stopping rule, or that has stopped, keeps its weights
+    and optimizer state.
+    """
+    beta1, beta2 = BETAS
+    step_size = lr / (1 - beta1**step)
+    bias_correction2_sqrt = (1 - beta2**step).sqrt()
+    for name, grad in grads.items():
+        mask = apply.view(*apply.shape, *[1] * (grad.ndim - apply.ndim))
+        m = torch.lerp(exp_avg[name], grad, 1 - beta1)
+        v = exp_avg_sq[name] * beta2 + grad * grad * (1 - beta2)
+        p = params[name] - step_size * m / (v.sqrt() / bias_correction2_sqrt + EPS)
+        for state, new in ((params[name], p), (exp_avg[name], m), (exp_avg_sq[name], v)):
+            state.copy_(torch.where(mask, new, state))
+
+
+class CompiledStep:
+    """``torch.compile(fn)``, falling back to ``fn`` where compiling fails: the reason is kept in
+    :attr:`fallback` (and so in the run's records) and warned about once.
+
+    Dynamo's caches are reset first: a worker trains many models in turn, and guards piling up
+    from earlier models would hit the recompile limit and silently fall back to eager mode.
+    """
+
+    def __init__(self, fn) -> None:
         torch._dynamo.reset()
-        compiled = torch.compile(fn, dynamic=False)
+        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False)
+        self.fallback: Optional[str] = None
 
-        def run(*args):
-            nonlocal compiled
-            try:
-                return compiled(*args)
-            except Exception as exc:  # no C++ compiler, unsupported platform, ...
-                if compiled is fn:
-                    raise
-                self.compile_fallback = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300]
-                warnings.warn(f"torch.compile failed ({self.compile_fallback}); training uncompiled", stacklevel=2)
-                compiled = fn
-                return fn(*args)
-
-        return run
+    def __call__(self, *args):
+        if self.fallback is not None:
+            return self.fn(*args)
+        try:
+            return self.compiled(*args)
+        except Exception as exc:  # no C++ compiler, unsupported platform, ...
+            self.fallback = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300]
+            warnings.warn(f"torch.compile failed ({self.fallback}); training uncompiled", stacklevel=2)
+            return self.fn(*args)
