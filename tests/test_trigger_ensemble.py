@@ -12,8 +12,9 @@ from sinklab.core.attention import AttentionSpec
 from sinklab.core.errors import SinklabError
 from sinklab.trigger import ensemble, lab
 from sinklab.trigger.config import TriggerConfig
-from sinklab.trigger.ensemble import Ensemble, check_memory, plan_jobs
+from sinklab.trigger.ensemble import Ensemble, Placement, check_memory
 from sinklab.trigger.evaluate import summarise_seeds
+from sinklab.trigger.task import TriggerTask
 from sinklab.trigger.train import train_trigger
 
 
@@ -77,18 +78,39 @@ def test_a_stopped_member_is_frozen_while_the_others_train():
     assert len({log.steps for _, log in members}) > 1
 
 
+def test_a_diverging_member_stops_the_ensemble_with_its_name(monkeypatch):
+    original = TriggerTask.sample_stacked
+
+    def poisoned(self, batch, generators):
+        stacked = original(self, batch, generators)
+        stacked.x[1, 0, 1, 2] = float("nan")  # the second member's first sequence
+        return stacked
+
+    monkeypatch.setattr(TriggerTask, "sample_stacked", poisoned)
+    with pytest.raises(SinklabError, match="training softmax_1x1_seed1 diverged"):
+        Ensemble(seeds_of(TriggerConfig(max_steps=5), (0, 1))).train()
+
+
 def test_ensembles_are_planned_per_configuration_and_fill_the_workers():
     softmax = seeds_of(TriggerConfig(), range(8))
     relu = seeds_of(TriggerConfig(attention=AttentionSpec("relu")), range(3))
-    jobs = plan_jobs(softmax + relu, workers=2)
+    plan = Placement(workers=2, ensembles=True)
+    jobs = plan.jobs(softmax + relu)
     assert sorted(len(j) for j in jobs) == [3, 8]
     assert all(len({ensemble.ensemble_key(c) for c in job}) == 1 for job in jobs)
-    assert sorted(len(j) for j in plan_jobs(softmax, workers=2)) == [4, 4]
-    assert sorted(len(j) for j in plan_jobs(softmax[:1], workers=2)) == [1]
+    assert sorted(len(j) for j in plan.jobs(softmax)) == [4, 4]
+    assert sorted(len(j) for j in plan.jobs(softmax[:1])) == [1]
     many = seeds_of(TriggerConfig(), range(ensemble.MAX_MEMBERS + 1))
-    assert sorted(len(j) for j in plan_jobs(many, workers=1)) == [1, ensemble.MAX_MEMBERS]
+    assert sorted(len(j) for j in Placement(workers=1, ensembles=True).jobs(many)) == [1, ensemble.MAX_MEMBERS]
     with pytest.raises(SinklabError, match="only in their seed"):
         Ensemble(softmax[:1] + relu[:1])
+
+
+def test_ensembles_are_the_default_on_a_gpu_and_single_models_on_a_cpu():
+    seeds = seeds_of(TriggerConfig(), range(8))
+    assert [len(j) for j in Placement(workers=2).jobs(seeds)] == [1] * 8
+    gpu = Placement(workers=2, device="cuda")
+    assert gpu.processes == 1 and [len(j) for j in gpu.jobs(seeds)] == [8]
 
 
 def test_members_that_would_not_fit_in_memory_are_refused_with_the_estimate():
@@ -162,7 +184,7 @@ def test_statistics_over_seeds_count_the_paper_pattern_per_seed():
 
 def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch):
     configs = lab.paper_configs(range(3), TriggerConfig(max_steps=30, eval_sequences=20), shapes=[(1, 1)], attns=("softmax",))
-    summary = lab.run_lab(configs, str(tmp_path), workers=1)
+    summary = lab.run_lab(configs, str(tmp_path), workers=1, ensembles=True)
     assert [r["step_mode"] for r in summary["runs"]] == ["ensemble-fused"] * 3
     (row,) = summary["across_seeds"]
     assert row["n_seeds"] == 3 and "every_layer_sinks" in row
@@ -173,7 +195,7 @@ def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch):
         raise AssertionError("a finished model was trained again")
 
     monkeypatch.setattr(lab, "run_members", must_not_train)
-    assert lab.run_lab(configs, str(tmp_path), workers=1)["runs"] == summary["runs"]
+    assert lab.run_lab(configs, str(tmp_path), workers=1, ensembles=True)["runs"] == summary["runs"]
 
 
 def run_cli(argv) -> int:
@@ -216,9 +238,10 @@ def test_cli_device_cuda_without_a_gpu_is_refused(capsys, tmp_path):
 
 
 def test_cli_prints_statistics_over_seeds(capsys, tmp_path):
-    argv = ["trigger", "--attn", "softmax", "--seeds", "0-1", "--max-steps", "20", "--eval-sequences", "20", "--workers", "1", "--out", str(tmp_path)]
+    argv = ["trigger", "--attn", "softmax", "--seeds", "0-1", "--max-steps", "20", "--eval-sequences", "20", "--workers", "1", "--ensemble", "--out", str(tmp_path)]
     assert run_cli(argv) == 0
     out = capsys.readouterr().out
     assert "every layer sinks" in out and "softmax 1x1" in out
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["across_seeds"][0]["seeds"] == [0, 1]
+    assert {r["step_mode"] for r in saved["runs"]} == {"ensemble-fused"}

@@ -68,7 +68,13 @@ def add_parser(sub) -> None:
     for name, help in (("scale_scores", "scale scores by 1/sqrt(d)"), ("bias", "biases in the projections"), ("rope", "rotary position embeddings"), ("mlp", "a SwiGLU MLP after attention")):
         p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"ablation: {help}")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: one per core)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where ensembles train (cuda: one process, every seed of a configuration in one ensemble)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where models train (cuda: one process, the seeds of a configuration as one ensemble)")
+    p.add_argument(
+        "--ensemble",
+        action="store_true",
+        help="train the seeds of a configuration as one batched ensemble on the CPU too (the default on a GPU; "
+        "on a 2-core CPU independent models measured faster, BENCHMARKS.md 1)",
+    )
     p.add_argument("--out", default=None, help="run directory (default runs/trigger-<mode>)")
     p.set_defaults(handler=trigger_command, on_interrupt="finished models are saved; run the same command to resume")
 
@@ -83,6 +89,7 @@ def trigger_command(args: argparse.Namespace) -> int:
     base = base_config(args)
     seeds = args.seeds or (list(VARIANT_SEEDS) if mode == "variants" else [TriggerConfig().seed])
     check(args.device == "cpu" or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
+    placement = {"workers": args.workers, "device": args.device, "ensembles": True if args.ensemble else None}
     out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
     if mode == "construct":
         result = construction_report(base.task, out)
@@ -90,10 +97,10 @@ def trigger_command(args: argparse.Namespace) -> int:
         print(f"outputs: {out}")
         return 0 if result["max_abs_error"] <= 1e-6 and result["non_trigger_rows_exactly_zero"] else 1
     if mode == "cap_sweep":
-        summary = run_cap_sweep(args.cap_sweep, seeds, base, out, args.workers, args.device)
+        summary = run_cap_sweep(args.cap_sweep, seeds, base, out, **placement)
         print(format_table(summary["cap_tradeoff"], CAP_COLUMNS))
     elif mode == "variants":
-        summary = run_variants(seeds, base, out, args.workers, args.device)
+        summary = run_variants(seeds, base, out, **placement)
         print(format_table(summary["variant_table"], VARIANT_COLUMNS))
     else:
         configs = {
@@ -101,7 +108,7 @@ def trigger_command(args: argparse.Namespace) -> int:
             "quick": lambda: paper_configs(seeds, base, shapes=QUICK_SHAPES),
             "grid": lambda: [replace(base, attention=replace(base.attention, attn=a), seed=s) for a in args.attn for s in seeds],
         }[mode]()
-        summary = run_lab(configs, out, workers=args.workers, device=args.device)
+        summary = run_lab(configs, out, **placement)
         if trigger_report.several_seeds(summary["across_seeds"]):
             print(format_table(trigger_report.seed_rows(summary["across_seeds"]), trigger_report.SEED_COLUMNS))
         else:

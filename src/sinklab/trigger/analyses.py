@@ -79,14 +79,16 @@ def cap_tradeoff(records: list[dict], out: Path) -> dict:
     return {"cap_tradeoff": rows, "figures": [figure.name]}
 
 
-def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, workers=None, device: str = "cpu") -> dict:
-    """Train capped one-layer softmax models and measure the error-vs-cap trade-off."""
-    return run_lab(cap_configs(caps, seeds, base), out, workers, analyses=[cap_tradeoff], device=device)
+def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:
+    """Train capped one-layer softmax models and measure the error-vs-cap trade-off.
+    ``placement``: ``workers``, ``device`` and ``ensembles`` of :func:`~.lab.run_lab`."""
+    return run_lab(cap_configs(caps, seeds, base), out, analyses=[cap_tradeoff], **placement)
 
 
-def run_variants(seeds: Sequence[int], base: TriggerConfig, out: str, workers=None, device: str = "cpu") -> dict:
-    """The all-variants table on 1x1 and 2x2 (``VARIANT_SEEDS`` by default on the command line)."""
-    return run_lab(variant_configs(seeds, base), out, workers, analyses=[variant_table], device=device)
+def run_variants(seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:
+    """The all-variants table on 1x1 and 2x2 (``VARIANT_SEEDS`` by default on the command line).
+    ``placement``: ``workers``, ``device`` and ``ensembles`` of :func:`~.lab.run_lab`."""
+    return run_lab(variant_configs(seeds, base), out, analyses=[variant_table], **placement)
 
 
 def relu_construction(task: TriggerTask) -> Transformer:

@@ -22,13 +22,14 @@ import json
 import math
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 
 from ..core.errors import SinklabError, check
+from ..core.jobs import default_workers
 from ..models.native import Transformer
 from .config import TriggerConfig, constraint_hooks
 from .train import CompiledStep, TrainLog, adam_update, batch_loss, step_mode, train_trigger
@@ -79,29 +80,32 @@ class Ensemble:
 
     def train(self) -> list[tuple[Transformer, TrainLog]]:
         """Train until every member meets the stopping rule or the step budget is spent."""
-        cfg, start = self.cfg, time.perf_counter()
+        start = time.perf_counter()
         logs: dict[int, TrainLog] = {}
-        last = None
-        with self.models[0].hooks.attached(constraint_hooks(cfg)):
-            for step in range(1, cfg.max_steps + 1):
-                batch = cfg.task.sample_stacked(cfg.batch, [self.generators[i] for i in self.active])
+        with self.models[0].hooks.attached(constraint_hooks(self.cfg)):
+            for step in range(1, self.cfg.max_steps + 1):
+                batch = self.cfg.task.sample_stacked(self.cfg.batch, [self.generators[i] for i in self.active])
                 x, y = batch.x.to(self.device), batch.y.to(self.device)
-                loss, max_err = self._step(self.params, self.exp_avg, self.exp_avg_sq, self.stopped, torch.tensor(float(step), device=self.device), x, y)
-                last = torch.stack([loss, max_err], dim=1).tolist()
-                for slot, (member, (loss_value, err)) in enumerate(zip(self.active, last)):
-                    if member in logs:
-                        continue
-                    if not math.isfinite(loss_value):
-                        raise SinklabError(f"training {self.configs[member].key} diverged: the loss is {loss_value} at step {step}")
-                    if err < cfg.stop_max_abs_error or step == cfg.max_steps:
-                        logs[member] = self._log(step, loss_value, err, start)
-                        self._keep_weights(slot, member)
-                        self.stopped[slot] = True
+                step_tensor = torch.tensor(float(step), device=self.device)
+                loss, max_err = self._step(self.params, self.exp_avg, self.exp_avg_sq, self.stopped, step_tensor, x, y)
+                self._stop_members(step, torch.stack([loss, max_err], dim=1).tolist(), logs, start)
                 if len(logs) == len(self.configs):
                     break
                 if self.stopped.sum() * 2 >= len(self.active):
                     self._compact()
         return [(model, logs[i]) for i, model in enumerate(self.models)]
+
+    def _stop_members(self, step: int, results: list[list[float]], logs: dict[int, TrainLog], start: float) -> None:
+        """Log and freeze every member whose batch met the stopping rule, or all at the budget's end."""
+        for slot, (member, (loss, err)) in enumerate(zip(self.active, results)):
+            if member in logs:
+                continue
+            if not math.isfinite(loss):
+                raise SinklabError(f"training {self.configs[member].key} diverged: the loss is {loss} at step {step}")
+            if err < self.cfg.stop_max_abs_error or step == self.cfg.max_steps:
+                logs[member] = self._log(step, loss, err, start)
+                self._keep_weights(slot, member)
+                self.stopped[slot] = True
 
     def _log(self, step: int, loss: float, err: float, start: float) -> TrainLog:
         fallback = getattr(self._step, "fallback", None)
@@ -164,16 +168,42 @@ def check_memory(jobs: Sequence[Sequence[TriggerConfig]], parallel: int) -> None
         )
 
 
-def plan_jobs(configs: Sequence[TriggerConfig], workers: int) -> list[list[TriggerConfig]]:
-    """Group configs that differ only in their seed into ensembles of at most ``MAX_MEMBERS``,
-    then halve the largest ensembles until every one of ``workers`` processes has a job."""
-    groups: dict[str, list[TriggerConfig]] = {}
-    for cfg in configs:
-        groups.setdefault(ensemble_key(cfg), []).append(cfg)
-    jobs = [members[i : i + MAX_MEMBERS] for members in groups.values() for i in range(0, len(members), MAX_MEMBERS)]
-    while jobs and len(jobs) < workers and max(len(job) for job in jobs) > 1:
-        largest = max(jobs, key=len)
-        jobs.remove(largest)
-        half = (len(largest) + 1) // 2
-        jobs += [largest[:half], largest[half:]]
-    return jobs
+@dataclass(frozen=True)
+class Placement:
+    """Where and how a grid trains: ``workers`` processes (default one per core; one for a GPU) and
+    whether the seeds of a configuration train as ensembles (default: on a GPU only).
+
+    On the 2-core CPU of BENCHMARKS.md a model's step already runs its matrix products near the
+    core's rate, so an ensemble costs each member about what training it alone costs, and
+    independent single-model jobs balance better over the processes: eight seeds of softmax 2x2
+    took 1.6x longer as ensembles. On a GPU, where one tiny model leaves the device idle, the
+    ensemble is the point.
+    """
+
+    workers: Optional[int] = None
+    device: str = "cpu"
+    ensembles: Optional[bool] = None
+
+    @property
+    def processes(self) -> int:
+        return 1 if self.device != "cpu" else (self.workers or default_workers())
+
+    @property
+    def max_members(self) -> int:
+        use = self.device != "cpu" if self.ensembles is None else self.ensembles
+        return MAX_MEMBERS if use else 1
+
+    def jobs(self, configs: Sequence[TriggerConfig]) -> list[list[TriggerConfig]]:
+        """Configs that differ only in their seed grouped into ensembles of at most
+        ``max_members``; the largest are halved until every process has a job."""
+        groups: dict[str, list[TriggerConfig]] = {}
+        for cfg in configs:
+            groups.setdefault(ensemble_key(cfg), []).append(cfg)
+        size = self.max_members
+        jobs = [members[i : i + size] for members in groups.values() for i in range(0, len(members), size)]
+        while jobs and len(jobs) < self.processes and max(len(job) for job in jobs) > 1:
+            largest = max(jobs, key=len)
+            jobs.remove(largest)
+            half = (len(largest) + 1) // 2
+            jobs += [largest[:half], largest[half:]]
+        return jobs

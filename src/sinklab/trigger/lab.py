@@ -19,12 +19,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.jobs import default_workers, run_jobs
+from ..core.jobs import run_jobs
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.native import Transformer
 from . import page, report
 from .config import TriggerConfig
-from .ensemble import check_memory, plan_jobs, train_members
+from .ensemble import Placement, check_memory, train_members
 from .evaluate import evaluate_trigger, summarise_seeds, trigger_record
 
 PAPER_SHAPES = ((1, 1), (2, 2), (4, 4))
@@ -44,17 +44,13 @@ def run_members(job: Sequence[TriggerConfig], device: str = "cpu") -> list[tuple
     return results
 
 
-def run_grid(configs: Sequence[TriggerConfig], out: Path, workers: Optional[int] = None, device: str = "cpu") -> list[dict]:
-    """Train every config (resuming finished ones from ``out``) and return their records.
-
-    Seeds of one configuration train together as ensembles (:mod:`.ensemble`); independent
-    ensembles are spread over ``workers`` processes (one GPU: a single process).
-    """
+def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement) -> list[dict]:
+    """Train every config (resuming finished ones from ``out``) and return their records; the
+    jobs (single models or ensembles of seeds) are spread over ``placement``'s processes."""
     for sub in ("records", "models", "maps"):
         (out / sub).mkdir(exist_ok=True)
     done = {cfg.key: rec for cfg in configs if (rec := _load_record(out, cfg)) is not None}
-    workers = training_processes(workers, device)
-    jobs = plan_jobs([c for c in configs if c.key not in done], workers)
+    jobs = placement.jobs([c for c in configs if c.key not in done])
     jobs.sort(key=lambda job: _expected_cost(job[0]) * len(job), reverse=True)
 
     def save(job: Sequence[TriggerConfig], results: list[tuple[dict, dict, dict]]) -> None:
@@ -65,13 +61,8 @@ def run_grid(configs: Sequence[TriggerConfig], out: Path, workers: Optional[int]
             done[cfg.key] = record
 
     if jobs:
-        run_jobs(partial(run_members, device=device), jobs, workers, desc="training", label=_job_label, on_result=save)
+        run_jobs(partial(run_members, device=placement.device), jobs, placement.processes, desc="training", label=_job_label, on_result=save)
     return [done[c.key] for c in configs]
-
-
-def training_processes(workers: Optional[int], device: str) -> int:
-    """Worker processes for training: one per core by default, one for a GPU."""
-    return 1 if device != "cpu" else (workers or default_workers())
 
 
 def _job_label(job: Sequence[TriggerConfig]) -> str:
@@ -150,17 +141,19 @@ def run_lab(
     workers: Optional[int] = None,
     analyses: Sequence[Callable[[list[dict], Path], dict]] = (),
     device: str = "cpu",
+    ensembles: Optional[bool] = None,
 ) -> dict:
     """Train ``configs``, write records, summary and heatmaps into ``out``; return the summary.
 
-    Each analysis maps (records, run dir) to extra summary entries (tables, figures). Ensembles
-    that would not fit in memory are refused before anything is written.
+    Each analysis maps (records, run dir) to extra summary entries (tables, figures). ``workers``,
+    ``device`` and ``ensembles`` place the training (:class:`~.ensemble.Placement`); jobs that would
+    not fit in memory are refused before anything is written.
     """
-    processes = training_processes(workers, device)
-    check_memory(plan_jobs(configs, processes), processes)
+    placement = Placement(workers, device, ensembles)
+    check_memory(placement.jobs(configs), placement.processes)
     out_dir = prepare_run_dir(out)
     write_json(out_dir / "config.json", {"configs": [c.to_dict() for c in configs]})
-    records = run_grid(configs, out_dir, workers, device)
+    records = run_grid(configs, out_dir, placement)
     thresholds = sorted({c.sink_threshold for c in configs})
     across_seeds = summarise_seeds(records)
     figures = report.trigger_figures(out_dir, configs, records, load_maps)

@@ -92,9 +92,9 @@ def seeds_figure(rows: Sequence[dict], records: Sequence[dict], path: Path) -> P
             jitter = (i / max(1, len(runs) - 1) - 0.5) * 0.35
             ax.scatter(x + jitter, bos, s=18, color="C0" if r["converged"] else "white", edgecolors="C0")
     ax.set_xticks(range(len(models)), [safe_text(m) for m in models], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("BOS mass, non-trigger rows (mean over heads)")
+    ax.set_ylabel("BOS mass, non-trigger rows", fontsize=9)
     ax.set_ylim(-0.03, 1.03)
-    ax.set_title("Every seed: where the do-nothing mass goes (filled: solved)")
+    ax.set_title("Each seed's BOS mass, mean over heads (filled: solved)", fontsize=10)
     ax.grid(alpha=0.3)
     return save_figure(fig, path)
 
