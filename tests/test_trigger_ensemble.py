@@ -115,7 +115,7 @@ def test_ensembles_are_the_default_on_a_gpu_and_single_models_on_a_cpu():
 
 def test_members_that_would_not_fit_in_memory_are_refused_with_the_estimate():
     big = seeds_of(TriggerConfig(n=512, length=2048, eval_trigger=7, batch=4096), range(4))
-    with pytest.raises(SinklabError, match=r"4 members of softmax_1x1 at a time need about [\d.]+ GiB \(estimate\)"):
+    with pytest.raises(SinklabError, match=r"training softmax_1x1 with 4 seed\(s\) per job, 1 job\(s\) at a time, needs about [\d.]+ GiB \(estimate\)"):
         check_memory([big], parallel=1)
     check_memory([seeds_of(TriggerConfig(), range(32))], parallel=2)  # the default shapes fit easily
 

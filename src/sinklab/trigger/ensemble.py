@@ -144,8 +144,11 @@ def estimate_bytes(cfg: TriggerConfig, members: int) -> int:
     return int(4 * floats * members * MEMORY_SAFETY)
 
 
-def available_bytes() -> int:
-    """Memory the system can give without swapping (Linux: MemAvailable; elsewhere: physical)."""
+def available_bytes(device: str = "cpu") -> int:
+    """Memory the device can give: free GPU memory, or on the CPU what the system can give without
+    swapping (Linux: MemAvailable; elsewhere: physical memory)."""
+    if device != "cpu":
+        return torch.cuda.mem_get_info(torch.device(device))[0]
     try:
         for line in open("/proc/meminfo"):
             if line.startswith("MemAvailable:"):
@@ -155,16 +158,17 @@ def available_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(jobs: Sequence[Sequence[TriggerConfig]], parallel: int) -> None:
-    """Refuse, with the estimate, ensembles that would not fit in memory when ``parallel`` of the
-    largest run at once."""
+def check_memory(jobs: Sequence[Sequence[TriggerConfig]], parallel: int, device: str = "cpu") -> None:
+    """Refuse, with the estimate, jobs that would not fit in the device's memory when ``parallel``
+    of the largest run at once."""
     sizes = sorted((estimate_bytes(job[0], len(job)) for job in jobs), reverse=True)
-    need, have = sum(sizes[:parallel]), available_bytes()
+    need, have = sum(sizes[:parallel]), available_bytes(device)
     if need > have:
         largest = max(jobs, key=lambda job: estimate_bytes(job[0], len(job)))
         raise SinklabError(
-            f"--seeds: {len(largest)} members of {largest[0].key.rsplit('_seed', 1)[0]} at a time need about "
-            f"{need / 2**30:.1f} GiB (estimate), more than the {have / 2**30:.1f} GiB available; use fewer seeds"
+            f"training {largest[0].key.rsplit('_seed', 1)[0]} with {len(largest)} seed(s) per job, {min(parallel, len(jobs))} job(s) "
+            f"at a time, needs about {need / 2**30:.1f} GiB (estimate), more than the {have / 2**30:.1f} GiB available; "
+            "use fewer seeds or workers, or a smaller model"
         )
 
 

@@ -150,7 +150,7 @@ def run_lab(
     not fit in memory are refused before anything is written.
     """
     placement = Placement(workers, device, ensembles)
-    check_memory(placement.jobs(configs), placement.processes)
+    check_memory(placement.jobs(configs), placement.processes, placement.device)
     out_dir = prepare_run_dir(out)
     write_json(out_dir / "config.json", {"configs": [c.to_dict() for c in configs]})
     records = run_grid(configs, out_dir, placement)

@@ -53,7 +53,7 @@ SEED_COLUMNS = [
     ("solved", "solved", ".0%"),
     ("every layer sinks", "every_layer_sinks", ".0%"),
     ("no head sinks", "no_head_sinks", ".0%"),
-    ("sinking heads per layer (count: seeds)", "sinking_per_layer", "s"),
+    ("seeds with k sinking heads, per layer (k: seeds)", "sinking_per_layer", "s"),
     ("steps mean", "steps_mean", ".0f"),
     ("steps min-max", "steps_range", "s"),
     ("eval MSE mean", "eval_mse_mean", ".2e"),
@@ -69,7 +69,9 @@ def seed_rows(across_seeds: Sequence[dict]) -> list[dict]:
             **row,
             "model": f"{AttentionSpec(row['attn'], **{e: row[e] for e in EXTRA_NAMES}).label} {row['layers']}x{row['heads']}"
             + (f" cap {row['bos_cap']:g}" if row["bos_cap"] is not None else ""),
-            "sinking_per_layer": " | ".join(", ".join(f"{k}: {n}" for k, n in layer.items()) for layer in row["sinking_heads_per_layer"]),
+            "sinking_per_layer": "; ".join(
+                f"L{i} " + ", ".join(f"{k}: {n}" for k, n in layer.items()) for i, layer in enumerate(row["sinking_heads_per_layer"])
+            ),
             "steps_range": f"{row['steps_min']:.0f}-{row['steps_max']:.0f}",
             "bos_mass": f"{row['bos_mass_nontrigger_mean']:.3f} +- {row['bos_mass_nontrigger_std']:.3f}",
         }
