@@ -36,6 +36,7 @@ from .train import CompiledStep, TrainLog, adam_update, batch_loss, step_mode, t
 
 MAX_MEMBERS = 64  # members per ensemble job; more seeds are split into several jobs
 MEMORY_SAFETY = 1.5  # headroom over the estimate below, for the allocator and autograd's temporaries
+PROCESS_BYTES = 2**30  # a training process's own share: torch itself, and torch.compile's tracing
 
 
 def ensemble_key(cfg: TriggerConfig) -> str:
@@ -162,7 +163,7 @@ def check_memory(jobs: Sequence[Sequence[TriggerConfig]], parallel: int, device:
     """Refuse, with the estimate, jobs that would not fit in the device's memory when ``parallel``
     of the largest run at once."""
     sizes = sorted((estimate_bytes(job[0], len(job)) for job in jobs), reverse=True)
-    need, have = sum(sizes[:parallel]), available_bytes(device)
+    need, have = sum(sizes[:parallel]) + PROCESS_BYTES * min(parallel, len(jobs)), available_bytes(device)
     if need > have:
         largest = max(jobs, key=lambda job: estimate_bytes(job[0], len(job)))
         raise SinklabError(
