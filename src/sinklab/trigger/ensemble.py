@@ -178,10 +178,9 @@ class Placement:
     """Where and how a grid trains: ``workers`` processes (default one per core; one for a GPU) and
     whether the seeds of a configuration train as ensembles (default: on a GPU only).
 
-    On the 2-core CPU of BENCHMARKS.md a model's step already runs its matrix products near the
-    core's rate, so an ensemble costs each member about what training it alone costs, and
-    independent single-model jobs balance better over the processes: eight seeds of softmax 2x2
-    took 1.6x longer as ensembles. On a GPU, where one tiny model leaves the device idle, the
+    On the 2-core CPU of BENCHMARKS.md one model's step already keeps a core busy, so an ensemble
+    costs each member about what training it alone costs, and independent single-model jobs
+    balance better over the processes: eight seeds of softmax 2x2 took 1.6x longer as ensembles. On a GPU, where one tiny model leaves the device idle, the
     ensemble is the point.
     """
 
