@@ -67,16 +67,18 @@ class Ensemble:
         self.params = {k: v.detach() for k, v in torch.func.stack_module_state(self.models)[0].items()}
         self.exp_avg = {k: torch.zeros_like(v) for k, v in self.params.items()}
         self.exp_avg_sq = {k: torch.zeros_like(v) for k, v in self.params.items()}
-        self.stopped = torch.zeros(len(self.active), dtype=torch.bool, device=self.device)
+        self.stopped = [False] * len(self.active)  # per slot of the stack
         self.mode = "compiled" if step_mode(self.cfg) == "compiled" else "fused"
         grad = torch.func.grad_and_value(partial(batch_loss, self.models[0]), has_aux=True)
         self._grad = torch.func.vmap(grad)
         self._step = CompiledStep(self._update) if self.mode == "compiled" else self._update
 
-    def _update(self, params, exp_avg, exp_avg_sq, stopped, step, x, y):
+    def _update(self, params, exp_avg, exp_avg_sq, step, x, y):
+        """One step for every member in the stack. A member whose batch meets the stopping rule
+        keeps its weights (the masked update); they are copied out and it never reads the stack
+        again, so a stopped member's slot needs no mask until the next compaction drops it."""
         grads, (loss, max_err) = self._grad(params, x, y)
-        apply = (max_err >= self.cfg.stop_max_abs_error) & ~stopped
-        adam_update(params, exp_avg, exp_avg_sq, grads, step, apply, self.cfg.lr)
+        adam_update(params, exp_avg, exp_avg_sq, grads, step, max_err >= self.cfg.stop_max_abs_error, self.cfg.lr)
         return loss, max_err
 
     def train(self) -> list[tuple[Transformer, TrainLog]]:
@@ -88,11 +90,11 @@ class Ensemble:
                 batch = self.cfg.task.sample_stacked(self.cfg.batch, [self.generators[i] for i in self.active])
                 x, y = batch.x.to(self.device), batch.y.to(self.device)
                 step_tensor = torch.tensor(float(step), device=self.device)
-                loss, max_err = self._step(self.params, self.exp_avg, self.exp_avg_sq, self.stopped, step_tensor, x, y)
+                loss, max_err = self._step(self.params, self.exp_avg, self.exp_avg_sq, step_tensor, x, y)
                 self._stop_members(step, torch.stack([loss, max_err], dim=1).tolist(), logs, start)
                 if len(logs) == len(self.configs):
                     break
-                if self.stopped.sum() * 2 >= len(self.active):
+                if sum(self.stopped) * 2 >= len(self.active):
                     self._compact()
         return [(model, logs[i]) for i, model in enumerate(self.models)]
 
@@ -120,12 +122,13 @@ class Ensemble:
 
     def _compact(self) -> None:
         """Drop the stopped members from the stack (the step recompiles for the new size)."""
-        keep = (~self.stopped).nonzero().flatten()
-        self.active = [self.active[i] for i in keep.tolist()]
+        slots = [slot for slot, stopped in enumerate(self.stopped) if not stopped]
+        keep = torch.tensor(slots, device=self.device)
+        self.active = [self.active[slot] for slot in slots]
         for state in (self.params, self.exp_avg, self.exp_avg_sq):
             for name in state:
                 state[name] = state[name].index_select(0, keep)
-        self.stopped = self.stopped.index_select(0, keep)
+        self.stopped = [False] * len(slots)
 
 
 def estimate_bytes(cfg: TriggerConfig, members: int) -> int:
