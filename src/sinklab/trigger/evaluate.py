@@ -161,7 +161,7 @@ def _seed_statistics(config: dict, runs: list[dict]) -> dict:
         "train_seconds": [r["train_seconds"] for r in runs],
         "eval_mse": [r["eval_mse"] for r in runs],
         "eval_max_abs_error": [r["eval_max_abs_error"] for r in runs],
-        "bos_mass_nontrigger": [_mean(h["bos_mass_nontrigger"] for h in r["heads_detail"]) for r in runs],
+        "bos_mass_nontrigger": [mean_bos_mass(r) for r in runs],
         "sinking_heads": [sum(layers) for layers in sinking],
     }
     for name, values in per_run.items():
@@ -171,6 +171,12 @@ def _seed_statistics(config: dict, runs: list[dict]) -> dict:
         row[f"{name}_min"] = t.min().item()
         row[f"{name}_max"] = t.max().item()
     return row
+
+
+def mean_bos_mass(record: dict) -> float:
+    """A run's BOS mass at the non-trigger rows, averaged over its heads."""
+    heads = record["heads_detail"]
+    return sum(h["bos_mass_nontrigger"] for h in heads) / len(heads)
 
 
 def _sinking_heads_by_layer(record: dict) -> list[int]:
@@ -183,8 +189,3 @@ def _sinking_heads_by_layer(record: dict) -> list[int]:
 def _fraction(flags: Iterable[bool]) -> float:
     flags = list(flags)
     return sum(flags) / len(flags)
-
-
-def _mean(values: Iterable[float]) -> float:
-    values = list(values)
-    return sum(values) / len(values)

@@ -3,8 +3,9 @@ Analyses over a grid (the variant table, the BOS-cap trade-off) live in :mod:`.a
 
 A lab run is a directory: ``config.json``, one ``records/<key>.json`` and
 ``models/<key>.safetensors`` per trained model (written as each training job finishes, so
-re-running the same command resumes; the seeds of an ensemble are saved together), ``maps/<key>.safetensors`` (mean and std attention over the evaluation set),
-figures, and ``summary.json`` written last.
+re-running the same command resumes; the seeds of an ensemble are saved together),
+``maps/<key>.safetensors`` (mean and std attention over the evaluation set), figures, and
+``summary.json`` written last.
 """
 
 from __future__ import annotations

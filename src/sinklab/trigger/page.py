@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from ..core import html
 from ..core.attention import EXTRA_NAMES, AttentionSpec
+from .evaluate import mean_bos_mass
 from .report import (
     CAP_COLUMNS,
     MAP_SEEDS,
@@ -20,7 +21,7 @@ from .report import (
     TRIGGER_COLUMNS,
     VARIANT_COLUMNS,
     map_seeds,
-    same_config,
+    runs_of,
     seed_rows,
     several_seeds,
     trigger_rows,
@@ -81,8 +82,8 @@ def _seed_sections(across_seeds: list[dict], runs: list[dict], uid: str) -> list
     rows = seed_rows(across_seeds)
     fig = go.Figure()
     for row in rows:
-        seeds = [r for r in runs if r["seed"] in row["seeds"] and same_config(r, row)]
-        bos = [sum(h["bos_mass_nontrigger"] for h in r["heads_detail"]) / len(r["heads_detail"]) for r in seeds]
+        seeds = runs_of(row, runs)
+        bos = [mean_bos_mass(r) for r in seeds]
         text = [f"seed {r['seed']}: {r['steps']} steps, {'solved' if r['converged'] else 'not solved'}" for r in seeds]
         fig.add_trace(go.Box(y=bos, name=row["model"], boxpoints="all", jitter=0.4, pointpos=0, text=text, hovertemplate="%{text}<br>BOS mass %{y:.3f}<extra></extra>"))
     fig.update_layout(showlegend=False, yaxis=dict(title="BOS mass, non-trigger rows (mean over heads)", range=[-0.03, 1.03]))

@@ -10,6 +10,7 @@ from typing import Callable, Iterable, Sequence
 from ..core.attention import EXTRA_NAMES, AttentionSpec
 from ..core.figures import plt, save_figure
 from ..core.text import format_table, safe_text
+from .evaluate import mean_bos_mass
 
 MAP_SEEDS = 4  # attention heatmaps are drawn for the first few seeds of each configuration
 
@@ -88,9 +89,9 @@ def seeds_figure(rows: Sequence[dict], records: Sequence[dict], path: Path) -> P
     models = [r["model"] for r in seed_rows(rows)]
     fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(models) + 2), 3.8))
     for x, row in enumerate(rows):
-        runs = [r for r in records if r["seed"] in row["seeds"] and same_config(r, row)]
+        runs = runs_of(row, records)
         for i, r in enumerate(runs):
-            bos = sum(h["bos_mass_nontrigger"] for h in r["heads_detail"]) / len(r["heads_detail"])
+            bos = mean_bos_mass(r)
             jitter = (i / max(1, len(runs) - 1) - 0.5) * 0.35
             ax.scatter(x + jitter, bos, s=18, color="C0" if r["converged"] else "white", edgecolors="C0")
     ax.set_xticks(range(len(models)), [safe_text(m) for m in models], rotation=30, ha="right", fontsize=8)
@@ -101,9 +102,10 @@ def seeds_figure(rows: Sequence[dict], records: Sequence[dict], path: Path) -> P
     return save_figure(fig, path)
 
 
-def same_config(record: dict, row: dict) -> bool:
-    """Whether a run record belongs to a configuration row of ``across_seeds``."""
-    return all(record[k] == row[k] for k in (*EXTRA_NAMES, "attn", "layers", "heads", "bos_cap"))
+def runs_of(row: dict, records: Sequence[dict]) -> list[dict]:
+    """The run records of one configuration row of ``across_seeds``."""
+    keys = (*EXTRA_NAMES, "attn", "layers", "heads", "bos_cap")
+    return [r for r in records if r["seed"] in row["seeds"] and all(r[k] == row[k] for k in keys)]
 
 
 def trigger_rows(records: Sequence[dict]) -> list[dict]:
@@ -115,7 +117,7 @@ def trigger_rows(records: Sequence[dict]) -> list[dict]:
             {
                 **r,
                 "model": r["key"].rsplit("_seed", 1)[0],
-                "bos": sum(h["bos_mass_nontrigger"] for h in heads) / len(heads),
+                "bos": mean_bos_mass(r),
                 "bos_min": min(h["bos_mass_nontrigger_min"] for h in heads),
                 "sinking": f"{sum(h['sinks'] for h in heads)}/{len(heads)}",
                 "where": ",".join(sorted({h["do_nothing"] for h in heads})),
