@@ -69,7 +69,7 @@ def absolute_positions(rotary, config, start: int, steps: int = 1100, n_sink: in
 
     for step in range(steps):
         kept = torch.cat([layer.positions, torch.tensor([step])])
-        n_old = layer.get_seq_length()
+        n_old = layer.kept_tokens()
         presented, _ = layer.update(at(raw[step : step + 1], [start + step]), raw[:1].view(1, 1, 1, -1))
     offset = start + steps - 1 - n_old
     targets = offset + torch.arange(len(kept))

@@ -129,6 +129,45 @@ def test_kept_keys_stay_exact_over_10000_steps(dtype):
     assert drift > (10 * one_rounding if dtype != torch.float32 else 1e-4)
 
 
+@torch.no_grad()
+def test_every_step_equals_a_dense_cache_of_the_keys_at_their_index(sharp):
+    """Through the sink-only steps and two rebases, each step's logits equal a dense cache that
+    holds the kept keys rotated at their index in the cache, queried at the next index."""
+    model, ids = sharp("llama"), stream_ids(50)
+    cache = make_sink_cache(model, 2, 8)
+    model(input_ids=ids[:, :5], cache=cache)
+    for t in range(5, ids.shape[1]):
+        dense = DynamicCache()
+        for i, layer in enumerate(cache.layers):
+            dense.update(layer.keys_in_cache(), layer.values, i)
+        n_kept = cache.layers[0].kept_tokens()
+        expected = model(input_ids=ids[:, t : t + 1], cache=dense, position_ids=torch.tensor([[n_kept]])).logits
+        torch.testing.assert_close(model(input_ids=ids[:, t : t + 1], cache=cache).logits, expected, atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_a_manual_loop_rotates_only_the_sinks_between_rebases(sharp, monkeypatch):
+    """Once the cache is full a step rotates the n_sink sink keys and nothing else, except one
+    rebase every ``window`` steps that moves the recent keys once; positions stay bounded."""
+    model, ids, (n_sink, window) = sharp("llama"), stream_ids(120), (2, 8)
+    rotated_rows = []
+    monkeypatch.setattr(caches, "rotate", lambda x, cos, sin: rotated_rows.append(x.shape[-2]) or rotate(x, cos, sin))
+    cache = make_sink_cache(model, n_sink, window)
+    per_step, positions = [], []
+    for t in range(ids.shape[1]):
+        positions.append(cache.get_seq_length())
+        rotated_rows.clear()
+        model(input_ids=ids[:, t : t + 1], cache=cache)
+        per_step.append(sorted(set(rotated_rows)))  # one entry per layer, all layers alike
+    full = n_sink + window - 1  # kept between steps; the step that first evicts still sees every key in place
+    steady = per_step[full + 1 :]
+    assert per_step[: full + 1] == [[]] * (full + 1)
+    rebases = [i for i, rows in enumerate(steady) if rows == [full + 1]]
+    assert all(rows in ([n_sink], [full + 1]) for rows in steady)
+    assert len(rebases) >= 10 and set(b - a for a, b in zip(rebases, rebases[1:])) == {window}
+    assert max(positions) < n_sink + 2 * window
+
+
 def test_layers_updated_out_of_order_are_refused(llama):
     """Layer 0 plans each step for every layer (the positions are shared), so a forward that
     skips it would silently use the previous step's plan."""
@@ -147,7 +186,7 @@ def test_after_eviction_the_cache_holds_the_sinks_and_the_recent_window(llama):
     for layer in cache.layers:
         assert layer.positions.tolist() == [0, 1, 2, *range(30 - 7, 30)]
         assert layer.keys.shape[-2] == layer.values.shape[-2] == 3 + 7
-    assert cache.get_seq_length() == 10
+    assert cache.layers[0].kept_tokens() == 10
     # the sink keys were computed with the full early context, exactly as in a dense cache
     dense = DynamicCache()
     step_logits(model, ids, dense)
@@ -229,7 +268,7 @@ def test_a_chunk_fed_after_the_cache_fills_attends_like_a_prefill(sharp):
         dense.update(layer.keys_in_cache(), layer.values, i)
     chunk = ids[:, 30:35]
     torch.testing.assert_close(model(input_ids=chunk, cache=cache).logits, model(input_ids=chunk, cache=dense).logits, atol=1e-5, rtol=0)
-    assert dense.get_seq_length() == 2 + 9 + 5 and cache.get_seq_length() == 2 + 9
+    assert dense.get_seq_length() == 2 + 9 + 5 and cache.layers[0].kept_tokens() == 2 + 9
 
 
 def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):

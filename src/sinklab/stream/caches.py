@@ -4,12 +4,16 @@ The cache keeps the first ``n_sink`` tokens (the attention sinks) and the most r
 a model can stream far past its context length at constant memory. ``window`` counts the recent
 tokens a query sees *including itself*: attention spans at most ``n_sink + window`` keys.
 
-Positions follow StreamingLLM: a query at in-cache position p sees every kept key at its index in
-the cache, so the relative distances are those of a fresh sequence of the cached tokens. Each key
-is stored exactly as the model rotated it, with the position it was rotated at; the keys handed to
-attention are moved from there to their current index by **one** rotation per step. Re-rotating
-the stored keys by -1 at every eviction instead would compound rounding: after ~1,000 evictions a
-bfloat16 key is off by tens of percent (BENCHMARKS.md, section 5).
+Positions follow StreamingLLM: a query sees every kept key at its index in the cache, so the
+relative distances are those of a fresh sequence of the cached tokens. Only distances matter to
+RoPE, so the cache picks the frame: in a manual loop, transformers places the next token at
+``get_seq_length()``, which the cache answers with the position right after its newest key. The
+recent keys then already sit at their distance from the query and stay as the model rotated them;
+only the ``n_sink`` sink keys are moved, by **one** rotation from where the model rotated them,
+at each step. Every ``window`` steps the frame is rebased to the cache index (the recent keys are
+moved once and stored there), so positions stay small and float32 angles exact. Re-rotating every
+key by -1 at each eviction instead costs a pass over the cache per step and compounds rounding:
+after ~1,000 evictions a bfloat16 key is off by tens of percent (BENCHMARKS.md, section 5).
 
 Angles are those transformers computes (``float32(position) * float32(inv_freq)``), so a moved key
 is the key the model would have rotated at the target position, and queries and keys stay
@@ -63,9 +67,11 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
     and round once to ``x``'s dtype. With partial rotary embeddings (GPT-NeoX, Phi) only the first
     ``cos.shape[-1]`` dimensions rotate; the rest pass through."""
     width = cos.shape[-1]
-    wide, rest = x[..., :width].float(), x[..., width:]
-    rotated = torch.addcmul(wide * cos, wide.roll(width // 2, dims=-1), signed_sin).to(x.dtype)
-    return torch.cat([rotated, rest], dim=-1) if rest.shape[-1] else rotated
+    if width == x.shape[-1]:  # the usual full rotary embedding: no slicing
+        wide = x.float()
+        swapped = wide.unflatten(-1, (2, width // 2)).flip(-2).flatten(-2)  # the halves swapped: one copy, no concatenation
+        return torch.addcmul(wide * cos, swapped, signed_sin).to(x.dtype)
+    return torch.cat([rotate(x[..., :width], cos, signed_sin), x[..., width:]], dim=-1)
 
 
 class RopeShift:
@@ -156,31 +162,58 @@ class _SinkBook:
 
     def reset(self) -> None:
         self.positions = torch.zeros(0, dtype=torch.long)  # stream index of every kept token
-        self.rotated_at = torch.zeros(0, dtype=torch.long)  # where the model rotated its key
+        self.rotated_at = torch.zeros(0, dtype=torch.long)  # where its key is rotated, as stored
         self.seen = 0
         self.step: Optional[_Step] = None
 
+    def next_position(self) -> int:
+        """The position the next token is rotated at in a manual loop (the cache's
+        ``get_seq_length``): right after the newest kept key, so that no recent key has to move,
+        until that runs a whole window ahead of the token's index in the cache; then the index
+        itself, and that step stores the recent keys moved there (a rebase). Positions stay below
+        ``n_sink + 2 * window`` however long the stream, and a key is re-rotated at most once while
+        it is kept: the rebase comes every ``window`` steps, and a key stays ``window - 1``."""
+        n_kept = len(self.rotated_at)
+        if n_kept == 0:
+            return 0
+        follow = int(self.rotated_at[-1]) + 1
+        return follow if 0 <= follow - n_kept < self.window else n_kept
+
     def begin_step(self, n_new: int, device) -> "_Step":
-        """Plan a forward that feeds ``n_new`` tokens: the rotation (on ``device``, the keys') that
-        presents the kept and the new keys at their cache index, and how many tokens to drop after it."""
-        n_old = len(self.rotated_at)
+        """Plan a forward that feeds ``n_new`` tokens: which keys must be moved to be seen at their
+        cache index (usually only the sinks), and how many tokens to drop after the step."""
+        n_old, proposed = len(self.rotated_at), self.next_position()
         caller = _caller_positions(self.rope.tap, n_new)
         rotated_at = torch.cat([self.rotated_at, caller])
         target = _presented_positions(caller, n_old, len(rotated_at))
+        n_sink = min(self.n_sink, len(rotated_at))
+        sink_rotation = rotation = None
+        restore = False
+        if not torch.equal(rotated_at[n_sink:], target[n_sink:]):  # a rebase, or positions the caller chose
+            rotation = self._rotation(rotated_at, target, device)
+            restore = int(caller[0]) == proposed
+            if restore:
+                rotated_at[n_sink:] = target[n_sink:]
+        elif not torch.equal(rotated_at[:n_sink], target[:n_sink]):
+            sink_rotation = self._rotation(rotated_at[:n_sink], target[:n_sink], device)
         positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
         dropped = max(0, len(rotated_at) - (self.n_sink + self.window - 1))
-        rotation = None if torch.equal(rotated_at, target) else tuple(t.to(device) for t in self.rope.rotation(rotated_at, target))
-        self.step = _Step(n_old, n_new, rotation, dropped)
+        self.step = _Step(n_old, n_new, sink_rotation, rotation, restore, dropped)
         self.rotated_at, self.positions = _drop(rotated_at, self.n_sink, dropped), _drop(positions, self.n_sink, dropped)
         self.seen += n_new
         return self.step
+
+    def _rotation(self, source: torch.Tensor, target: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
+        return tuple(t.to(device) for t in self.rope.rotation(source, target))
 
 
 @dataclass
 class _Step:
     n_old: int
     n_new: int
-    rotation: Optional[tuple[torch.Tensor, torch.Tensor]]  # None: every key is already where it is seen
+    sink_rotation: Optional[tuple[torch.Tensor, torch.Tensor]]  # moves the sinks alone (the usual step)
+    rotation: Optional[tuple[torch.Tensor, torch.Tensor]]  # moves every key (a rebase, or the caller's positions)
+    restore: bool  # the rebase: the recent keys are stored where this step moves them
     dropped: int  # tokens after the sinks evicted once the step is attended
 
 
@@ -189,30 +222,6 @@ def _drop(x: torch.Tensor, n_sink: int, dropped: int, dim: int = 0) -> torch.Ten
     if not dropped:
         return x
     return torch.cat([x.narrow(dim, 0, n_sink), x.narrow(dim, n_sink + dropped, x.shape[dim] - n_sink - dropped)], dim=dim)
-
-
-def _splice(held: torch.Tensor, new: torch.Tensor, n_sink: int, pending: int) -> torch.Tensor:
-    """``held`` without its ``pending`` evicted tokens after the sinks, then ``new``: one copy."""
-    if not pending:
-        return torch.cat([held, new], dim=-2)
-    return torch.cat([held[..., :n_sink, :], held[..., n_sink + pending :, :], new], dim=-2)
-
-
-class _Kept:
-    """A sink cache layer's ``keys`` or ``values``: the held tensor without the tokens the last
-    step evicted (the next step's concatenation drops them for free)."""
-
-    def __set_name__(self, owner, name: str) -> None:
-        self.held = "_" + name
-
-    def __get__(self, layer, owner=None):
-        if layer is None:
-            return self
-        held = getattr(layer, self.held)
-        return _drop(held, layer.n_sink, layer._pending, -2) if layer._pending else held
-
-    def __set__(self, layer, value) -> None:
-        setattr(layer, self.held, value)
 
 
 _SINK_LAYER = None
@@ -227,22 +236,42 @@ def _sink_layer_class():
 
     class SinkCacheLayer(DynamicLayer):
         """Keeps the ``n_sink`` first tokens plus the most recent ``window - 1`` between steps,
-        each key as the model rotated it; the positions live in the cache's shared book.
+        each key where the model (or the last rebase) rotated it; the positions live in the
+        cache's shared book.
 
-        The tokens a step evicts stay in the held tensors until the next step, whose one
-        concatenation both drops them and appends the new tokens (a copy of the cache less per
-        step); ``keys`` and ``values`` never show them."""
+        The sinks are stored apart, their keys as the model rotated them, because they are shown
+        at a new position at every step once the cache is full. The recent tokens are a view into
+        the tensors the last step handed to attention, so evicting is free and a step costs one
+        concatenation for keys and one for values, as in a dense cache, plus a rotation of the
+        ``n_sink`` sink keys."""
 
         is_croppable = False
-        _pending = 0  # tokens after the sinks that the last step evicted but the tensors still hold
 
         def __init__(self, book: _SinkBook, index: int) -> None:
             super().__init__()
-            self.book, self.index = book, index
-            self.n_sink, self.window = book.n_sink, book.window
+            self.book, self.index, self.n_sink = book, index, book.n_sink
+            self._sinks: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) of the sinks
+            self._recent: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) after them
 
-        keys = _Kept()
-        values = _Kept()
+        def _kept(self, part: int) -> Optional[torch.Tensor]:
+            return None if self._sinks is None else torch.cat([self._sinks[part], self._recent[part]], dim=-2)
+
+        @property
+        def keys(self) -> Optional[torch.Tensor]:
+            """The kept keys, each rotated where ``rotated_at`` says."""
+            return self._kept(0)
+
+        @keys.setter
+        def keys(self, value) -> None:
+            check(value is None, "the sink cache's keys are written by update() only")
+
+        @property
+        def values(self) -> Optional[torch.Tensor]:
+            return self._kept(1)
+
+        @values.setter
+        def values(self, value) -> None:
+            check(value is None, "the sink cache's values are written by update() only")
 
         @property
         def positions(self) -> torch.Tensor:
@@ -252,34 +281,61 @@ def _sink_layer_class():
         def rotated_at(self) -> torch.Tensor:
             return self.book.rotated_at
 
+        def lazy_initialization(self, key_states, value_states) -> None:
+            self.device = key_states.device
+            self._sinks = self._recent = (key_states[..., :0, :], value_states[..., :0, :])
+            self.is_initialized = True
+
         def reset(self) -> None:
-            super().reset()
-            self._pending = 0
+            self._sinks = self._recent = None
+            self.is_initialized = False
             self.book.reset()
 
+        def kept_tokens(self) -> int:
+            """How many tokens the cache holds between steps (at most ``n_sink + window - 1``)."""
+            return 0 if self._sinks is None else self._sinks[0].shape[-2] + self._recent[0].shape[-2]
+
         def get_seq_length(self) -> int:
-            if not self.is_initialized or self._keys.numel() == 0:
-                return 0
-            return self._keys.shape[-2] - self._pending
+            """The position the next token is rotated at (:meth:`_SinkBook.next_position`); this is
+            what transformers reads to place a manual loop's tokens. ``kept_tokens`` counts tokens."""
+            return self.book.next_position() if self.is_initialized else 0
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            """The kept keys plus the new ones, numbered so that the newest kept key sits right
+            before the first query (whose position is ``get_seq_length``)."""
+            n_kept = self.kept_tokens()
+            return n_kept + query_length, self.get_seq_length() - n_kept
 
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            check(key_states.shape[0] == 1, f"the sink cache streams one sequence at a time; got a batch of {key_states.shape[0]}")
+            if key_states.shape[0] != 1:
+                raise SinklabError(f"the sink cache streams one sequence at a time; got a batch of {key_states.shape[0]}")
             step = self.book.begin_step(key_states.shape[-2], key_states.device) if self.index == 0 else self.book.step
-            check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.get_seq_length(),
+            check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.kept_tokens(),
                   "the sink cache's layers must be updated in order, from layer 0, once per forward")
-            keys = _splice(self._keys, key_states, self.n_sink, self._pending)
-            values = _splice(self._values, value_states, self.n_sink, self._pending)
-            self._keys, self._values, self._pending = keys, values, step.dropped
-            return (keys if step.rotation is None else rotate(keys, *step.rotation)), values
+            (sink_keys, sink_values), (recent_keys, recent_values) = self._sinks, self._recent
+            arriving = min(self.n_sink - sink_keys.shape[-2], key_states.shape[-2])  # new tokens that are sinks
+            if arriving:
+                sink_keys = torch.cat([sink_keys, key_states[..., :arriving, :]], dim=-2)
+                sink_values = torch.cat([sink_values, value_states[..., :arriving, :]], dim=-2)
+                key_states, value_states = key_states[..., arriving:, :], value_states[..., arriving:, :]
+            shown_sinks = sink_keys if step.sink_rotation is None else rotate(sink_keys, *step.sink_rotation)
+            keys = torch.cat([shown_sinks, recent_keys, key_states], dim=-2)
+            values = torch.cat([sink_values, recent_values, value_states], dim=-2)
+            shown = keys if step.rotation is None else rotate(keys, *step.rotation)
+            n_sink, keep = sink_keys.shape[-2], keys.shape[-2] - sink_keys.shape[-2] - step.dropped
+            self._sinks = (sink_keys, sink_values)
+            self._recent = ((shown if step.restore else keys).narrow(-2, n_sink + step.dropped, keep),
+                            values.narrow(-2, n_sink + step.dropped, keep))
+            return shown, values
 
         def keys_in_cache(self) -> torch.Tensor:
             """The kept keys rotated at their index in the cache (what the next query sees)."""
             return self.book.rope.move(self.keys, self.rotated_at, torch.arange(len(self.rotated_at)))
 
         def get_max_length(self) -> int:
-            return self.n_sink + self.window
+            return self.n_sink + self.book.window
 
     _SINK_LAYER = SinkCacheLayer
     return SinkCacheLayer

@@ -32,6 +32,6 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, win
         "prompt_tokens": ids.shape[1],
         "new_tokens": int(new.numel()),
         "text": tokenizer.decode(new, skip_special_tokens=True),
-        "cache_tokens": cache.get_seq_length(),
+        "cache_tokens": cache.layers[0].kept_tokens(),
         "cache_bytes": cache_bytes(cache),
     }
