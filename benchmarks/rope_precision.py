@@ -22,7 +22,8 @@ from transformers import AutoConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from sinklab.models.hf import default_gguf_path, dequantised_dir
-from sinklab.stream.caches import make_sink_cache, rope_angles, rotate, rotation
+from sinklab.stream.caches import make_sink_cache
+from sinklab.stream.rope import rope_angles, rotate, rotation
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

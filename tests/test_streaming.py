@@ -19,7 +19,8 @@ from sinklab.models.hf import load_model
 from sinklab.models.native import KVCache, ModelConfig, Transformer
 from sinklab.stream import StreamConfig, benchmark, caches, generate
 from sinklab.stream.benchmark import policy_nll, real_cache_walk
-from sinklab.stream.caches import NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate, rotation
+from sinklab.stream.caches import NativeSinkCache, cache_bytes, make_sink_cache
+from sinklab.stream.rope import RopeShift, rotate, rotation
 
 ROPE_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi", "gpt_neox")
 

@@ -1,11 +1,12 @@
 """Streaming past the context window with sink caches (StreamingLLM, Xiao et al. 2024):
-:mod:`.caches` (the caches and exact RoPE re-rotation), :mod:`.kernel` (one-pass scoring),
+:mod:`.caches` (the caches), :mod:`.rope` (exact RoPE re-rotation), :mod:`.kernel` (one-pass scoring),
 :mod:`.benchmark` (``sinklab stream``) and :mod:`.generate` (``sinklab generate``)."""
 
 from .benchmark import StreamConfig, run_stream
-from .caches import POLICIES, NativeSinkCache, RopeShift, cache_bytes, make_sink_cache, rotate, rotation
+from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache
 from .generate import check_generation, generate
 from .kernel import sink_window_attention
+from .rope import RopeShift, rotate, rotation
 
 __all__ = [
     "POLICIES",

@@ -38,8 +38,9 @@ from ..core.hooks import HookSet
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.hf import instrument, load_model, token_nll
 from . import page, report
-from .caches import POLICIES, RopeShift, cache_bytes, check_sizes, make_sink_cache
+from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
 from .kernel import sink_window_attention
+from .rope import RopeShift
 
 #: Largest |NLL difference| (nats) allowed between the one-pass scores and a real cache.
 ONE_PASS_TOLERANCE = 1e-3

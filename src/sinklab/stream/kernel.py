@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .caches import RopeShift
+from .rope import RopeShift
 
 
 def sink_window_attention(q, k, v, scale: float, n_sink: int, window: int, rope: RopeShift, query_chunk: int = 256) -> torch.Tensor:
