@@ -169,6 +169,36 @@ def test_a_manual_loop_rotates_only_the_sinks_between_rebases(sharp, monkeypatch
     assert max(positions) < n_sink + 2 * window
 
 
+@torch.no_grad()
+def test_steps_write_into_one_strip_that_a_long_chunk_only_borrows(sharp, monkeypatch):
+    """A decode step hands attention views of the layer's preallocated strip (no copy of the
+    cache; the keys are copies only at a rebase); the strip is replaced about once per window
+    steps, and a chunk longer than it gets a larger strip that the next step gives back."""
+    model, ids, (n_sink, window) = sharp("llama"), stream_ids(200), (2, 8)
+    cache = make_sink_cache(model, n_sink, window)
+    layer_class, strip = type(cache.layers[0]), cache.layers[0]._strip
+    views = []
+
+    def update(self, keys, values, *args, **kwargs):
+        shown = layer_class_update(self, keys, values, *args, **kwargs)
+        views.append([x.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for x, t in zip(shown, self._strip.tensors)])
+        return shown
+
+    layer_class_update = layer_class.update
+    monkeypatch.setattr(layer_class, "update", update)
+    strips = []
+    for t in range(100):
+        model(input_ids=ids[:, t : t + 1], cache=cache)
+        strips.append(strip.tensors[0].data_ptr())
+    assert all(value for _, value in views) and sum(not key for key, _ in views) <= len(views) // window
+    assert strip.tensors[0].shape[-2] == strip.capacity == 2 * (n_sink + window)
+    assert len(set(strips)) <= 100 // window + 2
+    model(input_ids=ids[:, 100:160], cache=cache)  # longer than the strip
+    assert strip.tensors[0].shape[-2] > strip.capacity
+    model(input_ids=ids[:, 160:161], cache=cache)
+    assert strip.tensors[0].shape[-2] == strip.capacity and cache.layers[0].kept_tokens() == n_sink + window - 1
+
+
 def test_layers_updated_out_of_order_are_refused(llama):
     """Layer 0 plans each step for every layer (the positions are shared), so a forward that
     skips it would silently use the previous step's plan."""

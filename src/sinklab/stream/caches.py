@@ -136,6 +136,54 @@ def _drop(x: torch.Tensor, n_sink: int, dropped: int, dim: int = 0) -> torch.Ten
     return torch.cat([x.narrow(dim, 0, n_sink), x.narrow(dim, n_sink + dropped, x.shape[dim] - n_sink - dropped)], dim=dim)
 
 
+class _Strip:
+    """One layer's recent keys and values in preallocated tensors, in cache order.
+
+    The recent tokens sit at rows ``[start, start + n)``. A step writes the sinks just before
+    them and its new tokens just after, and hands attention a view of the whole run, so it copies
+    ``n_sink`` + new rows where a concatenation copies the cache. Eviction only advances
+    ``start``. When a step does not fit, the recent rows move to the front of fresh tensors of
+    ``capacity`` rows (twice the cache: about once per ``window`` steps), or of a size that holds
+    a longer chunk, which the next step that fits the usual size gives back."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.tensors: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values), (B, H, rows, D)
+        self.start = self.n = 0
+
+    def recent(self, part: int) -> torch.Tensor:
+        return self.tensors[part][..., self.start : self.start + self.n, :]
+
+    def step(self, sink_keys, sink_values, keys, values, n_sink: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of (sinks, recent, new) keys and values, with the sinks and the new rows written."""
+        n_front, n_new = sink_keys.shape[-2], keys.shape[-2]
+        self._make_room(keys, values, n_sink, n_new)
+        first, end = self.start - n_front, self.start + self.n + n_new
+        for tensor, sinks, new in zip(self.tensors, (sink_keys, sink_values), (keys, values)):
+            tensor[..., first : self.start, :].copy_(sinks)
+            tensor[..., self.start + self.n : end, :].copy_(new)
+        self.n += n_new
+        return tuple(tensor[..., first:end, :] for tensor in self.tensors)
+
+    def store_keys(self, keys: torch.Tensor) -> None:
+        """Replace the recent keys (a rebase stores them where it moved them)."""
+        self.recent(0).copy_(keys)
+
+    def evict(self, dropped: int) -> None:
+        self.start, self.n = self.start + dropped, self.n - dropped
+
+    def _make_room(self, keys, values, n_sink: int, n_new: int) -> None:
+        rows = max(self.capacity, n_sink + self.n + n_new)
+        fits = self.tensors is not None and self.start >= n_sink and self.start + self.n + n_new <= self.tensors[0].shape[-2]
+        if fits and (self.tensors[0].shape[-2] == self.capacity or rows > self.capacity):
+            return
+        fresh = tuple(x.new_empty(*x.shape[:-2], rows, x.shape[-1]) for x in (keys, values))
+        if self.n:
+            for tensor, part in zip(fresh, (0, 1)):
+                tensor[..., n_sink : n_sink + self.n, :].copy_(self.recent(part))
+        self.tensors, self.start = fresh, n_sink
+
+
 _SINK_LAYER = None
 
 
@@ -152,10 +200,9 @@ def _sink_layer_class():
         cache's shared book.
 
         The sinks are stored apart, their keys as the model rotated them, because they are shown
-        at a new position at every step once the cache is full. The recent tokens are a view into
-        the tensors the last step handed to attention, so evicting is free and a step costs one
-        concatenation for keys and one for values, as in a dense cache, plus a rotation of the
-        ``n_sink`` sink keys."""
+        at a new position at every step once the cache is full. The recent tokens live in a
+        :class:`_Strip`, which hands attention a view in cache order, so a step copies only the
+        sinks and the new token, where a dense cache copies all of itself."""
 
         is_croppable = False
 
@@ -163,10 +210,10 @@ def _sink_layer_class():
             super().__init__()
             self.book, self.index, self.n_sink = book, index, book.n_sink
             self._sinks: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) of the sinks
-            self._recent: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) after them
+            self._strip = _Strip(2 * (book.n_sink + book.window))
 
         def _kept(self, part: int) -> Optional[torch.Tensor]:
-            return None if self._sinks is None else torch.cat([self._sinks[part], self._recent[part]], dim=-2)
+            return None if self._sinks is None else torch.cat([self._sinks[part], self._strip.recent(part)], dim=-2)
 
         @property
         def keys(self) -> Optional[torch.Tensor]:
@@ -195,17 +242,18 @@ def _sink_layer_class():
 
         def lazy_initialization(self, key_states, value_states) -> None:
             self.device = key_states.device
-            self._sinks = self._recent = (key_states[..., :0, :], value_states[..., :0, :])
+            self._sinks = (key_states[..., :0, :], value_states[..., :0, :])
             self.is_initialized = True
 
         def reset(self) -> None:
-            self._sinks = self._recent = None
+            self._sinks = None
+            self._strip = _Strip(self._strip.capacity)
             self.is_initialized = False
             self.book.reset()
 
         def kept_tokens(self) -> int:
             """How many tokens the cache holds between steps (at most ``n_sink + window - 1``)."""
-            return 0 if self._sinks is None else self._sinks[0].shape[-2] + self._recent[0].shape[-2]
+            return 0 if self._sinks is None else self._sinks[0].shape[-2] + self._strip.n
 
         def get_seq_length(self) -> int:
             """The position the next token is rotated at (:meth:`_SinkBook.next_position`); this is
@@ -226,20 +274,19 @@ def _sink_layer_class():
             step = self.book.begin_step(key_states.shape[-2], key_states.device) if self.index == 0 else self.book.step
             check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.kept_tokens(),
                   "the sink cache's layers must be updated in order, from layer 0, once per forward")
-            (sink_keys, sink_values), (recent_keys, recent_values) = self._sinks, self._recent
+            sink_keys, sink_values = self._sinks
             arriving = min(self.n_sink - sink_keys.shape[-2], key_states.shape[-2])  # new tokens that are sinks
             if arriving:
                 sink_keys = torch.cat([sink_keys, key_states[..., :arriving, :]], dim=-2)
                 sink_values = torch.cat([sink_values, value_states[..., :arriving, :]], dim=-2)
                 key_states, value_states = key_states[..., arriving:, :], value_states[..., arriving:, :]
+                self._sinks = (sink_keys, sink_values)
             shown_sinks = sink_keys if step.sink_rotation is None else rotate(sink_keys, *step.sink_rotation)
-            keys = torch.cat([shown_sinks, recent_keys, key_states], dim=-2)
-            values = torch.cat([sink_values, recent_values, value_states], dim=-2)
+            keys, values = self._strip.step(shown_sinks, sink_values, key_states, value_states, self.n_sink)
             shown = keys if step.rotation is None else rotate(keys, *step.rotation)
-            n_sink, keep = sink_keys.shape[-2], keys.shape[-2] - sink_keys.shape[-2] - step.dropped
-            self._sinks = (sink_keys, sink_values)
-            self._recent = ((shown if step.restore else keys).narrow(-2, n_sink + step.dropped, keep),
-                            values.narrow(-2, n_sink + step.dropped, keep))
+            if step.restore:
+                self._strip.store_keys(shown[..., sink_keys.shape[-2] :, :])
+            self._strip.evict(step.dropped)
             return shown, values
 
         def keys_in_cache(self) -> torch.Tensor:
