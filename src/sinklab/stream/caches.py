@@ -31,6 +31,7 @@ from ..models.native import KVCache
 from .rope import RopeShift, rotate
 
 POLICIES = ("dense", "window", "sink", "recompute")
+STRIP_SLACK = 4  # a layer's strip holds a 1/STRIP_SLACK window more than the cache: the memory bought to copy less
 
 
 def check_sizes(n_sink: int, window: int) -> None:
@@ -143,8 +144,8 @@ class _Strip:
     them and its new tokens just after, and hands attention a view of the whole run, so it copies
     ``n_sink`` + new rows where a concatenation copies the cache. Eviction only advances
     ``start``. When a step does not fit, the recent rows move to the front of fresh tensors of
-    ``capacity`` rows (twice the cache: about once per ``window`` steps), or of a size that holds
-    a longer chunk, which the next step that fits the usual size gives back."""
+    ``capacity`` rows (the cache plus a quarter window: once per quarter window of steps), or of a
+    size that holds a longer chunk, which the next step that fits the usual size gives back."""
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
@@ -210,7 +211,7 @@ def _sink_layer_class():
             super().__init__()
             self.book, self.index, self.n_sink = book, index, book.n_sink
             self._sinks: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) of the sinks
-            self._strip = _Strip(2 * (book.n_sink + book.window))
+            self._strip = _Strip(book.n_sink + book.window + max(book.window // STRIP_SLACK, 16))
 
         def _kept(self, part: int) -> Optional[torch.Tensor]:
             return None if self._sinks is None else torch.cat([self._sinks[part], self._strip.recent(part)], dim=-2)
@@ -250,6 +251,10 @@ def _sink_layer_class():
             self._strip = _Strip(self._strip.capacity)
             self.is_initialized = False
             self.book.reset()
+
+        def held_tensors(self) -> tuple[torch.Tensor, ...]:
+            """Every tensor the layer holds: the sinks and the whole strip."""
+            return (*(self._sinks or ()), *(self._strip.tensors or ()))
 
         def kept_tokens(self) -> int:
             """How many tokens the cache holds between steps (at most ``n_sink + window - 1``)."""
@@ -313,7 +318,8 @@ def cache_bytes(cache) -> int:
     if isinstance(cache, KVCache):
         tensors = list(cache.keys.values()) + list(cache.values.values())
     else:
-        tensors = [t for layer in cache.layers for t in (layer.keys, layer.values) if isinstance(t, torch.Tensor)]
+        held = [layer.held_tensors() if hasattr(layer, "held_tensors") else (layer.keys, layer.values) for layer in cache.layers]
+        tensors = [t for pair in held for t in pair if isinstance(t, torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
