@@ -307,8 +307,9 @@ def _sink_layer_class():
 
 def _presented_positions(caller: torch.Tensor, n_old: int, n_keys: int) -> torch.Tensor:
     """Where attention must see the ``n_keys`` keys: at their index in the cache, moved by how far
-    the caller's positions run ahead of the cache's (0 in a manual loop; under ``model.generate``,
-    which passes absolute positions, the number of tokens evicted so far)."""
+    the caller's positions run ahead of the cache's (in a manual loop, by the cache's own frame,
+    0 to ``window``; under ``model.generate``, which passes absolute positions, by the number of
+    tokens evicted so far)."""
     offset = int(caller[0]) - n_old
     return torch.arange(offset, offset + n_keys)
 
