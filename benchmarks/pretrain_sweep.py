@@ -6,12 +6,13 @@ of the mitigation sweep (every normalisation, +gate, +head_norm, softmax with on
 token), 3 seeds, the calibrated BB budget, two single-threaded runs at a time into runs/sweep-bb/.
 Finished runs are kept and half-finished ones resumed, so a sweep can be stopped and restarted.
 
-Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--steps N]`
+Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--steps N] [--root DIR]`
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,9 +37,13 @@ def sweep_configs(corpus: str, seeds, steps=None) -> list[PretrainConfig]:
 
 
 def train_one(cfg: PretrainConfig) -> str:
-    """Train (or resume, or skip when finished) one run; returns its directory."""
-    if not (Path(cfg.out) / "summary.json").exists():
+    """Train (or resume, or skip when finished) one run; returns its directory. A finished run of
+    another budget is refused rather than reused."""
+    summary = Path(cfg.out) / "summary.json"
+    if not summary.exists():
         train_lm(cfg, resume=latest_checkpoint(Path(cfg.out)) is not None, progress=False)
+    elif (steps := json.loads(summary.read_text())["steps"]) != cfg.steps:
+        raise SystemExit(f"{cfg.out} holds a finished run of {steps} steps, not {cfg.steps}; give the sweep its own --root")
     return cfg.out
 
 
@@ -48,13 +53,15 @@ def main() -> None:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0,1 for text, 0,1,2 for bb)")
     parser.add_argument("--steps", type=int, default=None, help="override the default budget (for a quick look)")
     parser.add_argument("--workers", type=int, default=None, help="runs at a time (default: 1 for text, 2 single-threaded for bb)")
+    parser.add_argument("--root", default=None, help="folder of the run directories (default: runs/sweep, runs/sweep-bb)")
     args = parser.parse_args()
-    seeds, workers, _, root = SETTINGS[args.corpus]
+    seeds, workers, _, root_name = SETTINGS[args.corpus]
+    root = Path(args.root) if args.root else RUNS / root_name
     configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps)
     for cfg in configs:
-        cfg.out = str(RUNS / root / f"{cfg.variant}-seed{cfg.seed}")
+        cfg.out = str(root / f"{cfg.variant}-seed{cfg.seed}")
     runs = run_jobs(train_one, configs, args.workers or workers, desc=f"sweep {args.corpus}", label=lambda c: Path(c.out).name)
-    result = compare_runs(runs, None, str(RUNS / root / "compare"))
+    result = compare_runs(runs, None, str(root / "compare"))
     print(format_table(result["by_variant"], [("variant", "variant", "s"), ("seeds", "seeds", "d")] + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")]))
     record("pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),
            {"corpus": args.corpus, "steps": configs[0].steps, "target": result["target"], "by_variant": result["by_variant"], "rows": result["rows"]})
