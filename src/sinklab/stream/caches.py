@@ -185,6 +185,19 @@ class _Strip:
         self.tensors, self.start = fresh, n_sink
 
 
+def _kept_tensor(part: int, doc: str) -> property:
+    """A sink cache layer's ``keys`` (part 0) or ``values`` (part 1): the sinks, then the recent
+    tokens, in cache order. transformers may reset them to None; anything else is refused."""
+
+    def read(layer) -> Optional[torch.Tensor]:
+        return None if layer._sinks is None else torch.cat([layer._sinks[part], layer._strip.recent(part)], dim=-2)
+
+    def write(layer, value) -> None:
+        check(value is None, "the sink cache's keys and values are written by update() only")
+
+    return property(read, write, doc=doc)
+
+
 _SINK_LAYER = None
 
 
@@ -213,25 +226,8 @@ def _sink_layer_class():
             self._sinks: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) of the sinks
             self._strip = _Strip(book.n_sink + book.window + max(book.window // STRIP_SLACK, 16))
 
-        def _kept(self, part: int) -> Optional[torch.Tensor]:
-            return None if self._sinks is None else torch.cat([self._sinks[part], self._strip.recent(part)], dim=-2)
-
-        @property
-        def keys(self) -> Optional[torch.Tensor]:
-            """The kept keys, each rotated where ``rotated_at`` says."""
-            return self._kept(0)
-
-        @keys.setter
-        def keys(self, value) -> None:
-            check(value is None, "the sink cache's keys are written by update() only")
-
-        @property
-        def values(self) -> Optional[torch.Tensor]:
-            return self._kept(1)
-
-        @values.setter
-        def values(self, value) -> None:
-            check(value is None, "the sink cache's values are written by update() only")
+        keys = _kept_tensor(0, "The kept keys, each rotated where ``rotated_at`` says.")
+        values = _kept_tensor(1, "The kept values.")
 
         @property
         def positions(self) -> torch.Tensor:
