@@ -20,7 +20,7 @@ reading the weights once, the levers that might close the gap, and the one-pass 
 * ``one_pass``: tokens per second of the sink policy's one-pass scorer (``sinklab stream``) against
   a plain forward pass (SDPA) of the same tokens.
 
-Run: `.venv/bin/python benchmarks/decode_speed.py [--lengths 256,1024,4096]` (about 8 minutes)
+Run: `.venv/bin/python benchmarks/decode_speed.py [--lengths 256,1024,4096]` (about 6 minutes)
 """
 
 from __future__ import annotations

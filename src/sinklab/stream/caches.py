@@ -31,7 +31,7 @@ from ..models.native import KVCache
 from .rope import RopeShift, rotate
 
 POLICIES = ("dense", "window", "sink", "recompute")
-STRIP_SLACK = 4  # a layer's strip holds a 1/STRIP_SLACK window more than the cache: the memory bought to copy less
+STRIP_SLACK = 4  # a layer's strip holds a 1/STRIP_SLACK window (at least 16 rows) more than the cache: memory bought to copy less
 
 
 def check_sizes(n_sink: int, window: int) -> None:
