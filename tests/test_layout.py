@@ -1,5 +1,5 @@
 """The folder tree is the architecture: these tests walk the package and fail on an import cycle,
-on a layer importing upwards (cli -> capabilities -> models -> core), on a capability reaching
+on a layer importing upwards (cli and api -> capabilities -> models -> core), on a capability reaching
 into another capability's modules instead of its package API, and on modules grown too long."""
 
 import ast
@@ -74,6 +74,7 @@ ALLOWED = {
     "models": {"core", "models"},
     **{cap: {"core", "models"} | CAPABILITIES for cap in CAPABILITIES},
     "cli": {"core", "models", "cli"} | CAPABILITIES,
+    "api": {"core", "models"} | CAPABILITIES,  # the notebook entry points, beside the CLI
     "sinklab": {"cli"},
     "__main__": {"cli"},
 }
@@ -87,7 +88,7 @@ def test_imports_point_down_and_capabilities_meet_only_through_their_package_api
             there = layer(target)
             if there != "sinklab" and there not in ALLOWED[here]:
                 problems.append(f"{module} imports {target} ({here} may not import {there})")
-            if here in CAPABILITIES and there in CAPABILITIES - {here} and target.count(".") > 1:
+            if here in CAPABILITIES | {"api"} and there in CAPABILITIES - {here} and target.count(".") > 1:
                 problems.append(f"{module} imports {target}: use the package API sinklab.{there}")
             if here == "cli" and module != "sinklab.cli" and target == "sinklab.cli":
                 problems.append(f"{module} imports the CLI root back")

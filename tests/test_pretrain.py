@@ -98,6 +98,10 @@ def test_run_directory_contract(corpus, tmp_path):
     assert len(saved["first_token_mass"]) == 2 and len(saved["first_token_mass"][0]) == 2
     assert set(saved["sink_rate"]) >= {"k", "eps", "value"}
     assert summary["final_val_loss"] == rows[-1]["val_loss"]
+    assert saved["kind"] == "pretrain" and saved["schema_version"] >= 1
+    shared = set(saved) & set(rows[-1])  # metrics.jsonl and summary.json: one name and one type per quantity
+    assert {"first_token_mass_mean", "sink_rate_value"} <= shared
+    assert all(type(saved[k]) is type(rows[-1][k]) for k in shared if saved[k] is not None and rows[-1][k] is not None), shared
     assert (out / "config.json").exists() and latest_checkpoint(out) is not None
     # 16 distinct words: a unigram model of the bytes is far better than uniform over 257 ids
     assert 1.0 < summary["unigram_val_loss"] < 0.75 * np.log(257)

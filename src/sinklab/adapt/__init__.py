@@ -5,6 +5,7 @@ model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.probe`).""
 
 from .adapted import AdaptedModel
 from .finetune import FinetuneConfig, load_adapted, run_finetune
+from .frame import adapt_rows
 from .mitigations import MITIGATIONS, Mitigation
 from .prefix import SinkPrefix, bos_token
 from .quantize import QUANT_SCHEMES, QuantScheme, fake_quant, quantize_activation, quantize_weight, quantized
@@ -20,6 +21,7 @@ __all__ = [
     "PrefixConfig",
     "QuantScheme",
     "SinkPrefix",
+    "adapt_rows",
     "bos_token",
     "fake_quant",
     "load_adapted",

@@ -15,7 +15,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -27,8 +27,10 @@ from tqdm.auto import tqdm
 
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import check
+from ..core.results import stamped
 from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, write_json
-from ..models.hf import LoadedModel, describe_architecture, load_model
+from ..models.hf import LoadedModel, LoadOptions, describe_architecture
+from ..models.subjects import transformers_model
 from . import page, report
 from .adapted import AdaptedModel
 from .evaluate import Condition, corpus_tokens, corpus_windows, prepend
@@ -59,8 +61,7 @@ class FinetuneConfig:
     schemes: tuple[str, ...] = tuple(QUANT_SCHEMES)
     checkpoint_every: int = 50
     seed: int = 0
-    device: str = "auto"  # auto: the GPU when PyTorch sees one
-    trust_remote_code: bool = False
+    load: LoadOptions = field(default_factory=LoadOptions)
     out: str = "runs/adapt-finetune"
 
     def __post_init__(self) -> None:
@@ -70,8 +71,6 @@ class FinetuneConfig:
         check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
         check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
         check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
-        check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
-        check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
         for name in self.schemes:
             check_scheme(name)
 
@@ -86,11 +85,12 @@ def ramp_at(step: int, cfg: FinetuneConfig) -> float:
     return min(1.0, (step + 1) / max(1.0, cfg.ramp * cfg.steps))
 
 
-def run_finetune(cfg: FinetuneConfig, loaded: Optional[LoadedModel] = None, resume: bool = False, progress: bool = True) -> dict:
-    """Train, then measure before / after; writes the run directory ``cfg.out``."""
+def run_finetune(cfg: FinetuneConfig, model=None, resume: bool = False, progress: bool = True) -> dict:
+    """Train, then measure before / after; writes the run directory ``cfg.out``. ``model``: a loaded
+    model or Subject, trained where it is (None: load ``cfg.model`` with ``cfg.load``)."""
     out = prepare_run_dir(cfg.out)
-    loaded = loaded or load_model(cfg.model, cfg.trust_remote_code)
-    model = loaded.model.to("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()) else "cpu")
+    loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
+    model = loaded.model
     bos = bos_token(loaded.tokenizer, model)
     check(bos is not None, f"--to needs a model with a fixed BOS token to start from; {loaded.name} has none")
     bos_prefix = SinkPrefix.compute(model, [bos])
@@ -201,8 +201,8 @@ def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, 
     original = measure(teacher, [Condition("bos", lead=(bos,))], evaluation, calibration, settings, progress)
     adapted_run = measure(adapted.model, [Condition("adapted", adapted=adapted)], evaluation, calibration, settings, progress)
     merge = lambda key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings}  # noqa: E731
-    return {
+    return stamped("adapt", {
         "model": loaded.name, "architecture": describe_architecture(adapted.model), "method": "finetune", "mitigation": cfg.mitigation,
         "full": cfg.full, "steps": cfg.steps, "exact_check": exact, "train_seconds": train_seconds,
         "before": before, "after": after, "ppl": merge("ppl"), "max_abs_activation": merge("max_abs_activation"),
-    }
+    })

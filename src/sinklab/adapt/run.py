@@ -4,15 +4,17 @@ taking it out of the stream buys under low-bit quantization (see :mod:`.quantize
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
 from tqdm.auto import tqdm
 
 from ..core.errors import SinklabError, check
+from ..core.results import stamped
 from ..core.runs import PhaseClock, prepare_run_dir, write_json
-from ..models.hf import LoadedModel, describe_architecture, load_model
+from ..models.hf import LoadedModel, LoadOptions, describe_architecture, input_device
+from ..models.subjects import transformers_model
 from . import page, report
 from .evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity, prepend
 from .prefix import SinkPrefix, bos_token
@@ -37,8 +39,8 @@ class PrefixConfig:
     prefix_tokens: int = 0  # tokens searched after BOS (CushionCache); at least 1 without BOS
     search_seconds: float = 300.0
     candidates: int = 64
-    trust_remote_code: bool = False
-    out: str = "runs/adapt"
+    load: LoadOptions = field(default_factory=LoadOptions)
+    out: Optional[str] = "runs/adapt"  # None: nothing is written (sinklab.adapt_model)
 
     def __post_init__(self) -> None:
         check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")
@@ -50,24 +52,29 @@ class PrefixConfig:
             check_scheme(name)
 
 
-def run_sink_prefix(cfg: PrefixConfig, loaded: Optional[LoadedModel] = None, progress: bool = True) -> dict:
-    """Write config.json, summary.json, the prefix file(s), a figure and report.html to ``cfg.out``."""
-    out = prepare_run_dir(cfg.out)
+def run_sink_prefix(cfg: PrefixConfig, model=None, progress: bool = True) -> dict:
+    """Write config.json, summary.json, the prefix file(s), a figure and report.html to ``cfg.out``
+    (with ``cfg.out`` None, only return the summary). ``model``: a loaded model or Subject, used
+    where it is (None: load ``cfg.model`` with ``cfg.load``)."""
+    out = prepare_run_dir(cfg.out) if cfg.out is not None else None
     clock = PhaseClock()
     with clock.phase("load"):
-        loaded = loaded or load_model(cfg.model, cfg.trust_remote_code)
+        loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
         model = loaded.model
         bos = _first_token(cfg, loaded)
         evaluation = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.windows, held_out=True)
         calibration = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.calibration, held_out=False)
-    write_json(out / "config.json", {**asdict(cfg), "model_name": loaded.name})
-    summary = {"model": loaded.name, "architecture": describe_architecture(model), "method": "sink_prefix", "bos_token": bos,
+    if out is not None:
+        write_json(out / "config.json", {**asdict(cfg), "model_name": loaded.name})
+    summary = {"model": loaded.name, "architecture": describe_architecture(model), "device": str(input_device(model)),
+               "dtype": str(model.dtype).removeprefix("torch."), "method": "sink_prefix", "bos_token": bos,
                "tokens": cfg.tokens, "windows": cfg.windows, "calibration_windows": cfg.calibration}
     conditions = []
     if bos is not None:
         with clock.phase("prefix"):
             prefix = SinkPrefix.compute(model, [bos])
-            prefix.save(out / PREFIX_FILE, loaded.name)
+            if out is not None:
+                prefix.save(out / PREFIX_FILE, loaded.name)
         conditions += [Condition("bos", lead=(bos,)), Condition("prefix", prefix=prefix)]
     conditions.append(Condition("no_bos"))
     n_search = cfg.prefix_tokens or (1 if bos is None else 0)
@@ -80,9 +87,12 @@ def run_sink_prefix(cfg: PrefixConfig, loaded: Optional[LoadedModel] = None, pro
         summary["exact_check_tokens"] = list(checked.token_ids)
     with clock.phase("measure"):
         summary.update(measure(model, conditions, evaluation, calibration, (FULL_PRECISION, *cfg.schemes), progress))
+    summary["seconds"] = clock.seconds
+    if out is None:
+        return stamped("adapt", summary)
     summary["files"] = [name for name in (PREFIX_FILE, CUSHION_FILE) if (out / name).exists()]
     summary["figures"] = [report.activation_figure(summary, out).name]
-    summary["seconds"] = clock.seconds
+    summary = stamped("adapt", summary)
     write_json(out / "summary.json", summary)
     page.write(out)
     return summary
@@ -109,7 +119,8 @@ def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, 
     found = search_prefix(loaded.model, calibration[:1, :64], lead, n_tokens, candidates, cfg.search_seconds, progress)
     check(len(found.tokens) > len(lead), f"the prefix search found nothing within --search-seconds {cfg.search_seconds:g}")
     prefix = SinkPrefix.compute(loaded.model, list(found.tokens))
-    prefix.save(out / CUSHION_FILE, loaded.name)
+    if out is not None:
+        prefix.save(out / CUSHION_FILE, loaded.name)
     summary["search"] = {**asdict(found), "strings": [loaded.tokenizer.decode([t]) for t in found.tokens], "candidates": len(candidates)}
     return Condition("cushion", prefix=prefix)
 

@@ -6,7 +6,7 @@ import argparse
 
 from ..adapt import MITIGATIONS, QUANT_SCHEMES, FinetuneConfig, PrefixConfig, run_finetune, run_sink_prefix
 from ..adapt import report as adapt_report
-from .args import STARTS_OVER, choice_list, option
+from .args import STARTS_OVER, add_load_arguments, choice_list, load_options, option
 
 
 def add_parser(sub) -> None:
@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     option(p, prefix, "windows", "held-out windows scored")
     option(p, prefix, "calibration", "windows for static scales and the prefix search")
     p.add_argument("--quant", type=choice_list(QUANT_SCHEMES), default=list(prefix.schemes), metavar="S[,S...]", help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)} (default all)")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
+    add_load_arguments(p)
     p.add_argument("--out", default=None, help=f"run directory (default {prefix.out}, with --to {tune.out})")
     g = p.add_argument_group("the sink prefix")
     g.add_argument("--bos", choices=("auto", "yes", "no"), default=prefix.bos, help="the model's BOS is the sink (auto: when the tokenizer has one); no: search the prefix")
@@ -49,7 +49,6 @@ def add_parser(sub) -> None:
     option(g, tune, "ramp", "fraction of the steps over which BOS fades out and the mitigation in")
     option(g, tune, "checkpoint_every", "steps between checkpoints")
     option(g, tune, "seed", "seed of the training batches")
-    g.add_argument("--device", choices=("auto", "cpu", "cuda"), default=tune.device, help="auto (default): the GPU when PyTorch sees one")
     g.add_argument("--resume", action="store_true", help="continue the fine-tuning run in --out from its last checkpoint")
     p.set_defaults(handler=adapt_command, on_interrupt=STARTS_OVER)
 
@@ -60,7 +59,7 @@ def adapt_command(args: argparse.Namespace) -> int:
     cfg = PrefixConfig(
         model=args.model, corpus=args.corpus, tokens=args.tokens, windows=args.windows, calibration=args.calibration,
         schemes=tuple(args.quant), bos=args.bos, prefix_tokens=args.prefix_tokens, search_seconds=args.search_seconds,
-        candidates=args.candidates, trust_remote_code=args.trust_remote_code, out=args.out or PrefixConfig.out,
+        candidates=args.candidates, load=load_options(args), out=args.out or PrefixConfig.out,
     )
     summary = run_sink_prefix(cfg)
     print(adapt_report.ppl_table(summary))
@@ -74,8 +73,8 @@ def _finetune(args: argparse.Namespace) -> int:
     cfg = FinetuneConfig(
         model=args.model, mitigation=args.to, steps=args.steps, full=args.full, corpus=args.corpus, seq_len=args.seq_len,
         batch=args.batch, lr=args.lr, lm_weight=args.lm_weight, ramp=args.ramp, tokens=args.tokens, windows=args.windows,
-        calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device,
-        trust_remote_code=args.trust_remote_code, out=args.out or FinetuneConfig.out,
+        calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed,
+        load=load_options(args), out=args.out or FinetuneConfig.out,
     )
     summary = run_finetune(cfg, resume=args.resume)
     print(adapt_report.ppl_table(summary))

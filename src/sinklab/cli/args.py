@@ -9,7 +9,7 @@ from dataclasses import fields
 from typing import Any, Callable, Optional
 
 from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
-from ..models.hf import QUERY_CHUNK
+from ..models.hf import DTYPES, QUERY_CHUNK, LoadOptions
 from ..scan import InputSpec
 
 MAX_SEEDS = 100_000  # a bound on the configs built in memory; the memory estimate checks the rest
@@ -94,7 +94,24 @@ def add_model_and_input_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bos", choices=("auto", "yes", "no"), default=defaults.bos, help="prepend the tokenizer's BOS token (auto: when it has one)")
     option(p, defaults, "seed", "seed for corpus windows and random tokens")
     p.add_argument("--query-chunk", type=int, default=QUERY_CHUNK, help=f"query rows attended at once; bounds memory on long inputs (default {QUERY_CHUNK})")
-    p.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
+    add_load_arguments(p)
+
+
+def add_load_arguments(p) -> None:
+    """Where and how a command loads its model (:class:`~sinklab.models.hf.LoadOptions`)."""
+    defaults = LoadOptions()
+    g = p.add_argument_group("loading the model")
+    g.add_argument("--device", default=defaults.device, help="auto (the first GPU when PyTorch sees one, else the CPU), cpu, cuda or cuda:N (default auto)")
+    g.add_argument("--dtype", choices=list(DTYPES), default=defaults.dtype,
+                   help="weights' dtype; auto: float32 on a CPU, the checkpoint's own on a GPU. Metrics are float32 whatever it is (default auto)")
+    g.add_argument("--device-map", default=defaults.device_map, metavar="MAP",
+                   help="spread a model too large for one device: auto (accelerate), or a JSON object or file mapping modules to devices; replaces --device")
+    g.add_argument("--revision", default=defaults.revision, help="Hub branch, tag or commit of a Hub model")
+    g.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
+
+
+def load_options(args: argparse.Namespace) -> LoadOptions:
+    return LoadOptions(device=args.device, dtype=args.dtype, device_map=args.device_map, revision=args.revision, trust_remote_code=args.trust_remote_code)
 
 
 def input_spec(args: argparse.Namespace) -> InputSpec:

@@ -8,7 +8,7 @@ import argparse
 
 from ..intervene import INTERVENTIONS, InterveneConfig, run_intervene, run_trigger_interventions
 from ..intervene import report as intervene_report
-from .args import STARTS_OVER, add_model_and_input_arguments, float_list, input_spec, int_list
+from .args import STARTS_OVER, add_model_and_input_arguments, float_list, input_spec, int_list, load_options
 
 #: How each kind of intervention option is read from the command line.
 ARGUMENT_KINDS = {
@@ -53,7 +53,7 @@ def config(args: argparse.Namespace) -> InterveneConfig:
         layers=tuple(args.layers) if args.layers is not None else None,
         heads=tuple(args.heads) if args.heads is not None else None,
         query_chunk=args.query_chunk,
-        trust_remote_code=args.trust_remote_code,
+        load=load_options(args),
         out=args.out or (f"{default_out}-trigger" if args.trigger is not None else default_out),
     )
 

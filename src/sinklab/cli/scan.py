@@ -6,7 +6,7 @@ import argparse
 
 from ..scan import MetricSettings, ScanConfig, run_scan
 from ..scan import report as scan_report
-from .args import STARTS_OVER, add_model_and_input_arguments, input_spec, option
+from .args import STARTS_OVER, add_model_and_input_arguments, input_spec, load_options, option
 
 #: MetricSettings fields: (command-line flag, help).
 SETTINGS_FLAGS = {
@@ -43,7 +43,7 @@ def scan_command(args: argparse.Namespace) -> int:
         settings=MetricSettings(**{name: getattr(args, name) for name in SETTINGS_FLAGS}),
         variance={"auto": None, "on": True, "off": False}[args.variance],
         query_chunk=args.query_chunk,
-        trust_remote_code=args.trust_remote_code,
+        load=load_options(args),
         out=args.out,
     )
     summary = run_scan(cfg)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..models.hf import load_model
 from ..stream import POLICIES, StreamConfig, check_generation, generate, run_stream
 from ..stream import report as stream_report
-from .args import STARTS_OVER, choice_list, int_list, option
+from .args import STARTS_OVER, add_load_arguments, choice_list, int_list, load_options, option
 
 
 def add_parser(sub) -> None:
@@ -30,6 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--ablation", type=int_list, default=[], metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
     p.add_argument("--no-bos", action="store_true", help="do not prepend the BOS token to the stream")
     option(p, defaults, "out", "run directory")
+    add_load_arguments(p)
     p.set_defaults(handler=stream_command, on_interrupt=STARTS_OVER)
 
     g = sub.add_parser("generate", help="generate past the context length with a sink cache (constant memory)")
@@ -40,6 +40,7 @@ def add_parser(sub) -> None:
     g.add_argument("--window", type=int, default=252, help="recent tokens kept, the current one included (default 252)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 for greedy decoding (default)")
     g.add_argument("--seed", type=int, default=0)
+    add_load_arguments(g)
     g.set_defaults(handler=generate_command, on_interrupt="stopped; nothing is saved by generate")
 
 
@@ -48,7 +49,7 @@ def stream_command(args: argparse.Namespace) -> int:
         model=args.model, corpus=args.corpus, tokens=args.tokens, sinks=args.sinks, window=args.window,
         policies=tuple(args.policies), recompute_every=args.recompute_every, chunk=args.chunk,
         latency_steps=args.latency_steps, check=not args.no_check,
-        bos=not args.no_bos, ablation=tuple(args.ablation), out=args.out,
+        bos=not args.no_bos, ablation=tuple(args.ablation), load=load_options(args), out=args.out,
     )
     summary = run_stream(cfg)
     print(stream_report.stream_table(summary))
@@ -62,7 +63,7 @@ def stream_command(args: argparse.Namespace) -> int:
 
 def generate_command(args: argparse.Namespace) -> int:
     check_generation(args.max_new_tokens, args.sinks, args.window, args.temperature)
-    loaded = load_model(args.model)
+    loaded = load_options(args).load(args.model)
     result = generate(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens, args.sinks, args.window, args.temperature, args.seed)
     print(result["text"])
     print(

@@ -63,36 +63,39 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _jsonable(obj: Any) -> Any:
-    """Convert dataclasses, tensors, paths and non-finite floats into plain JSON values."""
+def jsonable(obj: Any) -> Any:
+    """Convert dataclasses, tensors, paths and dtypes into plain JSON values; a non-finite float
+    becomes None (JSON's null: a reader needs no special case for "inf" or "nan" strings)."""
     if is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable(asdict(obj))
+        return jsonable(asdict(obj))
     if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     if isinstance(obj, float):
-        return obj if math.isfinite(obj) else str(obj)
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, Path):
         return str(obj)
     if hasattr(obj, "tolist"):  # torch tensors and numpy arrays
-        return _jsonable(obj.tolist())
+        return jsonable(obj.tolist())
     if hasattr(obj, "item"):  # numpy scalars
-        return _jsonable(obj.item())
+        return jsonable(obj.item())
+    if type(obj).__module__ == "torch" and type(obj).__name__ in ("dtype", "device"):
+        return str(obj).removeprefix("torch.")
     return obj
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Atomically write ``obj`` as indented JSON (NaN/inf become strings, never invalid JSON)."""
+    """Atomically write ``obj`` as indented JSON (NaN/inf become null, never invalid JSON)."""
     with atomic_path(path) as tmp:
-        tmp.write_text(json.dumps(_jsonable(obj), indent=2) + "\n")
+        tmp.write_text(json.dumps(jsonable(obj), indent=2) + "\n")
     return Path(path)
 
 
 def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
     """Append one JSON line; a torn last line from a kill is skipped by :func:`read_jsonl`."""
     with open(path, "a") as fh:
-        fh.write(json.dumps(_jsonable(obj)) + "\n")
+        fh.write(json.dumps(jsonable(obj)) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -100,7 +103,7 @@ def append_jsonl(path: str | os.PathLike, obj: Any) -> None:
 def write_jsonl(path: str | os.PathLike, rows: list) -> None:
     """Atomically replace a JSON-lines file with ``rows``."""
     with atomic_path(path) as tmp:
-        tmp.write_text("".join(json.dumps(_jsonable(r)) + "\n" for r in rows))
+        tmp.write_text("".join(json.dumps(jsonable(r)) + "\n" for r in rows))
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

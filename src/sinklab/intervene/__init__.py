@@ -18,7 +18,8 @@ from .interventions import (
     suppress_sink,
     validate_all,
 )
-from .run import InterveneConfig, apply_interventions, run_intervene, share_at
+from .frame import intervene_rows
+from .run import InterveneConfig, apply_interventions, measure_intervene, run_intervene, share_at
 from .trigger_models import run_trigger_interventions
 
 __all__ = [
@@ -35,6 +36,8 @@ __all__ = [
     "apply_interventions",
     "experiments_for",
     "hooks_of",
+    "intervene_rows",
+    "measure_intervene",
     "register",
     "run_intervene",
     "run_trigger_interventions",

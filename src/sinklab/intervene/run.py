@@ -15,10 +15,11 @@ import torch
 from safetensors.torch import save_file
 
 from ..core.errors import check
+from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, write_json
-from ..models.hf import QUERY_CHUNK, load_model
+from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
-from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
+from ..scan import InputSpec, Record, RecordOptions, model_facts, record_subject, scan_inputs
 from . import page, report
 from .interventions import MU_DEFINITION, Experiment, Intervention, experiments_for, hooks_of, validate_all
 
@@ -48,8 +49,8 @@ class InterveneConfig:
     layers: Optional[tuple[int, ...]] = None
     heads: Optional[tuple[int, ...]] = None
     query_chunk: int = QUERY_CHUNK
-    trust_remote_code: bool = False
-    out: str = "runs/intervene"
+    load: LoadOptions = field(default_factory=LoadOptions)
+    out: Optional[str] = "runs/intervene"  # None: nothing is written (sinklab.intervene_model)
 
     def experiments(self) -> list[Experiment]:
         """The interventions the options ask for, one experiment per setting."""
@@ -65,29 +66,27 @@ def _entry(record: Record, loss: float, ks: Sequence[int]) -> dict:
     }
 
 
-def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> dict:
-    """Baseline plus every experiment; writes config.json, summary.json, maps.safetensors, figures
-    and report.html to ``cfg.out``."""
-    out = prepare_run_dir(cfg.out)
+def measure_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> tuple[dict, Record, dict[str, Record]]:
+    """Baseline plus every experiment, in memory: the summary, the baseline's record and each
+    experiment's record by label."""
     experiments = cfg.experiments()
-    if subject is None:
-        subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
+    subject = subject or HFSubject(cfg.load.load(cfg.model), cfg.query_chunk)
     ids = scan_inputs(subject, cfg.inputs).ids
     for exp in experiments:  # fail before any work on a bad position, layer or head
         validate_all(exp.interventions, subject.n_layers, subject.n_heads, ids.shape[1])
     ks = sorted({0, *(e.k for e in experiments)})
     options = RecordOptions(key_columns=tuple(ks), patterns=ids.shape[1] <= 256)
-    write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
     base_record, base_loss = apply_interventions(subject, ids, (), options, progress=True)
     baseline = {"k": experiments[0].k, "share_at_k": share_at(base_record, experiments[0].k), **_entry(base_record, base_loss, ks)}
     results, records = [], {}
     for exp in experiments:
         record, loss = apply_interventions(subject, ids, exp.interventions, options, progress=True)
         records[exp.label] = record
+        described = [iv.describe() for iv in exp.interventions]
         results.append(
             {
                 "label": exp.label,
-                "intervention": [iv.describe() for iv in exp.interventions][0] if len(exp.interventions) == 1 else [iv.describe() for iv in exp.interventions],
+                "intervention": described[0] if len(described) == 1 else described,
                 "lam": exp.lam,
                 "k": exp.k,
                 "share_at_k": share_at(record, exp.k),
@@ -96,15 +95,28 @@ def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> di
         )
     summary = {
         "model": subject.name,
-        "architecture": subject.architecture,
+        "architecture": getattr(subject, "architecture", type(subject).__name__),
+        **model_facts(subject),
+        "layers": subject.n_layers,
         "tokens": ids.shape[1],
         "sequences": ids.shape[0],
         "mu": MU_DEFINITION,
         "baseline": baseline,
         "results": results,
     }
+    return stamped("intervene", summary), base_record, records
+
+
+def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> dict:
+    """Baseline plus every experiment; writes config.json, summary.json, maps.safetensors, figures
+    and report.html to ``cfg.out``."""
+    check(cfg.out is not None, "run_intervene writes a run directory: give InterveneConfig.out (or use sinklab.intervene_model)")
+    out = prepare_run_dir(cfg.out)
+    experiments = cfg.experiments()
+    write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
+    summary, base_record, records = measure_intervene(cfg, subject)
     summary["figures"] = report.intervention_figures(summary, base_record, records, out)
-    _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(results)})
+    _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(summary["results"])})
     write_json(out / "summary.json", summary)
     page.write(out)
     return summary

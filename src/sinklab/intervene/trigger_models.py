@@ -10,6 +10,7 @@ from typing import Optional
 
 from ..core.attention import AttentionSpec
 from ..core.errors import SinklabError
+from ..core.results import stamped
 from ..core.runs import prepare_run_dir, write_json
 from ..trigger import PAPER_ATTNS, TriggerConfig, evaluate_trigger, load_trigger_model, train_trigger
 from . import page
@@ -46,7 +47,7 @@ def run_trigger_interventions(cfg: InterveneConfig, lab_dir: Optional[str] = Non
                 }
             )
     summary = {"lab_dir": lab_dir, "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "results": results}
-    write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", stamped("intervene-trigger", summary))
     page.write(out)
     return summary
 

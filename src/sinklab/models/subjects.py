@@ -12,14 +12,18 @@ from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
+from ..core.errors import SinklabError
 from ..core.hooks import HookSet
 from . import hf
 from .native import Transformer
 
 
 class Subject:
-    """A causal LM with named hooks: ``session()`` makes hooks fire, ``logits(ids)`` runs it."""
+    """A causal LM with named hooks: ``session()`` makes hooks fire, ``logits(ids)`` runs it.
+
+    :meth:`from_model` wraps a model the caller already loaded (any device, dtype or device map)."""
 
     name: str
     tokenizer: object
@@ -30,6 +34,33 @@ class Subject:
     vocab_size: int
     prefix_positions: int = 0  # learned sink tokens the model puts before the input
 
+    @staticmethod
+    def from_model(model: nn.Module, tokenizer=None, name: Optional[str] = None) -> "Subject":
+        """The documented way to hand sinklab a model that is already loaded: a transformers causal
+        LM with its tokenizer (required: inputs, token strings and BOS come from it), or a native
+        :class:`Transformer` (tokenizer optional). Nothing is copied or moved; every run function
+        (scan, intervene, stream, adapt) accepts the result, and inputs follow the model's device."""
+        if isinstance(model, Subject):
+            return model
+        if isinstance(model, Transformer):
+            return NativeSubject(model, tokenizer, name or "native")
+        if not isinstance(model, nn.Module) or not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
+            raise SinklabError(f"expected a transformers causal LM or a sinklab Transformer, got {type(model).__name__}")
+        if tokenizer is None:
+            raise SinklabError(f"{type(model).__name__} was given without its tokenizer: pass Subject.from_model(model, tokenizer)")
+        hf.layout_of(model)  # a clear error now if sinklab cannot find its layers
+        label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
+        return HFSubject(hf.LoadedModel(model.eval(), tokenizer, label, "object", getattr(model.config, "_commit_hash", None)))
+
+    @property
+    def device(self) -> torch.device:
+        """Where input ids go (with a device map: the device of the input embeddings)."""
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def layer_device(self, layer: int) -> torch.device:
+        """Where block ``layer`` runs: its statistics are summed there (no copy per forward)."""
+        return self.device
+
     @contextmanager
     def session(self) -> Iterator["Subject"]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -39,6 +70,7 @@ class Subject:
 
     def token_nll(self, ids: torch.Tensor) -> torch.Tensor:
         """Next-token NLL (B, T - 1) in nats."""
+        ids = ids.to(self.device)
         logits = self.logits(ids)
         return F.cross_entropy(logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none")
 
@@ -66,11 +98,22 @@ class HFSubject(Subject):
         with torch.no_grad(), hf.instrument(self.model, self.hooks, self.query_chunk):
             yield self
 
+    @property
+    def device(self) -> torch.device:
+        return hf.input_device(self.model)
+
+    def layer_device(self, layer: int) -> torch.device:
+        return next(hf.decoder_layers(self.model)[layer].parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.get_input_embeddings().weight.dtype
+
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(input_ids=ids, use_cache=False).logits
+        return self.model(input_ids=ids.to(self.device), use_cache=False).logits
 
     def token_nll(self, ids: torch.Tensor) -> torch.Tensor:
-        return hf.token_nll(self.model, ids)  # never materialises the full (T, vocab) logits
+        return hf.token_nll(self.model, ids.to(self.device))  # never materialises the full (T, vocab) logits
 
     def down_proj_weight(self, layer: int) -> Optional[torch.Tensor]:
         return hf.down_proj_weight(self.model, layer)
@@ -104,8 +147,16 @@ class NativeSubject(Subject):
         finally:
             self.model.train(was_training)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.model(ids)
+        return self.model(ids.to(self.device))
 
     def down_proj_weight(self, layer: int) -> Optional[torch.Tensor]:
         weight = self.model.down_proj_weight(layer)
@@ -114,3 +165,14 @@ class NativeSubject(Subject):
     @property
     def architecture(self) -> str:
         return "sinklab.Transformer"
+
+
+def transformers_model(model) -> hf.LoadedModel:
+    """The transformers model behind ``model`` (a :class:`~sinklab.models.hf.LoadedModel` or a
+    Hugging Face :class:`Subject`), for the capabilities that drive transformers directly (the
+    sink cache, the sink prefix, fine-tuned mitigations)."""
+    if isinstance(model, hf.LoadedModel):
+        return model
+    if isinstance(model, HFSubject):
+        return model.loaded
+    raise SinklabError(f"this needs a transformers causal LM (Subject.from_model(model, tokenizer)), got {type(model).__name__}")

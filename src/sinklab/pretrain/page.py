@@ -13,7 +13,7 @@ from .report import EMERGENCE_CURVES
 from .results import COLUMNS, run_row
 
 #: Curves against the step (the sink metrics appear in metrics.jsonl from this version on).
-CURVES = {**EMERGENCE_CURVES, "dominance_ratio_first_max": "largest dominance ratio at position 0"}
+CURVES = {**EMERGENCE_CURVES, "dominance_first_max": "largest dominance ratio at position 0"}
 
 
 def is_run(run_dir: Path) -> bool:

@@ -39,11 +39,11 @@ def first_token_mass_by_layer(mass_by_run: dict, path: Path) -> Path:
 EMERGENCE_CURVES = {
     "val_loss": "validation loss",
     "val_loss_gap": "gap to the optimum (bb)",
-    "first_token_mass": "first-token mass",
-    "sink_rate": "Sink_1^0.3",
+    "first_token_mass_mean": "first-token mass",
+    "sink_rate_value": "Sink_1^0.3",
     "sink_head_bos_mass_nontrigger": "sink head: BOS mass, non-trigger rows (bb)",
     "sink_head_bos_mass_trigger": "sink head: BOS mass, trigger rows (bb)",
-    "null_mass": "null mass (slot or sink tokens)",
+    "null_mass_mean": "null mass (slot or sink tokens)",
     "value_drain_max": "value drain (max over layers)",
     "residual_peak_max": "residual peak (max over layers)",
 }

@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 from ..core.attention import AttentionSpec
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import SinklabError, check
+from ..core.results import stamped
 from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
@@ -228,19 +229,26 @@ def _evaluate(model, data: DataSource, cfg: PretrainConfig, step: int, carry: di
 def sink_snapshot(model: Transformer, data: DataSource, cfg: PretrainConfig) -> dict:
     """The headline sink metrics now, for curves against the step (on a CPU copy of the model:
     the scan is small and the recorder keeps its statistics on the CPU)."""
-    figures = sink_figures(scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg)))
-    return {key: figures[name] for key, name in EMERGENCE.items()}
+    return emergence_figures(scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg)))
 
 
-#: The sink metrics written at every evaluation (metrics.jsonl key -> sink_figures key).
+#: The sink metrics written at every evaluation and, at the end, into summary.json under the same
+#: names and types (metrics.jsonl key -> sink_figures key). Scalars only: summary.json's
+#: ``first_token_mass`` (L, H) and ``sink_rate`` (a dict) keep their own names for their own shapes.
 EMERGENCE = {
-    "first_token_mass": "first_token_mass_mean",
-    "sink_rate": "sink_rate",
-    "dominance_ratio_first_max": "dominance_first_max",
-    "null_mass": "null_mass_mean",
+    "first_token_mass_mean": "first_token_mass_mean",
+    "sink_rate_value": "sink_rate",
+    "dominance_first_max": "dominance_first_max",
+    "null_mass_mean": "null_mass_mean",
     "value_drain_max": "value_drain_max",
     "residual_peak_max": "residual_peak_max",
 }
+
+
+def emergence_figures(scan: dict) -> dict:
+    """The :data:`EMERGENCE` scalars of a native scan."""
+    figures = sink_figures(scan)
+    return {key: figures[name] for key, name in EMERGENCE.items()}
 
 
 def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataSource, world: Dist) -> tuple[int, dict]:
@@ -292,7 +300,8 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
         **scan_native(model, validation_windows(data, cfg), decode=data.decode),
     }
+    summary.update(emergence_figures(summary))
     summary["figures"] = [report.emergence({cfg.variant: rows}, out / "emergence.png").name]
-    write_json(out / "summary.json", summary)
+    write_json(out / "summary.json", stamped("pretrain", summary))
     page.write(out)
     return summary

@@ -4,10 +4,11 @@ Its public API (used by ``intervene``, ``pretrain`` and ``stream``): inputs, the
 reduces while recording, the metric settings and summary, and the runners.
 """
 
+from .frame import scan_rows
 from .inputs import Inputs, InputSpec, build_inputs
 from .metrics import sink_rate, super_neurons
 from .recorder import Record, Recorder, RecordOptions
-from .run import ScanConfig, record_subject, run_scan, scan_inputs, scan_native
+from .run import ScanConfig, measure_scan, model_facts, record_subject, run_scan, scan_inputs, scan_native, write_scan
 from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
 
 __all__ = [
@@ -20,11 +21,15 @@ __all__ = [
     "Recorder",
     "ScanConfig",
     "build_inputs",
+    "measure_scan",
+    "model_facts",
     "record_subject",
     "run_scan",
     "scan_inputs",
     "scan_native",
+    "scan_rows",
     "sink_rate",
     "summarise",
     "super_neurons",
+    "write_scan",
 ]

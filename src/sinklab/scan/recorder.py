@@ -93,18 +93,21 @@ class Recorder:
             probes.append(("attn.hook_z", self._on_z))
         return [(hook_name("*", point), fn) for point, fn in probes]
 
-    def reserve(self, n_heads: int, positions: int, device=None) -> None:
+    def reserve(self, n_heads: int, positions: int, devices=None) -> None:
         """Allocate the running sums that live as long as the scan before the first forward pass.
 
         Allocated lazily, mid-pass, these small long-lived tensors land inside the large blocks
         the pass frees and split them, and the heap fragments: on the default model at 2,048
         tokens glibc's mallinfo2 showed ~300 MB freed but unusable after every layer, ~60 MB with
-        the sums reserved."""
-        def zeros(*shape):
-            return torch.zeros(*shape, dtype=torch.float64, device=device)
-
+        the sums reserved. ``devices``: one device for every layer, or a list with each layer's
+        (a model spread by a device map sums each layer's statistics where the layer runs)."""
         per_key = ["received", *(f"column{k}" for k in self.options.key_columns if k < positions)]
         for layer in range(self.n_layers):
+            device = devices[layer] if isinstance(devices, (list, tuple)) else devices
+
+            def zeros(*shape):
+                return torch.zeros(*shape, dtype=torch.float64, device=device)
+
             for key in per_key:
                 self._sums[key].setdefault(layer, zeros(n_heads, positions))
             for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs"):
@@ -202,8 +205,8 @@ class Recorder:
         variance = None
         if self.options.variance and n >= 2:
             variance = torch.stack(
-                [metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n) for i in range(self.n_layers)]
-            ).cpu()
+                [metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n).cpu() for i in range(self.n_layers)]
+            )
         patterns, received = mean("patterns"), mean("received")
         return Record(
             sequences=n,
@@ -216,7 +219,7 @@ class Recorder:
             dominance=mean("dominance"),
             resid_norm=mean("resid_norm"),
             median_abs=mean("median_abs"),
-            max_abs=torch.stack([self._sums["max_abs"][i] for i in range(self.n_layers)]).cpu(),
+            max_abs=torch.stack([self._sums["max_abs"][i].cpu() for i in range(self.n_layers)]),
             kurtosis=torch.tensor([m.kurtosis() for m in self._moments], dtype=torch.float64),
             massive=sorted(self._massive.values(), key=lambda e: (e["layer"], -abs(e["value"]))),
             act_first=mean("act_first"),
@@ -229,4 +232,4 @@ class Recorder:
         store = self._sums.get(key)
         if not store:
             return None
-        return torch.stack([store[i] for i in range(self.n_layers)]).cpu() / n  # sums stay on the model's device until here
+        return torch.stack([store[i].cpu() for i in range(self.n_layers)]) / n  # sums stay on each layer's device until here

@@ -2,12 +2,14 @@
 
 ``record_subject`` runs a model over token ids with the recorder attached (reduce while
 recording); :func:`~.summary.summarise` turns the :class:`~.recorder.Record` into the documented
-``summary.json``; ``run_scan`` is ``sinklab scan``: load, record, summarise, plot, write.
+``summary.json``; :func:`measure_scan` does both in memory (what ``sinklab.scan_model`` returns) and
+``run_scan`` is ``sinklab scan``: load, measure, then plot and write the run directory.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
@@ -18,8 +20,9 @@ from tqdm.auto import tqdm
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
+from ..core.results import stamped
 from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, write_json
-from ..models.hf import QUERY_CHUNK, load_model
+from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, report
 from .inputs import Inputs, InputSpec, build_inputs
@@ -35,15 +38,16 @@ class ScanConfig:
     variance: Optional[bool] = None  # None: whenever the batch has at least 2 sequences
     query_chunk: int = QUERY_CHUNK
     tokens_per_pass: int = 8192
-    trust_remote_code: bool = False
-    out: str = "runs/scan"
+    load: LoadOptions = field(default_factory=LoadOptions)
+    out: Optional[str] = "runs/scan"  # None: nothing is written (the notebook entry points)
 
 
 def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, tokens_per_pass: int = 8192, extra_hooks=(), progress: bool = True) -> tuple[Record, torch.Tensor]:
     """Run ``subject`` over ``ids`` (N, T) with the recorder attached; return the record and the
     mean next-token loss (nats, over all predicted positions)."""
     recorder = Recorder(subject.n_layers, options)
-    recorder.reserve(subject.n_heads, ids.shape[1] + getattr(subject, "prefix_positions", 0), ids.device)
+    positions = ids.shape[1] + getattr(subject, "prefix_positions", 0)
+    recorder.reserve(subject.n_heads, positions, [subject.layer_device(i) for i in range(subject.n_layers)])
     per_pass = max(1, tokens_per_pass // ids.shape[1])
     passes = math.ceil(ids.shape[0] / per_pass)
     bar = tqdm(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", disable=not progress)
@@ -72,26 +76,36 @@ def scan_inputs(subject: Subject, spec: InputSpec) -> Inputs:
     return build_inputs(spec, subject.tokenizer, subject.max_positions, subject.vocab_size)
 
 
-def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
-    """``sinklab scan``: write config.json, summary.json, record.safetensors, tokens.json, figures and
-    report.html to ``cfg.out``."""
-    out = prepare_run_dir(cfg.out)
+def model_facts(subject: Subject) -> dict:
+    """Where and how the model ran: recorded in every summary next to the figures it produced."""
+    model = getattr(subject, "model", None)
+    device_map = getattr(model, "hf_device_map", None)
+    return {
+        "device": str(subject.device),
+        "dtype": str(subject.dtype).removeprefix("torch."),
+        "device_map": sorted({str(d) for d in device_map.values()}) if device_map else None,
+        "revision": getattr(getattr(subject, "loaded", None), "revision", None),
+    }
+
+
+def measure_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> tuple[dict, Record, Subject, torch.Tensor]:
+    """Load (unless ``subject`` is given), record and summarise, writing nothing: the summary
+    (what summary.json holds), the record, the subject and the token ids."""
     clock = PhaseClock()
     with clock.phase("load"):
-        if subject is None:
-            subject = HFSubject(load_model(cfg.model, cfg.trust_remote_code), cfg.query_chunk)
+        subject = subject or HFSubject(cfg.load.load(cfg.model), cfg.query_chunk)
         inputs = scan_inputs(subject, cfg.inputs)
     cfg.settings.check_tokens(inputs.tokens)
     variance = cfg.variance if cfg.variance is not None else inputs.ids.shape[0] >= 2
     check(not variance or inputs.ids.shape[0] >= 2, "the variance curve needs --batch of at least 2 sequences")
     options = RecordOptions(variance=variance, patterns=inputs.tokens <= 256, massive_absolute=cfg.settings.massive_absolute, massive_relative=cfg.settings.massive_relative)
-    write_json(out / "config.json", {**asdict(cfg), "model_name": subject.name})
     with clock.phase("record"):
         record, loss = record_subject(subject, inputs.ids, options, cfg.tokens_per_pass)
     with clock.phase("summarise"):
         summary = {
             "model": subject.name,
             "architecture": getattr(subject, "architecture", type(subject).__name__),
+            **model_facts(subject),
             "layers": subject.n_layers,
             "heads": record.first_column.shape[1],
             "tokens": inputs.tokens,
@@ -103,15 +117,30 @@ def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
             "ppl": math.exp(min(loss.item(), 50.0)),
             **summarise(record, cfg.settings, subject, inputs.ids),
         }
-    with clock.phase("figures"):
-        summary["figures"] = report.scan_figures(summary, record, out)
-    with clock.phase("write"):
-        _save_record(record, out)
-        write_json(out / TOKENS_FILE, scanned_tokens(subject, inputs.ids))
-        summary["seconds"] = clock.seconds  # the page is written last, so its own time is not in here
-        write_json(out / "summary.json", summary)
-    page.write(out)
+    summary["seconds"] = clock.seconds
+    return stamped("scan", summary), record, subject, inputs.ids
+
+
+def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
+    """``sinklab scan``: write config.json, summary.json, record.safetensors, tokens.json, figures and
+    report.html to ``cfg.out``."""
+    check(cfg.out is not None, "run_scan writes a run directory: give ScanConfig.out (or use sinklab.scan_model)")
+    out = prepare_run_dir(cfg.out)
+    summary, record, subject, ids = measure_scan(cfg, subject)
+    write_json(out / "config.json", {**asdict(cfg), "model_name": subject.name})
+    write_scan(out, summary, record, subject, ids)
     return summary
+
+
+def write_scan(out, summary: dict, record: Record, subject: Subject, ids: torch.Tensor) -> None:
+    """Figures, the record, the token strings, summary.json and last the report page."""
+    started = time.perf_counter()
+    summary["figures"] = report.scan_figures(summary, record, out)
+    _save_record(record, out)
+    write_json(out / TOKENS_FILE, scanned_tokens(subject, ids))
+    summary["seconds"]["write"] = round(time.perf_counter() - started, 3)  # the page is written last, so its own time is not in here
+    write_json(out / "summary.json", summary)
+    page.write(out)
 
 
 TOKENS_FILE = "tokens.json"

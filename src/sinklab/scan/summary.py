@@ -125,6 +125,12 @@ def _sink_rate(c: ScanContext):
     return {"k": s.sink_k, "eps": s.eps, "value": metrics.sink_rate(c.alpha[..., s.sink_k - 1], s.eps), "tokens": c.record.tokens}
 
 
+@entry("sink_alpha")
+def _sink_alpha(c: ScanContext):
+    """(L, H) Gu et al.'s alpha at the Sink_k key per head (a head sinks when it exceeds eps)."""
+    return c.alpha[..., c.settings.sink_k - 1].tolist()
+
+
 @entry("sink_share_by_layer")
 def _sink_share_by_layer(c: ScanContext):
     return c.sink_share.tolist()

@@ -2,7 +2,8 @@
 :mod:`.caches` (the caches), :mod:`.rope` (exact RoPE re-rotation), :mod:`.kernel` (one-pass scoring),
 :mod:`.benchmark` (``sinklab stream``) and :mod:`.generate` (``sinklab generate``)."""
 
-from .benchmark import StreamConfig, run_stream
+from .benchmark import StreamConfig, measure_stream, run_stream
+from .frame import stream_rows
 from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache
 from .generate import check_generation, generate
 from .kernel import sink_window_attention
@@ -17,8 +18,10 @@ __all__ = [
     "check_generation",
     "generate",
     "make_sink_cache",
+    "measure_stream",
     "rotate",
     "rotation",
     "run_stream",
+    "stream_rows",
     "sink_window_attention",
 ]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Optional
 
@@ -35,8 +35,10 @@ from tqdm.auto import tqdm
 from ..core.corpus import load_corpus
 from ..core.errors import SinklabError, check
 from ..core.hooks import HookSet
+from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, write_json
-from ..models.hf import instrument, load_model, token_nll
+from ..models.hf import LoadOptions, input_device, instrument, token_nll
+from ..models.subjects import transformers_model
 from . import page, report
 from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
 from .kernel import sink_window_attention
@@ -60,7 +62,8 @@ class StreamConfig:
     check: bool = True  # stream the sink (or window) policy through a real cache to check the one-pass scores
     bos: bool = True
     ablation: tuple[int, ...] = ()  # sink counts to compare at the same total cache size
-    out: str = "runs/stream"
+    load: LoadOptions = field(default_factory=LoadOptions)
+    out: Optional[str] = "runs/stream"  # None: nothing is written (sinklab.stream_model)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]
@@ -95,11 +98,23 @@ def stream_tokens(tokenizer, corpus: str, n_tokens: int, bos: bool) -> torch.Ten
 def policy_nll(model, ids: torch.Tensor, policy: str, sinks: int, window: int) -> torch.Tensor:
     """NLL (T - 1,) of every next token under ``policy`` (dense, window or sink)."""
     if policy == "dense":
-        return token_nll(model, ids[None])[0]
+        return token_nll(model, ids[None])[0].cpu()
     n_sink, recent = (sinks, window) if policy == "sink" else (0, sinks + window)
     kernel = partial(sink_window_attention, n_sink=n_sink, window=recent, rope=RopeShift(model))
     with instrument(model, HookSet(), kernel=kernel):
-        return token_nll(model, ids[None])[0]
+        return token_nll(model, ids[None])[0].cpu()
+
+
+def clock(device: torch.device) -> float:
+    """Seconds, after the GPU's queued work is done (a GPU step returns before it has run)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _nll(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Next-token NLL of one position, on the CPU (logits may sit on the last device of a device map)."""
+    return torch.nn.functional.cross_entropy(logits.float(), target.to(logits.device)).cpu()
 
 
 @torch.no_grad()
@@ -109,10 +124,10 @@ def recompute_nll(model, ids: torch.Tensor, context: int, every: int) -> tuple[t
     positions = list(range(context, len(ids), every)) or [len(ids) - 1]
     nll, seconds = [], []
     for t in tqdm(positions, desc="recompute", unit="tok"):
-        start = time.perf_counter()
+        start = clock(ids.device)
         logits = model(input_ids=ids[None, t - min(t, context) : t], logits_to_keep=1, use_cache=False).logits[0, -1:]
-        nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[t : t + 1]))
-        seconds.append(time.perf_counter() - start)
+        nll.append(_nll(logits, ids[t : t + 1]))
+        seconds.append(clock(ids.device) - start)
     return torch.tensor(positions), torch.stack(nll), torch.tensor(seconds)
 
 
@@ -141,9 +156,9 @@ def decode_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: int, 
             done = at
         times = []
         for t in range(done, min(done + steps, len(ids) - 1)):
-            begin = time.perf_counter()
+            begin = clock(ids.device)
             model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True)
-            times.append(time.perf_counter() - begin)
+            times.append(clock(ids.device) - begin)
         done += len(times)
         peak = max(peak, cache_bytes(cache))
         if times:
@@ -161,12 +176,12 @@ def real_cache_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: i
     logits = model(input_ids=ids[None, :first], cache=cache, use_cache=True).logits[0, -1:]
     nll, seconds, peak = [], [], 0
     for t in tqdm(range(first, len(ids) - 1), desc=f"{policy} cache, token by token", unit="tok"):
-        nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[t : t + 1]))
-        begin = time.perf_counter()
+        nll.append(_nll(logits, ids[t : t + 1]))
+        begin = clock(ids.device)
         logits = model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True).logits[0, -1:]
-        seconds.append(time.perf_counter() - begin)
+        seconds.append(clock(ids.device) - begin)
         peak = max(peak, cache_bytes(cache))
-    nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[-1:]))
+    nll.append(_nll(logits, ids[-1:]))
     return {"first": first, "nll": torch.stack(nll), "seconds": torch.tensor(seconds), "peak_cache_bytes": peak}
 
 
@@ -239,13 +254,13 @@ def one_pass_check(policy: str, one_pass: torch.Tensor, walk: dict, chunk: int) 
             "passed": bool(gap[worst] <= ONE_PASS_TOLERANCE), "by_chunk": chunks}
 
 
-def run_stream(cfg: StreamConfig) -> dict:
-    """Every policy (and the sink-count ablation) over one stream; writes summary.json and figures."""
-    out = prepare_run_dir(cfg.out)
-    loaded = load_model(cfg.model)
+def measure_stream(cfg: StreamConfig, model=None) -> tuple[dict, dict]:
+    """Every policy (and the sink-count ablation) over one stream, in memory: the summary and the
+    per-position (positions, NLL) curve of each policy. ``model``: a loaded model or Subject (None:
+    load ``cfg.model`` with ``cfg.load``)."""
+    loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
     model, tokenizer = loaded.model, loaded.tokenizer
-    ids = stream_tokens(tokenizer, cfg.corpus, cfg.tokens, cfg.bos)
-    write_json(out / "config.json", asdict(cfg))
+    ids = stream_tokens(tokenizer, cfg.corpus, cfg.tokens, cfg.bos).to(input_device(model))
     entries, curves, checked = {}, {}, checked_policy(cfg, len(ids))
     walk = real_cache_walk(model, ids, checked, cfg.sinks, cfg.window) if checked else None
     for policy in cfg.policies:
@@ -255,6 +270,8 @@ def run_stream(cfg: StreamConfig) -> dict:
         entries["recompute"]["ppl_same_positions"] = same_positions_ppl(curves)
     summary = {
         "model": loaded.name,
+        "device": str(ids.device),
+        "dtype": str(model.dtype).removeprefix("torch."),
         "max_positions": loaded.max_positions,
         "tokens": cfg.tokens,
         "sinks": cfg.sinks,
@@ -267,17 +284,33 @@ def run_stream(cfg: StreamConfig) -> dict:
         summary["ablation"] = {
             str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
         }
-    summary["figures"] = report.stream_figures(curves, entries, summary, out)
+    return stamped("stream", summary), curves
+
+
+def run_stream(cfg: StreamConfig, model=None) -> dict:
+    """``sinklab stream``: :func:`measure_stream`, then summary.json, the curves, figures and
+    report.html in ``cfg.out``; a failed one-pass check fails the run after everything is written."""
+    check(cfg.out is not None, "run_stream writes a run directory: give StreamConfig.out (or use sinklab.stream_model)")
+    out = prepare_run_dir(cfg.out)
+    write_json(out / "config.json", asdict(cfg))
+    summary, curves = measure_stream(cfg, model)
+    summary["figures"] = report.stream_figures(curves, summary["policies"], summary, out)
     _save_curves(curves, out)
     write_json(out / "summary.json", summary)
     page.write(out)
+    check_one_pass(summary, out)
+    return summary
+
+
+def check_one_pass(summary: dict, out=None) -> None:
+    """Fail when the one-pass scores of the checked policy left the real cache's tolerance."""
     verdict = summary["one_pass_check"]
     if verdict and not verdict["passed"]:
+        kept = f"; results kept in {out}/summary.json" if out is not None else ""
         raise SinklabError(
-            f"the one-pass {checked} scores differ from a real {checked} cache by {verdict['max_abs_nll_difference']:.2e} nats "
-            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}); results kept in {out}/summary.json"
+            f"the one-pass {verdict['policy']} scores differ from a real {verdict['policy']} cache by {verdict['max_abs_nll_difference']:.2e} nats "
+            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}){kept}"
         )
-    return summary
 
 
 CURVES_FILE = "nll.safetensors"

@@ -10,6 +10,7 @@ from typing import Sequence
 import torch
 
 from ..core.attention import EXTRA_NAMES, AttentionSpec
+from ..core.results import stamped
 from ..core.runs import prepare_run_dir, write_json
 from ..models.native import ModelConfig, Transformer
 from . import page, report
@@ -134,6 +135,6 @@ def construction_report(task: TriggerTask, out: str) -> dict:
     """Check the hand-built ReLU solution and write ``summary.json`` into ``out``."""
     out_dir = prepare_run_dir(out)
     result = check_relu_construction(task)
-    write_json(out_dir / "summary.json", {"relu_construction": result, "task": task})
+    write_json(out_dir / "summary.json", stamped("trigger-construct", {"relu_construction": result, "task": task}))
     page.write(out_dir)
     return result

@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.jobs import run_jobs
+from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.native import Transformer
 from . import page, report
@@ -171,6 +172,6 @@ def run_lab(
     for analysis in analyses:
         for key, value in analysis(records, out_dir).items():
             summary[key] = summary.get(key, []) + value if key == "figures" else value
-    write_json(out_dir / "summary.json", summary)
+    write_json(out_dir / "summary.json", stamped("trigger", summary))
     page.write(out_dir)
     return summary

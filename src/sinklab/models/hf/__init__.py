@@ -4,24 +4,45 @@ keeps its layers (:mod:`.layouts`), and instrumentation with sinklab's hook name
 
 from .instrument import QUERY_CHUNK, head_nll, instrument, output_logits, token_nll
 from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, down_proj_weight, layout_of
-from .loading import DEFAULT_MODEL, LoadedModel, cache_root, default_gguf_path, dequantised_dir, load_model
+from .loading import (
+    DEFAULT_MODEL,
+    DTYPES,
+    LoadedModel,
+    LoadOptions,
+    cache_root,
+    check_device_map,
+    default_gguf_path,
+    default_model_folder,
+    dequantised_dir,
+    input_device,
+    load_model,
+    resolve_device,
+    resolve_dtype,
+)
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DTYPES",
     "LAYOUTS",
     "QUERY_CHUNK",
     "Layout",
+    "LoadOptions",
     "LoadedModel",
     "cache_root",
+    "check_device_map",
     "decoder_layers",
     "describe_architecture",
     "default_gguf_path",
+    "default_model_folder",
     "dequantised_dir",
     "down_proj_weight",
     "head_nll",
+    "input_device",
     "instrument",
     "layout_of",
     "load_model",
     "output_logits",
+    "resolve_device",
+    "resolve_dtype",
     "token_nll",
 ]

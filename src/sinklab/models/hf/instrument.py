@@ -196,7 +196,7 @@ def head_nll(model: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chun
     pieces = []
     for start in range(0, targets.shape[1], chunk):
         logits = output_logits(model, hidden[:, start : start + chunk]).float()
-        part = targets[:, start : start + chunk]
+        part = targets[:, start : start + chunk].to(logits.device)  # a device map may end on another device
         pieces.append(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), part.reshape(-1), reduction="none").view_as(part))
     return torch.cat(pieces, dim=1)
 

