@@ -34,11 +34,12 @@ LLAMA_1B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, 
                 vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True)
 
 
-def random_llama_1b(device: str) -> LoadedModel:
+def random_llama_1b(device: str, shape: dict = LLAMA_1B) -> LoadedModel:
+    """A randomly initialised Llama of ``shape`` (the Llama-3.2-1B shape unless told), bfloat16."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(**LLAMA_1B)).to(device=device, dtype=torch.bfloat16).eval()
+    model = LlamaForCausalLM(LlamaConfig(**shape)).to(device=device, dtype=torch.bfloat16).eval()
     return LoadedModel(model, None, "random Llama-3.2-1B shape (bfloat16)", "random")
 
 

@@ -189,7 +189,7 @@ class Recorder:
             seen["value"] = hit["value"]
 
     def _on_mlp(self, a: torch.Tensor, point: HookPoint) -> None:
-        a = a.detach().abs()
+        a = a.detach().abs().float()  # sums over a bfloat16 batch and sequence would round at every step
         self._accumulate("act_first", point.layer, a[:, 0].sum(0))  # (I,)
         if a.shape[1] > 1:
             self._accumulate("act_rest", point.layer, a[:, 1:].mean(1).sum(0))

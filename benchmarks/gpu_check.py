@@ -1,0 +1,128 @@
+"""``make gpu-check``: the checks that need a GPU, as one short prepared run (at most 8 minutes on one
+GPU, nothing downloaded), each recorded as a row of ``results/gpu_check.jsonl``:
+
+* ``dtype_agreement``: the default model scanned on the GPU in float32 and bfloat16 against the CPU
+  float32 scan (first-token mass, Sink_1^0.3, the largest massive activation);
+* ``scan_1b``: a randomly initialised Llama of the Llama-3.2-1B shape (config only, bfloat16) scanned
+  at 8,192 tokens, against a plain SDPA forward on the same GPU, with peak GPU memory;
+* ``device_map``: the default model split between the GPU and the CPU (half the layers each) gives
+  the single-device scan's figures;
+* ``sink_cache``: streaming through the sink cache on the GPU: sink/dense decode-step time, kept
+  keys in bfloat16 against keys rotated directly at their cache index, and no host synchronisation
+  in a decode step (CUDA's sync debug mode set to "error");
+* ``trigger_paper``: ``sinklab trigger --paper --seeds 0-31 --device cuda`` wall time (target 120 s).
+
+A section that fails records its error and the others still run. ``--smoke`` runs every section at
+toy sizes on the CPU: the test suite runs it, so the script is known to work before a GPU is lent.
+
+Run: `make gpu-check` (on a GPU machine) or `.venv/bin/python benchmarks/gpu_check.py --smoke`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import traceback
+
+import torch
+from common import record
+
+import sinklab
+from sinklab.models.hf import load_model
+
+
+def dtype_agreement(device: str, smoke: bool) -> dict:
+    from dtype_agreement import compare
+
+    return compare(device, ["float32", "bfloat16"], 32 if smoke else 256, 1 if smoke else 4)
+
+
+def scan_1b(device: str, smoke: bool) -> dict:
+    from scan_speed import LLAMA_1B, compare, random_llama_1b
+
+    from sinklab.models.subjects import HFSubject
+
+    if smoke:
+        shape = dict(LLAMA_1B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=512)
+        subject, tokens = HFSubject(random_llama_1b(device, shape)), 64
+    else:
+        subject, tokens = HFSubject(random_llama_1b(device)), 8192
+    ids = torch.randint(0, subject.vocab_size, (1, tokens), device=device, generator=None)
+    return {"model": subject.name, "layers": subject.n_layers, **compare(subject, ids, 1 if smoke else 2, device)}
+
+
+def half_split(n_layers: int, first: str, second: str) -> dict:
+    """An accelerate device map of a Llama-layout model: embeddings and the first half of the layers
+    on ``first``, the rest (and the output layer) on ``second``."""
+    half = n_layers // 2
+    layers = {f"model.layers.{i}": first if i < half else second for i in range(n_layers)}
+    return {"model.embed_tokens": first, "model.rotary_emb": first, **layers, "model.norm": second, "lm_head": second}
+
+
+def device_map(device: str, smoke: bool) -> dict:
+    single = load_model(None, device=device)
+    reference = sinklab.scan_model(single.model, single.tokenizer, max_tokens=32 if smoke else 128, batch=2).summary
+    n_layers = single.model.config.num_hidden_layers
+    del single
+    mapping = half_split(n_layers, "cpu" if device == "cpu" else "0", "cpu")
+    split = load_model(None, device_map=json.dumps(mapping))
+    spread = sinklab.scan_model(split.model, split.tokenizer, max_tokens=32 if smoke else 128, batch=2).summary
+    gap = (torch.tensor(reference["first_token_mass"]) - torch.tensor(spread["first_token_mass"])).abs().max().item()
+    return {"devices": spread["device_map"], "first_token_mass_max_abs_diff": gap, "loss": [reference["loss"], spread["loss"]],
+            "sink_rate": [reference["sink_rate"]["value"], spread["sink_rate"]["value"]]}
+
+
+def sink_cache(device: str, smoke: bool) -> dict:
+    from sinklab.stream.gpu import sink_cache_on_device
+
+    return sink_cache_on_device(load_model(None, device=device, dtype="bfloat16" if device != "cpu" else "float32").model,
+                                steps=24 if smoke else 512, n_sink=4, window=16 if smoke else 252)
+
+
+def trigger_paper(device: str, smoke: bool) -> dict:
+    from sinklab.trigger import TriggerConfig, paper_configs, run_lab
+
+    seeds = range(2 if smoke else 32)
+    base = TriggerConfig(max_steps=50) if smoke else TriggerConfig()
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        summary = run_lab(paper_configs(seeds, base), out, device=device)
+        seconds = time.perf_counter() - start
+    runs = summary["runs"]
+    return {"seeds": len(seeds), "wall_seconds": round(seconds, 1), "target_seconds": 120, "runs": len(runs),
+            "converged": sum(bool(r["converged"]) for r in runs)}
+
+
+SECTIONS = {"dtype_agreement": dtype_agreement, "scan_1b": scan_1b, "device_map": device_map, "sink_cache": sink_cache, "trigger_paper": trigger_paper}
+
+
+def run_sections(device: str, smoke: bool, names=tuple(SECTIONS)) -> dict:
+    """Every section in turn; a failure is recorded (with its traceback's last line) and the rest run."""
+    results = {}
+    for name in names:
+        start = time.perf_counter()
+        try:
+            results[name] = {"ok": True, **SECTIONS[name](device, smoke)}
+        except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the others' rows
+            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "where": traceback.format_exc().strip().splitlines()[-3:]}
+        results[name]["seconds"] = round(time.perf_counter() - start, 1)
+        print(name, json.dumps(results[name])[:600], flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--smoke", action="store_true", help="toy sizes on the CPU (what the test suite runs)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    args = parser.parse_args()
+    device = "cpu" if args.smoke else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_check: PyTorch sees no GPU here; run it on a GPU machine, or --smoke for the CPU rehearsal")
+    results = run_sections(device, args.smoke, args.only.split(","))
+    record("gpu_check_smoke" if args.smoke else "gpu_check", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "sections": results})
+
+
+if __name__ == "__main__":
+    main()
