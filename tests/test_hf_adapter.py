@@ -8,7 +8,7 @@ from conftest import ARCHITECTURES, tiny_config
 from transformers import AutoModelForCausalLM
 
 from sinklab.core.errors import SinklabError
-from sinklab.core.hooks import HookSet, hook_name
+from sinklab.core.hooks import POINTS, HookSet, hook_name
 from sinklab.models.hf import LAYOUTS, describe_architecture, instrument
 from sinklab.models.hf.instrument import sinklab_attention
 from sinklab.models.subjects import HFSubject
@@ -125,3 +125,100 @@ def test_token_nll_matches_a_float64_reference_over_a_large_vocabulary(tokenizer
     logits = model(input_ids=ids).logits[0, :-1].double()
     reference = torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="none")
     assert (token_nll(model, ids)[0].double() - reference).abs().max() < 2e-5
+
+
+def fire_all(model, ids, hooks_and_fns, query_chunk=None):
+    hooks = HookSet()
+    with torch.no_grad(), instrument(model, hooks, query_chunk), hooks.attached(hooks_and_fns):
+        return model(input_ids=ids, use_cache=False).logits
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "opt"])
+def test_every_hook_point_fires_with_its_documented_shape(arch):
+    """Mutation tried: the decoder-layer pre-hook not registered (hook_resid_pre never fires)."""
+    model = eager_model(arch)
+    ids = torch.randint(2, 300, (2, T), generator=torch.Generator().manual_seed(3))
+    seen = {}
+
+    def record(t, point):
+        seen[point.name] = tuple(t.shape)
+
+    fire_all(model, ids, [(hook_name("*", p), record) for p in POINTS])
+    d, H = model.config.hidden_size, model.config.num_attention_heads
+    assert seen["blocks.0.hook_resid_pre"] == seen["blocks.1.hook_resid_post"] == (2, T, d)
+    assert seen["blocks.1.attn.hook_q"] == seen["blocks.1.attn.hook_k"] == (2, H, T, d // H)
+    assert seen["blocks.0.attn.hook_scores"] == (2, H, T, T)
+    assert len(seen) == len(POINTS) * model.config.num_hidden_layers
+
+
+def test_attn_scores_is_an_alias_of_scores():
+    """Mutation tried: aliases not resolved (the alias pattern is refused as naming no point)."""
+    model = eager_model("llama")
+    ids = torch.randint(2, 300, (1, T))
+    got = {}
+
+    def keeper(spelling):
+        def keep(scores, point):
+            got[spelling] = (scores.clone(), point.point)
+
+        return keep
+
+    fire_all(model, ids, [(f"blocks.1.{p}", keeper(p)) for p in ("attn.hook_scores", "attn.hook_attn_scores")])
+    assert torch.equal(got["attn.hook_scores"][0], got["attn.hook_attn_scores"][0])
+    assert got["attn.hook_attn_scores"][1] == "attn.hook_scores"
+    with pytest.raises(ValueError, match="names no hook point"), HookSet().attached([("blocks.0.attn.hook_attn_*", print)]):
+        pass
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_replacing_the_residual_stream_entering_a_layer_is_running_other_tokens(arch):
+    """Layer 1's input taken from a run on other tokens makes every later layer see those tokens,
+    so the logits are theirs (layers called positionally here; by keyword below). Mutation tried:
+    the pre-hook firing but its result dropped."""
+    model = eager_model(arch)
+    ids, other = torch.randint(2, 300, (2, 2, T), generator=torch.Generator().manual_seed(4))
+    kept = {}
+
+    def keep(h, point):
+        kept["h"] = h.clone()
+
+    fire_all(model, other, [("blocks.1.hook_resid_pre", keep)])
+    swapped = fire_all(model, ids, [("blocks.1.hook_resid_pre", lambda h, point: kept["h"])])
+    torch.testing.assert_close(swapped, fire_all(model, other, []), atol=1e-5, rtol=1e-5)
+    assert (swapped - fire_all(model, ids, [])).abs().max() > 1e-3
+
+    from sinklab.models.hf.instrument import _resid_pre_hook  # a layer called with hidden_states=...
+
+    hooks, h = HookSet(), torch.zeros(1, 2, 4)
+    with hooks.attached([("blocks.0.hook_resid_pre", lambda x, point: x + 1)]):
+        assert torch.equal(_resid_pre_hook(hooks, 0)(None, (), {"hidden_states": h, "x": 3})[1]["hidden_states"], h + 1)
+
+
+def test_zero_queries_attend_uniformly():
+    """Mutation tried: attend() firing hook_q without using its result (the pattern stays peaked)."""
+    model = eager_model("llama")
+    ids = torch.randint(2, 300, (2, T))
+    pattern = {}
+
+    def keep(w, point):
+        pattern["w"] = w
+
+    zeroed = fire_all(model, ids, [("blocks.0.attn.hook_q", lambda q, point: torch.zeros_like(q)), ("blocks.0.attn.hook_pattern", keep)])
+    visible = torch.tril(torch.ones(T, T))
+    torch.testing.assert_close(pattern["w"], (visible / visible.sum(-1, keepdim=True)).expand(2, 4, T, T))
+    assert (zeroed - fire_all(model, ids, [])).abs().max() > 1e-4
+
+
+def test_an_instrumentation_inside_another_gives_the_outer_one_back_its_hooks():
+    """Mutation tried: the inner exit dropping every binding (the outer forward then raises)."""
+    model = eager_model("llama")
+    ids = torch.randint(2, 300, (1, T))
+    outer, inner, fired = HookSet(), HookSet(), []
+    def mark(z, point):
+        fired.append("outer")
+
+    with torch.no_grad(), instrument(model, outer), outer.attached([("blocks.0.attn.hook_z", mark)]):
+        with instrument(model, inner):
+            model(input_ids=ids, use_cache=False)
+        model(input_ids=ids, use_cache=False)
+    assert fired == ["outer"] and model.config._attn_implementation == "eager"

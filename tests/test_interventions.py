@@ -1,11 +1,14 @@
 """Interventions: zero strength is a no-op, each edit changes exactly what it claims, hooks are
-removed on error, bad positions and layers are clear errors, and the trigger-model result."""
+removed on error, bad positions and layers are clear errors, the trigger-model result, and
+``applied`` around a user's own forward, ``generate`` and backward pass."""
 
 import dataclasses
 import json
 
 import pytest
 import torch
+from conftest import tiny_config
+from transformers import AutoModelForCausalLM
 
 from sinklab import cli
 from sinklab.core.attention import causal_mask
@@ -19,13 +22,15 @@ from sinklab.intervene import (
     ScoreBias,
     ValueZero,
     VarianceAmplify,
+    applied,
     apply_interventions,
     hooks_of,
     run_intervene,
     share_at,
     suppress_sink,
 )
-from sinklab.models.hf import load_model
+from sinklab.models.hf import QUERY_CHUNK, LoadedModel, load_model
+from sinklab.models.hf.instrument import _BINDINGS
 from sinklab.models.native import ModelConfig, Transformer
 from sinklab.models.subjects import HFSubject, NativeSubject
 from sinklab.scan import RecordOptions
@@ -189,3 +194,171 @@ def test_suppressing_the_bos_sink_breaks_softmax_but_not_relu_on_the_trigger_tas
     soft, relu = by_model["softmax"], by_model["relu"]
     assert soft["mse_nontrigger_after"] > 100 * max(soft["mse_nontrigger_before"], 1e-6)
     assert relu["mse_nontrigger_after"] == relu["mse_nontrigger_before"] == 0.0
+
+
+def test_interventions_take_their_own_fields_positionally_and_where_by_keyword():
+    """Mutation tried: the subclasses back on kw_only=True (MaskSelf(10) raises TypeError)."""
+    assert MaskSelf(10) == MaskSelf(k=10)
+    assert VarianceAmplify(5, 4.0, layers=(1,)) == VarianceAmplify(k=5, lam=4.0, layers=(1,))
+    assert PlainScale(5, 2.0) == PlainScale(k=5, lam=2.0)
+    assert ValueZero((0,)) == ValueZero(at=(0,))
+    assert DropFirst(4) == DropFirst(n=4)
+    assert ScoreBias((0,), float("-inf"), heads=(2,)) == suppress_sink(0, heads=(2,))
+    assert MaskSelf(10).describe() == {"type": "MaskSelf", "layers": None, "heads": None, "k": 10}
+    with pytest.raises(TypeError):
+        MaskSelf(10, (1,))  # layers stay keyword-only
+
+
+def sharp_model(arch: str = "llama"):
+    """A tiny random model whose attention is far from uniform (initializer range 0.2), so a
+    misplaced edit moves the logits by much more than rounding."""
+    config = tiny_config(arch, 300)
+    config.initializer_range = 0.2
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def random_ids(batch: int, n: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(2, 300, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+def torch_hooks(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_applied_edits_a_forward_as_the_runner_does_and_as_a_manual_edit_would():
+    """Mutations tried: applied() attaching no hooks (logits unedited), and ValueZero zeroing
+    position p + 1 (differs from the manual v_proj edit)."""
+    model, ids = sharp_model(), random_ids(2, 12)
+    subject = HFSubject(LoadedModel(model, None, "sharp", "local"))
+    _, runner_loss = apply_interventions(subject, ids, [MaskSelf(5)], RecordOptions())
+    with applied(model, [MaskSelf(5)]), torch.no_grad():
+        logits = model(input_ids=ids).logits
+    ours = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), ids[:, 1:])
+    assert ours.item() == pytest.approx(runner_loss, abs=1e-5)
+
+    def zero_position_3(module, args, out):  # values have no RoPE: zeroing v_proj's row 3 is ValueZero((3,))
+        out = out.clone()
+        out[:, 3] = 0.0
+        return out
+
+    handles = [layer.self_attn.v_proj.register_forward_hook(zero_position_3) for layer in model.model.layers]
+    with torch.no_grad():
+        manual = model(input_ids=ids).logits
+    for handle in handles:
+        handle.remove()
+    with applied(model, [ValueZero((3,))]), torch.no_grad():
+        edited = model(input_ids=ids).logits
+    torch.testing.assert_close(edited, manual, atol=2e-5, rtol=1e-4)
+    assert (edited - model(input_ids=ids).logits).abs().max() > 0.1
+
+
+def test_applied_restores_the_model_after_the_block_and_after_an_error():
+    """Mutations tried: instrument() not restoring the attention implementation, and not
+    removing its torch hooks (each fails the check after the error)."""
+    model, ids = sharp_model(), random_ids(1, 10)
+    implementation, clean = model.config._attn_implementation, model(input_ids=ids).logits
+    with applied(model, [DropFirst(3)]):
+        assert model.config._attn_implementation == "sinklab"
+        assert (model(input_ids=ids).logits - clean).abs().max() > 0.1
+    with pytest.raises(RuntimeError, match="inside the block"), applied(model, [DropFirst(3)]):
+        model(input_ids=ids)
+        raise RuntimeError("inside the block")
+    assert model.config._attn_implementation == implementation and torch_hooks(model) == 0
+    assert not any(id(m) in _BINDINGS for m in model.modules())
+    torch.testing.assert_close(model(input_ids=ids).logits, clean, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("edits", [[MaskSelf(9)], [ScoreBias((1,), -2.0)], [ValueZero((2,))], [DropFirst(2)], [PlainScale(8, 3.0, layers=(1,))]], ids=lambda e: type(e[0]).__name__)
+def test_generate_under_applied_equals_rerunning_the_whole_sequence_each_step(edits):
+    """Greedy decoding with a dense KV cache (Tq = 1 < Tk) edits absolute position k as a full
+    forward does: the logits of every step equal those of the whole sequence re-run without a
+    cache. Mutation tried: MaskSelf and PlainScale using row k instead of k - q_start (they then
+    never act while decoding, and the logits part)."""
+    model, prompt = sharp_model(), random_ids(2, 6)
+    settings = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
+
+    def generate(ivs):
+        with applied(model, ivs), torch.no_grad():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), **settings)
+        return out.sequences, torch.stack(out.logits, dim=1)
+
+    sequence, logits = generate(edits)
+    with applied(model, edits), torch.no_grad():
+        rerun = torch.stack([model(input_ids=sequence[:, :t], use_cache=False).logits[:, -1] for t in range(6, 14)], dim=1)
+    torch.testing.assert_close(logits, rerun, atol=1e-4, rtol=1e-4)
+    assert (logits - generate([])[1]).abs().max() > 0.5  # the edit acted
+
+
+def test_variance_amplify_refuses_a_decoding_step_it_cannot_average():
+    """Its mu is a mean over positions 0..T-1; a cached step holds only the new row. Mutation
+    tried: no check (the one-row mean makes the edit a silent no-op)."""
+    model, prompt = sharp_model(), random_ids(1, 6)
+    with pytest.raises(SinklabError, match="VarianceAmplify at position 8 needs"), applied(model, [VarianceAmplify(8, 4.0)]), torch.no_grad():
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    with applied(model, [VarianceAmplify(3, 4.0)]), torch.no_grad():  # in the prompt: edited at prefill
+        model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, min_new_tokens=4, do_sample=False)
+
+
+def test_gradients_flow_through_an_edit_inside_applied_but_not_in_the_run_functions():
+    """Mutation tried: session(grad=True) still under no_grad (backward raises)."""
+    model, ids = sharp_model(), random_ids(2, 10)
+    model.zero_grad()
+    with applied(model, [MaskSelf(4), ScoreBias((0,), float("-inf"))]):
+        model(input_ids=ids, labels=ids).loss.backward()
+    grad = model.get_input_embeddings().weight.grad
+    assert grad is not None and torch.isfinite(grad).all() and grad.abs().sum() > 0
+    subject = HFSubject(LoadedModel(model, None, "sharp", "local"))
+    with subject.session():
+        assert not torch.is_grad_enabled()  # the runners keep no_grad
+
+
+def test_applied_checks_layers_on_entry_positions_on_exit_and_the_model_kind():
+    """Mutations tried: no position check on exit (an edit beyond every input passes silently),
+    and validating on entry with n_tokens=0 (every position refused before any forward)."""
+    model, ids = sharp_model(), random_ids(1, 12)
+    with pytest.raises(SinklabError, match="layer 9 does not exist"), applied(model, [MaskSelf(3, layers=(9,))]):
+        pytest.fail("the block must not run")
+    with pytest.raises(SinklabError, match="position 20 is beyond the input"), applied(model, [MaskSelf(20)]):
+        model(input_ids=ids)
+    with applied(model, [MaskSelf(15)]), torch.no_grad():  # reached while generating: fine
+        model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    with pytest.raises(SinklabError, match="not Linear"), applied(torch.nn.Linear(2, 2), []):
+        pass
+    with pytest.raises(SinklabError, match="pass query_chunk=None"), applied(HFSubject(LoadedModel(model, None, "s", "local"), None), []):
+        pass
+
+
+def test_whole_patterns_with_query_chunk_none():
+    """Mutation tried: applied() not passing query_chunk on (the 4-row chunks arrive whole)."""
+    model, ids = sharp_model(), random_ids(2, 12)
+    calls = {}
+
+    def keep(w, where):
+        calls.setdefault(where.layer, []).append((tuple(w.shape), where.q_start))
+
+    for chunk in (None, 4):
+        calls.clear()
+        with applied(model, [], query_chunk=chunk) as hooks, hooks.attached([("blocks.*.attn.hook_pattern", keep)]), torch.no_grad():
+            model(input_ids=ids)
+        if chunk is None:
+            assert calls[0] == [((2, 4, 12, 12), 0)] and len(calls) == 3
+        else:  # last block first, each scored up to the last key its rows see
+            assert calls[0] == [((2, 4, 4, 12), 8), ((2, 4, 4, 8), 4), ((2, 4, 4, 4), 0)]
+    assert QUERY_CHUNK > 12  # the default delivers these tiny inputs whole too
+
+
+def test_applied_on_a_native_language_model_and_its_subject():
+    """Mutation tried: NativeSubject.session ignoring grad (no gradient reaches the embedding)."""
+    subject = native_subject()
+    ids = torch.randint(0, 40, (2, 9))
+    expected = logits_with(subject, ids, [MaskSelf(4)])
+    for target in (subject.model, subject):
+        with applied(target, [MaskSelf(4)]):
+            logits = subject.model(ids)
+            logits.square().mean().backward()
+        torch.testing.assert_close(logits.detach(), expected, atol=0, rtol=0)
+    assert subject.model.embed.weight.grad.abs().sum() > 0
+    assert (expected - logits_with(subject, ids, [])).abs().max() > 1e-3
+    with pytest.raises(SinklabError, match="vector-input"), applied(Transformer(ModelConfig()), []):
+        pass

@@ -97,7 +97,8 @@ def test_every_hook_point_fires_with_documented_shapes_and_hooks_are_removed_on_
     assert seen["blocks.0.attn.hook_mask"] == (1, 1, 5, 5)
     assert seen["blocks.0.attn.hook_k"] == seen["blocks.0.attn.hook_z"] == (2, 4, 5, 8)
     assert seen["blocks.0.mlp.hook_post"] == (2, 5, model.cfg.mlp_hidden)
-    assert seen["blocks.1.hook_resid_post"] == (2, 5, 32)
+    assert seen["blocks.1.hook_resid_post"] == seen["blocks.0.hook_resid_pre"] == (2, 5, 32)
+    assert seen["blocks.1.attn.hook_q"] == (2, 4, 5, 8)
     assert len(seen) == 2 * len(POINTS)
 
 
@@ -107,6 +108,43 @@ def test_a_hook_can_replace_a_tensor():
     with model.hooks.attached([("blocks.1.attn.hook_z", lambda z, p: torch.zeros_like(z))]):
         zeroed = model(ids)
     assert not torch.allclose(zeroed, model(ids))
+
+
+def test_replacing_queries_or_the_residual_entering_a_block_changes_the_output():
+    """Zero queries attend uniformly; layer 1's input from a run on other tokens gives their
+    logits. Mutation tried: Block.forward firing hook_resid_pre without using the result."""
+    model = Transformer(lm_config(init_std=0.2))
+    ids, other = torch.randint(0, 50, (2, 2, 7))
+    seen = {}
+
+    def keep(t, point):
+        seen[point.point] = t.clone()
+
+    with model.hooks.attached([("blocks.1.hook_resid_pre", keep)]):
+        theirs = model(other)
+    with model.hooks.attached([("blocks.1.hook_resid_pre", lambda h, p: seen["hook_resid_pre"])]):
+        torch.testing.assert_close(model(ids), theirs, atol=1e-5, rtol=1e-5)
+    with model.hooks.attached([("blocks.0.attn.hook_q", lambda q, p: torch.zeros_like(q)), ("blocks.0.attn.hook_pattern", keep)]):
+        zeroed = model(ids)
+    visible = torch.tril(torch.ones(7, 7))
+    torch.testing.assert_close(seen["attn.hook_pattern"], (visible / visible.sum(-1, keepdim=True)).expand(2, 4, 7, 7))
+    assert (zeroed - model(ids)).abs().max() > 1e-3
+
+
+def test_the_merged_circuit_path_fires_resid_pre_and_leaves_queries_to_the_reference_path():
+    """Mutations tried: attention_only_forward not firing hook_resid_pre (it then differs from the
+    reference path), and hook_q missing from MERGED_MISSING_POINTS (zeroed queries ignored)."""
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=8, n_layers=2, n_heads=2, residual=True, init_std=0.3))
+    x = torch.randn(2, 6, 8)
+    with model.hooks.attached([("blocks.1.hook_resid_pre", lambda h, p: 2 * h)]):
+        merged, (reference, _) = model(x), model(x, need_weights=True)
+    torch.testing.assert_close(merged, reference, atol=1e-5, rtol=1e-5)
+    assert (merged - model(x)).abs().max() > 1e-3
+    with model.hooks.attached([("blocks.*.attn.hook_q", lambda q, p: torch.zeros_like(q))]):
+        zeroed, (reference, _) = model(x), model(x, need_weights=True)
+    torch.testing.assert_close(zeroed, reference, atol=1e-5, rtol=1e-5)
+    assert (zeroed - model(x)).abs().max() > 1e-3
 
 
 def test_bad_hook_pattern_is_rejected():

@@ -1,27 +1,38 @@
 """Named hook points shared by the native models and Hugging Face models.
 
 Every model sinklab runs fires the same names, so a probe or an intervention written once works on
-both. Names follow ``blocks.{layer}.{point}`` with these points:
+both. Names follow ``blocks.{layer}.{point}`` (the TransformerLens names) with these points:
 
 ========================  =====================================================  ===================
 point                     tensor                                                  shape
 ========================  =====================================================  ===================
+``hook_resid_pre``        residual stream entering the block                      (B, T, d)
+``attn.hook_q``           queries as attended (after RoPE)                        (B, H, Tq, D)
+``attn.hook_k``           keys as attended to (after RoPE, KV heads repeated)     (B, H, Tk, D)
+``attn.hook_v``           values as attended to                                   (B, H, Tk, D)
 ``attn.hook_mask``        which keys each query may see (True = visible)          (B|1, H|1, Tq, Tk)
 ``attn.hook_scores``      pre-normalisation scores (after scaling)                (B, H, Tq, Tk)
 ``attn.hook_pattern``     attention weights after the normalisation               (B, H, Tq, Tk)
-``attn.hook_k``           keys as attended to (after RoPE, KV heads repeated)     (B, H, Tk, D)
-``attn.hook_v``           values as attended to                                   (B, H, Tk, D)
 ``attn.hook_z``           per-head output after value aggregation, before the     (B, H, Tq, D)
                           output projection
 ``mlp.hook_post``         FFN intermediate activation (input of the down proj)    (B, T, I)
 ``hook_resid_post``       residual stream after the block                         (B, T, d)
 ========================  =====================================================  ===================
 
-Query-indexed tensors may arrive in chunks of rows (long inputs are attended in query blocks to
-bound memory); :attr:`HookPoint.q_start` gives the absolute position of the first row. A chunk's
-``hook_scores`` and ``hook_pattern`` may also stop before the last key: keys no row of the chunk
-can see are not scored (their weight is zero). Column j is always key j, and
-:attr:`HookPoint.n_keys`, where set, is the number of keys of the whole attention.
+``attn.hook_attn_scores`` (TransformerLens's spelling) is an alias of ``attn.hook_scores``: a
+pattern that spells the alias in full is attached to ``attn.hook_scores``, and its hook sees
+``HookPoint.point == "attn.hook_scores"`` (globs match the point names of the table only).
+
+With a KV cache the queries are the last Tq of the Tk positions (Tq = 1 while decoding) and
+:attr:`HookPoint.q_start` is the absolute position of the first query row. ``attn.hook_mask``,
+``attn.hook_scores`` and ``attn.hook_pattern`` may arrive in chunks of rows (the Hugging Face
+adapter attends long inputs in query blocks, 256 rows by default, to bound memory; the native
+model does not chunk), again with ``q_start`` giving the first row; pass ``query_chunk=None`` to
+:func:`sinklab.models.hf.instrument` (or :func:`sinklab.intervene.applied`) to receive the whole
+(B, H, Tq, Tk) pattern in one call. A chunk's ``hook_scores`` and ``hook_pattern`` may also stop
+before the last key: keys no row of the chunk can see are not scored (their weight is zero).
+Column j is always key j, and :attr:`HookPoint.n_keys`, where set, is the number of keys of the
+whole attention. ``attn.hook_q`` and ``attn.hook_z`` arrive whole, with ``q_start`` set.
 
 Hooks are global state for the model that owns the :class:`HookSet`, so they are only added with
 :meth:`HookSet.attached`, which removes them in ``finally`` even when the body raises.
@@ -37,15 +48,20 @@ from typing import Callable, Iterable, Iterator, Optional
 import torch
 
 POINTS = (
+    "hook_resid_pre",
+    "attn.hook_q",
+    "attn.hook_k",
+    "attn.hook_v",
     "attn.hook_mask",
     "attn.hook_scores",
     "attn.hook_pattern",
-    "attn.hook_k",
-    "attn.hook_v",
     "attn.hook_z",
     "mlp.hook_post",
     "hook_resid_post",
 )
+
+#: Other spellings of a point (alias -> the point of :data:`POINTS` that fires).
+ALIASES = {"attn.hook_attn_scores": "attn.hook_scores"}
 
 
 def hook_name(layer: int | str, point: str) -> str:
@@ -107,14 +123,20 @@ class HookSet:
     @contextmanager
     def attached(self, hooks: Iterable[tuple[str, HookFn]]) -> Iterator["HookSet"]:
         """Attach ``(pattern, fn)`` pairs for the duration of the block."""
-        added = list(hooks)
-        for pattern, _ in added:
-            parts = pattern.split(".", 2)
-            if len(parts) < 3 or parts[0] != "blocks" or not any(fnmatchcase(p, parts[2]) for p in POINTS):
-                raise ValueError(f"hook pattern {pattern!r} names no hook point; points: {', '.join(POINTS)}")
+        added = [(_resolved(pattern), fn) for pattern, fn in hooks]
         self._hooks.extend(added)
         try:
             yield self
         finally:
             for entry in added:
                 self._hooks.remove(entry)
+
+
+def _resolved(pattern: str) -> str:
+    """``pattern`` with an alias point replaced by the point that fires; a ValueError if it names none."""
+    parts = pattern.split(".", 2)
+    if len(parts) == 3 and parts[0] == "blocks" and parts[2] in ALIASES:
+        return f"blocks.{parts[1]}.{ALIASES[parts[2]]}"
+    if len(parts) < 3 or parts[0] != "blocks" or not any(fnmatchcase(p, parts[2]) for p in POINTS):
+        raise ValueError(f"hook pattern {pattern!r} names no hook point; points: {', '.join(POINTS)} (alias: {', '.join(ALIASES)})")
+    return pattern

@@ -1,7 +1,9 @@
 """Interventions: create, move and remove sinks with causal edits (Li et al. 2026; Xiao et al. 2024).
 
-A new intervention is one registered class in :mod:`.interventions`."""
+A new intervention is one registered class in :mod:`.interventions`; :func:`applied` puts a list of
+them around any forward, ``generate`` or backward pass of a model the user holds."""
 
+from .applied import applied
 from .interventions import (
     INTERVENTIONS,
     DropFirst,
@@ -33,6 +35,7 @@ __all__ = [
     "ScoreBias",
     "ValueZero",
     "VarianceAmplify",
+    "applied",
     "apply_interventions",
     "experiments_for",
     "hooks_of",

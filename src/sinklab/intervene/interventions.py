@@ -10,13 +10,16 @@ with ``@register(option, takes=..., help=...)`` and saying in ``experiments`` wh
 option asks for. ``sinklab intervene --option`` (from ``help`` and ``takes``), the runner and
 the report pick it up from :data:`INTERVENTIONS`.
 
-``layers`` / ``heads`` select where an intervention acts (None: everywhere). Positions are
-0-indexed token positions of the input (position 0 is the BOS token when one is prepended).
+``layers`` / ``heads`` select where an intervention acts (None: everywhere) and are keyword-only;
+the fields of each intervention come first and may be positional (``MaskSelf(10)``,
+``VarianceAmplify(5, 4.0)``, ``ScoreBias((0,), -inf, layers=(2,))``). Positions are 0-indexed
+absolute token positions of the input (position 0 is the BOS token when one is prepended); with a
+KV cache an edit at position k acts in the step that computes position k.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar, Optional, Sequence
 
 import torch
@@ -62,13 +65,12 @@ class Experiment:
         return strengths[0] if strengths else None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Intervention:
-    layers: Optional[tuple[int, ...]] = None
-    heads: Optional[tuple[int, ...]] = None
+    layers: Optional[tuple[int, ...]] = field(default=None, kw_only=True)
+    heads: Optional[tuple[int, ...]] = field(default=None, kw_only=True)
 
-    point: str = ""  # the hook point the edit acts on
-
+    point: ClassVar[str] = ""  # the hook point the edit acts on
     option: ClassVar[str] = ""
     takes: ClassVar[str] = ""
     help: ClassVar[str] = ""
@@ -92,14 +94,15 @@ class Intervention:
         return None
 
     def describe(self) -> dict:
-        return {"type": type(self).__name__, **{k: v for k, v in asdict(self).items() if k != "point"}}
+        return {"type": type(self).__name__, **asdict(self)}
 
-    def validate(self, n_layers: int, n_heads: int, n_tokens: int) -> None:
+    def validate(self, n_layers: int, n_heads: int, n_tokens: Optional[int]) -> None:
+        """Layers and heads against the model; positions against the input (None: not known yet)."""
         for layer in self.layers or ():
             check(0 <= layer < n_layers, f"{type(self).__name__}: layer {layer} does not exist (the model has {n_layers} layers)")
         for head in self.heads or ():
             check(0 <= head < n_heads, f"{type(self).__name__}: head {head} does not exist (the model has {n_heads} heads)")
-        for pos in self.positions():
+        for pos in self.positions() if n_tokens is not None else ():
             check(0 <= pos < n_tokens, f"{type(self).__name__}: position {pos} is beyond the input ({n_tokens} tokens)")
 
     def hooks(self, n_heads: int) -> list[tuple[str, HookFn]]:
@@ -122,7 +125,7 @@ class Intervention:
 
 
 @register("mask_self", takes="positions", help="token k attends only to itself")
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class MaskSelf(Intervention):
     """Token k attends only to itself: its mask row keeps only the diagonal (Li et al. 2026).
 
@@ -131,7 +134,7 @@ class MaskSelf(Intervention):
     """
 
     k: int
-    point: str = "attn.hook_mask"
+    point: ClassVar[str] = "attn.hook_mask"
 
     @classmethod
     def experiments(cls, value, lams, where):
@@ -150,14 +153,14 @@ class MaskSelf(Intervention):
         return edited
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class _OutputEdit(Intervention):
     """Rewrites token k's per-head attention output (after value aggregation, before the output
     projection) with strength ``lam``; subclasses say how in :meth:`rewrite`."""
 
     k: int
     lam: float
-    point: str = "attn.hook_z"
+    point: ClassVar[str] = "attn.hook_z"
 
     @classmethod
     def experiments(cls, value, lams, where):
@@ -183,13 +186,23 @@ class _OutputEdit(Intervention):
 
 
 @register("amplify", takes="position", help="mean-centred amplification of token k's attention output over --lam", sweeps_lam=True)
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class VarianceAmplify(_OutputEdit):
     """Mean-centred amplification of token k's attention output: o'_k = mu + lam (o_k - mu).
 
     ``mu`` is :data:`MU_DEFINITION` (Li et al. 2026). It raises o_k's deviation from the typical
-    output, i.e. the variance that makes position 0 a sink, by lam.
+    output, i.e. the variance that makes position 0 a sink, by lam. ``mu`` needs every position
+    from 0 in one forward: under a KV cache k must be in the prompt (mu is then over the prompt),
+    and a decoding step that computes k is refused rather than edited with a one-row mean.
     """
+
+    def edit(self, z, where):
+        if where.q_start > 0 and self.k >= where.q_start:
+            raise SinklabError(
+                f"VarianceAmplify at position {self.k} needs the attention outputs of positions 0..T-1 (its mean mu), "
+                f"but this forward computes only positions from {where.q_start} (a KV cache); amplify a position of the prompt"
+            )
+        return super().edit(z, where)
 
     def rewrite(self, o_k, z):
         mu = z.mean(dim=2)  # (B, H, D): the layer's mean head output over positions
@@ -197,7 +210,7 @@ class VarianceAmplify(_OutputEdit):
 
 
 @register("scale", takes="position", help="plain scaling of token k's attention output over --lam (the control)", sweeps_lam=True)
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class PlainScale(_OutputEdit):
     """o'_k = lam * o_k: the control that raises the norm of token k's output but not in the
     mean-centred way (Li et al. 2026 find it does not create a sink)."""
@@ -207,7 +220,7 @@ class PlainScale(_OutputEdit):
 
 
 @register("suppress_sink", takes="switch", help="score bias -inf on position 0 in every layer")
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ScoreBias(Intervention):
     """Add ``delta`` to the pre-normalisation scores of the keys at ``at`` (delta = -inf removes them).
 
@@ -217,7 +230,7 @@ class ScoreBias(Intervention):
 
     at: tuple[int, ...]
     delta: float
-    point: str = "attn.hook_scores"
+    point: ClassVar[str] = "attn.hook_scores"
 
     @classmethod
     def experiments(cls, value, lams, where):
@@ -236,13 +249,13 @@ class ScoreBias(Intervention):
 
 
 @register("value_zero", takes="positions", help="zero the value vectors at these positions")
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class ValueZero(Intervention):
     """Zero the value vectors of the given positions (tests the "no-op sink" account: a sink
     whose value is already near zero loses nothing)."""
 
     at: tuple[int, ...]
-    point: str = "attn.hook_v"
+    point: ClassVar[str] = "attn.hook_v"
 
     @classmethod
     def experiments(cls, value, lams, where):
@@ -258,13 +271,13 @@ class ValueZero(Intervention):
 
 
 @register("drop_first", takes="count", help="evict the first N tokens from attention (StreamingLLM ablation)")
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class DropFirst(Intervention):
     """Evict the first ``n`` tokens from attention for every later query (the StreamingLLM
     window-attention ablation, Xiao et al. 2024). The first n tokens still see each other."""
 
     n: int
-    point: str = "attn.hook_mask"
+    point: ClassVar[str] = "attn.hook_mask"
 
     @classmethod
     def experiments(cls, value, lams, where):

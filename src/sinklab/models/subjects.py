@@ -7,7 +7,7 @@ against :class:`Subject`.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator, Optional
 
 import torch
@@ -18,6 +18,11 @@ from ..core.errors import SinklabError
 from ..core.hooks import HookSet
 from . import hf
 from .native import Transformer
+
+
+def _autograd(grad: bool):
+    """What a session runs under: ``no_grad``, or autograd as the caller set it."""
+    return nullcontext() if grad else torch.no_grad()
 
 
 class Subject:
@@ -62,7 +67,9 @@ class Subject:
         return self.device
 
     @contextmanager
-    def session(self) -> Iterator["Subject"]:  # pragma: no cover - interface
+    def session(self, grad: bool = False) -> Iterator["Subject"]:  # pragma: no cover - interface
+        """Make hooks fire for the block; under ``torch.no_grad`` unless ``grad`` (which leaves
+        autograd as the caller set it: attribution through an edit needs gradients)."""
         raise NotImplementedError
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:  # pragma: no cover - interface
@@ -94,8 +101,8 @@ class HFSubject(Subject):
         self.vocab_size = loaded.model.config.vocab_size
 
     @contextmanager
-    def session(self):
-        with torch.no_grad(), hf.instrument(self.model, self.hooks, self.query_chunk):
+    def session(self, grad: bool = False):
+        with _autograd(grad), hf.instrument(self.model, self.hooks, self.query_chunk):
             yield self
 
     @property
@@ -138,11 +145,11 @@ class NativeSubject(Subject):
         self.prefix_positions = model.cfg.sink_tokens
 
     @contextmanager
-    def session(self):
+    def session(self, grad: bool = False):
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.no_grad():
+            with _autograd(grad):
                 yield self
         finally:
             self.model.train(was_training)

@@ -41,7 +41,8 @@ def attend(
     visible; the queries are the last Tq of the Tk positions. Returns the per-head output
     (B, H, Tq, D) in v's dtype and the weights (B, H, Tq, Tk) float32 (None unless
     ``need_weights``). ``query_chunk`` attends in blocks of query rows so that the (Tq, Tk) score
-    matrix never exists whole; results are identical. ``score_cap`` c replaces the scores s by
+    matrix never exists whole; results are identical (None: all rows at once, so the mask, score
+    and pattern hooks receive whole (B, H, Tq, Tk) tensors). ``score_cap`` c replaces the scores s by
     c tanh(s / c) before anything else sees them (Gemma 2's logit soft-capping), so a score hook
     still acts on the scores the normalisation receives. Fires ``attn.hook_*`` points on ``hooks``.
 
@@ -51,10 +52,11 @@ def attend(
     see that many key columns (``HookPoint.n_keys`` says how many the attention has in all).
     """
     hooks = hooks if hooks is not None else HookSet()
-    k = hooks.fire(layer, "attn.hook_k", k)
-    v = hooks.fire(layer, "attn.hook_v", v)
     n_q, n_keys = q.shape[2], k.shape[2]
     offset = n_keys - n_q
+    q = hooks.fire(layer, "attn.hook_q", q, offset, n_keys)
+    k = hooks.fire(layer, "attn.hook_k", k)
+    v = hooks.fire(layer, "attn.hook_v", v)
     step = query_chunk or n_q
     keys = k.float().transpose(-1, -2)  # (B, H, D, Tk), converted once for every block
     z = torch.empty(*q.shape[:3], v.shape[-1], dtype=v.dtype, device=v.device)  # filled block by block: no list of pieces kept mid-pass

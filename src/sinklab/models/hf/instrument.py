@@ -3,8 +3,9 @@
 Attention is captured through an attention function registered with transformers'
 ``AttentionInterface`` (plus a mask function that always materialises the boolean mask), so no
 architecture's forward is monkey-patched: any model that dispatches through the interface fires
-``blocks.{i}.attn.hook_*`` exactly like the native models. The residual stream and the FFN
-activation come from forward hooks on the modules named by :data:`~.layouts.LAYOUTS`.
+``blocks.{i}.attn.hook_*`` exactly like the native models. The residual stream (entering and
+leaving each decoder layer) and the FFN activation come from torch hooks on the modules named by
+:data:`~.layouts.LAYOUTS`.
 
 The adapter implements every argument a model may pass that changes the attention result, or
 refuses the model: ``softcap`` (Gemma 2's score soft-capping) and ``s_aux`` (gpt-oss's learned
@@ -133,21 +134,26 @@ def instrument(
 ) -> Iterator[nn.Module]:
     """Route the model's attention through sinklab and fire every hook point on ``hooks``.
 
-    With ``kernel`` the attention itself is that function of (q, k, v, scale) instead of the
-    masked reference (the attention hooks then do not fire); with ``norms`` (one per layer) each
-    layer's softmax is replaced by that normalisation. Restores the model's attention
-    implementation and removes every torch hook on exit, also when the body raises.
+    Attention is computed ``query_chunk`` rows at a time (None: all rows at once, so the mask,
+    score and pattern hooks receive whole (B, H, Tq, Tk) tensors). With ``kernel`` the attention
+    itself is that function of (q, k, v, scale) instead of the masked reference (the attention
+    hooks then do not fire); with ``norms`` (one per layer) each layer's softmax is replaced by
+    that normalisation. Restores the model's attention implementation and removes every torch
+    hook on exit, also when the body raises; an instrumentation entered inside another one (a
+    scan inside :func:`sinklab.intervene.applied`) gives the outer one back its bindings.
     """
     _register()
     layers = decoder_layers(model)
     down_path = layout_of(model).down_proj
     previous = model.config._attn_implementation
+    outer = {id(sub): _BINDINGS[id(sub)] for layer in layers for sub in layer.modules() if id(sub) in _BINDINGS}
     handles = []
     try:
         model.set_attn_implementation(KERNEL_ATTN_NAME if kernel is not None else ATTN_NAME)
         for i, layer in enumerate(layers):
             for sub in layer.modules():
                 _BINDINGS[id(sub)] = _Binding(hooks, i, query_chunk, kernel, norms[i] if norms is not None else None)
+            handles.append(layer.register_forward_pre_hook(_resid_pre_hook(hooks, i), with_kwargs=True))
             handles.append(layer.register_forward_hook(_resid_hook(hooks, i)))
             if down_path:
                 handles.append(get_submodule(layer, down_path).register_forward_pre_hook(_mlp_hook(hooks, i)))
@@ -158,7 +164,21 @@ def instrument(
         for layer in layers:
             for sub in layer.modules():
                 _BINDINGS.pop(id(sub), None)
+        _BINDINGS.update(outer)
         model.set_attn_implementation(previous)
+
+
+def _resid_pre_hook(hooks: HookSet, layer: int):
+    """Fires ``hook_resid_pre`` on the layer's input, passed positionally or as ``hidden_states``."""
+
+    def hook(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        new = hooks.fire(layer, "hook_resid_pre", hidden)
+        if new is hidden:
+            return None
+        return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+
+    return hook
 
 
 def _resid_hook(hooks: HookSet, layer: int):
