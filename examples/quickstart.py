@@ -58,7 +58,7 @@ plt.show()
 ids = tokenizer(text, return_tensors="pt").input_ids
 k = 8
 with torch.no_grad():
-    before = model(ids, output_attentions=False).logits
+    before = model(ids).logits
     with applied(model, [MaskSelf(k)]):
         after = model(ids).logits
 print("largest logit change after the edit:", (after - before).abs().max().item())
@@ -67,8 +67,8 @@ print("largest logit change after the edit:", (after - before).abs().max().item(
 # ## Stream past the window with a sink cache, through `generate`
 
 # %%
-cache = make_sink_cache(model, n_sink=4, window=60)
+cache = make_sink_cache(model, n_sink=4, window=28)  # 4 sinks + the 27 most recent tokens between steps
 prompt = tokenizer("Once upon a time", return_tensors="pt").input_ids
-out = model.generate(prompt, past_key_values=cache, max_new_tokens=80, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+out = model.generate(prompt, cache=cache, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.eos_token_id)  # or past_key_values=cache
 print(tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)[:300])
 print("tokens kept in the cache:", cache.layers[0].kept_tokens())

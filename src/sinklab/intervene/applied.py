@@ -70,5 +70,5 @@ def _subject(model, query_chunk: Optional[int]) -> Subject:
         check(model.cfg.vocab_size is not None, "applied() takes native language models; for a vector-input model attach hooks_of(interventions, n_heads) to model.hooks")
         return NativeSubject(model)
     if isinstance(model, nn.Module) and hasattr(model, "set_attn_implementation"):
-        return HFSubject(LoadedModel(model, None, type(model).__name__, "local"), query_chunk)
+        return HFSubject(LoadedModel(model, None, type(model).__name__, "object"), query_chunk)  # edits need no tokenizer
     raise SinklabError(f"applied() takes a transformers causal LM, a sinklab Subject or a native Transformer, not {type(model).__name__}")
