@@ -23,10 +23,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import check
+from ..core.progress import progress_bar
 from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, write_json
 from ..models.hf import LoadedModel, describe_architecture, load_model
 from . import page, report
@@ -66,7 +66,7 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         check(self.mitigation in MITIGATIONS, f"unknown mitigation {self.mitigation!r}; choose one of: {', '.join(MITIGATIONS)}")
         check(self.steps >= 1, f"--steps must be at least 1, got {self.steps}")
-        check(self.seq_len >= 2 and self.batch >= 1, "--seq-len must be at least 2 and --batch at least 1")
+        check(self.seq_len >= 2 and self.batch >= 1, "--train-tokens must be at least 2 and --batch at least 1")
         check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
         check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
         check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
@@ -174,7 +174,7 @@ def _start(cfg, out, trained, opt, resume: bool, adapted: AdaptedModel, teacher,
 
 
 def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained, start: int, exact: float, progress: bool) -> None:
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", disable=not progress)
+    bar = progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", enabled=progress)
     for step in bar:
         adapted.mitigation.ramp = ramp_at(step, cfg)
         content = _batch(ids, cfg, step).to(adapted.model.device)

@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
-from tqdm.auto import tqdm
 
 from ..core.errors import SinklabError, check
+from ..core.progress import progress_bar
 from ..core.runs import PhaseClock, prepare_run_dir, write_json
 from ..models.hf import LoadedModel, describe_architecture, load_model
 from . import page, report
@@ -117,7 +117,7 @@ def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, 
 def measure(model, conditions: list[Condition], evaluation: torch.Tensor, calibration: torch.Tensor, settings: tuple[str, ...], progress: bool) -> dict:
     """Perplexity and the largest |input| of the linear layers per layer, per setting and condition."""
     ppl, maxima = {}, {}
-    bar = tqdm(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run", disable=not progress)
+    bar = progress_bar(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run", enabled=progress)
     start = time.perf_counter()
     for setting in settings:
         scheme = None if setting == FULL_PRECISION else QUANT_SCHEMES[setting]

@@ -13,11 +13,11 @@ from typing import Optional
 
 import torch
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
+from ..core.progress import progress_bar
 from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, write_json
 from ..models.hf import QUERY_CHUNK, load_model
 from ..models.subjects import HFSubject, NativeSubject, Subject
@@ -46,7 +46,7 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
     recorder.reserve(subject.n_heads, ids.shape[1] + getattr(subject, "prefix_positions", 0), ids.device)
     per_pass = max(1, tokens_per_pass // ids.shape[1])
     passes = math.ceil(ids.shape[0] / per_pass)
-    bar = tqdm(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", disable=not progress)
+    bar = progress_bar(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", enabled=progress)
     long_input = ids.shape[1] >= TRIM_FROM_TOKENS
 
     def after_layer(h, point) -> None:

@@ -30,11 +30,11 @@ from typing import Optional
 
 import torch
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 from ..core.corpus import load_corpus
-from ..core.errors import SinklabError, check
+from ..core.errors import NumericalCheckFailed, check
 from ..core.hooks import HookSet
+from ..core.progress import progress_bar
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.hf import instrument, load_model, token_nll
 from . import page, report
@@ -108,7 +108,7 @@ def recompute_nll(model, ids: torch.Tensor, context: int, every: int) -> tuple[t
     before it, at every ``every``-th position. Only the last position's logits are computed."""
     positions = list(range(context, len(ids), every)) or [len(ids) - 1]
     nll, seconds = [], []
-    for t in tqdm(positions, desc="recompute", unit="tok"):
+    for t in progress_bar(positions, desc="recompute", unit="tok"):
         start = time.perf_counter()
         logits = model(input_ids=ids[None, t - min(t, context) : t], logits_to_keep=1, use_cache=False).logits[0, -1:]
         nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[t : t + 1]))
@@ -134,7 +134,7 @@ def decode_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: int, 
     cache = _new_cache(model, policy, sinks, window)
     done, peak, by_chunk = 0, 0, []
     starts = [s for s in range(0, len(ids) - 1, chunk)]
-    for start in tqdm(starts, desc=f"{policy} latency", unit="chunk"):
+    for start in progress_bar(starts, desc=f"{policy} latency", unit="chunk"):
         at = max(start, min(sinks + window, len(ids) - steps - 1), done)  # first timed step past a full cache
         if at > done:
             model(input_ids=ids[None, done:at], cache=cache, use_cache=True)
@@ -160,7 +160,7 @@ def real_cache_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: i
     first = min(sinks + window - 1, len(ids) - 2)
     logits = model(input_ids=ids[None, :first], cache=cache, use_cache=True).logits[0, -1:]
     nll, seconds, peak = [], [], 0
-    for t in tqdm(range(first, len(ids) - 1), desc=f"{policy} cache, token by token", unit="tok"):
+    for t in progress_bar(range(first, len(ids) - 1), desc=f"{policy} cache, token by token", unit="tok"):
         nll.append(torch.nn.functional.cross_entropy(logits.float(), ids[t : t + 1]))
         begin = time.perf_counter()
         logits = model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True).logits[0, -1:]
@@ -273,9 +273,10 @@ def run_stream(cfg: StreamConfig) -> dict:
     page.write(out)
     verdict = summary["one_pass_check"]
     if verdict and not verdict["passed"]:
-        raise SinklabError(
+        raise NumericalCheckFailed(
             f"the one-pass {checked} scores differ from a real {checked} cache by {verdict['max_abs_nll_difference']:.2e} nats "
-            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}); results kept in {out}/summary.json"
+            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}); results kept in {out}/summary.json",
+            out,
         )
     return summary
 
