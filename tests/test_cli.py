@@ -1,12 +1,18 @@
 """The command line as a user meets it: one-line errors for bad input, defaults that work for any
 budget, every option generated from its registry, and interrupts that promise only what is true."""
 
+import json
+from dataclasses import asdict
+
 import pytest
 
 from sinklab import cli
+from sinklab.core import progress
 from sinklab.core.attention import EXTRA_NAMES
+from sinklab.core.runs import prepare_run_dir, write_json
 from sinklab.intervene import INTERVENTIONS
 from sinklab.pretrain import PretrainConfig
+from sinklab.trigger import analyses
 
 
 def one_line_error(capsys, *needles) -> str:
@@ -58,7 +64,7 @@ def test_every_intervention_and_extra_has_its_flag():
         (["stream"], "sinklab.cli.stream.run_stream", "nothing was saved"),
         (["intervene", "--suppress-sink"], "sinklab.cli.intervene.run_intervene", "nothing was saved"),
         (["trigger"], "sinklab.cli.trigger.run_lab", "run the same command to resume"),
-        (["pretrain"], "sinklab.cli.pretrain.train_lm", "plus --resume"),
+        (["pretrain"], "sinklab.cli.pretrain.train_lm", "run the same command to resume"),
     ],
 )
 def test_interrupts_promise_a_resume_only_where_there_is_one(argv, target, promise, monkeypatch, capsys):
@@ -78,3 +84,119 @@ def test_report_refuses_what_is_not_a_run(tmp_path, capsys):
     assert not (tmp_path / "missing").exists()
     assert cli.main(["report", str(tmp_path)]) == 2
     one_line_error(capsys, "is not a finished sinklab run")
+
+
+def subparsers() -> dict:
+    return cli.build_parser()._subparsers._group_actions[0].choices
+
+
+def test_every_command_has_quiet():
+    """Mutation tried: adding --quiet to all but the last command in build_parser."""
+    assert all("--quiet" in command._option_string_actions for command in subparsers().values())
+
+
+def test_quiet_silences_the_progress_bars_and_keeps_the_results(tiny_model_dir, tmp_path, capsys):
+    """Mutation tried: ignoring the quiet switch in core.progress.progress_bar (the scan's bar
+    shows on stderr under --quiet)."""
+    argv = ["scan", str(tiny_model_dir("llama")), "--random-tokens", "--tokens", "12", "--batch", "2"]
+    assert cli.main([*argv, "--out", str(tmp_path / "loud")]) == 0
+    assert "scanning 2x12 tokens" in capsys.readouterr().err
+    assert cli.main([*argv, "--quiet", "--out", str(tmp_path / "quiet")]) == 0
+    captured = capsys.readouterr()
+    assert "scanning" not in captured.err and "outputs:" in captured.out
+    assert not progress.is_quiet()  # the switch is restored when the command ends
+
+
+def test_an_existing_out_is_finished_refused_or_overwritten(tiny_model_dir, tmp_path, capsys):
+    """The same configuration (an alias spelling included) is a no-op on a finished run; another
+    is refused in one line naming the key; --overwrite runs it anew. Mutation tried: not
+    returning on FINISHED in cli/scan.py (summary.json is rewritten by the second call)."""
+    out = tmp_path / "scan"
+    argv = ["scan", str(tiny_model_dir("llama")), "--random-tokens", "--batch", "2", "--out", str(out)]
+    assert cli.main([*argv, "--tokens", "12"]) == 0
+    written = (out / "summary.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert cli.main([*argv, "--max-tokens", "12", "--query-chunk", "4"]) == 0  # query_chunk does not change results
+    assert "holds this run, finished" in capsys.readouterr().out
+    assert (out / "summary.json").stat().st_mtime_ns == written
+    assert cli.main([*argv, "--tokens", "10"]) == 2
+    one_line_error(capsys, "another configuration", "inputs.max_tokens: 12 there, 10 now", "--overwrite")
+    assert cli.main([*argv, "--tokens", "10", "--overwrite"]) == 0
+    assert json.loads((out / "config.json").read_text())["inputs"]["max_tokens"] == 10
+
+
+def test_pretrain_resumes_with_the_same_command(tmp_path, monkeypatch, capsys):
+    """The training itself is replaced by a stand-in that leaves a config and a checkpoint, as a
+    killed run does. Mutation tried: passing ``resume=args.resume`` to train_lm again (the second
+    call starts from scratch: calls == [False, False])."""
+    calls = []
+
+    def killed_after_a_checkpoint(cfg, resume=False):
+        calls.append(resume)
+        out = prepare_run_dir(cfg.out)
+        write_json(out / "config.json", asdict(cfg))
+        (out / "ckpt-0000002").mkdir(exist_ok=True)
+        (out / "latest").write_text("ckpt-0000002")
+
+    monkeypatch.setattr("sinklab.cli.pretrain.train_lm", killed_after_a_checkpoint)
+    argv = ["pretrain", "--corpus", "bb", "--steps", "5", "--out", str(tmp_path / "run")]
+    assert cli.main([*argv, "--resume"]) == 2
+    one_line_error(capsys, "nothing to resume")
+    assert cli.main(argv) == 0 and cli.main(argv) == 0 and cli.main([*argv, "--resume"]) == 0
+    assert calls == [False, True, True]
+    assert cli.main([*argv[:-2], "--steps", "6", "--out", str(tmp_path / "run")]) == 2
+    one_line_error(capsys, "steps: 5 there, 6 now")
+    assert cli.main([*argv, "--overwrite"]) == 0 and calls[-1] is False
+
+
+def test_a_failed_numerical_check_exits_3_and_is_run_again(tmp_path, monkeypatch, capsys):
+    """trigger --construct with no tolerance at all fails its check: status 3, results kept,
+    and the same command runs it again instead of calling it finished. Mutations tried: making
+    NumericalCheckFailed a SinklabError (status 2); not recording the failure in run.json (the
+    second call is a no-op on the failed run, its summary still says passed False)."""
+    monkeypatch.setattr(analyses, "CONSTRUCTION_TOLERANCE", 0.0)
+    argv = ["trigger", "--construct", "--out", str(tmp_path)]
+    assert cli.main(argv) == 3
+    one_line_error(capsys, "numerical check failed", "tolerance 0")
+    assert json.loads((tmp_path / "summary.json").read_text())["relu_construction"]["passed"] is False
+    monkeypatch.undo()
+    assert cli.main(argv) == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["relu_construction"]["passed"] is True
+    assert cli.main(argv) == 0 and "holds this run, finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "command, old, new, dest, value",
+    [
+        ("scan", ["--max-tokens", "7"], ["--tokens", "7"], "max_tokens", 7),
+        ("intervene", ["--max-tokens", "7"], ["--tokens", "7"], "max_tokens", 7),
+        ("trigger", ["--layers", "2"], ["--n-layers", "2"], "layers", 2),
+        ("trigger", ["--heads", "3"], ["--n-heads", "3"], "heads", 3),
+        ("pretrain", ["--seq-len", "9"], ["--tokens", "9"], "seq_len", 9),
+        ("pretrain", ["--bos"], ["--bos", "yes"], "bos", "yes"),
+        ("stream", ["--no-bos"], ["--bos", "no"], "bos", "no"),
+        ("adapt", ["--seq-len", "9"], ["--train-tokens", "9"], "seq_len", 9),
+    ],
+)
+def test_old_spellings_are_aliases(command, old, new, dest, value):
+    """Mutation tried: dropping ``*aliases`` from option()'s add_argument (--max-tokens and
+    --layers become unknown options)."""
+    parse = cli.build_parser().parse_args
+    assert getattr(parse([command, *old]), dest) == getattr(parse([command, *new]), dest) == value
+
+
+def test_every_alias_says_so_and_bos_has_one_form():
+    """Mutation tried: an empty alias_note (the help stops naming the old spelling)."""
+    for name, command in subparsers().items():
+        for action in command._actions:
+            long_flags = [flag for flag in action.option_strings if flag.startswith("--")]
+            if len(long_flags) > 1:
+                assert f"{long_flags[1]}: the old spelling, kept as an alias" in action.help, (name, long_flags)
+            if "--bos" in action.option_strings:
+                assert tuple(action.choices) == ("auto", "yes", "no") and action.default == "auto", name
+
+
+def test_exit_statuses_are_documented():
+    """Mutation tried: a parser without the epilog."""
+    epilog = cli.build_parser().epilog
+    assert "2 a user error" in epilog and "3 a failed numerical check" in epilog

@@ -394,15 +394,18 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
 
 
 def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, tokenizer, tmp_path, monkeypatch, capsys):
+    """Exit status 3 (a failed numerical check), not 2 (a user error), and the run is not taken
+    as finished. Mutation tried: making NumericalCheckFailed a SinklabError (status 2)."""
     sharp("llama").save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "text.txt").write_text("Now is the winter of our discontent. " * 60)
     monkeypatch.setattr(benchmark, "RopeShift", NoMove)  # a kernel that forgets the sink-query re-rotation
     code = cli.main(["stream", str(tmp_path / "model"), "--corpus", str(tmp_path / "text.txt"), "--tokens", "60", "--sinks", "2",
                      "--window", "8", "--policies", "sink", "--out", str(tmp_path / "run")])
-    assert code != 0
-    assert "differ from a real sink cache" in capsys.readouterr().err
+    assert code == 3
+    assert "numerical check failed: the one-pass sink scores differ from a real sink cache" in capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["one_pass_check"]["passed"] is False
+    assert "differ from a real sink cache" in json.loads((tmp_path / "run" / "run.json").read_text())["numerical_check_failed"]
 
 
 def test_generate_cli(tiny_model_dir, capsys):

@@ -159,8 +159,8 @@ def test_cap_sweep_error_falls_as_the_cap_approaches_one(tmp_path):
         (["--n", "2"], "at least 3"),
         (["--length", "3"], "at least 4"),
         (["--eval-trigger", "20"], "outside the sequence"),
-        (["--layers", "0"], "--layers must be at least 1"),
-        (["--heads", "-1"], "--heads must be at least 1"),
+        (["--n-layers", "0"], "--n-layers must be at least 1"),
+        (["--heads", "-1"], "--n-heads must be at least 1"),  # --heads: the old spelling
     ],
 )
 def test_cli_bad_input_is_one_clear_line(argv, message, capsys, tmp_path):

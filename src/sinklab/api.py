@@ -16,7 +16,7 @@ from .core.results import RunResult
 from .intervene import InterveneConfig, intervene_rows, measure_intervene, run_intervene
 from .models.subjects import Subject
 from .scan import InputSpec, MetricSettings, ScanConfig, measure_scan, run_scan, scan_rows
-from .stream import StreamConfig, measure_stream, run_stream, stream_rows
+from .stream import StreamConfig, check_one_pass, measure_stream, run_stream, stream_rows
 
 
 def _where(out: Optional[str]) -> Optional[Path]:
@@ -56,11 +56,15 @@ def stream_model(model, tokenizer=None, tokens: int = StreamConfig.tokens, sinks
                  policies: Sequence[str] = StreamConfig.policies, corpus: str = StreamConfig.corpus, out: Optional[str] = None, **options) -> RunResult:
     """Perplexity, speed and memory of cache policies over a long stream (``sinklab stream``);
     ``options`` are the other fields of :class:`~sinklab.stream.StreamConfig`. ``.frame()``: one row
-    per (policy, chunk of the stream) with ``ppl`` and ``ms_per_token``."""
+    per (policy, chunk of the stream) with ``ppl`` and ``ms_per_token``. As on the command line, one-pass
+    scores that leave a real cache's tolerance raise :class:`~sinklab.core.errors.NumericalCheckFailed`."""
     subject = Subject.from_model(model, tokenizer)
     cfg = StreamConfig(corpus=corpus, tokens=tokens, sinks=sinks, window=window, policies=tuple(policies), out=out, **options)
-    summary = run_stream(cfg, subject) if out is not None else measure_stream(cfg, subject)[0]
-    return RunResult(summary, stream_rows, _where(out))
+    if out is not None:
+        return RunResult(run_stream(cfg, subject), stream_rows, _where(out))
+    summary = measure_stream(cfg, subject)[0]
+    check_one_pass(summary)
+    return RunResult(summary, stream_rows, None)
 
 
 def adapt_model(model, tokenizer=None, corpus: str = PrefixConfig.corpus, tokens: int = PrefixConfig.tokens, windows: int = PrefixConfig.windows,

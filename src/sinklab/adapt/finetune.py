@@ -23,13 +23,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
-from tqdm.auto import tqdm
 
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import check
+from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, write_json
-from ..models.hf import LoadedModel, LoadOptions, describe_architecture
+from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, record_model, write_json
+from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from . import page, report
 from .adapted import AdaptedModel
@@ -67,7 +67,7 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         check(self.mitigation in MITIGATIONS, f"unknown mitigation {self.mitigation!r}; choose one of: {', '.join(MITIGATIONS)}")
         check(self.steps >= 1, f"--steps must be at least 1, got {self.steps}")
-        check(self.seq_len >= 2 and self.batch >= 1, "--seq-len must be at least 2 and --batch at least 1")
+        check(self.seq_len >= 2 and self.batch >= 1, "--train-tokens must be at least 2 and --batch at least 1")
         check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
         check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
         check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
@@ -91,6 +91,7 @@ def run_finetune(cfg: FinetuneConfig, model=None, resume: bool = False, progress
     out = prepare_run_dir(cfg.out)
     loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
     model = loaded.model
+    record_model(out, **model_facts(model))
     bos = bos_token(loaded.tokenizer, model)
     check(bos is not None, f"--to needs a model with a fixed BOS token to start from; {loaded.name} has none")
     bos_prefix = SinkPrefix.compute(model, [bos])
@@ -174,7 +175,7 @@ def _start(cfg, out, trained, opt, resume: bool, adapted: AdaptedModel, teacher,
 
 
 def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained, start: int, exact: float, progress: bool) -> None:
-    bar = tqdm(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", disable=not progress)
+    bar = progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", enabled=progress)
     for step in bar:
         adapted.mitigation.ramp = ramp_at(step, cfg)
         content = _batch(ids, cfg, step).to(adapted.model.device)
@@ -202,7 +203,7 @@ def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, 
     adapted_run = measure(adapted.model, [Condition("adapted", adapted=adapted)], evaluation, calibration, settings, progress)
     merge = lambda key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings}  # noqa: E731
     return stamped("adapt", {
-        "model": loaded.name, "architecture": describe_architecture(adapted.model), "method": "finetune", "mitigation": cfg.mitigation,
+        "model": loaded.name, "architecture": describe_architecture(adapted.model), **model_facts(teacher), "method": "finetune", "mitigation": cfg.mitigation,
         "full": cfg.full, "steps": cfg.steps, "exact_check": exact, "train_seconds": train_seconds,
         "before": before, "after": after, "ppl": merge("ppl"), "max_abs_activation": merge("max_abs_activation"),
     })

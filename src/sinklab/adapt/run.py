@@ -8,12 +8,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
-from tqdm.auto import tqdm
 
 from ..core.errors import SinklabError, check
+from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.runs import PhaseClock, prepare_run_dir, write_json
-from ..models.hf import LoadedModel, LoadOptions, describe_architecture, input_device
+from ..core.runs import PhaseClock, prepare_run_dir, record_model, write_json
+from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from . import page, report
 from .evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity, prepend
@@ -66,8 +66,10 @@ def run_sink_prefix(cfg: PrefixConfig, model=None, progress: bool = True) -> dic
         calibration = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.calibration, held_out=False)
     if out is not None:
         write_json(out / "config.json", {**asdict(cfg), "model_name": loaded.name})
-    summary = {"model": loaded.name, "architecture": describe_architecture(model), "device": str(input_device(model)),
-               "dtype": str(model.dtype).removeprefix("torch."), "method": "sink_prefix", "bos_token": bos,
+    facts = model_facts(model)
+    if out is not None:
+        record_model(out, **facts)
+    summary = {"model": loaded.name, "architecture": describe_architecture(model), **facts, "method": "sink_prefix", "bos_token": bos,
                "tokens": cfg.tokens, "windows": cfg.windows, "calibration_windows": cfg.calibration}
     conditions = []
     if bos is not None:
@@ -128,7 +130,7 @@ def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, 
 def measure(model, conditions: list[Condition], evaluation: torch.Tensor, calibration: torch.Tensor, settings: tuple[str, ...], progress: bool) -> dict:
     """Perplexity and the largest |input| of the linear layers per layer, per setting and condition."""
     ppl, maxima = {}, {}
-    bar = tqdm(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run", disable=not progress)
+    bar = progress_bar(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run", enabled=progress)
     start = time.perf_counter()
     for setting in settings:
         scheme = None if setting == FULL_PRECISION else QUANT_SCHEMES[setting]

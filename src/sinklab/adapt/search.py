@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
+from ..core.progress import progress_bar
 from .evaluate import Condition, content_hidden
 from .prefix import SinkPrefix
 from .quantize import quantized
@@ -52,7 +52,7 @@ def search_prefix(model: nn.Module, content: torch.Tensor, lead: tuple[int, ...]
     """Append ``n_tokens`` tokens to ``lead`` greedily, within ``seconds`` of wall time."""
     start = time.perf_counter()
     result = SearchResult(tuple(lead))
-    bar = tqdm(total=n_tokens * len(candidates), desc="prefix search", unit="cand", disable=not progress)
+    bar = progress_bar(total=n_tokens * len(candidates), desc="prefix search", unit="cand", enabled=progress)
     try:
         for _ in range(n_tokens):
             best = None

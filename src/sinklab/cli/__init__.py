@@ -6,32 +6,72 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Optional, Sequence
+from contextlib import contextmanager
+from typing import Iterator, Optional, Sequence
 
-from ..core.errors import SinklabError
+from ..core.errors import NumericalCheckFailed, SinklabError
+from ..core.progress import is_quiet, set_quiet
+from ..core.runs import record_failed_check
 from . import adapt, demo, intervene, pretrain, report, scan, stream, trigger
 
 COMMANDS = (demo, trigger, scan, intervene, pretrain, stream, adapt, report)
+
+#: Exit statuses (the epilog of ``sinklab --help`` and README.md list them).
+USER_ERROR, CHECK_FAILED, INTERRUPTED = 2, 3, 130
+
+EXIT_STATUSES = (
+    f"exit status: 0 done (also: the same command on a finished --out, which only says where its results are); "
+    f"{USER_ERROR} a user error, one line on stderr saying what to change (argparse's errors too); "
+    f"{CHECK_FAILED} a failed numerical check: the run wrote its results, but its own check of them failed (stream's "
+    f"one-pass check, trigger --construct); {INTERRUPTED} interrupted. Anything else is a bug and prints a traceback."
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sinklab",
         description="Study attention sinks: theory labs, scanners, interventions, mitigation pretraining, streaming.",
+        epilog=EXIT_STATUSES,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS:
         module.add_parser(sub)
+    for command in sub.choices.values():
+        command.add_argument("--quiet", action="store_true", help="no progress bars and no chatter; results tables and where they are written still print")
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.handler(args) or 0
+        with quiet(args.quiet):
+            return args.handler(args) or 0
     except SinklabError as exc:
         print(f"sinklab {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return USER_ERROR
+    except NumericalCheckFailed as exc:
+        if exc.run_dir is not None:
+            record_failed_check(exc.run_dir, str(exc))
+        print(f"sinklab {args.command}: numerical check failed: {exc}", file=sys.stderr)
+        return CHECK_FAILED
     except KeyboardInterrupt:
         print(f"sinklab {args.command}: interrupted; {args.on_interrupt}", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+
+
+@contextmanager
+def quiet(on: bool) -> Iterator[None]:
+    """Every sinklab progress bar off (and transformers' own) while a ``--quiet`` command runs."""
+    before = is_quiet()
+    set_quiet(on)
+    if on:
+        from transformers.utils import logging as transformers_logging
+
+        bars_were_on = transformers_logging.is_progress_bar_enabled()
+        transformers_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        set_quiet(before)
+        if on and bars_were_on:
+            transformers_logging.enable_progress_bar()

@@ -6,7 +6,19 @@ import argparse
 
 from ..adapt import MITIGATIONS, QUANT_SCHEMES, FinetuneConfig, PrefixConfig, run_finetune, run_sink_prefix
 from ..adapt import report as adapt_report
-from .args import STARTS_OVER, add_load_arguments, choice_list, load_options, option
+from ..core.errors import check
+from ..core.runs import FINISHED, RESUME
+from .args import (
+    STARTS_OVER,
+    add_bos_argument,
+    add_load_arguments,
+    add_resume_arguments,
+    choice_list,
+    claim_out,
+    claim_resumable,
+    load_options,
+    option,
+)
 
 
 def add_parser(sub) -> None:
@@ -34,8 +46,9 @@ def add_parser(sub) -> None:
     p.add_argument("--quant", type=choice_list(QUANT_SCHEMES), default=list(prefix.schemes), metavar="S[,S...]", help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)} (default all)")
     add_load_arguments(p)
     p.add_argument("--out", default=None, help=f"run directory (default {prefix.out}, with --to {tune.out})")
+    add_resume_arguments(p)
     g = p.add_argument_group("the sink prefix")
-    g.add_argument("--bos", choices=("auto", "yes", "no"), default=prefix.bos, help="the model's BOS is the sink (auto: when the tokenizer has one); no: search the prefix")
+    add_bos_argument(g, prefix.bos, effect="; the BOS is the sink; no: a prefix is searched instead")
     option(g, prefix, "prefix_tokens", "tokens searched after BOS to absorb outliers (CushionCache); 1 when there is no BOS")
     option(g, prefix, "search_seconds", "time budget of the prefix search", type=float)
     option(g, prefix, "candidates", "most frequent calibration tokens tried at each prefix position")
@@ -43,13 +56,12 @@ def add_parser(sub) -> None:
     option(g, tune, "steps", "optimizer steps")
     g.add_argument("--full", action="store_true", help="train every weight of the model, not only the mitigation's parameters")
     g.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-2 for the mitigation's parameters, 1e-5 with --full)")
-    option(g, tune, "seq_len", "tokens per training sequence")
+    option(g, tune, "seq_len", "tokens per training sequence", flag="--train-tokens", aliases=("--seq-len",))
     option(g, tune, "batch", "sequences per step")
     option(g, tune, "lm_weight", "weight of the LM loss next to the distillation KL")
     option(g, tune, "ramp", "fraction of the steps over which BOS fades out and the mitigation in")
     option(g, tune, "checkpoint_every", "steps between checkpoints")
     option(g, tune, "seed", "seed of the training batches")
-    g.add_argument("--resume", action="store_true", help="continue the fine-tuning run in --out from its last checkpoint")
     p.set_defaults(handler=adapt_command, on_interrupt=STARTS_OVER)
 
 
@@ -61,6 +73,9 @@ def adapt_command(args: argparse.Namespace) -> int:
         schemes=tuple(args.quant), bos=args.bos, prefix_tokens=args.prefix_tokens, search_seconds=args.search_seconds,
         candidates=args.candidates, load=load_options(args), out=args.out or PrefixConfig.out,
     )
+    check(not args.resume, "--resume applies to fine-tuning (--to); the sink-prefix job starts over")
+    if claim_out(args, cfg.out, cfg) == FINISHED:
+        return 0
     summary = run_sink_prefix(cfg)
     print(adapt_report.ppl_table(summary))
     print(adapt_report.headline(summary))
@@ -69,14 +84,17 @@ def adapt_command(args: argparse.Namespace) -> int:
 
 
 def _finetune(args: argparse.Namespace) -> int:
-    args.on_interrupt = "checkpoints are saved; continue with the same command plus --resume"
+    args.on_interrupt = "checkpoints are saved; run the same command to resume"
     cfg = FinetuneConfig(
         model=args.model, mitigation=args.to, steps=args.steps, full=args.full, corpus=args.corpus, seq_len=args.seq_len,
         batch=args.batch, lr=args.lr, lm_weight=args.lm_weight, ramp=args.ramp, tokens=args.tokens, windows=args.windows,
         calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed,
         load=load_options(args), out=args.out or FinetuneConfig.out,
     )
-    summary = run_finetune(cfg, resume=args.resume)
+    state = claim_resumable(args, cfg.out, cfg)
+    if state == FINISHED:
+        return 0
+    summary = run_finetune(cfg, resume=state == RESUME)
     print(adapt_report.ppl_table(summary))
     print(adapt_report.before_after_table(summary))
     print(f"\noutputs: {cfg.out}/summary.json, report.html, adapter.safetensors")

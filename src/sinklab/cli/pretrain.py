@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.errors import check
+from ..core.runs import FINISHED, RESUME
 from ..core.text import format_table
 from ..pretrain import COLUMNS, PretrainConfig, compare_runs, run_row, train_lm
 from ..pretrain.tokens import TOKENIZERS
 from ..pretrain.train import CORPUS_DEFAULTS
-from .args import STARTS_OVER, add_extra_arguments, extra_flags, option
+from .args import (
+    STARTS_OVER,
+    add_bos_argument,
+    add_extra_arguments,
+    add_resume_arguments,
+    alias_note,
+    claim_resumable,
+    extra_flags,
+    option,
+)
 
 #: PretrainConfig fields that are plain numbers on the command line (those in CORPUS_DEFAULTS have per-corpus defaults).
 NUMBERS = ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every", "seed", "lr", "weight_decay")
+#: Fields whose flag is not their name: help, the canonical flag, then old spellings kept as aliases.
+RENAMED = {"seq_len": ("tokens per training sequence", "--tokens", "--seq-len")}
 
 
 def add_parser(sub) -> None:
@@ -26,22 +40,26 @@ def add_parser(sub) -> None:
     add_extra_arguments(p)
     option(p, defaults, "sink_tokens", "learned sink/register tokens prepended to every sequence")
     option(p, defaults, "corpus", "shakespeare, a text file or folder, hf:NAME, or bb (the Bigram-Backcopy task)")
-    p.add_argument("--bos", action="store_true", help="put one fixed first token in every window of a text corpus")
+    add_bos_argument(
+        p, auto="no for a text corpus; bb sequences always start with BOS",
+        effect="; the token is one reserved id; a bare --bos, the old spelling, means --bos yes", nargs="?", const="yes",
+    )
     option(p, defaults, "bb_triggers", "--corpus bb: the k most frequent characters trigger a back-copy")
     p.add_argument("--tokenizer", choices=TOKENIZERS, default=defaults.tokenizer, help="default: the default model's tokenizer; bytes: UTF-8 bytes")
     for name in NUMBERS:
+        help, flag, *aliases = RENAMED.get(name, (name.replace("_", " "), f"--{name.replace('_', '-')}"))
         if name in CORPUS_DEFAULTS["text"]:
             per_corpus = ", ".join(f"{kind} {values[name]}" for kind, values in CORPUS_DEFAULTS.items())
-            p.add_argument(f"--{name.replace('_', '-')}", type=type(CORPUS_DEFAULTS["text"][name]), default=None, help=f"{name.replace('_', ' ')} (default: {per_corpus})")
+            p.add_argument(flag, *aliases, dest=name, metavar=flag.lstrip("-").replace("-", "_").upper(), type=type(CORPUS_DEFAULTS["text"][name]), default=None, help=f"{help} (default: {per_corpus}){alias_note(aliases)}")
         else:
-            option(p, defaults, name, name.replace("_", " "))
+            option(p, defaults, name, help, flag=flag, aliases=aliases)
     p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: a tenth of --steps)")
-    p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default seq-len + sink tokens)")
+    p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default --tokens + sink tokens)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one")
     p.add_argument("--untied", action="store_true", help="untie the input embedding and the output layer")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
-    p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; continue with the same command plus --resume")
+    add_resume_arguments(p)
+    p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; run the same command to resume")
 
     c = sub.add_parser("compare", help="compare pretraining runs: a table and loss / sink plots")
     c.add_argument("runs", nargs="+", help="run directories of sinklab pretrain")
@@ -53,12 +71,16 @@ def add_parser(sub) -> None:
 def pretrain_command(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
         attention=AttentionSpec(args.attn, **extra_flags(args)), corpus=args.corpus, tokenizer=args.tokenizer,
-        bos=args.bos, bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, max_seq_len=args.max_seq_len, warmup=args.warmup,
+        bos=args.bos == "yes", bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, max_seq_len=args.max_seq_len, warmup=args.warmup,
         device=args.device, out=args.out or "", **{name: getattr(args, name) for name in NUMBERS},
     )
     if not args.out:
         cfg.out = f"runs/pretrain-{'bb-' if cfg.corpus_kind == 'bb' else ''}{cfg.variant}-seed{cfg.seed}"
-    summary = train_lm(cfg, resume=args.resume)
+    check(args.bos != "no" or cfg.corpus_kind != "bb", "--corpus bb sequences always start with BOS; drop --bos no")
+    state = claim_resumable(args, cfg.out, cfg, main_process=os.environ.get("RANK", "0") == "0")
+    if state == FINISHED:
+        return 0
+    summary = train_lm(cfg, resume=state == RESUME)
     if summary is not None:
         print(format_table([run_row(cfg.out, summary)], COLUMNS))
         print(f"\noutputs: {cfg.out}/summary.json, metrics.jsonl, checkpoints")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.runs import FINISHED
 from ..scan import MetricSettings, ScanConfig, run_scan
 from ..scan import report as scan_report
-from .args import STARTS_OVER, add_model_and_input_arguments, input_spec, load_options, option
+from .args import STARTS_OVER, add_model_and_input_arguments, add_overwrite_argument, claim_out, input_spec, load_options, option
 
 #: MetricSettings fields: (command-line flag, help).
 SETTINGS_FLAGS = {
@@ -30,9 +31,10 @@ def add_parser(sub) -> None:
     add_model_and_input_arguments(p)
     settings = MetricSettings()
     for name, (flag, help) in SETTINGS_FLAGS.items():
-        option(p, settings, name, help, flag=flag, dest=name)
+        option(p, settings, name, help, flag=flag)
     p.add_argument("--variance", choices=("auto", "on", "off"), default="auto", help="variance-by-position curve (auto: when --batch >= 2)")
     option(p, ScanConfig(), "out", "run directory")
+    add_overwrite_argument(p)
     p.set_defaults(handler=scan_command, on_interrupt=STARTS_OVER)
 
 
@@ -46,6 +48,8 @@ def scan_command(args: argparse.Namespace) -> int:
         load=load_options(args),
         out=args.out,
     )
+    if claim_out(args, cfg.out, cfg) == FINISHED:
+        return 0
     summary = run_scan(cfg)
     print(scan_report.scan_table(summary))
     print(scan_report.scan_headline(summary))

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.runs import FINISHED
 from ..stream import POLICIES, StreamConfig, check_generation, generate, run_stream
 from ..stream import report as stream_report
-from .args import STARTS_OVER, add_load_arguments, choice_list, int_list, load_options, option
+from .args import (
+    STARTS_OVER,
+    add_bos_argument,
+    add_load_arguments,
+    add_overwrite_argument,
+    choice_list,
+    claim_out,
+    int_list,
+    load_options,
+    option,
+)
 
 
 def add_parser(sub) -> None:
@@ -18,7 +29,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)")
     option(p, defaults, "corpus", "shakespeare, a text file or folder, or hf:NAME")
-    option(p, defaults, "tokens", "length of the stream in tokens")
+    option(p, defaults, "tokens", "length of the stream in tokens, BOS included")
     option(p, defaults, "sinks", "first tokens kept in the cache")
     option(p, defaults, "window", "recent tokens kept, the current one included")
     p.add_argument("--policies", type=choice_list(POLICIES), default=list(defaults.policies), help=f"comma-separated, from {', '.join(POLICIES)}")
@@ -27,9 +38,11 @@ def add_parser(sub) -> None:
     option(p, defaults, "latency_steps", "timed decode steps per chunk")
     p.add_argument("--no-check", action="store_true", help="skip streaming the sink (or window) policy token by token through a real cache to check the one-pass scores")
     p.add_argument("--ablation", type=int_list, default=[], metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
-    p.add_argument("--no-bos", action="store_true", help="do not prepend the BOS token to the stream")
+    add_bos_argument(p, auto="when the tokenizer has one; yes does the same here")
+    p.add_argument("--no-bos", dest="bos", action="store_const", const="no", help="the same as --bos no (the old spelling, kept as an alias)")
     option(p, defaults, "out", "run directory")
     add_load_arguments(p)
+    add_overwrite_argument(p)
     p.set_defaults(handler=stream_command, on_interrupt=STARTS_OVER)
 
     g = sub.add_parser("generate", help="generate past the context length with a sink cache (constant memory)")
@@ -49,8 +62,10 @@ def stream_command(args: argparse.Namespace) -> int:
         model=args.model, corpus=args.corpus, tokens=args.tokens, sinks=args.sinks, window=args.window,
         policies=tuple(args.policies), recompute_every=args.recompute_every, chunk=args.chunk,
         latency_steps=args.latency_steps, check=not args.no_check,
-        bos=not args.no_bos, ablation=tuple(args.ablation), load=load_options(args), out=args.out,
+        bos=args.bos != "no", ablation=tuple(args.ablation), load=load_options(args), out=args.out,
     )
+    if claim_out(args, cfg.out, cfg) == FINISHED:
+        return 0
     summary = run_stream(cfg)
     print(stream_report.stream_table(summary))
     if summary["one_pass_check"]:

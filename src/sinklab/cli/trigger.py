@@ -8,7 +8,8 @@ from dataclasses import replace
 import torch
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.errors import check
+from ..core.errors import NumericalCheckFailed, check
+from ..core.runs import FINISHED
 from ..core.text import format_table
 from ..trigger import (
     CAP_COLUMNS,
@@ -17,14 +18,16 @@ from ..trigger import (
     VARIANT_COLUMNS,
     VARIANT_SEEDS,
     TriggerConfig,
+    cap_configs,
     construction_report,
     paper_configs,
     run_cap_sweep,
     run_lab,
     run_variants,
+    variant_configs,
 )
 from ..trigger import report as trigger_report
-from .args import add_extra_arguments, choice_list, extra_flags, float_list, option, seed_list
+from .args import add_extra_arguments, add_overwrite_argument, choice_list, claim_out, extra_flags, float_list, option, seed_list
 
 MODES = ("paper", "variants", "cap_sweep", "construct", "quick")
 
@@ -36,8 +39,8 @@ def add_parser(sub) -> None:
         help="the trigger-conditional task: softmax must sink, ReLU need not (Ran-Milo 2026)",
         description=(
             "Train attention-only models on the trigger-conditional task and measure where the "
-            "'do nothing' mass goes. Without a mode flag, trains the grid given by --layers, "
-            f"--heads, --attn and --seeds. Attention normalisations: {', '.join(ATTN_NORMS)}."
+            "'do nothing' mass goes. Without a mode flag, trains the grid given by --n-layers, "
+            f"--n-heads, --attn and --seeds. Attention normalisations: {', '.join(ATTN_NORMS)}."
         ),
     )
     mode = p.add_mutually_exclusive_group()
@@ -46,8 +49,8 @@ def add_parser(sub) -> None:
     mode.add_argument("--variants", action="store_true", help="every normalisation, plain and with each per-head extra, on 1x1 and 2x2")
     mode.add_argument("--cap-sweep", type=float_list, metavar="CAPS", help="cap the BOS mass of one-layer softmax at each level, e.g. 0.5,0.75,0.9,0.99,1")
     mode.add_argument("--construct", action="store_true", help="check the hand-built exact ReLU solution on 10,000 sequences")
-    option(p, defaults, "layers", "layers")
-    option(p, defaults, "heads", "heads per layer")
+    option(p, defaults, "layers", "number of layers", flag="--n-layers", aliases=("--layers",))
+    option(p, defaults, "heads", "number of heads per layer", flag="--n-heads", aliases=("--heads",))
     p.add_argument("--attn", type=choice_list(ATTN_NORMS), default=list(PAPER_ATTNS), help=f"comma-separated normalisations (default {','.join(PAPER_ATTNS)})")
     add_extra_arguments(p)
     p.add_argument(
@@ -76,6 +79,7 @@ def add_parser(sub) -> None:
         "on a 2-core CPU independent models measured faster, BENCHMARKS.md 1)",
     )
     p.add_argument("--out", default=None, help="run directory (default runs/trigger-<mode>)")
+    add_overwrite_argument(p)
     p.set_defaults(handler=trigger_command, on_interrupt="finished models are saved; run the same command to resume")
 
 
@@ -92,10 +96,16 @@ def trigger_command(args: argparse.Namespace) -> int:
     placement = {"workers": args.workers, "device": args.device, "ensembles": True if args.ensemble else None}
     out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
     if mode == "construct":
-        result = construction_report(base.task, out)
-        print(format_table([result], [(k, k, ".3g") for k in result]))
-        print(f"outputs: {out}")
-        return 0 if result["max_abs_error"] <= 1e-6 and result["non_trigger_rows_exactly_zero"] else 1
+        return _construct(args, base, out)
+    configs = {
+        "paper": lambda: paper_configs(seeds, base),
+        "quick": lambda: paper_configs(seeds, base, shapes=QUICK_SHAPES),
+        "grid": lambda: [replace(base, attention=replace(base.attention, attn=a), seed=s) for a in args.attn for s in seeds],
+        "cap_sweep": lambda: cap_configs(args.cap_sweep, seeds, base),
+        "variants": lambda: variant_configs(seeds, base),
+    }[mode]()
+    if claim_out(args, out, {"configs": [c.to_dict() for c in configs]}, resumable=lambda run_dir: True) == FINISHED:
+        return 0
     if mode == "cap_sweep":
         summary = run_cap_sweep(args.cap_sweep, seeds, base, out, **placement)
         print(format_table(summary["cap_tradeoff"], CAP_COLUMNS))
@@ -103,15 +113,26 @@ def trigger_command(args: argparse.Namespace) -> int:
         summary = run_variants(seeds, base, out, **placement)
         print(format_table(summary["variant_table"], VARIANT_COLUMNS))
     else:
-        configs = {
-            "paper": lambda: paper_configs(seeds, base),
-            "quick": lambda: paper_configs(seeds, base, shapes=QUICK_SHAPES),
-            "grid": lambda: [replace(base, attention=replace(base.attention, attn=a), seed=s) for a in args.attn for s in seeds],
-        }[mode]()
         summary = run_lab(configs, out, **placement)
         if trigger_report.several_seeds(summary["across_seeds"]):
             print(format_table(trigger_report.seed_rows(summary["across_seeds"]), trigger_report.SEED_COLUMNS))
         else:
             print(trigger_report.trigger_table(summary["runs"]))
     print(f"\noutputs: {out}/summary.json and figures: {', '.join(summary['figures'])}")
+    return 0
+
+
+def _construct(args: argparse.Namespace, base: TriggerConfig, out: str) -> int:
+    """The hand-built ReLU solution; a check it fails is a failed numerical check (exit status 3)."""
+    if claim_out(args, out, {"task": base.task}) == FINISHED:
+        return 0
+    result = construction_report(base.task, out)
+    print(format_table([result], [(k, k, ".3g") for k in result]))
+    print(f"outputs: {out}")
+    if not result["passed"]:
+        raise NumericalCheckFailed(
+            f"the hand-built ReLU solution is off by {result['max_abs_error']:.2e} (tolerance {result['tolerance']:g}), "
+            f"non-trigger rows exactly zero: {result['non_trigger_rows_exactly_zero']}; results kept in {out}/summary.json",
+            out,
+        )
     return 0

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-from .runs import atomic_path
+from .runs import atomic_path, read_run_info
 from .text import format_value, html_text
 
 REPORT_NAME = "report.html"
-RUN_INFO = "run.json"  # written by prepare_run_dir: the command line and package versions
 PLOT_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions": {"format": "png"}}
 
 
@@ -117,18 +116,9 @@ if(!d.hidden){d.querySelectorAll('.plot').forEach(function(p){Plotly.Plots.resiz
 """
 
 
-def run_info(run_dir: Path) -> dict:
-    """The command line and versions recorded when the run started (empty if not recorded)."""
-    path = Path(run_dir) / RUN_INFO
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-
-
 def header(run_dir: Path, model: Optional[str], figures: dict) -> str:
     """Where a run came from (command line, model, versions) and its key figures."""
-    info = run_info(run_dir)
+    info = read_run_info(run_dir)
     versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
     lines = [f"<div class='meta'>run directory <code>{esc(Path(run_dir).resolve())}</code></div>"]
     if info.get("command"):

@@ -11,7 +11,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Optional, Sequence
 
-from tqdm.auto import tqdm
+from .progress import progress_bar
 
 
 def _single_threaded() -> None:
@@ -43,7 +43,7 @@ def run_jobs(
     """
     workers = default_workers() if workers is None else workers
     results: list = [None] * len(jobs)
-    bar = tqdm(total=len(jobs), desc=desc, unit="job")
+    bar = progress_bar(total=len(jobs), desc=desc, unit="job")
     try:
         if workers <= 1 or len(jobs) <= 1:
             for i, job in enumerate(jobs):

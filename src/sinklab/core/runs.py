@@ -2,6 +2,11 @@
 
 Every result file is written to a temporary file in the same directory and then renamed over
 the target, so a killed run never leaves a half-written file that looks complete.
+
+A run directory holds ``run.json`` (how the run was started: command line, versions, the git
+commit, the model's device and dtype), ``config.json`` (what it computes) and, once it has
+finished, ``summary.json``. :func:`claim_run_dir` is the one policy every command applies to an
+existing ``--out``.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import math
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,9 +24,14 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Optional
 
-from .errors import SinklabError
+from .errors import SinklabError, check
+
+RUN_INFO = "run.json"
+CONFIG = "config.json"
+SUMMARY = "summary.json"
+FAILED_CHECK = "numerical_check_failed"  # the run.json entry of a run whose numerical check failed
 
 
 @contextmanager
@@ -131,8 +142,141 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
         probe.close()
     except OSError as exc:
         raise SinklabError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
-    write_json(out / "run.json", {"command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()})
+    info = {"command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()}
+    source = source_revision()
+    write_json(out / RUN_INFO, info if source is None else {**info, "git": source})
     return out
+
+
+def read_run_info(out: str | os.PathLike) -> dict:
+    """``run.json`` of a run directory ({} when it has none, or an unreadable one)."""
+    try:
+        return json.loads((Path(out) / RUN_INFO).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def record_model(out: str | os.PathLike, **fields: Any) -> dict:
+    """Merge what a run learned about its model (``device``, ``dtype``, ``revision``,
+    ``device_map``, ...) into the ``model`` entry of ``run.json``, atomically; returns the entry.
+    Values JSON cannot hold (a ``torch.dtype``, a device) are recorded as their ``str``."""
+    info = read_run_info(out)
+    info["model"] = {**info.get("model", {}), **json.loads(json.dumps(jsonable(fields), default=str))}
+    write_json(Path(out) / RUN_INFO, info)
+    return info["model"]
+
+
+def record_failed_check(out: str | os.PathLike, message: str) -> None:
+    """Note in ``run.json`` that the run's numerical check failed: it is not a finished run that
+    the same command may skip (:func:`claim_run_dir` runs it again)."""
+    write_json(Path(out) / RUN_INFO, {**read_run_info(out), FAILED_CHECK: message})
+
+
+
+def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().parent.parent) -> Optional[dict]:
+    """The git commit of the checkout sinklab is imported from and whether that checkout has
+    uncommitted changes to tracked files; None when sinklab's files are not tracked by a git
+    checkout there (an installed wheel, even one inside some other repository) or git is missing."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(package_dir), *args], capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+
+    try:
+        git("ls-files", "--error-unmatch", "__init__.py")
+        commit = git("rev-parse", "HEAD")
+        changes = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "uncommitted_changes": bool(changes)}
+
+
+NEW, RESUME, FINISHED = "new", "resume", "finished"
+
+#: config.json keys that say where or how a run is written, not what it computes: runs that
+#: differ only in these are the same run (``query_chunk`` bounds memory, rows are independent).
+NOT_RESULT_KEYS = frozenset({"out", "query_chunk", "trust_remote_code", "checkpoint_every"})
+
+
+def claim_run_dir(
+    out: str | os.PathLike,
+    config: Any,
+    overwrite: bool = False,
+    resumable: Callable[[Path], bool] = lambda run_dir: False,
+    remove: bool = True,
+) -> str:
+    """The one policy for an existing ``--out``, applied by every command before it writes.
+
+    ``config`` is what the run will write as ``config.json`` (a dict or dataclass; keys the run
+    adds later, such as the resolved model name, are not compared). Returns :data:`NEW` (nothing
+    there, an empty folder, or old outputs removed), :data:`RESUME` or :data:`FINISHED`:
+
+    * ``overwrite``: a sinklab run directory (one with run.json or config.json) is removed first;
+    * a folder that is not a sinklab run directory and not empty is refused (never removed);
+    * a run of another configuration (a key outside :data:`NOT_RESULT_KEYS` differs) is refused
+      with the first differing key;
+    * the same configuration, finished (summary.json, no failed numerical check): FINISHED;
+    * the same configuration, unfinished: RESUME when ``resumable(out)``, else the old outputs are
+      removed and the run starts over (NEW).
+
+    ``remove=False`` decides without removing anything: the other processes of a DDP run reach
+    the main process's decision while it clears the folder (with ``overwrite``, without reading it).
+    """
+    path = Path(out)
+    if not path.is_dir() or not any(path.iterdir()) or (overwrite and not remove):
+        return NEW
+    check((path / RUN_INFO).exists() or (path / CONFIG).exists(), f"{path} exists and is not a sinklab run directory (no {RUN_INFO} or {CONFIG}); choose another --out")
+    finished = (path / SUMMARY).exists() and FAILED_CHECK not in read_run_info(path)
+    if not overwrite:
+        try:
+            saved = json.loads((path / CONFIG).read_text())
+        except FileNotFoundError:  # killed before it wrote its configuration: nothing to keep
+            check(not finished, f"{path} holds a finished run with no {CONFIG} to compare with; pass --overwrite to replace it, or choose another --out")
+            saved = None
+        except ValueError:
+            raise SinklabError(f"{path / CONFIG} is damaged; pass --overwrite to replace the run, or choose another --out") from None
+        if saved is not None:
+            differs = first_difference(saved, json.loads(json.dumps(jsonable(config))))
+            check(differs is None, f"{path} holds a run of another configuration ({differs}); pass --overwrite to replace it, or choose another --out")
+            if finished:
+                return FINISHED
+            if resumable(path):
+                return RESUME
+    if remove:
+        _remove_run_dir(path)
+    return NEW
+
+
+def first_difference(saved: Any, current: Any, where: str = "") -> Optional[str]:
+    """The first key of ``current`` (dotted, ``[i]`` for list items) whose value differs from
+    ``saved``'s, with both values; None when they agree. Keys only ``saved`` has are ignored."""
+    if isinstance(current, dict) and isinstance(saved, dict):
+        for key, value in current.items():
+            name = f"{where}.{key}" if where else key
+            if key in NOT_RESULT_KEYS:
+                continue
+            if key not in saved:
+                return f"{name} is not recorded there"
+            found = first_difference(saved[key], value, name)
+            if found:
+                return found
+        return None
+    if isinstance(current, list) and isinstance(saved, list) and len(current) == len(saved):
+        return next((found for i, (a, b) in enumerate(zip(saved, current)) if (found := first_difference(a, b, f"{where}[{i}]"))), None)
+    return None if saved == current else f"{where}: {_brief(saved)} there, {_brief(current)} now"
+
+
+def _brief(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _remove_run_dir(path: Path) -> None:
+    """Remove a sinklab run directory (the caller checked it is one), never a link or a folder
+    that holds the current directory."""
+    check(not path.is_symlink(), f"{path} is a symbolic link; sinklab does not remove it (pass the folder itself, or another --out)")
+    here, target = Path.cwd().resolve(), path.resolve()
+    check(here != target and target not in here.parents, f"{path} holds the current directory; sinklab does not remove it")
+    shutil.rmtree(path)
 
 
 class PhaseClock:

@@ -4,6 +4,7 @@ A new intervention is one registered class in :mod:`.interventions`; :func:`appl
 them around any forward, ``generate`` or backward pass of a model the user holds."""
 
 from .applied import applied
+from .frame import intervene_rows
 from .interventions import (
     INTERVENTIONS,
     DropFirst,
@@ -20,7 +21,6 @@ from .interventions import (
     suppress_sink,
     validate_all,
 )
-from .frame import intervene_rows
 from .run import InterveneConfig, apply_interventions, measure_intervene, run_intervene, share_at
 from .trigger_models import run_trigger_interventions
 

@@ -16,10 +16,10 @@ from safetensors.torch import save_file
 
 from ..core.errors import check
 from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, write_json
+from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
-from ..scan import InputSpec, Record, RecordOptions, model_facts, record_subject, scan_inputs
+from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
 from . import page, report
 from .interventions import MU_DEFINITION, Experiment, Intervention, experiments_for, hooks_of, validate_all
 
@@ -96,7 +96,7 @@ def measure_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -
     summary = {
         "model": subject.name,
         "architecture": getattr(subject, "architecture", type(subject).__name__),
-        **model_facts(subject),
+        **subject.facts(),
         "layers": subject.n_layers,
         "tokens": ids.shape[1],
         "sequences": ids.shape[0],
@@ -115,6 +115,7 @@ def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> di
     experiments = cfg.experiments()
     write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
     summary, base_record, records = measure_intervene(cfg, subject)
+    record_model(out, **{key: summary[key] for key in ("device", "dtype", "device_map", "revision")})
     summary["figures"] = report.intervention_figures(summary, base_record, records, out)
     _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(summary["results"])})
     write_json(out / "summary.json", summary)

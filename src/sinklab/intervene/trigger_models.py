@@ -4,7 +4,7 @@ there, while a ReLU model has no sink to remove."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
@@ -25,10 +25,12 @@ def run_trigger_interventions(cfg: InterveneConfig, lab_dir: Optional[str] = Non
     The theory says the softmax model needs its BOS sink to do nothing at non-trigger rows, so
     removing the sink must raise the error there; the ReLU model has no sink to remove.
     """
+    asked = {**asdict(cfg), "lab_dir": lab_dir}
     if not cfg.edits:
         cfg = replace(cfg, edits={"suppress_sink": True})
     experiments = cfg.experiments()
     out = prepare_run_dir(cfg.out)
+    write_json(out / "config.json", asked)
     results = []
     for attn in PAPER_ATTNS:
         tcfg = TriggerConfig(attention=AttentionSpec(attn))

@@ -66,6 +66,10 @@ class Subject:
         """Where block ``layer`` runs: its statistics are summed there (no copy per forward)."""
         return self.device
 
+    def facts(self) -> dict:
+        """Where and how the model runs (device, dtype, device map, revision), for summaries."""
+        return {"device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."), "device_map": None, "revision": None}
+
     @contextmanager
     def session(self, grad: bool = False) -> Iterator["Subject"]:  # pragma: no cover - interface
         """Make hooks fire for the block; under ``torch.no_grad`` unless ``grad`` (which leaves
@@ -115,6 +119,9 @@ class HFSubject(Subject):
     @property
     def dtype(self) -> torch.dtype:
         return self.model.get_input_embeddings().weight.dtype
+
+    def facts(self) -> dict:
+        return hf.model_facts(self.model)
 
     def logits(self, ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=ids.to(self.device), use_cache=False).logits

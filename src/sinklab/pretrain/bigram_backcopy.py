@@ -111,7 +111,7 @@ class BigramBackcopy:
     # -- what training and the summary ask of a data source ----------------------------------
 
     def check_windows(self, seq_len: int) -> None:
-        check(seq_len >= 4, f"--seq-len must be at least 4 for --corpus {CORPUS_NAME}, got {seq_len}")
+        check(seq_len >= 4, f"--tokens must be at least 4 for --corpus {CORPUS_NAME}, got {seq_len}")
 
     def bits_per_byte(self, loss_nats: float) -> float:
         """One ASCII character per token: nats per token as bits per byte."""

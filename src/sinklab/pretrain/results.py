@@ -39,7 +39,7 @@ def load_run(run_dir: str) -> tuple[list[dict], dict]:
     if not (path / "metrics.jsonl").exists():
         raise SinklabError(f"{run_dir} is not a pretraining run (no metrics.jsonl)")
     if not (path / "summary.json").exists():
-        raise SinklabError(f"{run_dir} has not finished (no summary.json); resume it with sinklab pretrain --resume --out {run_dir}")
+        raise SinklabError(f"{run_dir} has not finished (no summary.json); resume it by running the command that started it again (its run.json records it)")
     return read_jsonl(path / "metrics.jsonl"), json.loads((path / "summary.json").read_text())
 
 

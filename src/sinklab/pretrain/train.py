@@ -21,11 +21,11 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from ..core.attention import AttentionSpec
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import SinklabError, check
+from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json
 from ..models.native import ModelConfig, Transformer
@@ -89,7 +89,7 @@ class PretrainConfig:
             self.max_seq_len = self.seq_len + self.sink_tokens
         check(
             self.seq_len + self.sink_tokens <= self.max_seq_len,
-            f"--seq-len {self.seq_len} plus {self.sink_tokens} sink tokens exceeds the model's maximum of {self.max_seq_len} positions",
+            f"--tokens {self.seq_len} plus {self.sink_tokens} sink tokens exceeds the model's maximum of {self.max_seq_len} positions",
         )
         if self.warmup is None:
             self.warmup = self.steps // 10
@@ -175,7 +175,7 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
     opt = make_optimizer(model, cfg)
     start, carry = _start(cfg, out, model, opt, resume, data, world)
     ddp = wrap_ddp(model, world) if world.world > 1 else model
-    bar = tqdm(total=cfg.steps, initial=start, desc=f"pretrain {cfg.variant}", unit="step", disable=not (progress and world.main))
+    bar = progress_bar(total=cfg.steps, initial=start, desc=f"pretrain {cfg.variant}", unit="step", enabled=progress and world.main)
     clock, tokens = time.perf_counter(), 0
     for step in range(start + 1, cfg.steps + 1):
         for group in opt.param_groups:

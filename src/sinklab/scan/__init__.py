@@ -8,7 +8,7 @@ from .frame import scan_rows
 from .inputs import Inputs, InputSpec, build_inputs
 from .metrics import sink_rate, super_neurons
 from .recorder import Record, Recorder, RecordOptions
-from .run import ScanConfig, measure_scan, model_facts, record_subject, run_scan, scan_inputs, scan_native, write_scan
+from .run import ScanConfig, measure_scan, record_subject, run_scan, scan_inputs, scan_native, write_scan
 from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "ScanConfig",
     "build_inputs",
     "measure_scan",
-    "model_facts",
     "record_subject",
     "run_scan",
     "scan_inputs",

@@ -35,7 +35,7 @@ class InputSpec:
         check(sum(chosen) <= 1, "give one input: --text, --prompt, --corpus or --random-tokens")
         if not any(chosen):
             self.corpus = "shakespeare"
-        check(self.max_tokens >= 2, f"--max-tokens must be at least 2, got {self.max_tokens}")
+        check(self.max_tokens >= 2, f"--tokens must be at least 2, got {self.max_tokens}")
         check(self.batch >= 1, f"--batch must be at least 1, got {self.batch}")
         check(self.bos in ("yes", "no", "auto"), f"--bos must be yes, no or auto, got {self.bos!r}")
 
@@ -62,7 +62,7 @@ class Inputs:
 def build_inputs(spec: InputSpec, tokenizer, max_positions: Optional[int] = None, vocab_size: Optional[int] = None) -> Inputs:
     """Token ids (N, T) for ``spec``; T <= ``max_tokens`` and within the model's maximum."""
     if max_positions is not None and spec.max_tokens > max_positions:
-        raise SinklabError(f"--max-tokens {spec.max_tokens} is longer than the model allows ({max_positions} positions)")
+        raise SinklabError(f"--tokens {spec.max_tokens} is longer than the model allows ({max_positions} positions)")
     bos_id = getattr(tokenizer, "bos_token_id", None)
     if spec.bos == "yes" and bos_id is None:
         raise SinklabError("--bos yes, but the tokenizer defines no BOS token")

@@ -104,15 +104,10 @@ class Recorder:
         per_key = ["received", *(f"column{k}" for k in self.options.key_columns if k < positions)]
         for layer in range(self.n_layers):
             device = devices[layer] if isinstance(devices, (list, tuple)) else devices
-
-            def zeros(*shape):
-                return torch.zeros(*shape, dtype=torch.float64, device=device)
-
-            for key in per_key:
-                self._sums[key].setdefault(layer, zeros(n_heads, positions))
-            for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs"):
-                self._sums[key].setdefault(layer, zeros(positions))
-            self._sums["median_abs"].setdefault(layer, zeros(()))
+            shapes = {**{key: (n_heads, positions) for key in per_key},
+                      **{key: (positions,) for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs")}, "median_abs": ()}
+            for key, shape in shapes.items():
+                self._sums[key].setdefault(layer, torch.zeros(*shape, dtype=torch.float64, device=device))
 
     def count(self, sequences: int) -> None:
         """Declare that a forward pass over ``sequences`` more sequences is about to run."""

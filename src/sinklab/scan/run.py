@@ -15,13 +15,13 @@ from typing import Optional
 
 import torch
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
+from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, write_json
+from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, record_model, write_json
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, report
@@ -50,7 +50,7 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
     recorder.reserve(subject.n_heads, positions, [subject.layer_device(i) for i in range(subject.n_layers)])
     per_pass = max(1, tokens_per_pass // ids.shape[1])
     passes = math.ceil(ids.shape[0] / per_pass)
-    bar = tqdm(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", disable=not progress)
+    bar = progress_bar(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", enabled=progress)
     long_input = ids.shape[1] >= TRIM_FROM_TOKENS
 
     def after_layer(h, point) -> None:
@@ -76,18 +76,6 @@ def scan_inputs(subject: Subject, spec: InputSpec) -> Inputs:
     return build_inputs(spec, subject.tokenizer, subject.max_positions, subject.vocab_size)
 
 
-def model_facts(subject: Subject) -> dict:
-    """Where and how the model ran: recorded in every summary next to the figures it produced."""
-    model = getattr(subject, "model", None)
-    device_map = getattr(model, "hf_device_map", None)
-    return {
-        "device": str(subject.device),
-        "dtype": str(subject.dtype).removeprefix("torch."),
-        "device_map": sorted({str(d) for d in device_map.values()}) if device_map else None,
-        "revision": getattr(getattr(subject, "loaded", None), "revision", None),
-    }
-
-
 def measure_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> tuple[dict, Record, Subject, torch.Tensor]:
     """Load (unless ``subject`` is given), record and summarise, writing nothing: the summary
     (what summary.json holds), the record, the subject and the token ids."""
@@ -105,7 +93,7 @@ def measure_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> tuple[di
         summary = {
             "model": subject.name,
             "architecture": getattr(subject, "architecture", type(subject).__name__),
-            **model_facts(subject),
+            **subject.facts(),
             "layers": subject.n_layers,
             "heads": record.first_column.shape[1],
             "tokens": inputs.tokens,
@@ -127,6 +115,7 @@ def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
     check(cfg.out is not None, "run_scan writes a run directory: give ScanConfig.out (or use sinklab.scan_model)")
     out = prepare_run_dir(cfg.out)
     summary, record, subject, ids = measure_scan(cfg, subject)
+    record_model(out, **subject.facts())
     write_json(out / "config.json", {**asdict(cfg), "model_name": subject.name})
     write_scan(out, summary, record, subject, ids)
     return summary

@@ -2,9 +2,9 @@
 :mod:`.caches` (the caches), :mod:`.rope` (exact RoPE re-rotation), :mod:`.kernel` (one-pass scoring),
 :mod:`.benchmark` (``sinklab stream``) and :mod:`.generate` (``sinklab generate``)."""
 
-from .benchmark import StreamConfig, measure_stream, run_stream
-from .frame import stream_rows
+from .benchmark import StreamConfig, check_one_pass, measure_stream, run_stream
 from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache
+from .frame import stream_rows
 from .generate import check_generation, generate
 from .kernel import sink_window_attention
 from .rope import RopeShift, rotate, rotation
@@ -15,6 +15,7 @@ __all__ = [
     "RopeShift",
     "StreamConfig",
     "cache_bytes",
+    "check_one_pass",
     "check_generation",
     "generate",
     "make_sink_cache",

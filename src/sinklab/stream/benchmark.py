@@ -30,14 +30,14 @@ from typing import Optional
 
 import torch
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 from ..core.corpus import load_corpus
-from ..core.errors import SinklabError, check
+from ..core.errors import NumericalCheckFailed, check
 from ..core.hooks import HookSet
+from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, write_json
-from ..models.hf import LoadOptions, input_device, instrument, token_nll
+from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
+from ..models.hf import LoadOptions, input_device, instrument, model_facts, token_nll
 from ..models.subjects import transformers_model
 from . import page, report
 from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
@@ -123,7 +123,7 @@ def recompute_nll(model, ids: torch.Tensor, context: int, every: int) -> tuple[t
     before it, at every ``every``-th position. Only the last position's logits are computed."""
     positions = list(range(context, len(ids), every)) or [len(ids) - 1]
     nll, seconds = [], []
-    for t in tqdm(positions, desc="recompute", unit="tok"):
+    for t in progress_bar(positions, desc="recompute", unit="tok"):
         start = clock(ids.device)
         logits = model(input_ids=ids[None, t - min(t, context) : t], logits_to_keep=1, use_cache=False).logits[0, -1:]
         nll.append(_nll(logits, ids[t : t + 1]))
@@ -149,7 +149,7 @@ def decode_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: int, 
     cache = _new_cache(model, policy, sinks, window)
     done, peak, by_chunk = 0, 0, []
     starts = [s for s in range(0, len(ids) - 1, chunk)]
-    for start in tqdm(starts, desc=f"{policy} latency", unit="chunk"):
+    for start in progress_bar(starts, desc=f"{policy} latency", unit="chunk"):
         at = max(start, min(sinks + window, len(ids) - steps - 1), done)  # first timed step past a full cache
         if at > done:
             model(input_ids=ids[None, done:at], cache=cache, use_cache=True)
@@ -175,7 +175,7 @@ def real_cache_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: i
     first = min(sinks + window - 1, len(ids) - 2)
     logits = model(input_ids=ids[None, :first], cache=cache, use_cache=True).logits[0, -1:]
     nll, seconds, peak = [], [], 0
-    for t in tqdm(range(first, len(ids) - 1), desc=f"{policy} cache, token by token", unit="tok"):
+    for t in progress_bar(range(first, len(ids) - 1), desc=f"{policy} cache, token by token", unit="tok"):
         nll.append(_nll(logits, ids[t : t + 1]))
         begin = clock(ids.device)
         logits = model(input_ids=ids[None, t : t + 1], cache=cache, use_cache=True).logits[0, -1:]
@@ -270,8 +270,7 @@ def measure_stream(cfg: StreamConfig, model=None) -> tuple[dict, dict]:
         entries["recompute"]["ppl_same_positions"] = same_positions_ppl(curves)
     summary = {
         "model": loaded.name,
-        "device": str(ids.device),
-        "dtype": str(model.dtype).removeprefix("torch."),
+        **model_facts(model),
         "max_positions": loaded.max_positions,
         "tokens": cfg.tokens,
         "sinks": cfg.sinks,
@@ -294,6 +293,7 @@ def run_stream(cfg: StreamConfig, model=None) -> dict:
     out = prepare_run_dir(cfg.out)
     write_json(out / "config.json", asdict(cfg))
     summary, curves = measure_stream(cfg, model)
+    record_model(out, **{key: summary[key] for key in ("device", "dtype", "device_map", "revision")})
     summary["figures"] = report.stream_figures(curves, summary["policies"], summary, out)
     _save_curves(curves, out)
     write_json(out / "summary.json", summary)
@@ -307,9 +307,10 @@ def check_one_pass(summary: dict, out=None) -> None:
     verdict = summary["one_pass_check"]
     if verdict and not verdict["passed"]:
         kept = f"; results kept in {out}/summary.json" if out is not None else ""
-        raise SinklabError(
+        raise NumericalCheckFailed(
             f"the one-pass {verdict['policy']} scores differ from a real {verdict['policy']} cache by {verdict['max_abs_nll_difference']:.2e} nats "
-            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}){kept}"
+            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}){kept}",
+            out,
         )
 
 

@@ -9,7 +9,7 @@ from .analyses import VARIANT_SEEDS, construction_report, run_cap_sweep, run_var
 from .config import TriggerConfig
 from .ensemble import Ensemble, train_members
 from .evaluate import evaluate_trigger
-from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, load_trigger_model, paper_configs, run_lab
+from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, cap_configs, load_trigger_model, paper_configs, run_lab, variant_configs
 from .report import CAP_COLUMNS, VARIANT_COLUMNS
 from .task import TriggerTask
 from .train import train_trigger
@@ -24,6 +24,7 @@ __all__ = [
     "Ensemble",
     "TriggerConfig",
     "TriggerTask",
+    "cap_configs",
     "construction_report",
     "evaluate_trigger",
     "load_trigger_model",
@@ -33,4 +34,5 @@ __all__ = [
     "run_variants",
     "train_members",
     "train_trigger",
+    "variant_configs",
 ]

@@ -114,26 +114,35 @@ def relu_construction(task: TriggerTask) -> Transformer:
     return model
 
 
+#: Largest |error| the hand-built ReLU solution may show (it is exact up to float32 rounding).
+CONSTRUCTION_TOLERANCE = 1e-6
+
+
 @torch.no_grad()
 def check_relu_construction(task: TriggerTask, sequences: int = 10_000, seed: int = 0) -> dict:
-    """Run the hand-built ReLU model on random sequences; report its error and non-trigger weights."""
+    """Run the hand-built ReLU model on random sequences; report its error and non-trigger weights,
+    and whether it ``passed``: error within :data:`CONSTRUCTION_TOLERANCE`, non-trigger rows exactly zero."""
     model = relu_construction(task)
     batch = task.sample(sequences, torch.Generator().manual_seed(seed))
     out, weights = model(batch.x, need_weights=True)
     non_trigger = task.non_trigger_rows(batch.trigger)
     w = weights[0][:, 0]  # (B, L, L)
+    error, rows_zero = (out - batch.y).abs().max().item(), bool((w[non_trigger] == 0).all())
     return {
         "sequences": sequences,
-        "max_abs_error": (out - batch.y).abs().max().item(),
+        "max_abs_error": error,
         "non_trigger_weight_max": w[non_trigger].abs().max().item(),
-        "non_trigger_rows_exactly_zero": bool((w[non_trigger] == 0).all()),
+        "non_trigger_rows_exactly_zero": rows_zero,
         "bos_weight_max": w[..., 0].abs().max().item(),
+        "tolerance": CONSTRUCTION_TOLERANCE,
+        "passed": error <= CONSTRUCTION_TOLERANCE and rows_zero,
     }
 
 
 def construction_report(task: TriggerTask, out: str) -> dict:
-    """Check the hand-built ReLU solution and write ``summary.json`` into ``out``."""
+    """Check the hand-built ReLU solution and write ``config.json`` and ``summary.json`` into ``out``."""
     out_dir = prepare_run_dir(out)
+    write_json(out_dir / "config.json", {"task": task})
     result = check_relu_construction(task)
     write_json(out_dir / "summary.json", stamped("trigger-construct", {"relu_construction": result, "task": task}))
     page.write(out_dir)

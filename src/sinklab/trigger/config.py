@@ -47,8 +47,8 @@ class TriggerConfig:
     compile: str = "auto"  # torch.compile the training step: auto (multi-layer), on, off
 
     def __post_init__(self) -> None:
-        check(self.layers >= 1, f"--layers must be at least 1, got {self.layers}")
-        check(self.heads >= 1, f"--heads must be at least 1, got {self.heads}")
+        check(self.layers >= 1, f"--n-layers must be at least 1, got {self.layers}")
+        check(self.heads >= 1, f"--n-heads must be at least 1, got {self.heads}")
         check(self.max_steps >= 1, f"--max-steps must be at least 1, got {self.max_steps}")
         check(self.batch >= 1, f"--batch must be at least 1, got {self.batch}")
         check(self.eval_sequences >= 1, f"the number of evaluation sequences must be positive, got {self.eval_sequences}")

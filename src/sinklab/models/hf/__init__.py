@@ -16,6 +16,7 @@ from .loading import (
     dequantised_dir,
     input_device,
     load_model,
+    model_facts,
     resolve_device,
     resolve_dtype,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "instrument",
     "layout_of",
     "load_model",
+    "model_facts",
     "output_logits",
     "resolve_device",
     "resolve_dtype",

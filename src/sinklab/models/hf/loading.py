@@ -97,7 +97,7 @@ def check_device_map(device_map: Optional[str]) -> Union[str, dict, None]:
             raise SinklabError(f"--device-map must be auto, a JSON object or a JSON file, got {device_map!r}") from None
         if not isinstance(mapping, dict) or not mapping:
             raise SinklabError("--device-map must map module names to devices, e.g. {\"model.layers.0\": 0, \"lm_head\": \"cpu\"}")
-    for module, where in mapping.items():
+    for where in mapping.values():
         if where not in ("cpu", "disk"):
             resolve_device(f"cuda:{where}" if isinstance(where, int) else str(where))
     return mapping
@@ -107,6 +107,18 @@ def input_device(model: nn.Module) -> torch.device:
     """Where a model's input ids belong: the device of its input embeddings (with a device map,
     the first layers' device)."""
     return model.get_input_embeddings().weight.device
+
+
+def model_facts(model: nn.Module) -> dict:
+    """Where and how a model runs, recorded beside the figures it produced (summary.json, run.json):
+    the input device, the weights' dtype, the devices of a device map, the Hub commit."""
+    device_map = getattr(model, "hf_device_map", None)
+    return {
+        "device": str(input_device(model)),
+        "dtype": str(model.get_input_embeddings().weight.dtype).removeprefix("torch."),
+        "device_map": sorted({str(d) for d in device_map.values()}) if device_map else None,
+        "revision": getattr(model.config, "_commit_hash", None),
+    }
 
 
 @dataclass

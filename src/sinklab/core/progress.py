@@ -1,0 +1,42 @@
+"""Progress bars: every bar of sinklab is made by :func:`progress_bar`, so one switch governs them.
+
+``--quiet`` (:func:`set_quiet`) turns every bar off. When stderr is not a terminal (a log file,
+a pipe, a batch job) a bar redraws at most once every :data:`LOG_INTERVAL` seconds instead of
+ten times a second, so a long run leaves a few lines in its log rather than megabytes.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Optional
+
+from tqdm.auto import tqdm
+
+#: Seconds between redraws when stderr is not a terminal.
+LOG_INTERVAL = 60.0
+
+_quiet = False
+
+
+def set_quiet(quiet: bool) -> None:
+    """Turn every progress bar off (``--quiet``) or back on."""
+    global _quiet
+    _quiet = quiet
+
+
+def is_quiet() -> bool:
+    return _quiet
+
+
+def progress_bar(iterable: Optional[Iterable] = None, *, enabled: bool = True, **kwargs: Any) -> tqdm:
+    """A tqdm bar under the one policy; ``enabled=False`` (a caller's ``progress=False``) turns it off too."""
+    if not _stderr_is_terminal():
+        kwargs.setdefault("mininterval", LOG_INTERVAL)
+    return tqdm(iterable, disable=_quiet or not enabled, **kwargs)
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False

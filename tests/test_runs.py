@@ -1,0 +1,155 @@
+"""Run directories: the one policy for an existing --out, the git commit and model facts in
+run.json. Hand-made run folders, no model: each case of the policy in milliseconds."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import sinklab
+from sinklab.core.errors import SinklabError
+from sinklab.core.runs import (
+    FINISHED,
+    NEW,
+    RESUME,
+    claim_run_dir,
+    prepare_run_dir,
+    read_run_info,
+    record_failed_check,
+    record_model,
+    source_revision,
+    write_json,
+)
+
+CONFIG = {"model": "tiny", "inputs": {"max_tokens": 64, "bos": "auto"}, "query_chunk": 256, "out": "runs/a"}
+
+
+def run_dir(path: Path, config: dict = CONFIG, finished: bool = False) -> Path:
+    """A run folder as a command leaves it: run.json, config.json (plus derived keys), maybe summary.json."""
+    prepare_run_dir(path)
+    write_json(path / "config.json", {**config, "model_name": "Tiny (derived after loading)"})
+    if finished:
+        write_json(path / "summary.json", {"ppl": 1.0})
+    return path
+
+
+def test_a_missing_or_empty_folder_is_new(tmp_path):
+    """Mutation tried: treating an existing empty folder as a foreign one (the emptiness test
+    dropped) refuses the second call."""
+    assert claim_run_dir(tmp_path / "missing", CONFIG) == NEW
+    assert claim_run_dir(tmp_path, CONFIG) == NEW
+
+
+def test_the_same_configuration_is_finished_resumed_or_started_over(tmp_path):
+    """Keys that do not change results (out, query_chunk) and keys only the run adds
+    (model_name) are not compared. Mutations tried: returning RESUME without asking
+    ``resumable`` fails the third claim; not removing the unfinished run fails the last assert."""
+    same = {**CONFIG, "out": str(tmp_path / "elsewhere"), "query_chunk": 64}
+    assert claim_run_dir(run_dir(tmp_path / "done", finished=True), same) == FINISHED
+    assert claim_run_dir(run_dir(tmp_path / "half"), same, resumable=lambda d: True) == RESUME
+    assert claim_run_dir(tmp_path / "half", same, resumable=lambda d: False) == NEW
+    assert not (tmp_path / "half").exists()  # started over: the old outputs are gone
+
+
+def test_another_configuration_is_refused_naming_the_first_differing_key(tmp_path):
+    """Mutation tried: comparing only top-level keys with ``==`` names ``inputs`` instead of
+    ``inputs.max_tokens``; skipping the comparison returns FINISHED."""
+    path = run_dir(tmp_path / "run", finished=True)
+    other = {**CONFIG, "inputs": {"max_tokens": 32, "bos": "auto"}}
+    with pytest.raises(SinklabError) as refused:
+        claim_run_dir(path, other)
+    message = str(refused.value)
+    assert "inputs.max_tokens: 64 there, 32 now" in message and "--overwrite" in message and "\n" not in message
+    assert (path / "summary.json").exists()  # refused, not removed
+    with pytest.raises(SinklabError, match=r"configs\[1\]\.seed: 1 there, 2 now"):
+        claim_run_dir(run_dir(tmp_path / "lab", {"configs": [{"seed": 0}, {"seed": 1}]}), {"configs": [{"seed": 0}, {"seed": 2}]})
+
+
+def test_overwrite_removes_only_a_sinklab_run(tmp_path):
+    """Mutation tried: dropping the run.json/config.json test lets --overwrite delete the user's
+    folder of notes (the last assert fails)."""
+    path = run_dir(tmp_path / "run", finished=True)
+    assert claim_run_dir(path, {**CONFIG, "model": "other"}, overwrite=True) == NEW
+    assert not path.exists()
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me")
+    for overwrite in (False, True):
+        with pytest.raises(SinklabError, match="is not a sinklab run directory"):
+            claim_run_dir(notes, CONFIG, overwrite=overwrite)
+    assert (notes / "todo.txt").read_text() == "keep me"
+
+
+def test_overwrite_never_removes_a_link_or_the_current_directory(tmp_path, monkeypatch):
+    """Mutation tried: removing the guard on links lets shutil.rmtree raise OSError (a traceback)
+    instead of the one-line refusal."""
+    path = run_dir(tmp_path / "run", finished=True)
+    (tmp_path / "link").symlink_to(path)
+    with pytest.raises(SinklabError, match="symbolic link"):
+        claim_run_dir(tmp_path / "link", CONFIG, overwrite=True)
+    monkeypatch.chdir(path)
+    with pytest.raises(SinklabError, match="holds the current directory"):
+        claim_run_dir(path, CONFIG, overwrite=True)
+    assert (path / "summary.json").exists()
+
+
+def test_a_failed_numerical_check_is_not_a_finished_run(tmp_path):
+    """Mutation tried: ignoring run.json's failed-check entry makes the same command a no-op
+    (FINISHED) on a run whose check failed."""
+    path = run_dir(tmp_path / "run", finished=True)
+    record_failed_check(path, "one-pass scores differ")
+    assert claim_run_dir(path, CONFIG) == NEW
+    assert not path.exists()
+
+
+def test_run_json_merges_model_facts(tmp_path):
+    """Mutation tried: replacing the ``model`` entry instead of merging it loses ``device`` at
+    the second call."""
+    torch = pytest.importorskip("torch")
+    path = prepare_run_dir(tmp_path / "run")
+    record_model(path, device="cuda:0", dtype=torch.bfloat16, device_map={"": 0})
+    record_model(path, revision="abc123")
+    info = read_run_info(path)
+    assert info["model"] == {"device": "cuda:0", "dtype": "torch.bfloat16", "device_map": {"": 0}, "revision": "abc123"}
+    assert "command" in info and "versions" in info  # what prepare_run_dir wrote is kept
+    assert not [p.name for p in path.iterdir() if p.name.startswith(".")]  # no temporary file left
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_the_git_commit_of_the_package_checkout(tmp_path):
+    """Untracked package files (an installed copy inside some other repository) give nothing;
+    a tracked one gives HEAD and whether tracked files changed. Mutations tried: dropping the
+    ls-files test records the enclosing repository's commit for the untracked copy; dropping
+    ``--untracked-files=no`` calls the clean checkout dirty (its untracked notes)."""
+    assert source_revision(tmp_path) is None  # not a checkout
+    repo, package = tmp_path / "repo", tmp_path / "repo" / "src" / "sinklab"
+    package.mkdir(parents=True)
+    git(repo, "init", "-q")
+    (package / "__init__.py").write_text("")
+    (repo / "README").write_text("x")
+    git(repo, "add", "README")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "readme only")
+    assert source_revision(package) is None  # sinklab's files are not tracked here
+    git(repo, "add", ".")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "package")
+    (repo / "notes.txt").write_text("untracked")
+    assert source_revision(package) == {"commit": git(repo, "rev-parse", "HEAD"), "uncommitted_changes": False}
+    (package / "__init__.py").write_text("changed = True\n")
+    assert source_revision(package)["uncommitted_changes"] is True
+
+
+def test_run_json_records_the_commit_sinklab_runs_from(tmp_path):
+    """When this test runs from a checkout, run.json names its HEAD. Mutation tried: writing
+    run.json without the ``git`` entry."""
+    package = Path(sinklab.__file__).parent
+    expected = source_revision(package)
+    if expected is None:
+        pytest.skip("sinklab is not imported from a git checkout here")
+    assert expected["commit"] == git(package, "rev-parse", "HEAD")
+    assert json.loads((prepare_run_dir(tmp_path / "run") / "run.json").read_text())["git"] == expected
