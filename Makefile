@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo test sweep sweep-bb bench-llama-cpp clean
+.PHONY: install browser demo test gpu-check sweep sweep-bb bench-llama-cpp clean
 
 # torch first, so that the build is a choice, not whatever pip resolves for sinklab's `torch`
 # dependency (on PyPI for Linux, a multi-GB CUDA build). TORCH_INDEX empty: pip's configured index
@@ -38,6 +38,13 @@ browser:
 
 test: install browser
 	$(BIN)/python -m pytest -q
+
+# The checks that need a GPU, as one prepared run of at most 8 minutes (BENCHMARKS.md 9): on a
+# machine with a CUDA build of torch (make install TORCH_INDEX=...). GPU_PYTHON runs it with
+# another interpreter that already has torch, transformers and accelerate (src/ on its path).
+GPU_PYTHON ?= $(BIN)/python
+gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),install)
+	PYTHONPATH=src $(GPU_PYTHON) benchmarks/gpu_check.py
 
 # every attention variant, default pretraining budget, 2 seeds: about 3 hours on 2 CPU cores,
 # under 2 minutes on one GPU (pretraining picks a GPU when PyTorch sees one)

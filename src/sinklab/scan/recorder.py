@@ -107,7 +107,7 @@ class Recorder:
             shapes = {**{key: (n_heads, positions) for key in per_key},
                       **{key: (positions,) for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs")}, "median_abs": ()}
             for key, shape in shapes.items():
-                self._sums[key].setdefault(layer, torch.zeros(*shape, dtype=torch.float64, device=device))
+                self._sums[key].setdefault(layer, torch.zeros(shape, dtype=torch.float64, device=device))
 
     def count(self, sequences: int) -> None:
         """Declare that a forward pass over ``sequences`` more sequences is about to run."""
