@@ -313,13 +313,14 @@ def greedy(model, ids, n: int, **kwargs) -> torch.Tensor:
 
 
 @torch.no_grad()
-def test_a_left_padded_batch_gives_each_row_its_tokens_alone(sharp):
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])  # GPT-NeoX does not pass positions to the cache
+def test_a_left_padded_batch_gives_each_row_its_tokens_alone(sharp, arch):
     """Prompts of 3, 9 and 6 tokens, left-padded, stream 40 tokens through generate and a cache of
     2 sinks + 8: each row gets the tokens of its prompt generated alone (every step evicts, the
     short rows first shed pads from their sink slots), and with a cache that holds everything,
     those of a dense cache. Mutations caught: padded rows keeping their first slots (no sink
     shift), and row 0's rotation tables used for every row, each made a row's tokens differ."""
-    model, prompts = sharp("llama"), prompts_of((3, 9, 6))
+    model, prompts = sharp(arch), prompts_of((3, 9, 6))
     ids, mask = left_padded(prompts)
     batch = greedy(model, ids, 40, attention_mask=mask, cache=make_sink_cache(model, 2, 8))
     for row, prompt in enumerate(prompts):
@@ -500,6 +501,8 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
         llama.model(input_ids=ids, attention_mask=right_padded, position_ids=torch.arange(6)[None], cache=make_sink_cache(llama.model, 2, 10))
     with pytest.raises(SinklabError, match="needs position_ids that count each row's real tokens"):
         llama.model(input_ids=ids, attention_mask=right_padded.flip(1), cache=make_sink_cache(llama.model, 2, 10))
+    with pytest.raises(SinklabError, match="the attention mask has 4 columns; the sink cache needs one per token fed so far .6."):
+        llama.model(input_ids=ids, attention_mask=right_padded[:, -4:], cache=make_sink_cache(llama.model, 2, 10))
     with pytest.raises(SinklabError, match="consecutive positions"):
         llama.model(input_ids=ids[:1], cache=make_sink_cache(llama.model, 2, 10), position_ids=torch.tensor([[0, 1, 2, 7, 8, 9]]))
     per_layer_type = AutoModelForCausalLM.from_config(tiny_config("llama", 300))
