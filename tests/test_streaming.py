@@ -1,6 +1,8 @@
 """Sink caches: equal to dense within capacity, exact key rotation over long streams in every
 dtype, the intended positions after eviction (manual loops, absolute positions, generate, GPT-NeoX),
-the one-pass kernel against a real cache, native caches, and clear errors.
+left-padded batches and a second chat turn through the same cache, decode steps that read no device
+tensor and rotation tables on each layer's device, the one-pass kernel against a real cache, native
+caches, and clear errors.
 
 Position tests run on *sharp* tiny models (initializer range 0.2): the default tiny models attend
 almost uniformly, so a wrong position would move their logits by ~1e-4 and pass unnoticed. Two
@@ -10,6 +12,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import tiny_config
 from transformers import AutoModelForCausalLM, DynamicCache
 
@@ -17,9 +20,10 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import load_model
 from sinklab.models.native import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, benchmark, caches, generate
+from sinklab.stream import StreamConfig, benchmark, book, caches, generate, rope
 from sinklab.stream.benchmark import policy_nll, real_cache_walk
 from sinklab.stream.caches import NativeSinkCache, cache_bytes, make_sink_cache
+from sinklab.stream.hostsync import greedy_decode
 from sinklab.stream.rope import RopeShift, rotate, rotation
 
 ROPE_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi", "gpt_neox")
@@ -271,7 +275,7 @@ def test_absolute_positions_see_the_cache_positions(sharp, arch):
 
 @torch.no_grad()
 def test_mutation_dropping_the_position_offset_fails_the_test_above(sharp, monkeypatch):
-    monkeypatch.setattr(caches, "_presented_positions", lambda caller, n_old, n_keys: torch.arange(n_keys))
+    monkeypatch.setattr(book, "_presented_positions", lambda caller, n_old, n_keys: torch.arange(n_keys))
     assert in_cache_vs_absolute_gap(sharp("llama")) > 1e-2
 
 
@@ -289,6 +293,175 @@ def test_generate_matches_a_manual_loop(sharp, arch):
         seq = torch.cat([seq, nxt], dim=1)
         logits = model(input_ids=nxt, cache=cache).logits
     assert out.tolist() == seq.tolist()
+
+
+def prompts_of(lengths, seed: int = 1) -> list:
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randint(2, 300, (n,), generator=generator) for n in lengths]
+
+
+def left_padded(prompts) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts left-padded (with token 1) to the longest, and their attention mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.stack([F.pad(p, (width - len(p), 0), value=1) for p in prompts])
+    return ids, torch.stack([F.pad(torch.ones_like(p), (width - len(p), 0)) for p in prompts])
+
+
+def greedy(model, ids, n: int, **kwargs) -> torch.Tensor:
+    """The n tokens ``model.generate`` adds greedily (EOS banned, as min_new_tokens does)."""
+    return model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=1, **kwargs)[:, ids.shape[1] :]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("arch", ["llama", "gpt_neox"])  # GPT-NeoX does not pass positions to the cache
+def test_a_left_padded_batch_gives_each_row_its_tokens_alone(sharp, arch):
+    """Prompts of 3, 9 and 6 tokens, left-padded, stream 40 tokens through generate and a cache of
+    2 sinks + 8: each row gets the tokens of its prompt generated alone (every step evicts, the
+    short rows first shed pads from their sink slots), and with a cache that holds everything,
+    those of a dense cache. Mutations caught: padded rows keeping their first slots (no sink
+    shift), and row 0's rotation tables used for every row, each made a row's tokens differ."""
+    model, prompts = sharp(arch), prompts_of((3, 9, 6))
+    ids, mask = left_padded(prompts)
+    batch = greedy(model, ids, 40, attention_mask=mask, cache=make_sink_cache(model, 2, 8))
+    for row, prompt in enumerate(prompts):
+        assert batch[row].tolist() == greedy(model, prompt[None], 40, cache=make_sink_cache(model, 2, 8))[0].tolist()
+    holds_all = greedy(model, ids, 40, attention_mask=mask, cache=make_sink_cache(model, 2, 60))
+    assert holds_all.tolist() == greedy(model, ids, 40, attention_mask=mask, cache=DynamicCache()).tolist()
+
+
+@torch.no_grad()
+def test_a_manual_batch_loop_gives_each_row_its_tokens_alone(sharp):
+    """generate's loop by hand: a left-padded batch with its growing attention mask and positions
+    counting each row's tokens; and an unpadded batch with no positions, where the cache chooses
+    them and rebases every 8 steps. Each row gets the tokens of its prompt decoded alone.
+    Mutation caught: get_mask_sizes numbering the kept keys one column early made row 0 differ."""
+    model, prompts = sharp("llama"), prompts_of((3, 9, 6))
+    ids, mask = left_padded(prompts)
+    positions, cache, tokens = (mask.cumsum(-1) - 1).clamp(min=0), make_sink_cache(model, 2, 8), []
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache).logits[:, -1]
+    for _ in range(40):
+        tokens.append(logits.argmax(-1, keepdim=True))
+        mask, positions = F.pad(mask, (0, 1), value=1), positions[:, -1:] + 1
+        logits = model(input_ids=tokens[-1], attention_mask=mask, position_ids=positions, cache=cache).logits[:, -1]
+    batch = torch.cat(tokens, dim=1)
+    for row, prompt in enumerate(prompts):
+        assert batch[row].tolist() == greedy_decode(model, make_sink_cache(model, 2, 8), prompt[None], 40)[0].tolist()
+    same_length = torch.stack(prompts_of((7, 7, 7), seed=2))
+    batch = greedy_decode(model, make_sink_cache(model, 2, 8), same_length, 40)
+    for row in range(3):
+        assert batch[row].tolist() == greedy_decode(model, make_sink_cache(model, 2, 8), same_length[row : row + 1], 40)[0].tolist()
+
+
+def conversation(model, cache, prompt, reply, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two chat turns through one cache: generate n tokens, append ``reply`` to the whole output,
+    generate n more from the whole conversation (``past_key_values=``, the argument's older name,
+    in the second call). The conversation before the second turn, and the second turn's tokens."""
+    first = torch.cat([prompt, greedy(model, prompt, n, cache=cache)], dim=1)
+    so_far = torch.cat([first, reply], dim=1)
+    return so_far, greedy(model, so_far, n, past_key_values=cache)
+
+
+@torch.no_grad()
+def fed_like_generate(model, cache, so_far, prompt_length: int, n: int) -> torch.Tensor:
+    """What generate feeds across those two turns, by hand into ``cache``: the prompt, the first
+    turn's tokens one at a time but its last, then that last token and the reply as one chunk;
+    then n greedy tokens."""
+    steps = [so_far[:, :prompt_length], *so_far[:, prompt_length : prompt_length + n - 1].split(1, dim=1), so_far[:, prompt_length + n - 1 :]]
+    fed, tokens = 0, []
+    for chunk in steps + [None] * n:
+        if chunk is None:
+            logits[:, 1] = float("-inf")  # min_new_tokens bans EOS (id 1)
+            chunk = logits.argmax(-1, keepdim=True)
+            tokens.append(chunk)
+        logits = model(input_ids=chunk, cache=cache, position_ids=torch.arange(fed, fed + chunk.shape[1])[None]).logits[:, -1]
+        fed += chunk.shape[1]
+    return torch.cat(tokens, dim=1)
+
+
+@torch.no_grad()
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+def test_generate_continues_a_conversation_with_the_same_cache(sharp):
+    """The second turn, from the whole conversation, feeds the cache only the tokens it has not
+    seen (get_seq_length counts the tokens fed), long after evictions: its tokens equal a fresh
+    sink cache fed the same tokens the same way; while the cache holds everything, a dense cache's.
+    Mutation caught: get_seq_length answering the cache's own frame (as in a manual loop) made
+    generate feed the conversation again, and the second turn differ."""
+    model, (prompt, reply) = sharp("llama"), (p[None] for p in prompts_of((7, 5)))
+    so_far, second = conversation(model, make_sink_cache(model, 2, 8), prompt, reply, 30)
+    assert second.tolist() == fed_like_generate(model, make_sink_cache(model, 2, 8), so_far, 7, 30).tolist()
+    so_far, second = conversation(model, make_sink_cache(model, 2, 80), prompt, reply, 30)
+    dense_so_far, dense_second = conversation(model, DynamicCache(), prompt, reply, 30)
+    assert (so_far.tolist(), second.tolist()) == (dense_so_far.tolist(), dense_second.tolist())
+
+
+class DeviceOnly(torch.Tensor):
+    """A tensor whose values never reach the host: any read raises (what a decode step must not do
+    with an accelerator's tensors: .cpu(), .item(), .tolist(), int(), bool(), torch.equal, ...)."""
+
+    READS = {torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.to, torch.Tensor.__int__,
+             torch.Tensor.__index__, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.nonzero, torch.nonzero, torch.equal}
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in cls.READS:
+            raise AssertionError(f"a decode step read a device tensor on the host ({func.__name__})")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@torch.no_grad()
+def test_decode_steps_read_no_device_tensor(sharp, monkeypatch):
+    """With every tensor counted as off the host, the positions and attention masks the taps record
+    at single-token steps are DeviceOnly: a manual loop (the cache's positions, rebases every 8
+    steps), a loop passing positions, and generate on a left-padded batch decode as before without
+    reading them (a prefill may). Mutation caught: reading the positions (.cpu()) at every step
+    raised at the first decode step."""
+    model, prompts = sharp("llama"), prompts_of((3, 9, 6))
+    ids, mask = left_padded(prompts)
+    runs = {
+        "manual loop": lambda: greedy_decode(model, make_sink_cache(model, 2, 8), ids[1:2], 40),
+        "positions passed": lambda: greedy_decode(model, make_sink_cache(model, 2, 8), ids[1:2], 40, pass_positions=True),
+        "generate, padded": lambda: greedy(model, ids, 40, attention_mask=mask, cache=make_sink_cache(model, 2, 8)),
+    }
+    expected = {name: run().tolist() for name, run in runs.items()}
+    record_positions, record_caller = rope._PositionTap.__call__, rope._CallerTap.__call__
+
+    def positions_on_device(tap, module, args, kwargs):
+        record_positions(tap, module, args, kwargs)
+        if tap.positions.shape[-1] == 1:
+            tap.positions = tap.positions.as_subclass(DeviceOnly)
+
+    def mask_on_device(tap, module, args, kwargs):
+        record_caller(tap, module, args, kwargs)
+        if tap.attention_mask is not None and kwargs["input_ids"].shape[-1] == 1:
+            tap.attention_mask = tap.attention_mask.as_subclass(DeviceOnly)
+
+    monkeypatch.setattr(rope._PositionTap, "__call__", positions_on_device)
+    monkeypatch.setattr(rope._CallerTap, "__call__", mask_on_device)
+    monkeypatch.setattr(book, "_on_host", lambda tensor: False)
+    assert {name: run().tolist() for name, run in runs.items()} == expected
+
+
+def test_each_device_gets_the_rotation_tables_on_that_device(sharp):
+    """A model split across devices: layer 0's keys on the CPU, layer 1's on the meta device.
+    Every step's rotations reach each layer on its own device, built once per device. Mutation
+    caught: handing every layer the CPU tables (layer 0's) failed at the first rotation
+    ("Tensor on device cpu is not on the expected device meta")."""
+    model = sharp("llama")
+    rotary, cache = model.model.rotary_emb, make_sink_cache(model, 2, 6)
+    heads, dim = model.config.num_key_value_heads, model.config.hidden_size // model.config.num_attention_heads
+    rotations = 0
+    for _ in range(20):
+        key = torch.randn(1, heads, 1, dim)
+        rotary(key, torch.tensor([[cache.get_seq_length()]]))  # the model's rotary call records the step's positions
+        on_cpu, _ = cache.update(key, key, 0)
+        on_meta, _ = cache.update(key.to("meta"), key.to("meta"), 1)
+        assert (on_cpu.device.type, on_meta.device.type) == ("cpu", "meta")
+        step = cache.layers[0].book.step
+        for tables in (step.sink_rotation, step.rotation):
+            if tables is not None:
+                rotations += 1
+                assert {device.type: cos.device.type for device, (cos, _) in tables.tables.items()} == {"cpu": "cpu", "meta": "meta"}
+    assert rotations >= 12
 
 
 @torch.no_grad()
@@ -319,8 +492,17 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
     with pytest.raises(SinklabError, match="unknown policy"):
         StreamConfig(policies=("dense", "lru"))
     ids = torch.randint(2, 300, (2, 6))
-    with pytest.raises(SinklabError, match="one sequence at a time; got a batch of 2"):
-        llama.model(input_ids=ids, cache=make_sink_cache(llama.model, 2, 10))
+    cache = make_sink_cache(llama.model, 2, 10)
+    llama.model(input_ids=ids, cache=cache)
+    with pytest.raises(SinklabError, match="holds a batch of 2; this forward feeds 1"):
+        llama.model(input_ids=ids[:1, :1], cache=cache)
+    right_padded = torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])
+    with pytest.raises(SinklabError, match="left padding only"):
+        llama.model(input_ids=ids, attention_mask=right_padded, position_ids=torch.arange(6)[None], cache=make_sink_cache(llama.model, 2, 10))
+    with pytest.raises(SinklabError, match="needs position_ids that count each row's real tokens"):
+        llama.model(input_ids=ids, attention_mask=right_padded.flip(1), cache=make_sink_cache(llama.model, 2, 10))
+    with pytest.raises(SinklabError, match="the attention mask has 4 columns; the sink cache needs one per token fed so far .6."):
+        llama.model(input_ids=ids, attention_mask=right_padded[:, -4:], cache=make_sink_cache(llama.model, 2, 10))
     with pytest.raises(SinklabError, match="consecutive positions"):
         llama.model(input_ids=ids[:1], cache=make_sink_cache(llama.model, 2, 10), position_ids=torch.tensor([[0, 1, 2, 7, 8, 9]]))
     per_layer_type = AutoModelForCausalLM.from_config(tiny_config("llama", 300))

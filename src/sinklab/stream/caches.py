@@ -6,29 +6,55 @@ tokens a query sees *including itself*: attention spans at most ``n_sink + windo
 
 Positions follow StreamingLLM: a query sees every kept key at its index in the cache, so the
 relative distances are those of a fresh sequence of the cached tokens. Only distances matter to
-RoPE, so the cache picks the frame: in a manual loop, transformers places the next token at
-``get_seq_length()``, which the cache answers with the position right after its newest key. The
-recent keys then already sit at their distance from the query and stay as the model rotated them;
-only the ``n_sink`` sink keys are moved, by **one** rotation from where the model rotated them,
-at each step. Every ``window`` steps the frame is rebased to the cache index (the recent keys are
-moved once and stored there), so positions stay small and float32 angles exact. Re-rotating every
-key by -1 at each eviction instead costs a pass over the cache per step and compounds rounding:
-after ~1,000 evictions a bfloat16 key is off by tens of percent (BENCHMARKS.md, section 5).
+RoPE, so the frame is free. In a manual loop that passes no ``position_ids``, transformers places
+the next token at ``get_seq_length()``, which the cache answers with the position right after its
+newest key. The recent keys then already sit at their distance from the query and stay as the
+model rotated them; only the ``n_sink`` sink keys are moved, by **one** rotation from where the
+model rotated them, at each step. Every ``window`` steps the frame is rebased to the cache index
+(the recent keys are moved once and stored there), so positions stay small and float32 angles
+exact. Re-rotating every key by -1 at each eviction instead costs a pass over the cache per step
+and compounds rounding: after ~1,000 evictions a bfloat16 key is off by tens of percent
+(BENCHMARKS.md, section 5).
 
-The rotary arithmetic and the position tap are in :mod:`.rope`.
+A caller that passes ``position_ids`` (``model.generate`` does) numbers each sequence's tokens
+itself; the cache then answers ``get_seq_length()`` with the number of tokens (columns) it has
+been fed, as transformers' own caches do, so that ``generate`` called again with the whole
+conversation feeds only the new tokens, and so that the columns of the attention mask it keeps
+growing line up with the kept keys: ``get_mask_sizes`` numbers them as the last columns before the
+new tokens. The recent keys again sit where the caller rotated them; only the sinks move.
+
+Batches: rows may be left-padded (an ``attention_mask`` of zeros then ones, as tokenizers with
+``padding_side="left"`` and ``model.generate`` give them), with ``position_ids`` that count each
+row's real tokens (generate's ``attention_mask.cumsum(-1) - 1``). Each row keeps its own sinks,
+its first ``n_sink`` real tokens, and its recent tokens; a row shorter than the cache holds its
+pads in its first slots, where the mask hides them, so every row attends exactly as it would
+alone. The sinks of each row move by that row's own rotation.
+
+No host synchronisation in a decode step: the bookkeeping is Python integers and CPU tensors
+worked out from what the cache already knows (the tokens fed, the positions it proposed, each
+row's last position). A step that feeds several tokens (a prefill) reads the caller's positions
+and attention mask once and checks them; a single-token step checks the caller's positions only
+when they are in host memory (on the CPU), and on an accelerator takes them to be what the cache
+expects: its proposal when the caller passes none, else each row's previous position plus one.
+The step's rotation tables are built on the CPU and copied, without waiting, once to each device
+that asks (a model split across devices gets each layer's tables on that layer's device).
+
+The per-step bookkeeping is in :mod:`.book`, the recent tokens' storage in :mod:`.strip`, the
+rotary arithmetic and the taps in :mod:`.rope`, and a decode loop that checks a GPU step for host
+synchronisation in :mod:`.hostsync`.
 """
-
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import nn
 
-from ..core.errors import SinklabError, check
+from ..core.errors import check
 from ..models.native import KVCache
+from .book import SinkBook
 from .rope import RopeShift, rotate
+from .strip import Strip
 
 POLICIES = ("dense", "window", "sink", "recompute")
 STRIP_SLACK = 4  # a layer's strip holds a 1/STRIP_SLACK window (at least 16 rows) more than the cache: memory bought to copy less
@@ -52,137 +78,25 @@ def _transformers_cache_classes():
 def make_sink_cache(model: nn.Module, n_sink: int, window: int):
     """A transformers ``Cache`` with one ``SinkCacheLayer`` per decoder layer.
 
-    Use it like any cache: ``model(ids, cache=c)`` in a loop, or ``model.generate(ids, cache=c)``,
-    one sequence at a time. ``n_sink = 0`` gives the plain sliding window (the ``window`` policy).
+    Use it like any cache: ``model(ids, cache=c)`` in a loop, or ``model.generate(ids, cache=c)``
+    (``past_key_values=c``, the argument's name before transformers renamed it, works too). To
+    continue a conversation, call ``generate`` again with the same cache and the whole
+    conversation so far (the previous output plus the new message): the cache feeds only the
+    tokens it has not seen, as with a dense cache, even after it evicted some (a stream that a
+    manual loop without positions filled counts in the cache's own frame: continue it by hand).
+    A batch may be left-padded with its ``attention_mask`` (and positions counting each row's
+    tokens, which ``generate`` passes); each row streams as it would alone. ``n_sink = 0`` gives
+    the plain sliding window (the ``window`` policy).
+
     Feed single tokens for exact streaming: a chunk of n tokens attends like a prefill (each of its
     tokens sees the kept cache and the chunk's earlier tokens, up to ``n_sink + window - 1 + n``
     keys), and the cache is trimmed after it.
     """
     check_sizes(n_sink, window)
     Cache, _ = _transformers_cache_classes()
-    book = _SinkBook(n_sink, window, RopeShift(model))
+    book = SinkBook(n_sink, window, RopeShift(model))
     n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
     return Cache(layers=[_sink_layer_class()(book, index) for index in range(n_layers)])
-
-
-class _SinkBook:
-    """What every layer of one sink cache shares: which stream tokens are kept, where the model
-    rotated their keys, and this step's plan (worked out once, by layer 0, for all layers)."""
-
-    def __init__(self, n_sink: int, window: int, rope: RopeShift) -> None:
-        self.n_sink, self.window, self.rope = n_sink, window, rope
-        self.reset()
-
-    def reset(self) -> None:
-        self.positions = torch.zeros(0, dtype=torch.long)  # stream index of every kept token
-        self.rotated_at = torch.zeros(0, dtype=torch.long)  # where its key is rotated, as stored
-        self.seen = 0
-        self.step: Optional[_Step] = None
-
-    def next_position(self) -> int:
-        """The position the next token is rotated at in a manual loop (the cache's
-        ``get_seq_length``): right after the newest kept key, so that no recent key has to move,
-        until that runs a whole window ahead of the token's index in the cache; then the index
-        itself, and that step stores the recent keys moved there (a rebase). Positions stay below
-        ``n_sink + 2 * window`` however long the stream, and a key is re-rotated at most once while
-        it is kept: the rebase comes every ``window`` steps, and a key stays ``window - 1``."""
-        n_kept = len(self.rotated_at)
-        if n_kept == 0:
-            return 0
-        follow = int(self.rotated_at[-1]) + 1
-        return follow if 0 <= follow - n_kept < self.window else n_kept
-
-    def begin_step(self, n_new: int, device) -> "_Step":
-        """Plan a forward that feeds ``n_new`` tokens: which keys must be moved to be seen at their
-        cache index (usually only the sinks), and how many tokens to drop after the step."""
-        n_old, proposed = len(self.rotated_at), self.next_position()
-        caller = self.rope.caller_positions(n_new)
-        rotated_at = torch.cat([self.rotated_at, caller])
-        target = _presented_positions(caller, n_old, len(rotated_at))
-        n_sink = min(self.n_sink, len(rotated_at))
-        sink_rotation = rotation = None
-        restore = False
-        if not torch.equal(rotated_at[n_sink:], target[n_sink:]):  # a rebase, or positions the caller chose
-            rotation = self._rotation(rotated_at, target, device)
-            restore = int(caller[0]) == proposed
-            if restore:
-                rotated_at[n_sink:] = target[n_sink:]
-        elif not torch.equal(rotated_at[:n_sink], target[:n_sink]):
-            sink_rotation = self._rotation(rotated_at[:n_sink], target[:n_sink], device)
-        positions = torch.cat([self.positions, torch.arange(self.seen, self.seen + n_new)])
-        dropped = max(0, len(rotated_at) - (self.n_sink + self.window - 1))
-        self.step = _Step(n_old, n_new, sink_rotation, rotation, restore, dropped)
-        self.rotated_at, self.positions = _drop(rotated_at, self.n_sink, dropped), _drop(positions, self.n_sink, dropped)
-        self.seen += n_new
-        return self.step
-
-    def _rotation(self, source: torch.Tensor, target: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
-        return tuple(t.to(device) for t in self.rope.rotation(source, target))
-
-
-@dataclass
-class _Step:
-    n_old: int
-    n_new: int
-    sink_rotation: Optional[tuple[torch.Tensor, torch.Tensor]]  # moves the sinks alone (the usual step)
-    rotation: Optional[tuple[torch.Tensor, torch.Tensor]]  # moves every key (a rebase, or the caller's positions)
-    restore: bool  # the rebase: the recent keys are stored where this step moves them
-    dropped: int  # tokens after the sinks evicted once the step is attended
-
-
-def _drop(x: torch.Tensor, n_sink: int, dropped: int, dim: int = 0) -> torch.Tensor:
-    """``x`` without the ``dropped`` entries that follow the first ``n_sink`` along ``dim``."""
-    if not dropped:
-        return x
-    return torch.cat([x.narrow(dim, 0, n_sink), x.narrow(dim, n_sink + dropped, x.shape[dim] - n_sink - dropped)], dim=dim)
-
-
-class _Strip:
-    """One layer's recent keys and values in preallocated tensors, in cache order.
-
-    The recent tokens sit at rows ``[start, start + n)``. A step writes the sinks just before
-    them and its new tokens just after, and hands attention a view of the whole run, so it copies
-    ``n_sink`` + new rows where a concatenation copies the cache. Eviction only advances
-    ``start``. When a step does not fit, the recent rows move to the front of fresh tensors of
-    ``capacity`` rows (the cache plus a quarter window: once per quarter window of steps), or of a
-    size that holds a longer chunk, which the next step that fits the usual size gives back."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.tensors: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values), (B, H, rows, D)
-        self.start = self.n = 0
-
-    def recent(self, part: int) -> torch.Tensor:
-        return self.tensors[part][..., self.start : self.start + self.n, :]
-
-    def step(self, sink_keys, sink_values, keys, values, n_sink: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Views of (sinks, recent, new) keys and values, with the sinks and the new rows written."""
-        n_front, n_new = sink_keys.shape[-2], keys.shape[-2]
-        self._make_room(keys, values, n_sink, n_new)
-        first, end = self.start - n_front, self.start + self.n + n_new
-        for tensor, sinks, new in zip(self.tensors, (sink_keys, sink_values), (keys, values)):
-            tensor[..., first : self.start, :].copy_(sinks)
-            tensor[..., self.start + self.n : end, :].copy_(new)
-        self.n += n_new
-        return tuple(tensor[..., first:end, :] for tensor in self.tensors)
-
-    def store_keys(self, keys: torch.Tensor) -> None:
-        """Replace the recent keys (a rebase stores them where it moved them)."""
-        self.recent(0).copy_(keys)
-
-    def evict(self, dropped: int) -> None:
-        self.start, self.n = self.start + dropped, self.n - dropped
-
-    def _make_room(self, keys, values, n_sink: int, n_new: int) -> None:
-        rows = max(self.capacity, n_sink + self.n + n_new)
-        fits = self.tensors is not None and self.start >= n_sink and self.start + self.n + n_new <= self.tensors[0].shape[-2]
-        if fits and (self.tensors[0].shape[-2] == self.capacity or rows > self.capacity):
-            return
-        fresh = tuple(x.new_empty(*x.shape[:-2], rows, x.shape[-1]) for x in (keys, values))
-        if self.n:
-            for tensor, part in zip(fresh, (0, 1)):
-                tensor[..., n_sink : n_sink + self.n, :].copy_(self.recent(part))
-        self.tensors, self.start = fresh, n_sink
 
 
 def _kept_tensor(part: int, doc: str) -> property:
@@ -215,27 +129,32 @@ def _sink_layer_class():
 
         The sinks are stored apart, their keys as the model rotated them, because they are shown
         at a new position at every step once the cache is full. The recent tokens live in a
-        :class:`_Strip`, which hands attention a view in cache order, so a step copies only the
-        sinks and the new token, where a dense cache copies all of itself."""
+        :class:`~.strip.Strip`, which hands attention a view in cache order, so a step copies only
+        the sinks and the new token, where a dense cache copies all of itself. A left-padded row
+        shorter than the cache takes its sink slots from the tokens that leave the strip until its
+        first real token reaches slot 0 (:meth:`SinkBook._sink_shift`)."""
 
         is_croppable = False
 
-        def __init__(self, book: _SinkBook, index: int) -> None:
+        def __init__(self, book: SinkBook, index: int) -> None:
             super().__init__()
             self.book, self.index, self.n_sink = book, index, book.n_sink
             self._sinks: Optional[tuple[torch.Tensor, torch.Tensor]] = None  # (keys, values) of the sinks
-            self._strip = _Strip(book.n_sink + book.window + max(book.window // STRIP_SLACK, 16))
+            self._strip = Strip(book.n_sink + book.window + max(book.window // STRIP_SLACK, 16))
 
         keys = _kept_tensor(0, "The kept keys, each rotated where ``rotated_at`` says.")
         values = _kept_tensor(1, "The kept values.")
 
         @property
         def positions(self) -> torch.Tensor:
-            return self.book.positions
+            """Each kept token's index among its sequence's tokens: (kept,) for one sequence,
+            (B, kept) for a batch (a left-padded row's pads are negative)."""
+            return _single_row(self.book.positions)
 
         @property
         def rotated_at(self) -> torch.Tensor:
-            return self.book.rotated_at
+            """Where each kept key is rotated, as stored; shaped like ``positions``."""
+            return _single_row(self.book.rotated_at)
 
         def lazy_initialization(self, key_states, value_states) -> None:
             self.device = key_states.device
@@ -244,7 +163,7 @@ def _sink_layer_class():
 
         def reset(self) -> None:
             self._sinks = None
-            self._strip = _Strip(self._strip.capacity)
+            self._strip = Strip(self._strip.capacity)
             self.is_initialized = False
             self.book.reset()
 
@@ -257,22 +176,24 @@ def _sink_layer_class():
             return 0 if self._sinks is None else self._sinks[0].shape[-2] + self._strip.n
 
         def get_seq_length(self) -> int:
-            """The position the next token is rotated at (:meth:`_SinkBook.next_position`); this is
-            what transformers reads to place a manual loop's tokens. ``kept_tokens`` counts tokens."""
-            return self.book.next_position() if self.is_initialized else 0
+            """In a manual loop that passes no positions, the position the next token is rotated
+            at (:meth:`SinkBook.next_position`), which transformers reads to place it; when the
+            caller passes positions (``generate``), the number of tokens fed, which ``generate``
+            reads to skip those it passes again. ``kept_tokens`` counts the kept tokens."""
+            return self.book.sequence_length() if self.is_initialized else 0
 
         def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
             """The kept keys plus the new ones, numbered so that the newest kept key sits right
-            before the first query (whose position is ``get_seq_length``)."""
+            before the first query (whose column is ``get_seq_length``): the kept keys are the
+            columns of the attention mask just before the new tokens, which, for a left-padded row
+            shorter than the cache, are its pads (hidden) and then its tokens."""
             n_kept = self.kept_tokens()
             return n_kept + query_length, self.get_seq_length() - n_kept
 
         def update(self, key_states, value_states, *args, **kwargs):
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            if key_states.shape[0] != 1:
-                raise SinklabError(f"the sink cache streams one sequence at a time; got a batch of {key_states.shape[0]}")
-            step = self.book.begin_step(key_states.shape[-2], key_states.device) if self.index == 0 else self.book.step
+            step = self.book.begin_step(key_states.shape[0], key_states.shape[-2]) if self.index == 0 else self.book.step
             check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.kept_tokens(),
                   "the sink cache's layers must be updated in order, from layer 0, once per forward")
             sink_keys, sink_values = self._sinks
@@ -282,17 +203,31 @@ def _sink_layer_class():
                 sink_values = torch.cat([sink_values, value_states[..., :arriving, :]], dim=-2)
                 key_states, value_states = key_states[..., arriving:, :], value_states[..., arriving:, :]
                 self._sinks = (sink_keys, sink_values)
-            shown_sinks = sink_keys if step.sink_rotation is None else rotate(sink_keys, *step.sink_rotation)
+            device = key_states.device
+            shown_sinks = sink_keys if step.sink_rotation is None else rotate(sink_keys, *step.sink_rotation.on(device))
             keys, values = self._strip.step(shown_sinks, sink_values, key_states, value_states, self.n_sink)
-            shown = keys if step.rotation is None else rotate(keys, *step.rotation)
-            if step.restore:
+            shown = keys
+            if step.rotation is not None:  # a rebase: the recent keys are stored where they are shown, moved once
+                shown = rotate(keys, *step.rotation.on(device))
                 self._strip.store_keys(shown[..., sink_keys.shape[-2] :, :])
+            if step.sink_shift is not None:
+                self._sinks = self._shifted_sinks(step)
             self._strip.evict(step.dropped)
             return shown, values
 
+        def _shifted_sinks(self, step) -> tuple[torch.Tensor, torch.Tensor]:
+            """Each row's sink slots taken ``step.sink_shift[row]`` further along the sinks and
+            the tokens about to leave the strip (as stored, like the book's ``rotated_at``)."""
+            shifted = []
+            for part, sinks in enumerate(self._sinks):
+                run = torch.cat([sinks, self._strip.recent(part)[..., : step.dropped, :]], dim=-2)
+                shifted.append(torch.stack([run[row, :, s : s + self.n_sink] for row, s in enumerate(step.sink_shift)]))
+            return tuple(shifted)
+
         def keys_in_cache(self) -> torch.Tensor:
             """The kept keys rotated at their index in the cache (what the next query sees)."""
-            return self.book.rope.move(self.keys, self.rotated_at, torch.arange(len(self.rotated_at)))
+            rotated_at = self.book.rotated_at
+            return self.book.rope.move(self.keys, rotated_at, torch.arange(rotated_at.shape[1]).expand_as(rotated_at))
 
         def get_max_length(self) -> int:
             return self.n_sink + self.book.window
@@ -301,13 +236,9 @@ def _sink_layer_class():
     return SinkCacheLayer
 
 
-def _presented_positions(caller: torch.Tensor, n_old: int, n_keys: int) -> torch.Tensor:
-    """Where attention must see the ``n_keys`` keys: at their index in the cache, moved by how far
-    the caller's positions run ahead of the cache's (in a manual loop, by the cache's own frame,
-    0 to ``window``; under ``model.generate``, which passes absolute positions, by the number of
-    tokens evicted so far)."""
-    offset = int(caller[0]) - n_old
-    return torch.arange(offset, offset + n_keys)
+def _single_row(x: torch.Tensor) -> torch.Tensor:
+    """A (B, kept) book tensor as the layer shows it: (kept,) for one sequence."""
+    return x[0] if x.shape[0] == 1 else x
 
 
 def cache_bytes(cache) -> int:

@@ -6,13 +6,20 @@ is the key the model would have rotated at the target position, and queries and 
 consistent at any absolute position (``model.generate`` passes absolute positions; far past
 10^5 tokens those float32 angles themselves drift, for the model as much as for the cache).
 
-The caller's positions are read where the model uses them: a forward pre-hook on the rotary module
+The caller's positions are seen where the model uses them: a forward pre-hook on the rotary module
 records the ``position_ids`` of every call, so models that do not pass positions to the cache
-(GPT-NeoX) stream correctly too. This is the one piece that depends on transformers internals; it
-is isolated in :class:`RopeShift` and tested against keys computed directly at the new positions.
+(GPT-NeoX) stream correctly too, and a pre-hook on the module that runs the rotary embedding (the
+decoder stack) records whether the caller passed ``position_ids`` at all and its ``attention_mask``.
+Both hooks only keep references: reading a tensor is the cache's decision (an accelerator's
+tensor is read only at a prefill, see :mod:`.caches`). This is the one piece that depends on
+transformers internals; it is isolated in :class:`RopeShift` and tested against keys computed
+directly at the new positions.
 """
 
 from __future__ import annotations
+
+import inspect
+from typing import Optional
 
 import torch
 from torch import nn
@@ -50,35 +57,48 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
 
 
 class RopeShift:
-    """The rotary frequencies of a Hugging Face model and the positions of its latest forward."""
+    """The rotary frequencies of a Hugging Face model and what the caller passed its latest forward."""
 
     def __init__(self, model: nn.Module) -> None:
-        rotary = next((m for m in model.modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
-        if rotary is None:
+        found = next(((name, m) for name, m in model.named_modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
+        if found is None:
             raise SinklabError(f"{type(model).__name__} has no rotary position embedding; the sink cache needs a RoPE model")
         _check_rope_config(model.config)
-        self.inv_freq = rotary.inv_freq.detach().float().clone()
+        name, rotary = found
+        self.inv_freq = rotary.inv_freq.detach().float().cpu().clone()  # the tables are built on the CPU (see .caches)
         self.tap = _position_tap(rotary)
+        self.caller = _caller_tap(model.get_submodule(name.rpartition(".")[0]))
 
     def rotation(self, source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The :func:`rotation` that moves keys rotated at ``source`` (T,) to ``target`` (T,)."""
-        return rotation(rope_angles(target, self.inv_freq) - rope_angles(source, self.inv_freq))
+        """The :func:`rotation` that moves keys rotated at ``source`` to ``target``: (T, D) tables
+        for positions (T,), or one table per sequence, (B, 1, T, D), for positions (B, T) (the 1
+        broadcasts over the heads)."""
+        cos, sin = rotation(rope_angles(target, self.inv_freq) - rope_angles(source, self.inv_freq))
+        return (cos.unsqueeze(1), sin.unsqueeze(1)) if source.dim() == 2 else (cos, sin)
 
     def move(self, x: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """``x`` (..., T, D), rotated by the model at positions ``source`` (T,), rotated instead at
-        ``target`` (T,), in one rotation."""
+        """``x`` (..., T, D), rotated by the model at positions ``source`` ((T,), or (B, T) for
+        x (B, H, T, D)), rotated instead at ``target``, in one rotation."""
         if torch.equal(source, target):
             return x
         cos, sin = self.rotation(source, target)
         return rotate(x, cos.to(x.device), sin.to(x.device))
 
-    def caller_positions(self, n_new: int) -> torch.Tensor:
-        """The positions (n_new,) the model rotated the new keys at, from the rotary module's last call."""
+    def recorded_positions(self) -> torch.Tensor:
+        """The ``position_ids`` of the rotary module's latest call, as recorded (not read)."""
         check(self.tap.positions is not None, "the sink cache saw no rotary call for this forward; it needs a model that computes RoPE from position_ids")
-        positions = self.tap.positions.reshape(-1).cpu()
-        consecutive = len(positions) == n_new and torch.equal(positions, positions[0] + torch.arange(n_new))
-        check(consecutive, f"the sink cache needs {n_new} consecutive positions for the new tokens; the model used {positions.tolist()[:8]}")
-        return positions
+        return self.tap.positions
+
+    def positions_given(self) -> Optional[bool]:
+        """During a forward, whether its caller passed ``position_ids`` (``model.generate`` does);
+        if not, the model numbers the tokens from the cache's ``get_seq_length``. None between
+        forwards. A model whose rotary embedding is called directly (no decoder stack to watch)
+        counts as given."""
+        return True if self.caller is None else self.caller.given
+
+    def attention_mask(self) -> Optional[torch.Tensor]:
+        """The attention mask passed to the running forward (None if none, between forwards, or unknown)."""
+        return None if self.caller is None else self.caller.attention_mask
 
 
 def _check_rope_config(config) -> None:
@@ -107,4 +127,40 @@ def _position_tap(rotary: nn.Module) -> _PositionTap:
         tap = _PositionTap()
         rotary.register_forward_pre_hook(tap, with_kwargs=True)
         rotary._sinklab_position_tap = tap
+    return tap
+
+
+class _CallerTap:
+    """While the decoder stack runs, whether it was given ``position_ids`` and its
+    ``attention_mask`` (a reference); both None between its calls, so that a cache updated
+    directly (outside a forward) never sees another forward's arguments."""
+
+    ARGUMENTS = ("position_ids", "attention_mask")
+
+    def __init__(self, forward) -> None:
+        names = list(inspect.signature(forward).parameters)
+        self.index = {name: names.index(name) for name in self.ARGUMENTS}
+        self.clear()
+
+    def __call__(self, module, args, kwargs) -> None:
+        position_ids, self.attention_mask = (kwargs[n] if n in kwargs else args[i] if i < len(args) else None for n, i in self.index.items())
+        self.given = position_ids is not None
+
+    def clear(self, *_) -> None:
+        self.given: Optional[bool] = None
+        self.attention_mask: Optional[torch.Tensor] = None
+
+
+def _caller_tap(stack: nn.Module) -> Optional[_CallerTap]:
+    """The tap on ``stack`` (the module that runs the rotary embedding), installed once per model;
+    None when its forward takes no ``position_ids`` and ``attention_mask``."""
+    tap = getattr(stack, "_sinklab_caller_tap", None)
+    if tap is None:
+        parameters = inspect.signature(stack.forward).parameters
+        if not all(name in parameters for name in _CallerTap.ARGUMENTS):
+            return None
+        tap = _CallerTap(stack.forward)
+        stack.register_forward_pre_hook(tap, with_kwargs=True)
+        stack.register_forward_hook(tap.clear)
+        stack._sinklab_caller_tap = tap
     return tap
