@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 import traceback
@@ -75,20 +76,59 @@ def device_map(device: str, smoke: bool) -> dict:
 
 
 def sink_cache(device: str, smoke: bool) -> dict:
-    from sinklab.stream.gpu import sink_cache_on_device
+    """The sink cache on ``device`` in bfloat16 (float32 on a CPU): paired decode steps against a
+    dense cache, layer 0's kept keys against keys rotated directly at their cache index (layer 0's
+    keys depend on the token alone, so a fresh prefill of the kept tokens gives the exact ones),
+    and, on a GPU, decode steps under CUDA's sync debug mode "error"."""
+    from transformers import DynamicCache
 
-    return sink_cache_on_device(load_model(None, device=device, dtype="bfloat16" if device != "cpu" else "float32").model,
-                                steps=24 if smoke else 512, n_sink=4, window=16 if smoke else 252)
+    from sinklab.stream import decode_without_host_sync, make_sink_cache
+
+    dtype = "float32" if device == "cpu" else "bfloat16"
+    model = load_model(None, device=device, dtype=dtype).model
+    n_sink, window, steps = 4, (16 if smoke else 252), (24 if smoke else 256)
+    ids = torch.randint(100, 20000, (1, n_sink + window + steps), generator=torch.Generator().manual_seed(0)).to(device)
+    sink, dense = make_sink_cache(model, n_sink, window), DynamicCache()
+    with torch.no_grad():
+        fill = n_sink + window
+        for cache in (sink, dense):
+            model(input_ids=ids[:, :fill], cache=cache, use_cache=True)
+        times = {"sink": [], "dense": []}
+        for t in range(fill, ids.shape[1]):
+            for name, cache in (("dense", dense), ("sink", sink)) if t % 2 else (("sink", sink), ("dense", dense)):
+                start = clock(device)
+                model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+                times[name].append(clock(device) - start)
+        layer = sink.layers[0]
+        kept = ids[0, layer.positions.reshape(-1).to(ids.device)]
+        fresh = DynamicCache()
+        model(input_ids=kept[None], cache=fresh, use_cache=True)
+        exact = fresh.layers[0].keys.float()
+        kept_keys = layer.keys_in_cache().float()
+    ratios = sorted(s / d for s, d in zip(times["sink"], times["dense"]))
+    row = {"dtype": dtype, "steps": steps, "window": window, "sink_ms_median": 1000 * statistics.median(times["sink"]),
+           "dense_ms_median": 1000 * statistics.median(times["dense"]), "sink_over_dense_median_of_pairs": ratios[len(ratios) // 2],
+           "kept_keys": len(kept), "kept_key_max_abs_error": (kept_keys - exact).abs().max().item(), "key_max_abs": exact.abs().max().item()}
+    if device == "cuda":
+        tokens = decode_without_host_sync(model, make_sink_cache(model, n_sink, window), ids[:, :fill], 64)
+        row["decode_steps_without_host_sync"] = tokens.shape[1]
+    return row
+
+
+def clock(device: str) -> float:
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def trigger_paper(device: str, smoke: bool) -> dict:
     from sinklab.trigger import TriggerConfig, paper_configs, run_lab
 
-    seeds = range(2 if smoke else 32)
-    base = TriggerConfig(max_steps=50) if smoke else TriggerConfig()
+    seeds = range(1 if smoke else 32)
+    configs = paper_configs(seeds, TriggerConfig(max_steps=20), shapes=((1, 1),)) if smoke else paper_configs(seeds, TriggerConfig())
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        summary = run_lab(paper_configs(seeds, base), out, device=device)
+        summary = run_lab(configs, out, workers=1 if smoke else None, device=device)
         seconds = time.perf_counter() - start
     runs = summary["runs"]
     return {"seeds": len(seeds), "wall_seconds": round(seconds, 1), "target_seconds": 120, "runs": len(runs),
@@ -107,7 +147,7 @@ def run_sections(device: str, smoke: bool, names=tuple(SECTIONS)) -> dict:
             results[name] = {"ok": True, **SECTIONS[name](device, smoke)}
         except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the others' rows
             results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "where": traceback.format_exc().strip().splitlines()[-3:]}
-        results[name]["seconds"] = round(time.perf_counter() - start, 1)
+        results[name]["section_seconds"] = round(time.perf_counter() - start, 1)
         print(name, json.dumps(results[name])[:600], flush=True)
     return results
 

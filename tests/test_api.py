@@ -103,8 +103,10 @@ def test_bad_models_and_placements_are_one_line_errors(tiny, tmp_path):
         resolve_device("tpu:0")
     with pytest.raises(SinklabError, match="float16 needs a GPU"):
         resolve_dtype("float16", torch.device("cpu"))
-    with pytest.raises(SinklabError, match="must be auto, a JSON object"):
+    with pytest.raises(SinklabError, match="neither auto, a JSON object nor a readable file"):
         load_model(None, device_map="everywhere")
+    with pytest.raises(SinklabError, match="must be auto, a JSON object or a JSON file"):
+        load_model(None, device_map='{"model.layers.0": ')
     assert resolve_dtype("auto", torch.device("cpu")) is torch.float32
 
 

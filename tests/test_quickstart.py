@@ -1,5 +1,9 @@
 """The quickstart notebook runs as a user would run it: executed cell by cell in a fresh kernel
-(nbclient) on the default model, and kept in step with its jupytext script."""
+(nbclient) on the default model, and kept in step with its jupytext script.
+
+It caught a real bug: sinklab switched matplotlib to the Agg backend when imported, so the
+notebook's inline plot never showed (the image assertion fails with ``matplotlib.use("Agg")``
+back in ``sinklab.core.figures``)."""
 
 import time
 from pathlib import Path

@@ -1,7 +1,6 @@
 """Figures and tables: model-supplied text is escaped before it reaches a plot."""
 
-import matplotlib.pyplot as plt
-
+from sinklab.core.figures import subplots
 from sinklab.core.text import format_table, safe_text
 
 
@@ -11,10 +10,9 @@ def test_safe_text_escapes_mathtext_and_control_characters():
     assert "$" not in out.replace("\\$", "")  # every dollar is escaped
     assert "\n" not in out and "\x1b" not in out and "\t" not in out
     assert len(out) <= 40
-    fig, ax = plt.subplots()
+    fig, ax = subplots()
     ax.set_title(safe_text("$\\undefinedcommand{x}$ and $$"))
     fig.canvas.draw()  # would raise on unescaped, invalid mathtext
-    plt.close(fig)
 
 
 def test_format_table_aligns_and_marks_missing_values():

@@ -367,7 +367,7 @@ def fed_like_generate(model, cache, so_far, prompt_length: int, n: int) -> torch
     turn's tokens one at a time but its last, then that last token and the reply as one chunk;
     then n greedy tokens."""
     steps = [so_far[:, :prompt_length], *so_far[:, prompt_length : prompt_length + n - 1].split(1, dim=1), so_far[:, prompt_length + n - 1 :]]
-    fed, tokens = 0, []
+    fed, tokens, logits = 0, [], None  # steps start with the prompt: logits exist before the first greedy step
     for chunk in steps + [None] * n:
         if chunk is None:
             logits[:, 1] = float("-inf")  # min_new_tokens bans EOS (id 1)

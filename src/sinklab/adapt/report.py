@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.figures import plt, save_figure
+from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 
 CONDITION_LABELS = {
@@ -53,7 +53,7 @@ def headline(summary: dict) -> str:
 
 def activation_figure(summary: dict, out: Path) -> Path:
     """Largest |input| of the linear layers by layer, full precision, per condition (log scale)."""
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = subplots(figsize=(8, 4))
     for condition, values in summary["max_abs_activation"]["fp"].items():
         ax.plot(range(len(values)), values, marker="o", markersize=3, label=CONDITION_LABELS.get(condition, condition))
     ax.set_yscale("log")

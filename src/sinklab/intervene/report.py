@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from ..core.figures import plt, save_figure
+from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 
 
@@ -72,7 +72,7 @@ def strongest_per_kind(results: list[dict]) -> list[str]:
 
 
 def _share_by_layer(summary: dict, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = subplots(figsize=(8, 4))
     base = summary["baseline"]
     for label in strongest_per_kind(summary["results"]):
         r = next(x for x in summary["results"] if x["label"] == label)
@@ -86,7 +86,7 @@ def _share_by_layer(summary: dict, path: Path) -> Path:
 
 
 def _lam_curves(summary: dict, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = subplots(figsize=(6, 4))
     kinds: dict[str, list] = defaultdict(list)
     for r in summary["results"]:
         if r["lam"] is not None:
@@ -108,7 +108,7 @@ def _lam_curves(summary: dict, path: Path) -> Path:
 def _before_after(before, after, label: str, path: Path) -> Path:
     n = before.shape[0]
     layers = sorted({1, n // 3, 2 * n // 3, n - 1} & set(range(n)))
-    fig, axes = plt.subplots(2, len(layers), figsize=(3 * len(layers), 6), squeeze=False)
+    fig, axes = subplots(2, len(layers), figsize=(3 * len(layers), 6), squeeze=False)
     for col, layer in enumerate(layers):
         for row, (name, pat) in enumerate((("before", before), ("after", after))):
             ax = axes[row][col]

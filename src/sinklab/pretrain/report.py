@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core.figures import plt, save_figure
+from ..core.figures import save_figure, subplots
 from ..core.text import safe_text
 
 
 def loss_curves(metrics_by_run: dict, path: Path) -> Path:
     """Validation loss against steps, one line per run."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     for name, rows in metrics_by_run.items():
         ax.plot([r["step"] for r in rows], [r["val_loss"] for r in rows], marker=".", label=safe_text(name, 50))
     ax.set_xlabel("step")
@@ -23,7 +23,7 @@ def loss_curves(metrics_by_run: dict, path: Path) -> Path:
 
 def first_token_mass_by_layer(mass_by_run: dict, path: Path) -> Path:
     """Mean first-token attention per layer, one line per run."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = subplots(figsize=(7, 4.5))
     for name, mass in mass_by_run.items():
         ax.plot(range(len(mass)), mass, marker="o", label=safe_text(name, 50))
     ax.set_xlabel("layer")
@@ -53,7 +53,7 @@ def emergence(metrics_by_run: dict, path: Path) -> Path:
     """Sink metrics against the step, one panel per metric recorded, one line per run (Gu et al. Fig. 4 style)."""
     present = [k for k in EMERGENCE_CURVES if any(k in r for rows in metrics_by_run.values() for r in rows)]
     cols = 3
-    fig, axes = plt.subplots(-(-len(present) // cols), cols, figsize=(4.2 * cols, 2.8 * -(-len(present) // cols)), squeeze=False)
+    fig, axes = subplots(-(-len(present) // cols), cols, figsize=(4.2 * cols, 2.8 * -(-len(present) // cols)), squeeze=False)
     for ax, key in zip(axes.flat, present):
         for name, rows in metrics_by_run.items():
             points = [(r["step"], r[key]) for r in rows if key in r]

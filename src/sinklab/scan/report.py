@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
-from ..core.figures import plt, save_figure
+from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 
 
@@ -67,7 +67,7 @@ def scan_figures(summary: dict, record, out: Path) -> list[str]:
 
 
 def _heatmap(values, xlabel: str, ylabel: str, title: str, path: Path, vmax=None) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = subplots(figsize=(7, 5))
     im = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0 if vmax else None, vmax=vmax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -77,7 +77,7 @@ def _heatmap(values, xlabel: str, ylabel: str, title: str, path: Path, vmax=None
 
 
 def _sink_share(summary: dict, name: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = subplots(figsize=(7, 3.5))
     layers = range(summary["layers"])
     ax.bar(layers, summary["sink_share_by_layer"], alpha=0.6, label=f"share of heads with alpha_{summary['sink_rate']['k']} > {summary['sink_rate']['eps']:g}")
     ax.plot(layers, summary["first_token_mass_by_layer"], color="k", marker=".", label="mean first-token mass")
@@ -89,7 +89,7 @@ def _sink_share(summary: dict, name: str, path: Path) -> Path:
 
 
 def _dominance(summary: dict, name: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = subplots(figsize=(7, 3.5))
     ax.plot(summary["dominance_ratio_first"], marker="o", label="first token")
     ax.plot(summary["dominance_ratio_rest"], marker=".", label="other positions (mean)")
     ax.set_yscale("log")
@@ -101,7 +101,7 @@ def _dominance(summary: dict, name: str, path: Path) -> Path:
 
 
 def _variance(variance: list, name: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = subplots(figsize=(7, 4))
     n = len(variance)
     for layer in sorted({0, n // 4, n // 2, 3 * n // 4, n - 1}):
         ax.plot(variance[layer], label=f"layer {layer}")
@@ -117,7 +117,7 @@ def attention_maps(patterns, title: str, path: Path, layers: Sequence[int] = ())
     """Head-averaged attention patterns (L, H, T, T) of a few layers, side by side."""
     n = patterns.shape[0]
     layers = list(layers) or sorted({0, 1, n // 2, n - 1} & set(range(n)))
-    fig, axes = plt.subplots(1, len(layers), figsize=(3.2 * len(layers), 3.2), squeeze=False)
+    fig, axes = subplots(1, len(layers), figsize=(3.2 * len(layers), 3.2), squeeze=False)
     for ax, layer in zip(axes[0], layers):
         ax.imshow(patterns[layer].mean(0).float().numpy(), cmap="viridis", vmin=0, vmax=1)
         ax.set_title(f"layer {layer}", fontsize=8)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..core.errors import check
+from ..models.hf import input_device
 from .caches import cache_bytes, check_sizes, make_sink_cache
 
 
@@ -20,7 +21,7 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, win
     """Generate with ``model.generate`` and a sink cache: constant memory past the context length."""
     check_generation(max_new_tokens, sinks, window, temperature)
     cache = make_sink_cache(model, sinks, window)
-    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    ids = tokenizer(prompt, return_tensors="pt").input_ids.to(input_device(model))
     check(ids.shape[1] > 0, "the prompt contains no tokens")
     torch.manual_seed(seed)
     sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..core.figures import plt, save_figure
+from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 
 
@@ -22,7 +22,7 @@ def _moving_average(x, y, width: int):
 
 def stream_figures(curves: dict, entries: dict, summary: dict, out: Path) -> list[str]:
     """Smoothed NLL against position for every policy, and per-token latency along the stream."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = subplots(figsize=(8, 4.5))
     for policy, (positions, nll) in curves.items():
         width = 256 if policy != "recompute" else 4  # recompute is scored sparsely
         ax.plot(*_moving_average(positions, nll, width), label=policy)
@@ -34,7 +34,7 @@ def stream_figures(curves: dict, entries: dict, summary: dict, out: Path) -> lis
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     paths = [save_figure(fig, out / "nll_by_position.png")]
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = subplots(figsize=(8, 4))
     for policy, entry in entries.items():
         chunks = entry.get("ms_per_token_by_chunk") or []
         ax.plot([c.get("measured_at", c["start"]) for c in chunks], [c["ms"] for c in chunks], marker="o", label=policy)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from ..core.attention import EXTRA_NAMES, AttentionSpec
-from ..core.figures import plt, save_figure
+from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 from .evaluate import mean_bos_mass
 
@@ -87,7 +87,7 @@ def several_seeds(across_seeds: Sequence[dict]) -> bool:
 def seeds_figure(rows: Sequence[dict], records: Sequence[dict], path: Path) -> Path:
     """Per configuration, every seed's mean BOS mass at non-trigger rows (filled: solved)."""
     models = [r["model"] for r in seed_rows(rows)]
-    fig, ax = plt.subplots(figsize=(max(5, 0.9 * len(models) + 2), 3.8))
+    fig, ax = subplots(figsize=(max(5, 0.9 * len(models) + 2), 3.8))
     for x, row in enumerate(rows):
         runs = runs_of(row, records)
         for i, r in enumerate(runs):
@@ -156,7 +156,7 @@ def map_seeds(seeds: Iterable[int]) -> list[int]:
 
 def _attention_grid(variants: list[tuple[str, dict]], layers: int, heads: int):
     n_rows, n_cols = layers * heads, 2 * len(variants)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(2.3 * n_cols, 2.2 * n_rows), squeeze=False)
+    fig, axes = subplots(n_rows, n_cols, figsize=(2.3 * n_cols, 2.2 * n_rows), squeeze=False)
     for v, (attn, maps) in enumerate(variants):
         for stat_i, stat in enumerate(("mean", "std")):
             col = 2 * v + stat_i
@@ -174,7 +174,7 @@ def _attention_grid(variants: list[tuple[str, dict]], layers: int, heads: int):
 
 def cap_tradeoff_figure(rows: Sequence[dict], path: Path) -> Path:
     """Best evaluation error reached against the BOS-mass cap (log scale)."""
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = subplots(figsize=(5, 3.5))
     caps = [r["bos_cap"] for r in rows]
     ax.plot(caps, [r["best_eval_mse"] for r in rows], marker="o", label="best over seeds")
     ax.errorbar(caps, [r["eval_mse_mean"] for r in rows], yerr=[r["eval_mse_std"] for r in rows], marker=".", capsize=3, alpha=0.6, label="mean +- std")

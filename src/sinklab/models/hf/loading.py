@@ -90,7 +90,7 @@ def check_device_map(device_map: Optional[str]) -> Union[str, dict, None]:
     if isinstance(device_map, dict):
         mapping = device_map
     else:
-        text = Path(device_map).read_text() if Path(device_map).is_file() else device_map
+        text = device_map if device_map.lstrip().startswith("{") else _read_text(device_map, "--device-map")
         try:
             mapping = json.loads(text)
         except json.JSONDecodeError:
@@ -101,6 +101,13 @@ def check_device_map(device_map: Optional[str]) -> Union[str, dict, None]:
         if where not in ("cpu", "disk"):
             resolve_device(f"cuda:{where}" if isinstance(where, int) else str(where))
     return mapping
+
+
+def _read_text(path: str, what: str) -> str:
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise SinklabError(f"{what} {path!r} is neither auto, a JSON object nor a readable file ({exc.strerror or exc})") from None
 
 
 def input_device(model: nn.Module) -> torch.device:

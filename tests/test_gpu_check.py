@@ -1,0 +1,40 @@
+"""``make gpu-check`` is ready before a GPU is lent: every section of benchmarks/gpu_check.py runs at
+toy sizes on the CPU through the same code (``--smoke``), and its device map splits the layers in
+half. Mutation tried: a section raising (``half_split`` naming ``model.layer.{i}``) is recorded as
+``ok: False`` and fails the smoke test, instead of stopping the other sections."""
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def gpu_check():
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SINKLAB_BENCH_ALLOW_DIRTY", "1")  # importing benchmarks/common.py checks the tree; nothing is recorded here
+    mp.syspath_prepend(str(BENCHMARKS))
+    yield importlib.import_module("gpu_check")
+    mp.undo()
+    sys.modules.pop("gpu_check", None)
+
+
+def test_the_device_map_puts_half_the_layers_on_each_device(gpu_check):
+    mapping = gpu_check.half_split(30, "0", "cpu")
+    layers = [mapping[f"model.layers.{i}"] for i in range(30)]
+    assert layers == ["0"] * 15 + ["cpu"] * 15
+    assert mapping["model.embed_tokens"] == "0" and mapping["lm_head"] == "cpu"
+
+
+@pytest.mark.slow
+def test_every_section_runs_at_toy_sizes_on_the_cpu(gpu_check):
+    results = gpu_check.run_sections("cpu", smoke=True)
+    assert set(results) == set(gpu_check.SECTIONS)
+    failed = {name: r["error"] for name, r in results.items() if not r["ok"]}
+    assert not failed, failed
+    assert results["device_map"]["first_token_mass_max_abs_diff"] == 0.0
+    assert results["sink_cache"]["kept_key_max_abs_error"] < 1e-4 * results["sink_cache"]["key_max_abs"]
+    assert results["dtype_agreement"]["by_dtype"]["float32"]["first_token_mass_max_abs_diff"] == 0.0
