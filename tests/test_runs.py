@@ -112,7 +112,7 @@ def test_run_json_merges_model_facts(tmp_path):
     record_model(path, device="cuda:0", dtype=torch.bfloat16, device_map={"": 0})
     record_model(path, revision="abc123")
     info = read_run_info(path)
-    assert info["model"] == {"device": "cuda:0", "dtype": "torch.bfloat16", "device_map": {"": 0}, "revision": "abc123"}
+    assert info["model"] == {"device": "cuda:0", "dtype": "bfloat16", "device_map": {"": 0}, "revision": "abc123"}  # dtypes as summaries write them
     assert "command" in info and "versions" in info  # what prepare_run_dir wrote is kept
     assert not [p.name for p in path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
