@@ -67,7 +67,7 @@ def device_map(device: str, smoke: bool) -> dict:
     reference = sinklab.scan_model(single.model, single.tokenizer, max_tokens=32 if smoke else 128, batch=2).summary
     n_layers = single.model.config.num_hidden_layers
     del single
-    mapping = half_split(n_layers, "cpu" if device == "cpu" else "0", "cpu")
+    mapping = half_split(n_layers, "cpu" if device == "cpu" else "cuda:0", "cpu")
     split = load_model(None, device_map=json.dumps(mapping))
     spread = sinklab.scan_model(split.model, split.tokenizer, max_tokens=32 if smoke else 128, batch=2).summary
     gap = (torch.tensor(reference["first_token_mass"]) - torch.tensor(spread["first_token_mass"])).abs().max().item()

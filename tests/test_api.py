@@ -6,9 +6,11 @@ the CPU, so here the map's validation and loading path are tested, and ``make gp
 model split between a GPU and the CPU against the single-device scan.
 
 Mutations tried: ``scan_model`` ignoring ``text`` (scanning the corpus) fails the prompt test;
-writing "inf" strings again fails ``test_non_finite_numbers_are_null``; a bfloat16 scan whose
-recorder summed in bfloat16 (``.float()`` dropped in ``Recorder._on_key``) still passes the
-0.02 bar on the tiny model, so that bar is checked on the default model (slow test)."""
+writing "inf" strings again fails ``test_non_finite_numbers_are_null``; a recorder summing in
+bfloat16 (``.float()`` dropped in ``Recorder._on_key`` or ``_on_mlp``) passes both first-token
+mass bars (attention weights are float32 anyway) and fails
+``test_statistics_of_a_bfloat16_model_are_summed_in_float32``; ``Subject.from_model`` calling
+``model.eval()`` fails ``test_a_scan_gives_the_model_back_in_the_mode_it_had``."""
 
 import copy
 import json
@@ -133,3 +135,37 @@ def test_bfloat16_scan_of_the_default_model_is_usable(default_model):
     bf16 = sinklab.scan_model(bf16_model, default_model.tokenizer, max_tokens=64, batch=2)
     gap = (fp32.frame().first_token_mass - bf16.frame().first_token_mass).abs()
     assert bf16.summary["dtype"] == "bfloat16" and gap.max() <= 0.02, gap.max()
+
+
+def test_statistics_of_a_bfloat16_model_are_summed_in_float32(tiny, tokenizer):
+    """Key and value norms and the FFN sums of a bfloat16 model against the same statistics
+    computed in float64 from the tensors the hooks saw. Mutations tried: dropping ``.float()`` in
+    ``Recorder._on_key`` or ``Recorder._on_mlp`` (sums rounded in bfloat16, off by ~1e-3)."""
+    from sinklab.models.subjects import Subject
+    from sinklab.scan import RecordOptions, record_subject
+
+    subject = Subject.from_model(copy.deepcopy(tiny).to(torch.bfloat16), tokenizer)
+    ids = torch.randint(2, 300, (2, 16), generator=torch.Generator().manual_seed(0))
+    seen = {}
+
+    def keep(tensor, where):
+        seen[(where.layer, where.point)] = tensor.detach().double()
+
+    record, _ = record_subject(subject, ids, RecordOptions(), extra_hooks=[(f"blocks.*.{p}", keep) for p in ("attn.hook_k", "attn.hook_v", "mlp.hook_post")],
+                               progress=False)
+    for layer in range(subject.n_layers):
+        k, v, a = (seen[(layer, p)] for p in ("attn.hook_k", "attn.hook_v", "mlp.hook_post"))
+        torch.testing.assert_close(record.key_norm[layer], k.norm(dim=-1).mean(1).sum(0) / 2, rtol=1e-5, atol=0)
+        torch.testing.assert_close(record.value_norm[layer], v.norm(dim=-1).mean(1).sum(0) / 2, rtol=1e-5, atol=0)
+        torch.testing.assert_close(record.act_first[layer], a[:, 0].abs().sum(0) / 2, rtol=1e-5, atol=1e-12)
+
+
+def test_a_scan_gives_the_model_back_in_the_mode_it_had(tiny, tokenizer):
+    tiny.train()
+    try:
+        sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=16)
+        assert tiny.training  # a notebook mid-fine-tune keeps its dropout
+    finally:
+        tiny.eval()
+    sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=16)
+    assert not tiny.training

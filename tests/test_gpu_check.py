@@ -4,10 +4,15 @@ half. Mutation tried: a section raising (``half_split`` naming ``model.layer.{i}
 ``ok: False`` and fails the smoke test, instead of stopping the other sections."""
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+from sinklab.core.errors import SinklabError
+from sinklab.models.hf import check_device_map
 
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
@@ -22,11 +27,19 @@ def gpu_check():
     sys.modules.pop("gpu_check", None)
 
 
-def test_the_device_map_puts_half_the_layers_on_each_device(gpu_check):
-    mapping = gpu_check.half_split(30, "0", "cpu")
+def test_the_device_map_puts_half_the_layers_on_each_device(gpu_check, monkeypatch):
+    """It passes sinklab's device-map check as a GPU machine would run it (CUDA faked present).
+    Mutation tried: ``_map_device`` without its digit-string branch refuses "0" (accelerate takes
+    it as GPU 0), which the section's first version passed."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    mapping = check_device_map(json.dumps(gpu_check.half_split(30, "cuda:0", "cpu")))
     layers = [mapping[f"model.layers.{i}"] for i in range(30)]
-    assert layers == ["0"] * 15 + ["cpu"] * 15
-    assert mapping["model.embed_tokens"] == "0" and mapping["lm_head"] == "cpu"
+    assert layers == [0] * 15 + ["cpu"] * 15
+    assert mapping["model.embed_tokens"] == 0 and mapping["lm_head"] == "cpu"
+    assert check_device_map('{"model.layers.0": "0", "lm_head": 0}') == {"model.layers.0": 0, "lm_head": 0}
+    with pytest.raises(SinklabError, match="only 1 GPU"):
+        check_device_map('{"model.layers.0": "cuda:1"}')
 
 
 @pytest.mark.slow

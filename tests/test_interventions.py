@@ -362,3 +362,16 @@ def test_applied_on_a_native_language_model_and_its_subject():
     assert (expected - logits_with(subject, ids, [])).abs().max() > 1e-3
     with pytest.raises(SinklabError, match="vector-input"), applied(Transformer(ModelConfig()), []):
         pass
+
+
+def test_applied_refuses_a_cache_that_dropped_tokens():
+    """A sink cache numbers keys by slot once it has evicted: ``MaskSelf(7)`` would hit the newest
+    token at every step. Mutation tried: without the forward pre-hook, generate runs to the end
+    and the edit acts on cache slots."""
+    from sinklab.stream import make_sink_cache
+
+    model, prompt = sharp_model(), random_ids(1, 7)
+    with pytest.raises(SinklabError, match="dropped .* token"), applied(model, [MaskSelf(7)]):
+        model.generate(prompt, cache=make_sink_cache(model, 2, 6), max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=1)
+    with applied(model, [MaskSelf(7)]):  # a cache that keeps every token is fine
+        model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=1)

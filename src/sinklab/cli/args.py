@@ -167,7 +167,9 @@ def add_load_arguments(p) -> None:
 
 
 def load_options(args: argparse.Namespace) -> LoadOptions:
-    return LoadOptions(device=args.device, dtype=args.dtype, device_map=args.device_map, revision=args.revision, trust_remote_code=args.trust_remote_code)
+    """The load flags, resolved on this machine (what config.json records and the --out policy compares)."""
+    given = LoadOptions(device=args.device, dtype=args.dtype, device_map=args.device_map, revision=args.revision, trust_remote_code=args.trust_remote_code)
+    return given.resolved()
 
 
 def input_spec(args: argparse.Namespace) -> InputSpec:

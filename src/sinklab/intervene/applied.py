@@ -15,7 +15,7 @@ from torch import nn
 
 from ..core.errors import SinklabError, check
 from ..core.hooks import HookPoint, HookSet, hook_name
-from ..models.hf import QUERY_CHUNK, LoadedModel
+from ..models.hf import QUERY_CHUNK, LoadedModel, evicted_tokens
 from ..models.native import Transformer
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from .interventions import Intervention, hooks_of, validate_all
@@ -30,7 +30,8 @@ def applied(model, interventions: Sequence[Intervention], query_chunk: Optional[
     :class:`~sinklab.models.native.Transformer` language model. Layers and heads are checked
     against the model on entry; positions against the longest sequence the block ran, on exit
     (an edit at a position no forward reached did nothing, which is an error). Under a KV cache
-    a position-k edit acts in the step that computes position k.
+    a position-k edit acts in the step that computes position k; a forward whose cache has
+    dropped tokens (a sink or sliding-window cache) is refused, positions being cache slots there.
 
     Autograd is left as the caller set it (``loss.backward()`` inside the block reaches the
     parameters through the edit). ``query_chunk`` rows of a transformers model are attended at a
@@ -54,10 +55,25 @@ def applied(model, interventions: Sequence[Intervention], query_chunk: Optional[
         nonlocal longest
         longest = max(longest, mask.shape[-1])
 
-    with subject.session(grad=True), subject.hooks.attached([(hook_name(0, "attn.hook_mask"), measure), *hooks_of(edits, subject.n_heads)]):
-        yield subject.hooks
+    guard = subject.model.register_forward_pre_hook(_refuse_evicted_positions, with_kwargs=True) if isinstance(subject, HFSubject) else None
+    try:
+        with subject.session(grad=True), subject.hooks.attached([(hook_name(0, "attn.hook_mask"), measure), *hooks_of(edits, subject.n_heads)]):
+            yield subject.hooks
+    finally:
+        if guard is not None:
+            guard.remove()
     if longest:
         validate_all(edits, subject.n_layers, subject.n_heads, longest)
+
+
+def _refuse_evicted_positions(module, args, kwargs) -> None:
+    """A forward pre-hook: an edit names token positions, which the hooks can tell only while the
+    cache holds every token; after a sink or sliding-window cache dropped some, position k would
+    be a cache slot (a silently wrong edit), so the forward is refused."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    dropped = evicted_tokens(cache) if cache is not None else 0
+    check(dropped == 0, f"applied() edits token positions, but this forward's cache has dropped {dropped} token(s) (a sink or sliding-window cache): "
+                        "positions would be cache slots. Apply the edits with a cache that keeps every token (the default DynamicCache)")
 
 
 def _subject(model, query_chunk: Optional[int]) -> Subject:

@@ -20,9 +20,20 @@ from . import hf
 from .native import Transformer
 
 
-def _autograd(grad: bool):
-    """What a session runs under: ``no_grad``, or autograd as the caller set it."""
-    return nullcontext() if grad else torch.no_grad()
+@contextmanager
+def _measuring(model: nn.Module, grad: bool) -> Iterator[None]:
+    """What a session runs under. A run function's (``grad`` False): eval mode and ``no_grad``, the
+    model's mode given back afterwards. With ``grad``: the caller's mode and autograd, untouched
+    (attribution through an edit needs gradients; a transformers model in training mode with
+    attention dropout is then refused by the instrumentation, not silently switched)."""
+    was_training = model.training
+    if not grad:
+        model.eval()
+    try:
+        with nullcontext() if grad else torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
 
 
 class Subject:
@@ -55,7 +66,7 @@ class Subject:
             raise SinklabError(f"{type(model).__name__} was given without its tokenizer: pass Subject.from_model(model, tokenizer)")
         hf.layout_of(model)  # a clear error now if sinklab cannot find its layers
         label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        return HFSubject(hf.LoadedModel(model.eval(), tokenizer, label, "object", getattr(model.config, "_commit_hash", None)))
+        return HFSubject(hf.LoadedModel(model, tokenizer, label, "object", getattr(model.config, "_commit_hash", None)))
 
     @property
     def device(self) -> torch.device:
@@ -106,7 +117,7 @@ class HFSubject(Subject):
 
     @contextmanager
     def session(self, grad: bool = False):
-        with _autograd(grad), hf.instrument(self.model, self.hooks, self.query_chunk):
+        with _measuring(self.model, grad), hf.instrument(self.model, self.hooks, self.query_chunk):
             yield self
 
     @property
@@ -153,13 +164,8 @@ class NativeSubject(Subject):
 
     @contextmanager
     def session(self, grad: bool = False):
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            with _autograd(grad):
-                yield self
-        finally:
-            self.model.train(was_training)
+        with _measuring(self.model, grad):
+            yield self
 
     @property
     def device(self) -> torch.device:

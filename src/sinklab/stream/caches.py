@@ -175,6 +175,11 @@ def _sink_layer_class():
             """How many tokens the cache holds between steps (at most ``n_sink + window - 1``)."""
             return 0 if self._sinks is None else self._sinks[0].shape[-2] + self._strip.n
 
+        def tokens_seen(self) -> int:
+            """How many tokens (columns, pads included) were fed: more than ``kept_tokens`` once
+            the cache has evicted (:func:`sinklab.models.hf.evicted_tokens` reads both)."""
+            return self.book.seen if self.is_initialized else 0
+
         def get_seq_length(self) -> int:
             """In a manual loop that passes no positions, the position the next token is rotated
             at (:meth:`SinkBook.next_position`), which transformers reads to place it; when the

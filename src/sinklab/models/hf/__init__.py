@@ -2,7 +2,7 @@
 keeps its layers (:mod:`.layouts`), and instrumentation with sinklab's hook names
 (:mod:`.instrument`). A new architecture is one line in ``layouts.LAYOUTS``."""
 
-from .instrument import QUERY_CHUNK, head_nll, instrument, output_logits, token_nll
+from .instrument import QUERY_CHUNK, evicted_tokens, head_nll, instrument, output_logits, token_nll
 from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, down_proj_weight, layout_of
 from .loading import (
     DEFAULT_MODEL,
@@ -36,6 +36,7 @@ __all__ = [
     "default_gguf_path",
     "default_model_folder",
     "dequantised_dir",
+    "evicted_tokens",
     "down_proj_weight",
     "head_nll",
     "input_device",

@@ -181,6 +181,19 @@ def _resid_pre_hook(hooks: HookSet, layer: int):
     return hook
 
 
+def evicted_tokens(cache) -> int:
+    """How many tokens a transformers cache has dropped so far (0 for a cache that keeps
+    everything): once it has, a query's key count no longer tells its position, so hook positions
+    (``q_start``) would be cache slots. Reads what each layer says of itself: ``kept_tokens`` and
+    ``tokens_seen`` (sinklab's sink cache), ``cumulative_length`` (transformers' sliding windows)."""
+    evicted = 0
+    for layer in getattr(cache, "layers", None) or ():
+        held = layer.kept_tokens() if hasattr(layer, "kept_tokens") else (layer.keys.shape[-2] if getattr(layer, "keys", None) is not None else 0)
+        seen = layer.tokens_seen() if hasattr(layer, "tokens_seen") else getattr(layer, "cumulative_length", held)
+        evicted = max(evicted, seen - held)
+    return evicted
+
+
 def _resid_hook(hooks: HookSet, layer: int):
     def hook(module, args, output):
         hidden = output[0] if isinstance(output, tuple) else output

