@@ -73,7 +73,8 @@ def adapt_model(model, tokenizer=None, corpus: str = PrefixConfig.corpus, tokens
     ``options`` are the other fields of :class:`~sinklab.adapt.PrefixConfig` (``schemes``, ``bos``,
     ...). ``.frame()``: one row per (setting, condition) with ``ppl``. Fine-tuning a mitigation
     (``sinklab adapt --to``) keeps checkpoints, so it runs through ``sinklab.adapt.run_finetune``
-    with a run directory."""
+    with a run directory. A prefix whose logits leave the exactness tolerance raises
+    :class:`~sinklab.core.errors.NumericalCheckFailed`."""
     subject = Subject.from_model(model, tokenizer)
     cfg = PrefixConfig(corpus=corpus, tokens=tokens, windows=windows, out=out, **options)
     return RunResult(run_sink_prefix(cfg, subject, progress=True), adapt_rows, _where(out))

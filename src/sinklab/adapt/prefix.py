@@ -9,13 +9,16 @@ activations (IntactKV, Liu et al. ACL 2024, keeps such pivot tokens' KV in full 
 Son et al. EMNLP 2024, searches a prefix that absorbs the outliers, :mod:`.search`).
 
 Works through the transformers Cache API (``DynamicCache`` built from the model's config, so
-sliding-window layers stay sliding), with no model file forked.
+sliding-window layers stay sliding), with no model file forked. A saved prefix carries a
+fingerprint of the model it was computed on (:func:`model_fingerprint`), and is refused by another.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass
+import weakref
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -24,10 +27,21 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from ..core.errors import SinklabError
+from ..core.errors import SinklabError, check
 from ..core.runs import atomic_path
+from ..models.hf import decoder_layers
 
 FORMAT = "sinklab-sink-prefix/1"
+
+#: Allowed max |logit difference| between the content's logits after the prefix and after the same
+#: tokens in the sequence, in units of the model dtype's eps times the largest |logit|. Both sides
+#: compute the same function and differ only in the order of floating-point reductions (the prefix
+#: alone against inside a batch, attention over a cache against over a sequence): each reordered
+#: sum differs by a few roundings, compounded over the layers. SmolLM2-135M (30 layers) measures
+#: 18-21 eps of its largest logit in float32 (8-9.5e-5 on logits up to 37) and 3 in bfloat16, so 128
+#: leaves a six-fold margin in float32; a wrong position or token moves logits by O(1), thousands of
+#: times more. In bfloat16 (eps 2^-7) the same bound is a few logits: there it catches only gross errors.
+EXACT_EPS = 128
 
 
 @dataclass
@@ -37,6 +51,8 @@ class SinkPrefix:
     token_ids: tuple[int, ...]
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
+    fingerprint: Optional[str] = None  # of the model it was computed on (None: built by hand, not checked)
+    _checked: Optional[weakref.ref] = field(default=None, repr=False, compare=False)  # the model it is known to fit
 
     @property
     def length(self) -> int:
@@ -51,15 +67,16 @@ class SinkPrefix:
         cache = _empty_cache(model)
         model(input_ids=torch.tensor([list(token_ids)], device=model.device), cache=cache, use_cache=True)
         layers = _cache_layers(cache)
-        return cls(tuple(int(t) for t in token_ids), [layer.keys.clone() for layer in layers], [layer.values.clone() for layer in layers])
+        keys, values = [layer.keys.clone() for layer in layers], [layer.values.clone() for layer in layers]
+        return cls(tuple(int(t) for t in token_ids), keys, values, model_fingerprint(model), weakref.ref(model))
 
     def cache(self, model: nn.Module, batch: int = 1):
-        """A fresh cache that starts with the prefix, for ``batch`` rows; the model's forward
-        appends the content to it, so build one per forward."""
+        """A fresh cache that starts with the prefix (in the model's dtype, on its device), for
+        ``batch`` rows; the model's forward appends the content to it, so build one per forward."""
         self._check_fits(model)
         cache = _empty_cache(model)
         for i, (k, v) in enumerate(zip(self.keys, self.values)):
-            cache.update(k.expand(batch, -1, -1, -1).to(model.device), v.expand(batch, -1, -1, -1).to(model.device), i)
+            cache.update(*(t.expand(batch, -1, -1, -1).to(device=model.device, dtype=model.dtype) for t in (k, v)), i)
         return cache
 
     def logits(self, model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
@@ -67,17 +84,20 @@ class SinkPrefix:
         return model(input_ids=ids, cache=self.cache(model, ids.shape[0]), use_cache=True).logits
 
     def save(self, path: str | Path, model_name: str = "") -> Path:
-        """Write the prefix as safetensors (atomically), with the token ids and the model's name."""
+        """Write the prefix as safetensors (atomically), with the token ids, the model's name and
+        fingerprint."""
+        check(self.fingerprint is not None, "only a prefix computed on a model (SinkPrefix.compute) can be saved: it records the model's fingerprint")
         tensors = {f"keys.{i}": k.detach().cpu().contiguous() for i, k in enumerate(self.keys)}
         tensors.update({f"values.{i}": v.detach().cpu().contiguous() for i, v in enumerate(self.values)})
-        metadata = {"format": FORMAT, "token_ids": json.dumps(list(self.token_ids)), "model": model_name}
+        metadata = {"format": FORMAT, "token_ids": json.dumps(list(self.token_ids)), "model": model_name, "fingerprint": self.fingerprint}
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return Path(path)
 
     @classmethod
-    def load(cls, path: str | Path) -> "SinkPrefix":
-        """Read a prefix written by :meth:`save` (safetensors only: no code is unpickled)."""
+    def load(cls, path: str | Path, model: Optional[nn.Module] = None) -> "SinkPrefix":
+        """Read a prefix written by :meth:`save` (safetensors only: no code is unpickled); with
+        ``model``, check now that it was computed on that model (else at its first :meth:`cache`)."""
         path = Path(path)
         if not path.is_file():
             raise SinklabError(f"no such sink prefix file: {path}")
@@ -89,16 +109,29 @@ class SinkPrefix:
             raise SinklabError(f"{path} is not a safetensors file: {exc}") from None
         if metadata.get("format") != FORMAT:
             raise SinklabError(f"{path} is not a sinklab sink prefix (format {metadata.get('format')!r}, expected {FORMAT!r})")
+        if "fingerprint" not in metadata:
+            raise SinklabError(f"{path} records no fingerprint of the model it was computed on (written by an older sinklab): compute the prefix again")
         n = sum(name.startswith("keys.") for name in tensors)
-        return cls(tuple(json.loads(metadata["token_ids"])), [tensors[f"keys.{i}"] for i in range(n)], [tensors[f"values.{i}"] for i in range(n)])
+        keys, values = [tensors[f"keys.{i}"] for i in range(n)], [tensors[f"values.{i}"] for i in range(n)]
+        prefix = cls(tuple(json.loads(metadata["token_ids"])), keys, values, metadata["fingerprint"])
+        if model is not None:
+            prefix._check_fits(model)
+        return prefix
 
     def _check_fits(self, model: nn.Module) -> None:
+        """Refuse a model of other shapes, or (once per model) another model's fingerprint. Checked
+        once: a model fine-tuned after the check (``--full``) keeps its prefix."""
         shape = ModelShape.of(model)
         if len(self.keys) != shape.n_layers or any(tuple(k.shape[1::2]) != (shape.kv_heads, shape.head_dim) for k in self.keys):
             raise SinklabError(
                 f"this sink prefix was computed for another model: {len(self.keys)} layers of (KV heads, head size) "
                 f"{tuple(self.keys[0].shape[1::2])}, the model has {shape.n_layers} of {(shape.kv_heads, shape.head_dim)}"
             )
+        if self.fingerprint is None or (self._checked is not None and self._checked() is model):
+            return
+        if model_fingerprint(model) != self.fingerprint:
+            raise SinklabError(f"this sink prefix was computed on another model of the same shapes (model fingerprint {self.fingerprint[:12]}, this model's {model_fingerprint(model)[:12]})")
+        self._checked = weakref.ref(model)
 
 
 @dataclass(frozen=True)
@@ -117,6 +150,25 @@ class ModelShape:
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         return cls(cfg.num_hidden_layers, cfg.num_attention_heads, kv_heads, head_dim, cfg.hidden_size)
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """A hash of the architecture, its sizes and the weights of the first and last decoder layer,
+    rounded to bfloat16 (so float32 and bfloat16 loads of one checkpoint agree; a float16 load
+    rounds some weights differently and gets another fingerprint). Cheap: two layers of weights."""
+    cfg = model.config.get_text_config(decoder=True)
+    digest = hashlib.sha256(json.dumps([cfg.model_type, cfg.vocab_size, *astuple(ModelShape.of(model))]).encode())
+    layers = decoder_layers(model)
+    for name, weight in sorted({**dict(layers[0].named_parameters("first")), **dict(layers[-1].named_parameters("last"))}.items()):
+        digest.update(name.encode())
+        digest.update(weight.detach().to("cpu", torch.float32).to(torch.bfloat16).view(torch.int16).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def exact_tolerance(reference: torch.Tensor, dtype: torch.dtype) -> float:
+    """The largest |logit difference| :data:`EXACT_EPS` allows against the ``reference`` logits
+    of a model computing in ``dtype``."""
+    return EXACT_EPS * torch.finfo(dtype).eps * float(reference.detach().float().abs().max())
 
 
 def _empty_cache(model: nn.Module):

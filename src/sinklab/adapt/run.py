@@ -1,5 +1,7 @@
 """``sinklab adapt --sink-prefix``: the first token as a cached prefix, checked exact, and what
-taking it out of the stream buys under low-bit quantization (see :mod:`.quantize`)."""
+taking it out of the stream buys under low-bit quantization (see :mod:`.quantize`). A prefix whose
+logits leave :data:`~.prefix.EXACT_EPS` fails the run (:class:`NumericalCheckFailed`, exit status 3)
+after its results are written."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from ..core.errors import SinklabError, check
+from ..core.errors import NumericalCheckFailed, SinklabError, check
 from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..core.runs import PhaseClock, prepare_run_dir, record_model, write_json
@@ -17,7 +19,7 @@ from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_f
 from ..models.subjects import transformers_model
 from . import page, report
 from .evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity, prepend
-from .prefix import SinkPrefix, bos_token
+from .prefix import EXACT_EPS, SinkPrefix, bos_token, exact_tolerance
 from .quantize import QUANT_SCHEMES, check_scheme, quantized
 from .search import candidate_tokens, search_prefix
 
@@ -85,18 +87,19 @@ def run_sink_prefix(cfg: PrefixConfig, model=None, progress: bool = True) -> dic
             conditions.append(_cushion(cfg, loaded, calibration, bos, n_search, summary, out, progress))
     with clock.phase("exact check"):
         checked = next(c.prefix for c in conditions if c.prefix is not None)  # BOS's, else the searched one
-        summary["exact_check"] = exact_check(model, checked, evaluation[:EXACT_WINDOWS])
+        summary["exact_check"], summary["exact_check_tolerance"] = exact_check(model, checked, evaluation[:EXACT_WINDOWS])
         summary["exact_check_tokens"] = list(checked.token_ids)
     with clock.phase("measure"):
         summary.update(measure(model, conditions, evaluation, calibration, (FULL_PRECISION, *cfg.schemes), progress))
     summary["seconds"] = clock.seconds
-    if out is None:
-        return stamped("adapt", summary)
-    summary["files"] = [name for name in (PREFIX_FILE, CUSHION_FILE) if (out / name).exists()]
-    summary["figures"] = [report.activation_figure(summary, out).name]
+    if out is not None:
+        summary["files"] = [name for name in (PREFIX_FILE, CUSHION_FILE) if (out / name).exists()]
+        summary["figures"] = [report.activation_figure(summary, out).name]
     summary = stamped("adapt", summary)
-    write_json(out / "summary.json", summary)
-    page.write(out)
+    if out is not None:
+        write_json(out / "summary.json", summary)
+        page.write(out)
+    check_exact(summary, out)
     return summary
 
 
@@ -107,12 +110,25 @@ def _first_token(cfg: PrefixConfig, loaded: LoadedModel) -> Optional[int]:
     return None if cfg.bos == "no" else bos
 
 
-def exact_check(model, prefix: SinkPrefix, windows: torch.Tensor) -> float:
-    """Largest |logit difference| of the content: prefix in the cache against BOS in the sequence."""
+def exact_check(model, prefix: SinkPrefix, windows: torch.Tensor) -> tuple[float, float]:
+    """Largest |logit difference| of the content, prefix in the cache against its tokens in the
+    sequence, and the tolerance :func:`~.prefix.exact_tolerance` gives it."""
     with torch.no_grad():
         in_sequence = model(input_ids=prepend(prefix.token_ids, windows.to(model.device)), use_cache=False).logits[:, prefix.length :]
         cached = prefix.logits(model, windows)
-    return float((in_sequence.float() - cached.float()).abs().max())
+    return float((in_sequence.float() - cached.float()).abs().max()), exact_tolerance(in_sequence, model.dtype)
+
+
+def check_exact(summary: dict, out=None) -> None:
+    """Fail when the summary's exact check left its tolerance (the results are already written)."""
+    if summary["exact_check"] > summary["exact_check_tolerance"]:
+        kept = f"; results kept in {out}/summary.json" if out is not None else ""
+        raise NumericalCheckFailed(
+            f"the logits differ from the original model's by {summary['exact_check']:.2e} "
+            f"(tolerance {summary['exact_check_tolerance']:.2e}, {EXACT_EPS} eps of the largest logit: "
+            f"more than floating-point reduction order explains){kept}",
+            out,
+        )
 
 
 def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, bos, n_tokens: int, summary: dict, out, progress: bool) -> Condition:

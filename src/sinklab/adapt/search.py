@@ -5,7 +5,8 @@ Tokens are added one at a time: each candidate is appended to the prefix found s
 keys and values are computed (:class:`~.prefix.SinkPrefix`), and the content is run after it; the
 candidate whose content sends the smallest largest |activation| into any decoder linear layer is
 kept. Candidates are the most frequent tokens of the calibration text plus the tokenizer's special
-tokens, and the search stops when its time budget is spent (keeping the best prefix so far).
+tokens, and the search stops when its time budget is spent, keeping the best prefix so far: the best
+token of a scan cut short is appended only if it beats the prefix without it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def largest_activation(model: nn.Module, content: torch.Tensor, prefix_tokens: t
     return max(log.by_layer())
 
 
+def _shorter_score(model: nn.Module, content: torch.Tensor, result: SearchResult) -> float:
+    """The objective of the prefix found so far (the leading tokens' own when nothing was added)."""
+    return result.objective[-1] if result.objective else largest_activation(model, content, result.tokens)
+
+
 def search_prefix(model: nn.Module, content: torch.Tensor, lead: tuple[int, ...], n_tokens: int, candidates: list[int], seconds: float, progress: bool = True) -> SearchResult:
     """Append ``n_tokens`` tokens to ``lead`` greedily, within ``seconds`` of wall time."""
     start = time.perf_counter()
@@ -67,6 +73,8 @@ def search_prefix(model: nn.Module, content: torch.Tensor, lead: tuple[int, ...]
                     best = (score, token)
             if best is None:
                 break
+            if not result.complete and best[0] >= _shorter_score(model, content, result):
+                break  # the best of a partial scan must beat the prefix without it
             result.tokens += (best[1],)
             result.objective.append(best[0])
             if not result.complete:
