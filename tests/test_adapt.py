@@ -18,14 +18,22 @@ from conftest import ARCHITECTURES, SAMPLE_TEXT, tiny_config
 from transformers import AutoModelForCausalLM
 
 from sinklab import cli
-from sinklab.adapt import MITIGATIONS, FinetuneConfig, PrefixConfig, SinkPrefix, load_adapted, run_finetune, run_sink_prefix
+from sinklab.adapt import (
+    MITIGATIONS,
+    FinetuneConfig,
+    PrefixConfig,
+    SinkPrefix,
+    load_adapted,
+    run_finetune,
+    run_sink_prefix,
+    search,
+)
 from sinklab.adapt.adapted import AdaptedModel
+from sinklab.adapt.evaluate import Condition, content_hidden
 from sinklab.adapt.finetune import teacher_logits
 from sinklab.adapt.mitigations import make_mitigation
-from sinklab.adapt.quantize import QUANT_SCHEMES, fake_quant, quantize_activation, quantize_weight, quantized, quantized_linears
-from sinklab.adapt import search
-from sinklab.adapt.evaluate import Condition, content_hidden
 from sinklab.adapt.prefix import exact_tolerance
+from sinklab.adapt.quantize import QUANT_SCHEMES, fake_quant, quantize_activation, quantize_weight, quantized, quantized_linears
 from sinklab.adapt.run import calibrate, exact_check, measure
 from sinklab.adapt.search import largest_activation, search_prefix
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
