@@ -4,9 +4,11 @@ Text (default): the 8 variants, 2 seeds, the default text budget, one run after 
 uses every core) into runs/sweep/. Bigram-Backcopy (`--corpus bb`, `make sweep-bb`): the 9 variants
 of the mitigation sweep (every normalisation, +gate, +head_norm, softmax with one learned sink
 token), 3 seeds, the calibrated BB budget, two single-threaded runs at a time into runs/sweep-bb/.
-Finished runs are kept and half-finished ones resumed, so a sweep can be stopped and restarted.
+Finished runs are kept and half-finished ones resumed, so a sweep can be stopped and restarted;
+a run of another training configuration, or trained by other code than this commit's, is refused
+(or trained again with `--rerun-stale`): the row is stamped with this commit.
 
-Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--steps N] [--root DIR]`
+Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--steps N] [--root DIR] [--rerun-stale]`
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
+from typing import Optional
 
-from common import RUNS, record
+from common import DIRTY, REVISION, RUNS, UNKNOWN, record
 
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec
 from sinklab.core.checkpoint import latest_checkpoint
 from sinklab.core.jobs import run_jobs
+from sinklab.core.runs import claim_run_dir, first_difference, jsonable, read_run_info
 from sinklab.core.text import format_table
 from sinklab.pretrain import COLUMNS, PretrainConfig, compare_runs, train_lm
 
@@ -36,15 +41,41 @@ def sweep_configs(corpus: str, seeds, steps=None) -> list[PretrainConfig]:
     return [replace(base, **v, seed=s, max_seq_len=None) for s in seeds for v in variants + SETTINGS[corpus][2]]
 
 
-def train_one(cfg: PretrainConfig) -> str:
-    """Train (or resume, or skip when finished) one run; returns its directory. A finished run of
-    another budget is refused rather than reused."""
-    summary = Path(cfg.out) / "summary.json"
-    if not summary.exists():
-        train_lm(cfg, resume=latest_checkpoint(Path(cfg.out)) is not None, progress=False)
-    elif (steps := json.loads(summary.read_text())["steps"]) != cfg.steps:
-        raise SystemExit(f"{cfg.out} holds a finished run of {steps} steps, not {cfg.steps}; give the sweep its own --root")
+def train_one(cfg: PretrainConfig, rerun_stale: bool = False) -> str:
+    """Train (or resume, or skip when finished) one run; returns its directory. A run there that
+    :func:`stale_reason` rejects is refused, or with ``rerun_stale`` removed and trained again."""
+    out = Path(cfg.out)
+    finished = (out / "summary.json").exists()
+    resume = not finished and latest_checkpoint(out) is not None
+    if (finished or resume) and (why := stale_reason(out, cfg, REVISION)):
+        if not rerun_stale:
+            raise SystemExit(f"{out} holds a run this sweep cannot use: {why}; pass --rerun-stale to train it again, or give the sweep its own --root")
+        claim_run_dir(out, cfg, overwrite=True)  # removes it
+        finished = resume = False
+    if not finished:
+        train_lm(cfg, resume=resume, progress=False)
     return cfg.out
+
+
+def stale_reason(run_dir: Path, cfg: PretrainConfig, revision: str) -> Optional[str]:
+    """Why the run in ``run_dir`` may not stand in a row stamped ``revision``: its config.json
+    differs from ``cfg`` (compared as ``sinklab pretrain`` compares a rerun: lr, lengths, seed,
+    steps, ...), or run.json's ``git`` names another commit, none, or uncommitted changes the
+    row would not be flagged with. None when it may."""
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return "its config.json is missing or unreadable"
+    if differs := first_difference(saved, jsonable(cfg)):
+        return f"another configuration ({differs})"
+    source, commit = read_run_info(run_dir).get("git"), revision.removesuffix(DIRTY)
+    if not source:
+        return "its run.json records no git commit"
+    if commit == UNKNOWN or not source["commit"].startswith(commit):
+        return f"it was trained at commit {source['commit'][:7]}, and this tree is at {commit}"
+    if source["uncommitted_changes"] and not revision.endswith(DIRTY):
+        return "it was trained with uncommitted changes, and this row would be stamped clean"
+    return None
 
 
 def main() -> None:
@@ -54,13 +85,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="override the default budget (for a quick look)")
     parser.add_argument("--workers", type=int, default=None, help="runs at a time (default: 1 for text, 2 single-threaded for bb)")
     parser.add_argument("--root", default=None, help="folder of the run directories (default: runs/sweep, runs/sweep-bb)")
+    parser.add_argument("--rerun-stale", action="store_true", help="train again a run of another configuration or commit (default: refuse it)")
     args = parser.parse_args()
     seeds, workers, _, root_name = SETTINGS[args.corpus]
     root = Path(args.root) if args.root else RUNS / root_name
     configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps)
     for cfg in configs:
         cfg.out = str(root / f"{cfg.variant}-seed{cfg.seed}")
-    runs = run_jobs(train_one, configs, args.workers or workers, desc=f"sweep {args.corpus}", label=lambda c: Path(c.out).name)
+    runs = run_jobs(partial(train_one, rerun_stale=args.rerun_stale), configs, args.workers or workers, desc=f"sweep {args.corpus}", label=lambda c: Path(c.out).name)
     result = compare_runs(runs, None, str(root / "compare"))
     print(format_table(result["by_variant"], [("variant", "variant", "s"), ("seeds", "seeds", "d")] + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")]))
     record("pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),

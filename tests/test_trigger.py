@@ -1,6 +1,7 @@
 """The trigger lab: the ReLU construction, training behaviour, the BOS cap, runs and the CLI."""
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from sinklab.trigger import analyses, lab
 from sinklab.trigger.config import TriggerConfig, cap_first_key
 from sinklab.trigger.evaluate import evaluate_trigger
 from sinklab.trigger.task import TriggerTask
-from sinklab.trigger.train import AdamStep, train_trigger
+from sinklab.trigger.train import AdamStep, CompiledStep, train_trigger
 
 
 @pytest.mark.parametrize("n, length", [(16, 16), (5, 9)])
@@ -60,20 +61,86 @@ def test_fused_adam_step_matches_autograd_and_torch_adam(mode):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
-def test_a_compile_failure_is_recorded_in_the_run(monkeypatch, tmp_path):
-    def broken_compile(fn, **kwargs):
-        def run(*args):
-            raise RuntimeError("no C++ compiler found")
+def compile_failing_with(error, after_writing=False):
+    """A stand-in for torch.compile whose compiled step raises ``error``: as compiling does,
+    before the step runs, or (``after_writing``) after the step has updated its arguments."""
 
-        return run
+    def fake_compile(fn, **kwargs):
+        def compiled(*args):
+            if after_writing:
+                fn(*args)
+            raise error
 
-    monkeypatch.setattr(torch, "compile", broken_compile)
-    cfg = TriggerConfig(layers=2, heads=1, n=6, length=6, eval_trigger=3, max_steps=3, compile="on")
-    with pytest.warns(UserWarning, match="no C\\+\\+ compiler"):
-        summary = lab.run_lab([cfg], str(tmp_path / "lab"), workers=1)
-    record = summary["runs"][0]
-    assert record["step_mode"] == "compiled" and record["compile_fallback"] == "RuntimeError: no C++ compiler found"
-    assert summary["compile_fallbacks"] == {cfg.key: "RuntimeError: no C++ compiler found"}
+        return compiled
+
+    return fake_compile
+
+
+def no_compiler():
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InvalidCxxCompiler
+
+    return BackendCompilerFailed(None, InvalidCxxCompiler(), None)  # how inductor's failure reaches the caller
+
+
+def dynamo_error(name):
+    import torch._dynamo.exc
+
+    return lambda: getattr(torch._dynamo.exc, name)("cannot trace the step")
+
+
+def add_one_step():
+    """A step that updates its state in place, as the training steps do."""
+
+    def step(state, x):
+        state["w"].add_(x)
+        return state["w"].sum()
+
+    return step
+
+
+@pytest.mark.parametrize("error", [no_compiler, dynamo_error("Unsupported"), dynamo_error("InternalTorchDynamoError")], ids=["no-compiler", "graph-break", "dynamo-bug"])
+def test_a_compile_error_runs_the_step_once_uncompiled_and_is_recorded(monkeypatch, error):
+    """Every error Dynamo raises while tracing or compiling (a backend's arrives wrapped in
+    BackendCompilerFailed) falls back. Mutation tried: catching only BackendCompilerFailed let a
+    graph break and Dynamo's own error escape."""
+    monkeypatch.setattr(torch, "compile", compile_failing_with(error()))
+    state, step = {"w": torch.zeros(2)}, CompiledStep(add_one_step())
+    with pytest.warns(UserWarning, match="training uncompiled"):
+        assert step(state, torch.ones(2)) == 2
+    step(state, torch.ones(2))
+    assert torch.equal(state["w"], torch.full((2,), 2.0))  # each step ran exactly once
+    assert step.fallback.startswith(type(error()).__name__)
+
+
+@pytest.mark.parametrize(
+    "error, after_writing",
+    [(lambda: torch.OutOfMemoryError("CUDA out of memory"), False), (lambda: RuntimeError("a bug in the step"), False), (no_compiler, True)],
+    ids=["out-of-memory", "bug", "compile-error-after-a-write"],
+)
+def test_other_errors_and_a_compile_error_after_a_write_are_raised_not_retried(monkeypatch, error, after_writing):
+    """Mutations tried: catching every ``Exception`` again reran the out-of-memory and bug steps
+    uncompiled; without the version check the step that had written ran twice (w = 2)."""
+    monkeypatch.setattr(torch, "compile", compile_failing_with(error(), after_writing))
+    state, step = {"w": torch.zeros(2)}, CompiledStep(add_one_step())
+    with pytest.raises(type(error())):
+        step(state, torch.ones(2))
+    assert step.fallback is None
+    assert torch.equal(state["w"], torch.full((2,), float(after_writing)))
+
+
+@pytest.mark.parametrize("seeds", [(0,), (0, 1)], ids=["alone", "ensemble"])
+def test_a_compile_failure_is_recorded_in_the_run(monkeypatch, tmp_path, seeds):
+    monkeypatch.setattr(torch, "compile", compile_failing_with(no_compiler()))
+    base = TriggerConfig(layers=2, heads=1, n=6, length=6, eval_trigger=3, max_steps=3, compile="on")
+    configs = [replace(base, seed=s) for s in seeds]
+    with pytest.warns(UserWarning, match="No working C\\+\\+ compiler"):
+        summary = lab.run_lab(configs, str(tmp_path / "lab"), workers=1, ensembles=len(seeds) > 1)
+    mode = "ensemble-compiled" if len(seeds) > 1 else "compiled"
+    assert [r["step_mode"] for r in summary["runs"]] == [mode] * len(seeds)
+    assert list(summary["compile_fallbacks"]) == [cfg.key for cfg in configs]
+    for reason in summary["compile_fallbacks"].values():
+        assert reason.startswith("BackendCompilerFailed (InvalidCxxCompiler: No working C++ compiler found")
 
 
 def test_a_converged_batch_leaves_the_weights_untouched():

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Optional
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from ..core.errors import SinklabError
 from ..models.native import Transformer
@@ -151,21 +152,51 @@ class CompiledStep:
     """``torch.compile(fn)``, falling back to ``fn`` where compiling fails: the reason is kept in
     :attr:`fallback` (and so in the run's records) and warned about once.
 
+    Only what torch.compile raises while tracing or compiling is a reason to train uncompiled:
+    Dynamo's errors (``TorchDynamoException``; a backend's, such as inductor's missing C++
+    compiler, arrive wrapped in its subclass ``BackendCompilerFailed``). Anything else (out of
+    memory, a bug in the step) propagates.
+
+    The step updates its tensor arguments in place, so a failed call may be retried only if it
+    wrote nothing. ``fullgraph=True`` makes the step one graph, traced and compiled (also when a
+    new stack size recompiles it) before any of it runs; and the arguments' version counters,
+    which every in-place write bumps, are compared before falling back: a compile error after a
+    write, or any other error, is raised, never retried.
+
     Dynamo's caches are reset first: a worker trains many models in turn, and guards piling up
     from earlier models would hit the recompile limit and silently fall back to eager mode.
     """
 
     def __init__(self, fn) -> None:
         torch._dynamo.reset()
-        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False)
+        self.fn, self.compiled = fn, torch.compile(fn, dynamic=False, fullgraph=True)
         self.fallback: Optional[str] = None
 
     def __call__(self, *args):
         if self.fallback is not None:
             return self.fn(*args)
+        before = tensor_versions(args)
         try:
             return self.compiled(*args)
-        except Exception as exc:  # no C++ compiler, unsupported platform, ...
-            self.fallback = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"[:300]
+        except torch._dynamo.exc.TorchDynamoException as exc:  # imported by __init__'s reset, not at import time
+            if tensor_versions(args) != before:
+                raise
+            self.fallback = compile_failure(exc)
             warnings.warn(f"torch.compile failed ({self.fallback}); training uncompiled", stacklevel=2)
             return self.fn(*args)
+
+
+def compile_failure(exc: Exception) -> str:
+    """One line for the records: the error, and for a backend's failure the backend's own error
+    (``BackendCompilerFailed``'s first line only names the backend)."""
+
+    def first_line(error: BaseException) -> str:
+        return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+
+    inner = getattr(exc, "inner_exception", None)
+    return (first_line(exc) if inner is None else f"{type(exc).__name__} ({first_line(inner)})")[:300]
+
+
+def tensor_versions(args) -> list[int]:
+    """The version counter of every tensor in ``args`` (nested in dicts, lists, tuples)."""
+    return [leaf._version for leaf in tree_leaves(args) if isinstance(leaf, torch.Tensor)]
