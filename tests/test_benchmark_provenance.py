@@ -3,7 +3,6 @@ and a failing git as not clean, and the pretraining sweep reuses a finished or h
 only when its configuration and its commit are the row's."""
 
 import importlib
-import json
 import shutil
 import subprocess
 import sys
