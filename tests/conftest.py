@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import torch
@@ -92,3 +96,20 @@ def default_model():
     from sinklab.models.hf import load_model
 
     return load_model(None)
+
+
+BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
+
+
+@contextmanager
+def benchmark_module(name: str):
+    """A script of benchmarks/ imported as a module (importing benchmarks/common.py checks that
+    the tree is clean; nothing is recorded by the tests, so that check is waived), then forgotten."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SINKLAB_BENCH_ALLOW_DIRTY", "1")
+    mp.syspath_prepend(str(BENCHMARKS))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        mp.undo()
+        sys.modules.pop(name, None)

@@ -2,7 +2,6 @@
 and a failing git as not clean, and the pretraining sweep reuses a finished or half-finished run
 only when its configuration and its commit are the row's."""
 
-import importlib
 import shutil
 import subprocess
 import sys
@@ -10,23 +9,19 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from conftest import benchmark_module
 
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.runs import read_run_info, write_json
 from sinklab.pretrain import PretrainConfig
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 COMMIT = "a" * 40  # the commit the tests' run claims to come from
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SINKLAB_BENCH_ALLOW_DIRTY", "1")  # importing benchmarks/common.py checks the tree; nothing is recorded here
-    mp.syspath_prepend(str(BENCHMARKS))
-    yield importlib.import_module("pretrain_sweep")
-    mp.undo()
-    sys.modules.pop("pretrain_sweep", None)
+    with benchmark_module("pretrain_sweep") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -3,28 +3,20 @@ toy sizes on the CPU through the same code (``--smoke``), and its device map spl
 half. Mutation tried: a section raising (``half_split`` naming ``model.layer.{i}``) is recorded as
 ``ok: False`` and fails the smoke test, instead of stopping the other sections."""
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from conftest import benchmark_module
 
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import check_device_map
 
-BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
-
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SINKLAB_BENCH_ALLOW_DIRTY", "1")  # importing benchmarks/common.py checks the tree; nothing is recorded here
-    mp.syspath_prepend(str(BENCHMARKS))
-    yield importlib.import_module("gpu_check")
-    mp.undo()
-    sys.modules.pop("gpu_check", None)
+    with benchmark_module("gpu_check") as module:
+        yield module
 
 
 def test_the_device_map_puts_half_the_layers_on_each_device(gpu_check, monkeypatch):
