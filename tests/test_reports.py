@@ -118,14 +118,8 @@ def test_pretrain_reports_and_runs_side_by_side(browser, tmp_path, monkeypatch):
     assert {"softmax", "relu"} <= set(legend)
 
 
-def test_stream_report(tiny_model_dir, browser, tmp_path):
-    text = tmp_path / "text.txt"
-    text.write_text("To be, or not to be, that is the question. " * 60)
-    out = tmp_path / "stream"
-    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(text), "--tokens", "80", "--sinks", "2", "--window", "14",
-                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(out)])
-    assert code == 0
-    check_page(browser, out / "report.html", tmp_path)
+def test_stream_report(stream_run, browser, tmp_path):
+    check_page(browser, stream_run / "report.html", tmp_path)
 
 
 def test_a_long_scan_report_stays_small(tmp_path):

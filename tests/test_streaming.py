@@ -250,9 +250,9 @@ def test_a_stream_and_a_chunk_longer_than_the_strip_equal_streamingllm_by_its_de
     the logits of :class:`StreamingLLM`, a reference that reads nothing of the cache. Mutations
     caught: the borrowed strip not given the recent rows (the 60-token chunk differed), the strip
     given back without them (the step after the chunk differed), and a rebase that does not store
-    the recent keys it moved (step 19 differed; the two tests whose reference is built from
+    the recent keys it moved (the step after 18 tokens differed; the two tests whose reference is built from
     ``keys_in_cache`` passed it, as that reads the same stale keys)."""
-    model, ids, (n_sink, window) = sharp("llama"), stream_ids(170), (2, 8)
+    model, ids, (n_sink, window) = sharp("llama"), stream_ids(163), (2, 8)
     cache, reference = make_sink_cache(model, n_sink, window), StreamingLLM(model, n_sink, window)
     strip = cache.layers[0]._strip
     chunks = [ids[:, :5], *ids[:, 5:100].split(1, dim=1), ids[:, 100:160], *ids[:, 160:163].split(1, dim=1)]
@@ -610,14 +610,8 @@ def test_sinks_change_the_scores_once_tokens_are_evicted(llama):
     assert (sink[12:] - dense[12:]).abs().max() > 1e-3
 
 
-def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
-    corpus = tmp_path / "text.txt"
-    corpus.write_text("To be, or not to be, that is the question. " * 60)
-    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2",
-                     "--window", "14", "--recompute-every", "10", "--chunk", "40", "--latency-steps", "3",
-                     "--ablation", "0,1", "--out", str(tmp_path / "run")])
-    assert code == 0
-    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+def test_stream_cli_contract(stream_run):
+    s = json.loads((stream_run / "summary.json").read_text())
     assert {"model", "tokens", "sinks", "window", "policies"} <= set(s)
     assert set(s["policies"]) == {"dense", "window", "sink", "recompute"}
     for p in s["policies"].values():
@@ -629,7 +623,7 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
     assert check["max_abs_nll_difference"] < check["tolerance"] == 1e-3
     assert [c["start"] for c in check["by_chunk"]] == [0, 40]
     assert len(s["policies"]["sink"]["ms_per_token_by_chunk"]) == 2  # timed along the same walk
-    assert all((tmp_path / "run" / f).exists() for f in s["figures"])
+    assert all((stream_run / f).exists() for f in s["figures"])
 
 
 def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, tokenizer, tmp_path, monkeypatch, capsys):
