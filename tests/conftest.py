@@ -98,6 +98,33 @@ def default_model():
     return load_model(None)
 
 
+@pytest.fixture(scope="session")
+def trigger_pair(tmp_path_factory):
+    """A trigger lab holding the default one-layer softmax and ReLU models (seed 0), trained once
+    for every test that reads them: (its folder, its summary)."""
+    from sinklab.core.attention import AttentionSpec
+    from sinklab.trigger import TriggerConfig, run_lab
+
+    path = tmp_path_factory.mktemp("trigger-pair")
+    summary = run_lab([TriggerConfig(attention=AttentionSpec(attn)) for attn in ("softmax", "relu")], str(path), workers=1)
+    return path, summary
+
+
+@pytest.fixture(scope="session")
+def stream_run(tmp_path_factory, tiny_model_dir):
+    """One ``sinklab stream`` run of the tiny Llama (every policy, the ablation, a chunked one-pass
+    check), shared by the command's contract test and its report page test."""
+    from sinklab import cli
+
+    path = tmp_path_factory.mktemp("stream")
+    corpus = path / "text.txt"
+    corpus.write_text("To be, or not to be, that is the question. " * 60)
+    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2", "--window", "14",
+                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(path / "run")])
+    assert code == 0
+    return path / "run"
+
+
 BENCHMARKS = Path(__file__).parent.parent / "benchmarks"
 
 

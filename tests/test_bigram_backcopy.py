@@ -7,11 +7,12 @@ import pytest
 import torch
 
 from sinklab.core.attention import AttentionSpec
+from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint
 from sinklab.core.errors import SinklabError
 from sinklab.models.native import ModelConfig, Transformer
 from sinklab.pretrain import PretrainConfig, train_lm
 from sinklab.pretrain.bigram_backcopy import BigramBackcopy, normalise
-from sinklab.pretrain.train import step_batch
+from sinklab.pretrain.train import step_batch, validation_batches
 from sinklab.scan import scan_native
 
 
@@ -60,14 +61,45 @@ def test_optimum_loss_on_a_hand_made_chain():
     torch.testing.assert_close(chain.optimal_nll(ids), expected)
 
 
+@torch.no_grad()
+def attention_by_row_kind(model, bb, batches) -> dict[str, torch.Tensor]:
+    """Recomputed from the model's attention, each row pooled over the batches (BOS's own row
+    left out): per head (layers x heads) the mean weight on BOS at non-trigger and at trigger query
+    rows, and the mean weight on the previous token (what a trigger asks to copy) at trigger rows."""
+    pooled = {"bos_nontrigger": [], "bos_trigger": [], "previous_trigger": []}
+    for ids in batches:
+        _, weights = model(ids[:, :-1], need_weights=True)
+        attn = torch.stack(weights, dim=1)[:, :, :, 1:]  # (B, L, H, query rows after BOS, keys)
+        trigger = bb.is_trigger[ids[:, 1:-1]]  # (B, rows): the query's own token
+        on_bos = attn[..., 0].permute(0, 3, 1, 2)  # (B, rows, L, H)
+        on_previous = attn.diagonal(dim1=-2, dim2=-1).permute(0, 3, 1, 2)  # row t on key t - 1
+        pooled["bos_nontrigger"].append(on_bos[~trigger])
+        pooled["bos_trigger"].append(on_bos[trigger])
+        pooled["previous_trigger"].append(on_previous[trigger])
+    return {key: torch.cat(rows).mean(0) for key, rows in pooled.items()}
+
+
 def test_a_short_run_starts_to_sink_on_bos_where_there_is_nothing_to_copy(tmp_path):
-    summary = train_lm(PretrainConfig(corpus="bb", n_layers=1, d_model=64, n_heads=2, seq_len=64, batch=16, steps=150, lr=3e-3,
-                                      eval_every=150, eval_batches=2, checkpoint_every=150, out=str(tmp_path / "run")), progress=False)
+    """The per-head BOS masses of the summary equal those recomputed from the saved model, and the
+    head picked as the sink head is the copy head: at trigger rows it looks at the token to copy
+    and not at BOS, elsewhere it starts to rest on BOS. Mutation caught: trigger and non-trigger
+    rows swapped in ``task_metrics`` (the pick then fell on the other head, which passed the
+    non-trigger > 2 x trigger check on the swapped numbers)."""
+    cfg = PretrainConfig(corpus="bb", n_layers=1, d_model=64, n_heads=2, seq_len=64, batch=16, steps=150, lr=3e-3,
+                         eval_every=150, eval_batches=2, checkpoint_every=150, out=str(tmp_path / "run"))
+    summary = train_lm(cfg, progress=False)
     assert summary["copy_accuracy"] > 0.9
     assert 0 < summary["val_loss_gap"] < 0.5
-    head = summary["sink_head"]
-    assert summary["bos_mass_nontrigger"][head["layer"]][head["head"]] > 2 * summary["bos_mass_trigger"][head["layer"]][head["head"]]
-    assert summary["sink_head_bos_mass_nontrigger"] > summary["sink_head_bos_mass_trigger"]
+    bb = BigramBackcopy()
+    model = Transformer(cfg.model_config(bb.vocab_size)).eval()
+    load_checkpoint(latest_checkpoint(tmp_path / "run"), model, None)
+    seen = attention_by_row_kind(model, bb, validation_batches(bb, cfg))
+    for kind in ("nontrigger", "trigger"):
+        torch.testing.assert_close(torch.tensor(summary[f"bos_mass_{kind}"]), seen[f"bos_{kind}"], atol=1e-5, rtol=0)
+    head = (summary["sink_head"]["layer"], summary["sink_head"]["head"])
+    assert summary["sink_head_bos_mass_nontrigger"] == pytest.approx(seen["bos_nontrigger"][head].item(), abs=1e-5)
+    assert seen["previous_trigger"][head] > 0.5 and seen["bos_trigger"][head] < 0.01  # it copies at triggers
+    assert seen["bos_nontrigger"][head] > 0.05  # about 0.1 after 150 steps: the sink is only starting
 
 
 def test_null_mass_counts_attention_on_learned_sink_tokens():

@@ -186,10 +186,10 @@ def test_cli_bad_position_is_one_line(tiny_model_dir, tmp_path, capsys):
     assert "position 20 is beyond the input" in capsys.readouterr().err
 
 
-def test_suppressing_the_bos_sink_breaks_softmax_but_not_relu_on_the_trigger_task(tmp_path):
+def test_suppressing_the_bos_sink_breaks_softmax_but_not_relu_on_the_trigger_task(trigger_pair, tmp_path):
     from sinklab.intervene import run_trigger_interventions
 
-    summary = run_trigger_interventions(InterveneConfig(out=str(tmp_path)))
+    summary = run_trigger_interventions(InterveneConfig(out=str(tmp_path)), str(trigger_pair[0]))
     by_model = {r["model"].split("_")[0]: r for r in summary["results"]}
     soft, relu = by_model["softmax"], by_model["relu"]
     assert soft["mse_nontrigger_after"] > 100 * max(soft["mse_nontrigger_before"], 1e-6)

@@ -1,6 +1,7 @@
 """Every capability's report.html, opened in headless Chromium: it loads with no console error and
 no network request, every plot draws, clicking a first-token-mass cell shows that head's map, and a
-token made of markup shows as text and runs nothing."""
+token made of markup shows as text and runs nothing (the markup model's BOS is that token, so the
+scan and sink-prefix pages show it whatever the scan or the prefix search picks)."""
 
 import json
 import os
@@ -33,11 +34,13 @@ def browser():
 
 @pytest.fixture(scope="module")
 def markup_model(tmp_path_factory):
-    """A tiny Llama whose tokenizer has one token made of markup."""
+    """A tiny Llama whose BOS token is made of markup: every scan and every sink prefix starts with it."""
     tokenizer = make_tokenizer()
-    tokenizer.add_tokens([MARKUP])
+    tokenizer.add_special_tokens({"bos_token": MARKUP})
+    config = tiny_config("llama", len(tokenizer))
+    config.bos_token_id = tokenizer.bos_token_id
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config("llama", len(tokenizer)))
+    model = AutoModelForCausalLM.from_config(config)
     path = tmp_path_factory.mktemp("markup-llama")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -115,14 +118,8 @@ def test_pretrain_reports_and_runs_side_by_side(browser, tmp_path, monkeypatch):
     assert {"softmax", "relu"} <= set(legend)
 
 
-def test_stream_report(tiny_model_dir, browser, tmp_path):
-    text = tmp_path / "text.txt"
-    text.write_text("To be, or not to be, that is the question. " * 60)
-    out = tmp_path / "stream"
-    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(text), "--tokens", "80", "--sinks", "2", "--window", "14",
-                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(out)])
-    assert code == 0
-    check_page(browser, out / "report.html", tmp_path)
+def test_stream_report(stream_run, browser, tmp_path):
+    check_page(browser, stream_run / "report.html", tmp_path)
 
 
 def test_a_long_scan_report_stays_small(tmp_path):
@@ -141,7 +138,10 @@ def test_a_long_scan_report_stays_small(tmp_path):
 
 
 def test_adapt_reports(markup_model, browser, tmp_path):
-    """The sink-prefix page (a searched prefix may be the markup token) and the fine-tuning page."""
+    """The sink-prefix page, whose searched prefix starts with the markup BOS, and the fine-tuning
+    page. Mutation caught: the key figures written without escaping (``{v}`` for ``{esc(v)}`` in
+    ``html.key_figures``) ran the token's script (a dialog, one more script element); before the
+    BOS was markup, the page showed the token only when the search happened to pick it."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     for i in range(8):
@@ -149,9 +149,9 @@ def test_adapt_reports(markup_model, browser, tmp_path):
     common = ["--corpus", str(corpus), "--tokens", "16", "--windows", "2", "--calibration", "1", "--quant", "w8a8,w8a8_static"]
     assert cli.main(["adapt", str(markup_model), *common, "--prefix-tokens", "1", "--candidates", "1", "--out", str(tmp_path / "prefix")]) == 0
     summary = json.loads((tmp_path / "prefix" / "summary.json").read_text())
+    assert summary["search"]["strings"][0] == MARKUP  # the prefix starts with BOS
     seen = check_page(browser, tmp_path / "prefix" / "report.html", tmp_path)
-    if MARKUP in summary["search"]["strings"]:
-        assert MARKUP in seen.page.inner_text("body")
+    assert MARKUP in seen.page.inner_text("body")
     written = (tmp_path / "prefix" / "report.html").read_text()
     assert seen.page.evaluate("document.querySelectorAll('script').length") == written.count("<script>") and seen.dialogs == []
     assert cli.main(["adapt", str(markup_model), *common, "--to", "kv_bias", "--steps", "3", "--seq-len", "12", "--batch", "2", "--out", str(tmp_path / "tune")]) == 0

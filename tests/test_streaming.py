@@ -207,6 +207,64 @@ def test_steps_write_into_one_strip_that_a_long_chunk_only_borrows(sharp, monkey
     assert cache_bytes(cache) == cfg.num_hidden_layers * (n_sink + strip.capacity) * row_bytes
 
 
+class StreamingLLM:
+    """StreamingLLM by its definition, with no sink cache: every kept token's keys and values as
+    the model computed them (a dense cache's, rotated where they were computed), moved to their
+    index among the kept tokens by transformers' own rotary embedding before each forward, which
+    places the new tokens right after them; then the first ``n_sink`` and the last ``window - 1``
+    tokens are kept. A reference that reads nothing of :mod:`sinklab.stream`."""
+
+    def __init__(self, model, n_sink: int, window: int) -> None:
+        self.model, self.n_sink, self.window = model, n_sink, window
+        self.kept = None  # per layer (keys, values), each key rotated where it was computed
+        self.rotated_at = torch.zeros(0, dtype=torch.long)
+
+    def _moved(self, keys: torch.Tensor) -> torch.Tensor:
+        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+        by = torch.arange(len(self.rotated_at)) - self.rotated_at  # to each key's index among the kept
+        cos, sin = self.model.model.rotary_emb(keys, by[None])
+        return apply_rotary_pos_emb(keys, keys, cos, sin)[1]
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        n_kept, n_new = len(self.rotated_at), ids.shape[1]
+        dense = DynamicCache()
+        for i, (keys, values) in enumerate(self.kept or ()):
+            dense.update(self._moved(keys), values, i)
+        positions = torch.arange(n_kept, n_kept + n_new)
+        logits = self.model(input_ids=ids, cache=dense, position_ids=positions[None]).logits
+        new = [(layer.keys[..., n_kept:, :], layer.values[..., n_kept:, :]) for layer in dense.layers]
+        kept = new if self.kept is None else [tuple(torch.cat(pair, dim=-2) for pair in zip(old, added)) for old, added in zip(self.kept, new)]
+        rotated_at = torch.cat([self.rotated_at, positions])
+        index = torch.arange(len(rotated_at))
+        keep = torch.cat([index[: self.n_sink], index[self.n_sink :][-(self.window - 1) :]])
+        self.kept = [(keys[..., keep, :], values[..., keep, :]) for keys, values in kept]
+        self.rotated_at = rotated_at[keep]
+        return logits
+
+
+@torch.no_grad()
+def test_a_stream_and_a_chunk_longer_than_the_strip_equal_streamingllm_by_its_definition(sharp):
+    """Every forward of a sink cache (single tokens through rebases, then a 60-token chunk, which
+    borrows a strip longer than the usual one, and the steps after it, which give it back) gives
+    the logits of :class:`StreamingLLM`, a reference that reads nothing of the cache. Mutations
+    caught: the borrowed strip not given the recent rows (the 60-token chunk differed), the strip
+    given back without them (the step after the chunk differed), and a rebase that does not store
+    the recent keys it moved (the step after 18 tokens differed; the two tests whose reference is built from
+    ``keys_in_cache`` passed it, as that reads the same stale keys)."""
+    model, ids, (n_sink, window) = sharp("llama"), stream_ids(163), (2, 8)
+    cache, reference = make_sink_cache(model, n_sink, window), StreamingLLM(model, n_sink, window)
+    strip = cache.layers[0]._strip
+    chunks = [ids[:, :5], *ids[:, 5:100].split(1, dim=1), ids[:, 100:160], *ids[:, 160:163].split(1, dim=1)]
+    for chunk in chunks:
+        got, expected = model(input_ids=chunk, cache=cache).logits, reference(chunk)
+        where = f"at the forward of {chunk.shape[1]} token(s) after {cache.layers[0].tokens_seen() - chunk.shape[1]}"
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m, where=where: f"{m}\n{where}")
+        if chunk.shape[1] == 60:
+            assert strip.tensors[0].shape[-2] > strip.capacity  # the chunk did take the borrow path
+    assert strip.tensors[0].shape[-2] == strip.capacity and cache.layers[0].positions.tolist() == [0, 1, *range(163 - window + 1, 163)]
+
+
 def test_layers_updated_out_of_order_are_refused(llama):
     """Layer 0 plans each step for every layer (the positions are shared), so a forward that
     skips it would silently use the previous step's plan."""
@@ -553,14 +611,8 @@ def test_sinks_change_the_scores_once_tokens_are_evicted(llama):
     assert (sink[12:] - dense[12:]).abs().max() > 1e-3
 
 
-def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
-    corpus = tmp_path / "text.txt"
-    corpus.write_text("To be, or not to be, that is the question. " * 60)
-    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2",
-                     "--window", "14", "--recompute-every", "10", "--chunk", "40", "--latency-steps", "3",
-                     "--ablation", "0,1", "--out", str(tmp_path / "run")])
-    assert code == 0
-    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+def test_stream_cli_contract(stream_run):
+    s = json.loads((stream_run / "summary.json").read_text())
     assert {"model", "tokens", "sinks", "window", "policies"} <= set(s)
     assert set(s["policies"]) == {"dense", "window", "sink", "recompute"}
     for p in s["policies"].values():
@@ -572,7 +624,7 @@ def test_stream_cli_contract(tiny_model_dir, tmp_path, monkeypatch):
     assert check["max_abs_nll_difference"] < check["tolerance"] == 1e-3
     assert [c["start"] for c in check["by_chunk"]] == [0, 40]
     assert len(s["policies"]["sink"]["ms_per_token_by_chunk"]) == 2  # timed along the same walk
-    assert all((tmp_path / "run" / f).exists() for f in s["figures"])
+    assert all((stream_run / f).exists() for f in s["figures"])
 
 
 def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, tokenizer, tmp_path, monkeypatch, capsys):

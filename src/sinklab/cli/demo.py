@@ -1,4 +1,5 @@
-"""``sinklab demo`` (what ``make demo`` runs): the quick form of each capability, in a few minutes.
+"""``sinklab demo`` (what ``make demo`` runs): three quick runs, in a few minutes (pretrain,
+intervene on a pretrained model and adapt are not among them).
 
 1. the trigger lab (Ran-Milo 2026): 1x1 and 2x2 models, softmax against ReLU, plus the exact
    hand-built ReLU solution and the BOS-sink removal that breaks softmax but not ReLU;
@@ -25,7 +26,7 @@ DEFAULT_OUT = "runs/demo"
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("demo", help="run every capability briefly on the built-in defaults (make demo)")
+    p = sub.add_parser("demo", help="the trigger lab, a scan and a stream, briefly, on the built-in defaults (make demo)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"root directory of the demo runs (default {DEFAULT_OUT})")
     p.set_defaults(handler=demo_command, on_interrupt="run it again: the trigger lab resumes, the rest starts over")
 
@@ -42,7 +43,7 @@ def demo_command(args) -> int:
 
 
 def run_demo(out: str) -> list[Path]:
-    """Run each capability's quick form under ``out``; return the run directories."""
+    """Run the trigger lab, the scan and the stream quickly under ``out``; return the run directories."""
     root = prepare_run_dir(out)
     trigger_dir, scan_dir, stream_dir = root / "trigger", root / "scan", root / "stream"
 
