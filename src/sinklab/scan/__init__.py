@@ -4,7 +4,8 @@ Its public API (used by ``intervene``, ``pretrain`` and ``stream``): inputs, the
 reduces while recording, the metric settings and summary, and the runners.
 """
 
-from .frame import scan_rows
+from .compare import run_compare
+from .frame import compare_rows, scan_rows
 from .inputs import Inputs, InputSpec, build_inputs
 from .metrics import sink_rate, super_neurons
 from .recorder import Record, Recorder, RecordOptions
@@ -21,8 +22,10 @@ __all__ = [
     "Recorder",
     "ScanConfig",
     "build_inputs",
+    "compare_rows",
     "measure_scan",
     "record_subject",
+    "run_compare",
     "run_scan",
     "scan_inputs",
     "scan_native",

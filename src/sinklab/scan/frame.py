@@ -1,4 +1,4 @@
-"""A scan's summary as a tidy table: one row per (layer, head)."""
+"""A scan's summary as a tidy table: one row per (layer, head); a comparison's, one per (model, layer)."""
 
 from __future__ import annotations
 
@@ -21,3 +21,11 @@ def scan_rows(summary: dict) -> Iterator[dict]:
             if "sink_alpha" in row:
                 row["is_sink"] = row["sink_alpha"] is not None and row["sink_alpha"] > eps
             yield row
+
+
+def compare_rows(summary: dict) -> Iterator[dict]:
+    """A comparison's (``sinklab scan MODEL MODEL ...``) table: one row per (model, layer) with
+    ``model``, ``layer`` and ``first_token_mass`` (the layer's mean over heads)."""
+    for entry in summary["models"]:
+        for layer, mass in enumerate(entry["first_token_mass_by_layer"]):
+            yield {"model": entry["model"], "layer": layer, "first_token_mass": mass}
