@@ -15,16 +15,11 @@ from common import record
 
 import sinklab
 from sinklab.models.hf import load_model
+from sinklab.scan import largest_massive_activation
 
 
 def scan(model, tokenizer, tokens: int, batch: int) -> dict:
     return sinklab.scan_model(model, tokenizer, max_tokens=tokens, batch=batch).summary
-
-
-def largest_massive(summary: dict):
-    found = summary["massive_activations"]
-    top = max(found, key=lambda e: abs(e["value"])) if found else None
-    return {k: top[k] for k in ("layer", "position", "dim", "value")} if top else None
 
 
 def agreement(reference: dict, other: dict) -> dict:
@@ -34,7 +29,7 @@ def agreement(reference: dict, other: dict) -> dict:
         "first_token_mass_max_abs_diff": gap.max().item(),
         "first_token_mass_mean_abs_diff": gap.mean().item(),
         "sink_rate": other["sink_rate"]["value"],
-        "largest_massive": largest_massive(other),
+        "largest_massive": largest_massive_activation(other),
         "max_abs_first_by_layer_max_rel_diff": max(abs(a - b) / max(abs(a), 1e-9) for a, b in zip(reference["max_abs_first"], other["max_abs_first"])),
         "seconds_record": other["seconds"]["record"],
     }
@@ -51,7 +46,7 @@ def compare(device: str, dtypes: list[str], tokens: int, batch: int) -> dict:
         rows[dtype] = agreement(reference, scan(loaded.model, loaded.tokenizer, tokens, batch))
         del loaded
     return {"device": device, "tokens": tokens, "batch": batch,
-            "reference": {"sink_rate": reference["sink_rate"]["value"], "largest_massive": largest_massive(reference), "seconds_record": reference["seconds"]["record"]},
+            "reference": {"sink_rate": reference["sink_rate"]["value"], "largest_massive": largest_massive_activation(reference), "seconds_record": reference["seconds"]["record"]},
             "by_dtype": rows}
 
 

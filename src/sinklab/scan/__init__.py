@@ -4,7 +4,7 @@ Its public API (used by ``intervene``, ``pretrain`` and ``stream``): inputs, the
 reduces while recording, the metric settings and summary, and the runners.
 """
 
-from .compare import run_compare
+from .compare import largest_massive_activation, run_compare
 from .frame import compare_rows, scan_rows
 from .inputs import Inputs, InputSpec, build_inputs
 from .metrics import sink_rate, super_neurons
@@ -23,6 +23,7 @@ __all__ = [
     "ScanConfig",
     "build_inputs",
     "compare_rows",
+    "largest_massive_activation",
     "measure_scan",
     "record_subject",
     "run_compare",

@@ -74,9 +74,16 @@ def run_compare(cfg: ScanConfig, models: Sequence[Optional[str]], workers: int =
     return summary
 
 
+def largest_massive_activation(summary: dict) -> Optional[dict]:
+    """The massive activation of largest |value| in a scan summary (its list is ordered by layer,
+    then |value|, so the first entry is only the first layer's largest): value, layer, dim, position."""
+    found = summary["massive_activations"]
+    top = max(found, key=lambda e: abs(e["value"])) if found else None
+    return None if top is None else {key: top[key] for key in ("value", "layer", "dim", "position")}
+
+
 def model_entry(summary: dict, run_dir: Path) -> dict:
     """One model's row of the cross-model table, from its scan summary."""
-    top = summary["massive_activations"][0] if summary["massive_activations"] else None
     return {
         "model": summary["model"],
         "run": str(run_dir),
@@ -86,7 +93,7 @@ def model_entry(summary: dict, run_dir: Path) -> dict:
         "sink_rate": summary["sink_rate"],
         "sink_start_layer": summary["sink_start_layer"],
         "first_token_mass_by_layer": summary["first_token_mass_by_layer"],
-        "largest_massive_activation": None if top is None else {key: top[key] for key in ("value", "layer", "dim", "position")},
+        "largest_massive_activation": largest_massive_activation(summary),
         "super_neurons": [{key: n[key] for key in ("layer", "neuron", "ratio")} for n in summary["super_neurons"]],
     }
 
