@@ -83,6 +83,7 @@ def sink_cache(device: str, smoke: bool) -> dict:
     from transformers import DynamicCache
 
     from sinklab.stream import decode_without_host_sync, make_sink_cache
+    from sinklab.stream.benchmark import clock
 
     dtype = "float32" if device == "cpu" else "bfloat16"
     model = load_model(None, device=device, dtype=dtype).model
@@ -96,9 +97,9 @@ def sink_cache(device: str, smoke: bool) -> dict:
         times = {"sink": [], "dense": []}
         for t in range(fill, ids.shape[1]):
             for name, cache in (("dense", dense), ("sink", sink)) if t % 2 else (("sink", sink), ("dense", dense)):
-                start = clock(device)
+                start = clock(torch.device(device))
                 model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
-                times[name].append(clock(device) - start)
+                times[name].append(clock(torch.device(device)) - start)
         layer = sink.layers[0]
         kept = ids[0, layer.positions.reshape(-1).to(ids.device)]
         fresh = DynamicCache()
@@ -113,12 +114,6 @@ def sink_cache(device: str, smoke: bool) -> dict:
         tokens = decode_without_host_sync(model, make_sink_cache(model, n_sink, window), ids[:, :fill], 64)
         row["decode_steps_without_host_sync"] = tokens.shape[1]
     return row
-
-
-def clock(device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter()
 
 
 def trigger_paper(device: str, smoke: bool) -> dict:

@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from ..core.errors import check
 from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
-from ..models.hf import QUERY_CHUNK, LoadOptions
+from ..models.hf import MODEL_FACTS, QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
 from . import page, report
@@ -115,7 +115,7 @@ def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> di
     experiments = cfg.experiments()
     write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
     summary, base_record, records = measure_intervene(cfg, subject)
-    record_model(out, **{key: summary[key] for key in ("device", "dtype", "device_map", "revision")})
+    record_model(out, **{key: summary[key] for key in MODEL_FACTS})
     summary["figures"] = report.intervention_figures(summary, base_record, records, out)
     _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(summary["results"])})
     write_json(out / "summary.json", summary)

