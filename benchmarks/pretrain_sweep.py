@@ -8,7 +8,9 @@ Finished runs are kept and half-finished ones resumed, so a sweep can be stopped
 a run of another training configuration, or trained by other code than this commit's, is refused
 (or trained again with `--rerun-stale`): the row is stamped with this commit.
 
-Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--steps N] [--root DIR] [--rerun-stale]`
+Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--variants softmax,softmax+gate] [--steps N]
+[--root DIR] [--rerun-stale]`; each variant is also compared seed by seed with softmax (mean
+difference, t, exact sign-flip p-value).
 """
 
 from __future__ import annotations
@@ -35,10 +37,18 @@ SETTINGS = {  # corpus -> (default seeds, worker processes, extra variants, run 
 }
 
 
-def sweep_configs(corpus: str, seeds, steps=None) -> list[PretrainConfig]:
+def sweep_configs(corpus: str, seeds, steps=None, variants: Optional[list[str]] = None) -> list[PretrainConfig]:
+    """The sweep's runs, seed-major; ``variants`` keeps only those names (``PretrainConfig.variant``)."""
     base = PretrainConfig(corpus=corpus, steps=steps)
-    variants = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [{"attention": s} for s in AttentionSpec().with_each_extra()]
-    return [replace(base, **v, seed=s, max_seq_len=None) for s in seeds for v in variants + SETTINGS[corpus][2]]
+    settings = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [{"attention": s} for s in AttentionSpec().with_each_extra()]
+    configs = [replace(base, **v, seed=s, max_seq_len=None) for s in seeds for v in settings + SETTINGS[corpus][2]]
+    if variants is None:
+        return configs
+    known = list(dict.fromkeys(c.variant for c in configs))
+    unknown = [v for v in variants if v not in known]
+    if unknown:
+        raise SystemExit(f"--variants: unknown {', '.join(unknown)}; the sweep has {', '.join(known)}")
+    return [c for c in configs if c.variant in variants]
 
 
 def train_one(cfg: PretrainConfig, rerun_stale: bool = False) -> str:
@@ -82,6 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", choices=list(SETTINGS), default="shakespeare")
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0,1 for text, 0,1,2 for bb)")
+    parser.add_argument("--variants", default=None, help="comma-separated variants to run (default: all), e.g. softmax,softmax+gate")
     parser.add_argument("--steps", type=int, default=None, help="override the default budget (for a quick look)")
     parser.add_argument("--workers", type=int, default=None, help="runs at a time (default: 1 for text, 2 single-threaded for bb)")
     parser.add_argument("--root", default=None, help="folder of the run directories (default: runs/sweep, runs/sweep-bb)")
@@ -89,14 +100,19 @@ def main() -> None:
     args = parser.parse_args()
     seeds, workers, _, root_name = SETTINGS[args.corpus]
     root = Path(args.root) if args.root else RUNS / root_name
-    configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps)
+    variants = args.variants.split(",") if args.variants else None
+    configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps, variants)
     for cfg in configs:
         cfg.out = str(root / f"{cfg.variant}-seed{cfg.seed}")
     runs = run_jobs(partial(train_one, rerun_stale=args.rerun_stale), configs, args.workers or workers, desc=f"sweep {args.corpus}", label=lambda c: Path(c.out).name)
     result = compare_runs(runs, None, str(root / "compare"))
     print(format_table(result["by_variant"], [("variant", "variant", "s"), ("seeds", "seeds", "d")] + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")]))
+    for entry in result["paired"]:
+        print(f"{entry['variant']} - {entry['baseline']}, seeds {entry['seeds']}: " + "; ".join(
+            f"{k} {v['mean']:+.3f} (sd {v['sd']:.3f}, p {v['p_sign_flip']:.3f})" for k, v in entry.items() if isinstance(v, dict)))
     record("pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),
-           {"corpus": args.corpus, "steps": configs[0].steps, "target": result["target"], "by_variant": result["by_variant"], "rows": result["rows"]})
+           {"corpus": args.corpus, "steps": configs[0].steps, "variants": variants, "target": result["target"], "by_variant": result["by_variant"],
+            "paired": result["paired"], "rows": result["rows"]})
 
 
 if __name__ == "__main__":

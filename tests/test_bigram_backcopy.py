@@ -12,7 +12,7 @@ from sinklab.core.errors import SinklabError
 from sinklab.models.native import ModelConfig, Transformer
 from sinklab.pretrain import PretrainConfig, train_lm
 from sinklab.pretrain.bigram_backcopy import BigramBackcopy, normalise
-from sinklab.pretrain.train import step_batch, validation_batches
+from sinklab.pretrain.train import SCAN_SEED, VALIDATION_SEED, step_batch, training_seed, validation_batches, validation_windows
 from sinklab.scan import scan_native
 
 
@@ -52,6 +52,20 @@ def test_batches_are_a_pure_function_of_seed_and_step(bb):
     cfg = PretrainConfig(corpus="bb", seq_len=32, batch=4)
     assert torch.equal(step_batch(bb, cfg, 7), step_batch(bb, cfg, 7))
     assert not torch.equal(step_batch(bb, cfg, 7), step_batch(bb, cfg, 8))
+
+
+def test_no_training_step_draws_an_evaluation_batch(bb):
+    """Training and evaluation draw from one process, so their generator seeds must never meet.
+    Mutation: ``training_seed`` back to ``seed * 1_000_003 + step`` -> step 1234 of seed 0 trains on
+    the validation batch and the batch comparison fails; seeds from ``1 << 40`` up (a generator keeps
+    32 bits) fail it too."""
+    cfg = PretrainConfig(corpus="bb", batch=2, seq_len=16, eval_batches=1, scan_batch=2, scan_tokens=16)
+    evaluation = (validation_batches(bb, cfg)[0], validation_windows(bb, cfg))
+    for seed, step in [(0, VALIDATION_SEED), (0, SCAN_SEED), (0, 1)]:
+        batch = step_batch(bb, PretrainConfig(corpus="bb", batch=2, seq_len=16, seed=seed), step)
+        assert not any(torch.equal(batch[:, : e.shape[1]], e) for e in evaluation), (seed, step)
+    seeds = {training_seed(s, t) % (1 << 32) for s in (0, 1, 2047) for t in (*range(0, 5000, 7), (1 << 20) - 1)}  # a CPU generator reads 32 bits
+    assert not seeds & {VALIDATION_SEED, SCAN_SEED} and len(seeds) == 3 * (len(range(0, 5000, 7)) + 1)
 
 
 def test_optimum_loss_on_a_hand_made_chain():

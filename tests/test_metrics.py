@@ -20,9 +20,20 @@ def test_first_token_mass_skips_the_first_queries():
         metrics.first_token_mass(column, 4)
 
 
-def test_sink_scores_divide_by_the_queries_that_can_see_each_key():
-    received = torch.tensor([3.0, 1.0, 0.5])  # key k is seen by T - k queries
-    torch.testing.assert_close(metrics.sink_scores(received), torch.tensor([1.0, 0.5, 0.5]))
+def test_sink_scores_average_the_queries_after_each_key():
+    """Mutation: dividing by T - k (Gu et al.'s count with the own row) gives [2/3, 1/4, ...]."""
+    received = torch.tensor([3.0, 1.0, 0.5])  # key k is seen by T - k queries, its own row among them
+    own = torch.tensor([1.0, 0.5, 0.5])
+    torch.testing.assert_close(metrics.sink_scores(received, own), torch.tensor([1.0, 0.5, 0.0]))
+
+
+def test_a_key_s_unbounded_weight_on_itself_is_no_sink():
+    """ReLU-like rows need not sum to one: row 0's weight on itself (40) must not make key 0 a sink.
+    Mutation: keeping the own row (subtracting nothing) gives alpha_0 = 41 / 4 > 0.3."""
+    A = torch.tensor([[40.0, 0, 0, 0], [0.1, 0.5, 0, 0], [0.0, 0.2, 0.3, 0], [0.2, 0.1, 0.1, 0.2]], dtype=torch.float64)  # (query, key)
+    alpha = metrics.sink_scores(A.sum(0), A.diagonal())
+    assert alpha[0].item() == pytest.approx(0.1) and metrics.sink_rate(alpha[:1], 0.3) == 0.0
+    assert alpha[0].item() == pytest.approx(metrics.first_token_mass(A[:, 0], 1).item())  # k = 0: the first-token mass
 
 
 def test_sink_rate_is_the_share_strictly_above_eps():

@@ -1,6 +1,7 @@
 """Mitigation pretraining: data, every variant, checkpoints, resume, DDP, compare, bad input."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -244,3 +245,22 @@ def test_a_torn_last_line_is_skipped_with_a_warning_and_a_damaged_one_is_an_erro
     path.write_text('{"step": 1}\n{"st\n{"step": 3}\n')
     with pytest.raises(SinklabError, match="line 2, is not valid JSON"):
         read_jsonl(path)
+
+
+def test_paired_comparison_pairs_seeds_and_flips_signs_exactly():
+    """Hand-made rows: the differences are paired by seed (a seed only one variant ran is left
+    out), and the sign-flip p-value counts the 2^n patterns. Mutations: pairing by row order
+    instead of seed, or a one-sided count (f >= observed without abs), each change a number here."""
+    from sinklab.pretrain.compare import paired_comparison
+
+    base = {0: 0.9, 1: 0.5, 2: 0.7, 3: 0.2, 9: 0.0}
+    rows = [{"variant": "softmax", "seed": s, "first_token_mass_mean": v} for s, v in base.items()]
+    rows += [{"variant": "gate", "seed": s, "first_token_mass_mean": base[s] - d} for s, d in [(3, 0.1), (2, 0.3), (1, 0.2), (0, 0.4)]]
+    rows += [{"variant": "gate", "seed": 5, "first_token_mass_mean": 0.0}]
+    (entry,) = paired_comparison(rows, keys=("first_token_mass_mean",))
+    stats = entry["first_token_mass_mean"]
+    assert entry["seeds"] == [0, 1, 2, 3]
+    assert stats["diffs"] == pytest.approx([-0.4, -0.2, -0.3, -0.1])
+    assert stats["mean"] == pytest.approx(-0.25) and stats["sd"] == pytest.approx(math.sqrt(0.05 / 3))
+    assert stats["p_sign_flip"] == pytest.approx(2 / 16)  # only all-minus and all-plus reach |sum| = 1.0
+    assert stats["t"] == pytest.approx(-0.25 / (math.sqrt(0.05 / 3) / 2))

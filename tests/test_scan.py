@@ -26,6 +26,7 @@ def reference(model, ids):
     return {
         "first_column": A[..., 0].mean(1),
         "received": A.sum(-2).mean(1),
+        "own": A.diagonal(dim1=-2, dim2=-1).mean(1),
         "logits": out.logits,
         "hidden": out.hidden_states[1:],
     }
@@ -38,7 +39,8 @@ def check_against_reference(subject, ids, chunk=None):
     ref = reference(subject.model, ids)
     torch.testing.assert_close(record.first_column, ref["first_column"], atol=1e-5, rtol=0)
     torch.testing.assert_close(record.received, ref["received"], atol=1e-5, rtol=0)
-    alpha_ref = metrics.sink_scores(ref["received"])
+    torch.testing.assert_close(record.own, ref["own"], atol=1e-5, rtol=0)
+    alpha_ref = metrics.sink_scores(ref["received"], ref["own"])
     torch.testing.assert_close(record.alpha, alpha_ref, atol=1e-5, rtol=0)
     s = summarise(record, MetricSettings(), subject, ids)
     assert s["sink_rate"]["value"] == metrics.sink_rate(alpha_ref[..., 0], 0.3)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -21,7 +23,8 @@ def compare_runs(run_dirs: Sequence[str], target: Optional[float], out: str) -> 
         report.first_token_mass_by_layer({Path(d).name: s["first_token_mass_by_layer"] for d, (_, s) in runs.items()}, out_dir / "first_token_mass_by_layer.png").name,
         report.emergence({Path(d).name: metrics for d, (metrics, _) in runs.items()}, out_dir / "emergence.png").name,
     ]
-    result = {"target": target, "rows": rows, "by_variant": by_variant(rows), "figures": figures, "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}
+    result = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows), "figures": figures,
+              "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}
     write_json(out_dir / "compare.json", result)
     page.write(out_dir)
     return result
@@ -45,3 +48,40 @@ def by_variant(rows: Sequence[dict]) -> list[dict]:
                 entry[f"{key}_spread"] = (max(values) - min(values)) / 2
         out.append(entry)
     return out
+
+
+#: The sink numbers a mitigation verdict rests on, compared seed by seed against the baseline.
+PAIRED_KEYS = ("first_token_mass_mean", "sink_rate", "sink_head_bos_mass_nontrigger", "final_val_loss")
+
+
+def paired_comparison(rows: Sequence[dict], baseline: str = "softmax", keys: Sequence[str] = PAIRED_KEYS) -> list[dict]:
+    """Every other variant against ``baseline`` on the seeds both ran: per key the differences
+    (variant - baseline) seed by seed, their mean and standard deviation, the paired t statistic
+    and the exact two-sided sign-flip p-value (every one of the 2^n sign patterns of the
+    differences; no normality assumed, which a handful of seeds cannot check). Empty without the
+    baseline or with fewer than two shared seeds."""
+    by_seed = {(r["variant"], r["seed"]): r for r in rows}
+    variants = sorted({r["variant"] for r in rows} - {baseline})
+    out = []
+    for variant in variants:
+        seeds = sorted(s for v, s in by_seed if v == variant and (baseline, s) in by_seed)
+        entry = {"variant": variant, "baseline": baseline, "seeds": seeds}
+        for key in keys:
+            diffs = [by_seed[variant, s][key] - by_seed[baseline, s][key] for s in seeds
+                     if by_seed[variant, s].get(key) is not None and by_seed[baseline, s].get(key) is not None]
+            if len(diffs) >= 2:
+                entry[key] = paired_statistics(diffs)
+        if len(entry) > 3:
+            out.append(entry)
+    return out
+
+
+def paired_statistics(diffs: Sequence[float]) -> dict:
+    """Mean, standard deviation, t = mean / (sd / sqrt(n)) and the exact sign-flip p-value of paired differences."""
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    observed = abs(sum(diffs))
+    flips = [abs(sum(s * d for s, d in zip(signs, diffs))) for signs in itertools.product((1, -1), repeat=n)]
+    p_value = sum(f >= observed - 1e-12 for f in flips) / len(flips)
+    return {"diffs": list(diffs), "mean": mean, "sd": sd, "t": mean / (sd / math.sqrt(n)) if sd > 0 else None, "p_sign_flip": p_value}

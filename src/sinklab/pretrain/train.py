@@ -44,6 +44,14 @@ CORPUS_DEFAULTS = {
 }
 
 
+#: Generator seeds of the fixed evaluation draws. A generated corpus (Bigram-Backcopy) draws its
+#: training and validation sequences from one process, so training seeds live in their own space
+#: (:func:`training_seed`, all >= TRAINING_SEEDS) that no evaluation seed can fall into. A CPU
+#: generator keeps only the low 32 bits of its seed, so every seed stays below 2**32.
+VALIDATION_SEED, SCAN_SEED = 1234, 4321
+TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
+
+
 @dataclass
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
@@ -82,6 +90,8 @@ class PretrainConfig:
                 setattr(self, name, value)
         for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every"):
             check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check(self.steps < STEPS_PER_SEED, f"--steps must be below {STEPS_PER_SEED}, got {self.steps}")
+        check(0 <= self.seed < MAX_SEEDS, f"--seed must lie in [0, {MAX_SEEDS}), got {self.seed}")
         check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
         check(self.d_model % self.n_heads == 0, f"--d-model {self.d_model} is not divisible by --n-heads {self.n_heads}")
         check((self.d_model // self.n_heads) % 2 == 0, "the head dimension (d_model / n_heads) must be even for rotary embeddings")
@@ -135,14 +145,21 @@ def lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
 
 
+def training_seed(seed: int, step: int) -> int:
+    """The generator seed of one training step: distinct for every (seed, step) and never an
+    evaluation seed (before, ``seed * 1_000_003 + step`` made step 1234 of seed 0 train on the
+    validation batch)."""
+    return TRAINING_SEEDS + seed * STEPS_PER_SEED + step
+
+
 def step_batch(data: DataSource, cfg: PretrainConfig, step: int) -> torch.Tensor:
     """The global batch of ``step``: a pure function of (seed, step), so resuming reproduces it."""
-    return data.batch("train", cfg.batch, cfg.seq_len, torch.Generator().manual_seed(cfg.seed * 1_000_003 + step))
+    return data.batch("train", cfg.batch, cfg.seq_len, torch.Generator().manual_seed(training_seed(cfg.seed, step)))
 
 
 def validation_batches(data: DataSource, cfg: PretrainConfig) -> list[torch.Tensor]:
     """``eval_batches`` fixed validation batches (the same for every run of the same data)."""
-    g = torch.Generator().manual_seed(1234)
+    g = torch.Generator().manual_seed(VALIDATION_SEED)
     return [data.batch("val", cfg.batch, cfg.seq_len, g) for _ in range(cfg.eval_batches)]
 
 
@@ -160,7 +177,7 @@ def validation_loss(model: Transformer, batches: list[torch.Tensor]) -> float:
 def validation_windows(data: DataSource, cfg: PretrainConfig) -> torch.Tensor:
     """(scan_batch, scan_tokens) fixed validation windows for the post-training scan."""
     length = min(cfg.scan_tokens, cfg.seq_len)
-    return data.batch("val", cfg.scan_batch, length, torch.Generator().manual_seed(4321))[:, :length]
+    return data.batch("val", cfg.scan_batch, length, torch.Generator().manual_seed(SCAN_SEED))[:, :length]
 
 
 def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> Optional[dict]:

@@ -23,22 +23,28 @@ def first_token_mass(first_column: torch.Tensor, min_query: int = 1) -> torch.Te
     return first_column[..., min_query:].mean(-1)
 
 
-def sink_scores(received: torch.Tensor) -> torch.Tensor:
-    """Gu et al. (ICLR 2025) alpha_k = (1 / (T - k)) sum_{i >= k} A[i, k], for every key k.
+def sink_scores(received: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """Gu et al. (ICLR 2025) alpha_k, averaged over the queries *after* key k: (1 / (T - 1 - k)) sum_{i > k} A[i, k].
 
     ``received``: (..., T) the total attention each key position receives, summed over queries
-    (and averaged over the batch). Under a causal mask queries i < k give key k nothing, so the
-    sum over all queries equals the sum over i >= k. Returns (..., T); index k is 0-indexed.
+    (and averaged over the batch); ``own``: (..., T) the weight A[k, k] of each key's own row.
+    Gu et al. also average row k itself; sinklab leaves it out, as the first-token mass leaves out
+    query 0: a row's weight on its own token is no sink, and under attention whose rows need not
+    sum to one (ReLU, sigmoid) it is unbounded (ReLU Bigram-Backcopy models read Sink_1^0.3 =
+    0.125 from row 0 alone beside a first-token mass of 0.000). For softmax heads the two differ by
+    at most 1 / (T - k). With k = 0 this is the first-token mass with ``min_query`` 1. The last key
+    has no later query: 0. Returns (..., T); index k is 0-indexed.
     """
     T = received.shape[-1]
-    return received / torch.arange(T, 0, -1, dtype=received.dtype, device=received.device)
+    later_queries = torch.arange(T - 1, -1, -1, dtype=received.dtype, device=received.device).clamp_min(1)
+    return (received - own) / later_queries
 
 
 def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
     """Gu et al. Sink_k^eps: the share of (layer, head) pairs whose alpha_k exceeds ``eps``.
 
-    ``alpha``: (L, H) scores of one key position (Gu et al. use the first token, k = 1 in their
-    1-indexed notation).
+    ``alpha``: (L, H) scores of one key position (:func:`sink_scores`; Gu et al. use the first
+    token, k = 1 in their 1-indexed notation).
     """
     return (alpha > eps).double().mean().item()
 

@@ -43,6 +43,7 @@ class Record:
     tokens: int
     columns: dict[int, torch.Tensor]  # key k -> (L, H, T): mean A[i, k] per query i
     received: torch.Tensor  # (L, H, T): mean over sequences of sum_i A[i, k] per key k
+    own: torch.Tensor  # (L, H, T): mean over sequences of A[k, k], each key's weight in its own row
     row_mass: torch.Tensor  # (L, H): mean over sequences and query rows of sum_k A[i, k]
     key_norm: torch.Tensor  # (L, T): mean over sequences and heads of ||k_t||
     value_norm: torch.Tensor  # (L, T)
@@ -66,7 +67,7 @@ class Record:
     @property
     def alpha(self) -> torch.Tensor:
         """Gu et al. sink scores alpha_k for every (layer, head, key position), (L, H, T)."""
-        return metrics.sink_scores(self.received)
+        return metrics.sink_scores(self.received, self.own)
 
 
 class Recorder:
@@ -101,7 +102,7 @@ class Recorder:
         tokens glibc's mallinfo2 showed ~300 MB freed but unusable after every layer, ~60 MB with
         the sums reserved. ``devices``: one device for every layer, or a list with each layer's
         (a model spread by a device map sums each layer's statistics where the layer runs)."""
-        per_key = ["received", *(f"column{k}" for k in self.options.key_columns if k < positions)]
+        per_key = ["received", "own", *(f"column{k}" for k in self.options.key_columns if k < positions)]
         for layer in range(self.n_layers):
             device = devices[layer] if isinstance(devices, (list, tuple)) else devices
             shapes = {**{key: (n_heads, positions) for key in per_key},
@@ -136,6 +137,8 @@ class Recorder:
         # is key j, and point.n_keys is the full count (= the number of query positions here).
         T = point.n_keys or w.shape[-1]
         self._accumulate_span("received", point.layer, w.sum(dim=(0, 2)), 0, T)  # (H, T)
+        own = torch.diagonal(w, offset=point.q_start, dim1=-2, dim2=-1)  # (B, H, t): row q_start + r on key q_start + r
+        self._accumulate_span("own", point.layer, own.sum(0), point.q_start, T)
         for key in self.options.key_columns:
             if key < w.shape[-1]:
                 self._accumulate_span(f"column{key}", point.layer, w[..., key].sum(0), point.q_start, T)  # (H, t)
@@ -208,6 +211,7 @@ class Recorder:
             tokens=self._sums["received"][0].shape[-1],
             columns={k: mean(f"column{k}") for k in self.options.key_columns if f"column{k}" in self._sums},
             received=received,
+            own=mean("own"),
             row_mass=received.sum(-1) / received.shape[-1],  # all rows' mass, summed key by key
             key_norm=mean("key_norm"),
             value_norm=mean("value_norm"),
