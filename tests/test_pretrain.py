@@ -200,6 +200,9 @@ def test_bad_input(corpus, tmp_path, monkeypatch):
         train_lm(tiny(str(small), tmp_path / "r3"), progress=False)
     with pytest.raises(SinklabError, match="exceeds the model's maximum"):
         tiny(corpus, tmp_path / "r4", seq_len=64, max_seq_len=32)
+    for field, value in [("min_lr_ratio", 1.5), ("grad_clip", -1.0), ("adam_beta2", 1.0)]:
+        with pytest.raises(SinklabError, match=f"--{field.replace('_', '-')} must"):
+            tiny(corpus, tmp_path / "r6", **{field: value})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SinklabError, match="sees no GPU"):
         tiny(corpus, tmp_path / "r5", device="cuda")
@@ -264,3 +267,17 @@ def test_paired_comparison_pairs_seeds_and_flips_signs_exactly():
     assert stats["mean"] == pytest.approx(-0.25) and stats["sd"] == pytest.approx(math.sqrt(0.05 / 3))
     assert stats["p_sign_flip"] == pytest.approx(2 / 16)  # only all-minus and all-plus reach |sum| = 1.0
     assert stats["t"] == pytest.approx(-0.25 / (math.sqrt(0.05 / 3) / 2))
+
+
+def test_optimiser_knobs_reach_the_optimiser(corpus, tmp_path, monkeypatch):
+    """``--grad-clip 0`` must skip clipping (clip_grad_norm_ with max_norm 0 would zero every
+    gradient) and ``--adam-beta2`` must reach AdamW. Mutations: calling clip_grad_norm_
+    unconditionally, or a hard-coded beta2 of 0.95, each fail an assertion."""
+    clipped = []
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: clipped.append(norm))
+    train_lm(tiny(corpus, tmp_path / "noclip", steps=2, warmup=0, grad_clip=0.0), progress=False)
+    assert clipped == []
+    train_lm(tiny(corpus, tmp_path / "clip", steps=2, warmup=0, grad_clip=0.5), progress=False)
+    assert clipped == [0.5, 0.5]
+    model = Transformer(tiny(corpus, tmp_path / "x").model_config(64))
+    assert pretrain.make_optimizer(model, tiny(corpus, tmp_path / "x", adam_beta2=0.999)).param_groups[0]["betas"] == (0.9, 0.999)

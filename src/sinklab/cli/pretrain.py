@@ -24,9 +24,14 @@ from .args import (
 )
 
 #: PretrainConfig fields that are plain numbers on the command line (those in CORPUS_DEFAULTS have per-corpus defaults).
-NUMBERS = ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every", "seed", "lr", "weight_decay")
+NUMBERS = ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every", "seed", "lr", "min_lr_ratio", "weight_decay", "grad_clip", "adam_beta2")
 #: Fields whose flag is not their name: help, the canonical flag, then old spellings kept as aliases.
-RENAMED = {"seq_len": ("tokens per training sequence", "--tokens", "--seq-len")}
+RENAMED = {
+    "seq_len": ("tokens per training sequence", "--tokens", "--seq-len"),
+    "min_lr_ratio": ("the cosine schedule's last lr as a share of --lr (1: constant after warm-up)", "--min-lr-ratio"),
+    "grad_clip": ("largest global gradient norm (0: no clipping)", "--grad-clip"),
+    "adam_beta2": ("AdamW's second-moment decay", "--adam-beta2"),
+}
 
 
 def add_parser(sub) -> None:

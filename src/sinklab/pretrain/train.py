@@ -74,7 +74,8 @@ class PretrainConfig:
     min_lr_ratio: float = 0.1
     warmup: Optional[int] = None  # None: a tenth of the steps
     weight_decay: float = 0.1
-    grad_clip: float = 1.0
+    grad_clip: float = 1.0  # largest global gradient norm; 0: no clipping
+    adam_beta2: float = 0.95
     eval_every: Optional[int] = None  # None: CORPUS_DEFAULTS
     eval_batches: int = 8
     checkpoint_every: Optional[int] = None  # None: CORPUS_DEFAULTS
@@ -90,6 +91,9 @@ class PretrainConfig:
                 setattr(self, name, value)
         for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every"):
             check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        check(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        check(self.grad_clip >= 0, f"--grad-clip must be >= 0 (0: no clipping), got {self.grad_clip}")
+        check(0 < self.adam_beta2 < 1, f"--adam-beta2 must lie in (0, 1), got {self.adam_beta2}")
         check(self.steps < STEPS_PER_SEED, f"--steps must be below {STEPS_PER_SEED}, got {self.steps}")
         check(0 <= self.seed < MAX_SEEDS, f"--seed must lie in [0, {MAX_SEEDS}), got {self.seed}")
         check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
@@ -136,7 +140,7 @@ def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.AdamW
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8, foreach=True)
 
 
 def lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
@@ -204,7 +208,8 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
             raise SinklabError(f"the loss is {loss_value} at step {step}; stopped. The last good checkpoint is {last or 'none'} (resume from it with a lower --lr)")
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         carry["loss_sum"] += loss_value
         carry["loss_count"] += 1
@@ -286,7 +291,7 @@ def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataS
     return step, saved.get("carry", fresh)
 
 
-TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed")
+TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "adam_beta2", "seed")
 
 
 def _check_compatible(saved: dict, current: dict) -> None:
