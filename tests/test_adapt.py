@@ -28,8 +28,8 @@ from sinklab.adapt import (
     run_sink_prefix,
     search,
 )
-from sinklab.adapt.adapted import AdaptedModel
 from sinklab.adapt import report as adapt_report
+from sinklab.adapt.adapted import AdaptedModel
 from sinklab.adapt.evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity
 from sinklab.adapt.finetune import teacher_logits
 from sinklab.adapt.mitigations import make_mitigation
