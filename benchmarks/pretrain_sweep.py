@@ -8,15 +8,20 @@ Finished runs are kept and half-finished ones resumed, so a sweep can be stopped
 a run of another training configuration, or trained by other code than this commit's, is refused
 (or trained again with `--rerun-stale`): the row is stamped with this commit.
 
-Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--variants softmax,softmax+gate] [--steps N]
-[--root DIR] [--rerun-stale]`; each variant is also compared seed by seed with softmax (mean
+Each run is one job of `--launcher` (local: this machine's process pool; slurm: a Slurm job array
+through submitit; ray), written by the job into its own run directory, so a sweep stopped under one
+launcher resumes under another. Each variant is also compared seed by seed with softmax (mean
 difference, t, exact sign-flip p-value).
+
+Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--variants softmax,softmax+gate] [--steps N]
+[--root DIR] [--rerun-stale] [--launcher slurm --partition P ...]`
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -24,9 +29,11 @@ from typing import Optional
 
 from common import DIRTY, REVISION, RUNS, UNKNOWN, record
 
+from sinklab.cli.args import add_launcher_arguments, launcher_settings
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec
 from sinklab.core.checkpoint import latest_checkpoint
-from sinklab.core.jobs import run_jobs
+from sinklab.core.errors import SinklabError
+from sinklab.core.launchers import LOCAL, LauncherSettings, launch
 from sinklab.core.runs import claim_run_dir, first_difference, jsonable, read_run_info
 from sinklab.core.text import format_table
 from sinklab.pretrain import COLUMNS, PretrainConfig, compare_runs, train_lm
@@ -59,7 +66,7 @@ def train_one(cfg: PretrainConfig, rerun_stale: bool = False) -> str:
     resume = not finished and latest_checkpoint(out) is not None
     if (finished or resume) and (why := stale_reason(out, cfg, REVISION)):
         if not rerun_stale:
-            raise SystemExit(f"{out} holds a run this sweep cannot use: {why}; pass --rerun-stale to train it again, or give the sweep its own --root")
+            raise SinklabError(f"{out} holds a run this sweep cannot use: {why}; pass --rerun-stale to train it again, or give the sweep its own --root")
         claim_run_dir(out, cfg, overwrite=True)  # removes it
         finished = resume = False
     if not finished:
@@ -88,6 +95,15 @@ def stale_reason(run_dir: Path, cfg: PretrainConfig, revision: str) -> Optional[
     return None
 
 
+def run_sweep(configs: list[PretrainConfig], root: Path, workers: int, launcher: LauncherSettings = LOCAL, rerun_stale: bool = False) -> dict:
+    """Train every config into ``root/<variant>-seed<seed>`` (one job each on ``launcher``, finished
+    runs kept) and compare them in ``root/compare``; returns the comparison."""
+    for cfg in configs:
+        cfg.out = str(root / f"{cfg.variant}-seed{cfg.seed}")
+    runs = launch(partial(train_one, rerun_stale=rerun_stale), configs, launcher, root, workers, desc=f"sweep {configs[0].corpus}", label=lambda c: Path(c.out).name)
+    return compare_runs(runs, None, str(root / "compare"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--corpus", choices=list(SETTINGS), default="shakespeare")
@@ -97,22 +113,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="runs at a time (default: 1 for text, 2 single-threaded for bb)")
     parser.add_argument("--root", default=None, help="folder of the run directories (default: runs/sweep, runs/sweep-bb)")
     parser.add_argument("--rerun-stale", action="store_true", help="train again a run of another configuration or commit (default: refuse it)")
+    add_launcher_arguments(parser)
     args = parser.parse_args()
     seeds, workers, _, root_name = SETTINGS[args.corpus]
     root = Path(args.root) if args.root else RUNS / root_name
     variants = args.variants.split(",") if args.variants else None
     configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps, variants)
-    for cfg in configs:
-        cfg.out = str(root / f"{cfg.variant}-seed{cfg.seed}")
-    runs = run_jobs(partial(train_one, rerun_stale=args.rerun_stale), configs, args.workers or workers, desc=f"sweep {args.corpus}", label=lambda c: Path(c.out).name)
-    result = compare_runs(runs, None, str(root / "compare"))
+    try:
+        launcher = launcher_settings(args)
+        result = run_sweep(configs, root, args.workers or workers, launcher, args.rerun_stale)
+    except SinklabError as exc:
+        sys.exit(f"pretrain_sweep: {exc}")
     print(format_table(result["by_variant"], [("variant", "variant", "s"), ("seeds", "seeds", "d")] + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")]))
     for entry in result["paired"]:
         print(f"{entry['variant']} - {entry['baseline']}, seeds {entry['seeds']}: " + "; ".join(
             f"{k} {v['mean']:+.3f} (sd {v['sd']:.3f}, p {v['p_sign_flip']:.3f})" for k, v in entry.items() if isinstance(v, dict)))
     record("pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),
-           {"corpus": args.corpus, "steps": configs[0].steps, "variants": variants, "target": result["target"], "by_variant": result["by_variant"],
-            "paired": result["paired"], "rows": result["rows"]})
+           {"corpus": args.corpus, "steps": configs[0].steps, "variants": variants, "launcher": launcher.launcher, "target": result["target"],
+            "by_variant": result["by_variant"], "paired": result["paired"], "rows": result["rows"]})
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import pytest
 from conftest import benchmark_module
 
 from sinklab.core.attention import AttentionSpec
+from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_run_info, write_json
 from sinklab.pretrain import PretrainConfig
 
@@ -91,7 +92,7 @@ def test_a_stale_run_is_refused_with_the_reason_and_not_trained(sweep, run, monk
         (Path(run.out) / "summary.json").unlink()  # checkpoints remain: the sweep would resume it
     monkeypatch.setattr(sweep, "REVISION", revision)
     monkeypatch.setattr(sweep, "train_lm", must_not_train)
-    with pytest.raises(SystemExit, match=f"holds a run this sweep cannot use: {reason}; pass --rerun-stale"):
+    with pytest.raises(SinklabError, match=f"holds a run this sweep cannot use: {reason}; pass --rerun-stale"):
         sweep.train_one(replace(run, **change))
 
 

@@ -2,7 +2,9 @@
 
 import html
 import json
+import os
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from conftest import one_line_error
@@ -92,3 +94,20 @@ def test_a_bad_model_among_several_is_a_one_line_error_naming_it(tiny_model_dir,
     assert cli.main(["scan", str(tiny_model_dir("llama")), "/no/such/model", *INPUTS, "--out", str(tmp_path / "cmp")]) == 2
     one_line_error(capsys, "model '/no/such/model': no such model")
     assert list((tmp_path / "cmp" / "models").glob("0-*/summary.json"))  # the first model's scan is kept for a rerun
+
+
+def test_a_comparison_through_submitit_equals_the_pools(compared, tmp_path):
+    """Each model's scan as a job of submitit's local executor (subprocesses, Slurm's pickling
+    path) gives the pool's entries. Mutation tried: PortableJob not changing to the submitting
+    process's working directory, with relative run directories (the scans land elsewhere and the
+    comparison finds no summary)."""
+    models, _, summary = compared
+    (tmp_path / "launcher.json").write_text(json.dumps({"launcher": "slurm", "cluster": "local", "time": 10}))
+    (tmp_path / "work").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        # a relative PYTHONPATH (PYTHONPATH=src) would name another folder from the workers' directory
+        mp.setenv("PYTHONPATH", os.pathsep.join(str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p))
+        mp.chdir(tmp_path / "work")
+        assert cli.main(["scan", *models, *INPUTS, *THRESHOLDS, "--out", "cmp", "--launcher-config", str(tmp_path / "launcher.json")]) == 0
+        assert json.loads(Path("cmp/summary.json").read_text())["models"] == summary["models"]
+        assert len(list(Path("cmp/launcher").glob("*_submitted.pkl"))) == len(models)

@@ -13,6 +13,7 @@ from ..core import html
 from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
 from ..core.checkpoint import latest_checkpoint
 from ..core.errors import check
+from ..core.launchers import LAUNCHERS, LauncherSettings, check_launcher, read_launcher_config
 from ..core.runs import FINISHED, SUMMARY, claim_run_dir
 from ..models.hf import DTYPES, QUERY_CHUNK, LoadOptions
 from ..scan import InputSpec
@@ -180,6 +181,48 @@ def load_options(args: argparse.Namespace) -> LoadOptions:
 def input_spec(args: argparse.Namespace) -> InputSpec:
     names = [f.name for f in fields(InputSpec)]
     return InputSpec(**{n: getattr(args, n) for n in names})
+
+
+#: The launcher flags: LauncherSettings field -> (flag, type, metavar, help). None (not given) keeps the
+#: --launcher-config file's value, else the field's default.
+LAUNCHER_FLAGS = {
+    "partition": ("--partition", str, "NAME", "slurm: the partition (default: the cluster's)"),
+    "time": ("--time", int, "MINUTES", f"slurm: each job's time limit (default {LauncherSettings().time})"),
+    "gpus_per_job": ("--gpus-per-job", int, "N", "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)"),
+    "cpus_per_job": ("--cpus-per-job", int, "N", "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)"),
+    "array_parallelism": ("--array-parallelism", int, "N", "slurm: jobs of the array running at once (default: all)"),
+    "ray_address": ("--ray-address", str, "ADDRESS", "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
+}
+
+
+def add_launcher_arguments(p) -> None:
+    """``--launcher {local,slurm,ray}``, a ``--launcher-config`` file and the engine's settings
+    (:class:`~sinklab.core.launchers.LauncherSettings`); flags override the file."""
+    g = p.add_argument_group("where the jobs run")
+    g.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                   help="local: this machine's process pool; slurm: a Slurm job array through submitit; ray: a Ray cluster (pip install 'sinklab[ray]') "
+                        f"(default {LauncherSettings().launcher}). Finished jobs are never rerun, whichever launcher ran them")
+    g.add_argument("--launcher-config", metavar="FILE", help="a JSON (or .toml) object of launcher settings: launcher, partition, time, gpus_per_job, "
+                                                               "cpus_per_job, array_parallelism, slurm_extra, ray_address, cluster (submitit's: local runs the slurm path here); flags override it")
+    for flag, kind, metavar, help in LAUNCHER_FLAGS.values():
+        g.add_argument(flag, type=kind, metavar=metavar, default=None, help=help)
+    g.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE", default=None, help="slurm: another sbatch option, e.g. account=lab or mem=16G (repeatable)")
+
+
+def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
+    """The launcher flags over the --launcher-config file over the defaults, checked (the engine
+    installed, a Ray address answering) before any job starts."""
+    given = read_launcher_config(args.launcher_config) if args.launcher_config else {}
+    if args.launcher is not None:
+        given["launcher"] = args.launcher
+    given.update({name: getattr(args, name) for name in LAUNCHER_FLAGS if getattr(args, name) is not None})
+    if args.slurm_extra:
+        pairs = [item.partition("=") for item in args.slurm_extra]
+        check(all(key and eq for key, eq, _ in pairs), f"--slurm-extra expects KEY=VALUE, got {args.slurm_extra}")
+        given["slurm_extra"] = {**given.get("slurm_extra", {}), **{key: value for key, _, value in pairs}}
+    settings = LauncherSettings.from_dict(given)
+    check_launcher(settings)
+    return settings
 
 
 #: What an interrupted command tells the user (set as ``on_interrupt`` by every command).

@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.errors import check
+from ..core.launchers import LauncherSettings
 from ..core.runs import FINISHED
 from ..core.text import format_table
 from ..scan import MetricSettings, ScanConfig, compare, compare_page, run_compare, run_scan
 from ..scan import report as scan_report
-from .args import STARTS_OVER, add_model_and_input_arguments, add_overwrite_argument, claim_out, input_spec, load_options, option
+from .args import (
+    STARTS_OVER,
+    add_launcher_arguments,
+    add_model_and_input_arguments,
+    add_overwrite_argument,
+    claim_out,
+    input_spec,
+    launcher_settings,
+    load_options,
+    option,
+)
 
 #: MetricSettings fields: (command-line flag, help).
 SETTINGS_FLAGS = {
@@ -34,6 +46,7 @@ def add_parser(sub) -> None:
     for name, (flag, help) in SETTINGS_FLAGS.items():
         option(p, settings, name, help, flag=flag)
     p.add_argument("--variance", choices=("auto", "on", "off"), default="auto", help="variance-by-position curve (auto: when --batch >= 2)")
+    add_launcher_arguments(p)
     option(p, ScanConfig(), "out", "run directory")
     add_overwrite_argument(p)
     p.set_defaults(handler=scan_command, on_interrupt=STARTS_OVER)
@@ -50,8 +63,10 @@ def scan_command(args: argparse.Namespace) -> int:
         load=load_options(args),
         out=args.out,
     )
+    launcher = launcher_settings(args)
     if len(models) > 1:
-        return compare_command(args, cfg, models)
+        return compare_command(args, cfg, models, launcher)
+    check(launcher.launcher == "local", f"--launcher {launcher.launcher} runs the scans of several models; one model is scanned in this process")
     if claim_out(args, cfg.out, cfg) == FINISHED:
         return 0
     summary = run_scan(cfg)
@@ -61,12 +76,12 @@ def scan_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def compare_command(args: argparse.Namespace, cfg: ScanConfig, models: list) -> int:
+def compare_command(args: argparse.Namespace, cfg: ScanConfig, models: list, launcher: LauncherSettings) -> int:
     """Several models: each scanned into OUT/models/ (a finished one is reused), then compared."""
     state = claim_out(args, cfg.out, compare.compare_config(cfg, models), resumable=lambda run_dir: (run_dir / compare.MODELS_DIR).is_dir())
     if state == FINISHED:
         return 0
-    summary = run_compare(cfg, models)
+    summary = run_compare(cfg, models, launcher=launcher)
     print(format_table([compare_page.table_row(entry) for entry in summary["models"]], compare_page.table_columns(summary["settings"])))
     print(f"\noutputs: {args.out}/summary.json, {args.out}/{' and '.join(summary['figures'])}, {args.out}/report.html; each model's scan in {args.out}/{compare.MODELS_DIR}/")
     return 0

@@ -27,7 +27,18 @@ from ..trigger import (
     variant_configs,
 )
 from ..trigger import report as trigger_report
-from .args import add_extra_arguments, add_overwrite_argument, choice_list, claim_out, extra_flags, float_list, option, seed_list
+from .args import (
+    add_extra_arguments,
+    add_launcher_arguments,
+    add_overwrite_argument,
+    choice_list,
+    claim_out,
+    extra_flags,
+    float_list,
+    launcher_settings,
+    option,
+    seed_list,
+)
 
 MODES = ("paper", "variants", "cap_sweep", "construct", "quick")
 
@@ -78,6 +89,7 @@ def add_parser(sub) -> None:
         help="train the seeds of a configuration as one batched ensemble on the CPU too (the default on a GPU; "
         "on a 2-core CPU independent models measured faster, BENCHMARKS.md 1)",
     )
+    add_launcher_arguments(p)
     p.add_argument("--out", default=None, help="run directory (default runs/trigger-<mode>)")
     add_overwrite_argument(p)
     p.set_defaults(handler=trigger_command, on_interrupt="finished models are saved; run the same command to resume")
@@ -92,10 +104,12 @@ def trigger_command(args: argparse.Namespace) -> int:
     mode = next((m for m in MODES if getattr(args, m)), "grid")
     base = base_config(args)
     seeds = args.seeds or (list(VARIANT_SEEDS) if mode == "variants" else [TriggerConfig().seed])
-    check(args.device == "cpu" or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
-    placement = {"workers": args.workers, "device": args.device, "ensembles": True if args.ensemble else None}
+    launcher = launcher_settings(args)
+    check(args.device == "cpu" or not launcher.runs_here or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
+    placement = {"workers": args.workers, "device": args.device, "ensembles": True if args.ensemble else None, "launcher": launcher}
     out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
     if mode == "construct":
+        check(launcher.launcher == "local", f"--construct checks one hand-built model here; it has no jobs for --launcher {launcher.launcher}")
         return _construct(args, base, out)
     configs = {
         "paper": lambda: paper_configs(seeds, base),

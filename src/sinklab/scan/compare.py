@@ -1,6 +1,6 @@
 """``sinklab scan MODEL MODEL ...``: Gu et al.'s cross-model table as a command.
 
-Each model is one job (:func:`sinklab.core.jobs.run_jobs`): the full single-model scan, written to
+Each model is one job (:func:`sinklab.core.launchers.launch`: this machine's pool, Slurm or Ray): the full single-model scan, written to
 its own run directory ``OUT/models/<index>-<name>/`` (open it alone with ``sinklab report``), reused
 when the same command runs again. The comparison at the top of ``OUT`` holds one entry per model
 (:func:`model_entry`), a figure of the first-token mass by layer (one line per model) and a page
@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 from ..core.errors import SinklabError, check
 from ..core.figures import save_figure, subplots
-from ..core.jobs import run_jobs
+from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import stamped
 from ..core.runs import CONFIG, FINISHED, SUMMARY, claim_run_dir, prepare_run_dir, write_json
 from ..core.text import safe_text
@@ -58,14 +58,14 @@ def scan_one(cfg: ScanConfig) -> dict:
         raise SinklabError(f"model {cfg.model or DEFAULT_NAME!r}: {exc}") from None
 
 
-def run_compare(cfg: ScanConfig, models: Sequence[Optional[str]], workers: int = 1) -> dict:
-    """Scan every model (one job each, ``workers`` at a time: 1 by default, as a scan uses all
-    cores) and write the comparison to ``cfg.out``; returns its summary."""
+def run_compare(cfg: ScanConfig, models: Sequence[Optional[str]], workers: int = 1, launcher: LauncherSettings = LOCAL) -> dict:
+    """Scan every model (one job each on ``launcher``; here ``workers`` at a time: 1 by default, as
+    a scan uses all cores) and write the comparison to ``cfg.out``; returns its summary."""
     check(len(models) >= 2, "a comparison needs at least two models (one model: run_scan)")
     configs = model_configs(cfg, models)
     out = prepare_run_dir(cfg.out)
     write_json(out / CONFIG, compare_config(cfg, models))
-    summaries = run_jobs(scan_one, configs, workers=workers, desc="models", label=lambda c: c.model or DEFAULT_NAME)
+    summaries = launch(scan_one, configs, launcher, out, workers, desc="models", label=lambda c: c.model or DEFAULT_NAME)
     entries = [model_entry(s, Path(c.out).relative_to(out)) for s, c in zip(summaries, configs)]
     summary = stamped(compare_page.KIND, {"models": entries, "settings": asdict(cfg.settings), "inputs": asdict(cfg.inputs), "figures": [FIGURE]})
     first_token_mass_figure(entries, out / FIGURE)

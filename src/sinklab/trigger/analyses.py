@@ -82,13 +82,13 @@ def cap_tradeoff(records: list[dict], out: Path) -> dict:
 
 def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:
     """Train capped one-layer softmax models and measure the error-vs-cap trade-off.
-    ``placement``: ``workers``, ``device`` and ``ensembles`` of :func:`~.lab.run_lab`."""
+    ``placement``: ``workers``, ``device``, ``ensembles`` and ``launcher`` of :func:`~.lab.run_lab`."""
     return run_lab(cap_configs(caps, seeds, base), out, analyses=[cap_tradeoff], **placement)
 
 
 def run_variants(seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:
     """The all-variants table on 1x1 and 2x2 (``VARIANT_SEEDS`` by default on the command line).
-    ``placement``: ``workers``, ``device`` and ``ensembles`` of :func:`~.lab.run_lab`."""
+    ``placement``: ``workers``, ``device``, ``ensembles`` and ``launcher`` of :func:`~.lab.run_lab`."""
     return run_lab(variant_configs(seeds, base), out, analyses=[variant_table], **placement)
 
 

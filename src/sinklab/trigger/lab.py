@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.jobs import run_jobs
+from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.native import Transformer
@@ -46,9 +46,10 @@ def run_members(job: Sequence[TriggerConfig], device: str = "cpu") -> list[tuple
     return results
 
 
-def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement) -> list[dict]:
-    """Train every config (resuming finished ones from ``out``) and return their records; the
-    jobs (single models or ensembles of seeds) are spread over ``placement``'s processes."""
+def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement, launcher: LauncherSettings = LOCAL) -> list[dict]:
+    """Train every config (resuming finished ones from ``out``, whichever launcher trained them)
+    and return their records; the jobs (single models or ensembles of seeds) run on ``launcher``,
+    ``placement``'s processes at a time on this machine. A job on a GPU asks the engine for one."""
     for sub in ("records", "models", "maps"):
         (out / sub).mkdir(exist_ok=True)
     done = {cfg.key: rec for cfg in configs if (rec := _load_record(out, cfg)) is not None}
@@ -62,8 +63,9 @@ def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement) 
             write_json(out / "records" / f"{cfg.key}.json", {"config": cfg.to_dict(), "record": record})
             done[cfg.key] = record
 
-    if jobs:
-        run_jobs(partial(run_members, device=placement.device), jobs, placement.processes, desc="training", label=_job_label, on_result=save)
+    if placement.device != "cpu":
+        launcher = replace(launcher, gpus_per_job=max(1, launcher.gpus_per_job))
+    launch(partial(run_members, device=placement.device), jobs, launcher, out, placement.processes, desc="training", label=_job_label, on_result=save)
     return [done[c.key] for c in configs]
 
 
@@ -144,18 +146,21 @@ def run_lab(
     analyses: Sequence[Callable[[list[dict], Path], dict]] = (),
     device: str = "cpu",
     ensembles: Optional[bool] = None,
+    launcher: LauncherSettings = LOCAL,
 ) -> dict:
     """Train ``configs``, write records, summary and heatmaps into ``out``; return the summary.
 
     Each analysis maps (records, run dir) to extra summary entries (tables, figures). ``workers``,
-    ``device`` and ``ensembles`` place the training (:class:`~.ensemble.Placement`); jobs that would
-    not fit in memory are refused before anything is written.
+    ``device`` and ``ensembles`` place the training (:class:`~.ensemble.Placement`), ``launcher``
+    says which engine runs the jobs; jobs that would not fit in this machine's memory, where they
+    run here, are refused before anything is written.
     """
     placement = Placement(workers, device, ensembles)
-    check_memory(placement.jobs(configs), placement.processes, placement.device)
+    if launcher.runs_here:
+        check_memory(placement.jobs(configs), placement.processes, placement.device)
     out_dir = prepare_run_dir(out)
     write_json(out_dir / "config.json", {"configs": [c.to_dict() for c in configs]})
-    records = run_grid(configs, out_dir, placement)
+    records = run_grid(configs, out_dir, placement, launcher)
     thresholds = sorted({c.sink_threshold for c in configs})
     across_seeds = summarise_seeds(records)
     figures = report.trigger_figures(out_dir, configs, records, load_maps)

@@ -1,0 +1,169 @@
+"""``--launcher``: the many-job commands hand their jobs to submitit (its local cluster runs them as
+subprocesses through the same pickling path as Slurm) or to a local Ray of 2 CPUs, and get the
+local pool's results back: the same records, the same resume rule, failures that keep the others."""
+
+import argparse
+import importlib.util
+import json
+import shutil
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import benchmark_module, one_line_error
+
+from sinklab import cli
+from sinklab.cli.args import add_launcher_arguments, launcher_settings
+from sinklab.core.errors import SinklabError
+from sinklab.core.launchers import LOG_DIR, LauncherSettings, launch
+
+NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here")
+SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "time": 10}
+ENGINES = {"submitit-local": SUBMITIT_LOCAL, "ray": {"launcher": "ray"}}
+ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) for name in ENGINES]
+#: Softmax 1x1 on a small task: seeds 1-3 stop at different steps before the budget, seed 0 at it.
+TRIGGER = ["trigger", "--n-layers", "1", "--n-heads", "1", "--attn", "softmax", "--seeds", "0-3", "--n", "4", "--length", "6",
+           "--eval-trigger", "3", "--max-steps", "1500", "--eval-sequences", "100", "--workers", "2", "--quiet"]
+TIMING = ("train_seconds", "tokens_per_s")  # wall-clock figures: the only fields allowed to differ
+
+
+def config_file(tmp_path: Path, settings: dict) -> str:
+    path = tmp_path / "launcher.json"
+    path.write_text(json.dumps(settings))
+    return str(path)
+
+
+def records(run: Path) -> dict:
+    """Every saved record of a trigger run, timing left out, with its model's bytes."""
+    found = {}
+    for path in sorted((run / "records").glob("*.json")):
+        record = {k: v for k, v in json.loads(path.read_text())["record"].items() if k not in TIMING}
+        found[path.stem] = (record, (run / "models" / f"{path.stem}.safetensors").read_bytes())
+    return found
+
+
+@pytest.fixture(scope="module")
+def pool_trigger(tmp_path_factory):
+    """The local pool's trigger sweep: the reference every launcher must equal."""
+    out = tmp_path_factory.mktemp("pool") / "run"
+    assert cli.main([*TRIGGER, "--out", str(out)]) == 0
+    found = records(out)
+    assert len(found) == 4 and len({rec["steps"] for rec, _ in found.values()}) > 1  # stopping steps that tell seeds apart
+    return out, found
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_a_trigger_sweep_through_an_engine_equals_the_local_pool(engine, pool_trigger, tmp_path):
+    """Mutation tried: handing each result to ``on_result`` with the next job
+    (``jobs[(i + 1) % len(jobs)]``) saves seeds under each other's keys and fails both engines."""
+    out = tmp_path / "run"
+    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config_file(tmp_path, ENGINES[engine])]) == 0
+    assert records(out) == pool_trigger[1]
+    assert json.loads((out / "run.json").read_text())["launcher"]["launcher"] == ENGINES[engine]["launcher"]
+    assert any((out / LOG_DIR).iterdir())  # every job's log under the run directory
+
+
+def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_trigger, tmp_path):
+    """A pool's run killed before its last model was saved (its files and summary.json deleted),
+    resumed through submitit: one job runs, the others stay.
+    Mutation tried: training every config in run_grid (not only those without a saved record)
+    submits four jobs instead of one."""
+    out = tmp_path / "run"
+    shutil.copytree(pool_trigger[0], out)
+    for sub, suffix in (("records", "json"), ("models", "safetensors"), ("maps", "safetensors")):
+        (out / sub / f"softmax_1x1_seed2.{suffix}").unlink()
+    (out / "summary.json").unlink()
+    kept = {path.name: path.stat().st_mtime_ns for path in (out / "records").iterdir()}
+    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config_file(tmp_path, SUBMITIT_LOCAL), "--cpus-per-job", "1"]) == 0
+    assert len(list((out / LOG_DIR).glob("*_submitted.pkl"))) == 1
+    assert all((out / "records" / name).stat().st_mtime_ns == mtime for name, mtime in kept.items())
+    assert records(out) == pool_trigger[1]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    with benchmark_module("pretrain_sweep") as module:
+        yield module
+
+
+def tiny_bb_configs(sweep) -> list:
+    """The Bigram-Backcopy sweep's own configs (softmax and relu, seed 0) on a tiny model, 4 steps."""
+    chosen = [cfg for cfg in sweep.sweep_configs("bb", [0], steps=4) if cfg.variant in ("softmax", "relu")]
+    return [replace(cfg, d_model=16, n_layers=1, n_heads=2, seq_len=16, max_seq_len=None, batch=4, warmup=1, eval_every=2, eval_batches=1,
+                    checkpoint_every=2, scan_tokens=8, scan_batch=2) for cfg in chosen]
+
+
+def sweep_rows(result: dict) -> list:
+    return [{k: v for k, v in row.items() if k not in TIMING} for row in result["rows"]]
+
+
+@pytest.fixture(scope="module")
+def pool_sweep(sweep, tmp_path_factory):
+    result = sweep.run_sweep(tiny_bb_configs(sweep), tmp_path_factory.mktemp("pool-bb"), workers=2)
+    assert len(result["rows"]) == 2 and all(row["first_token_mass_mean"] is not None for row in result["rows"])
+    return sweep_rows(result)
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_a_bigram_backcopy_sweep_through_an_engine_equals_the_local_pool(engine, sweep, pool_sweep, tmp_path):
+    """Mutation tried: PortableJob leaving sys.path alone (the workers cannot import the sweep
+    script whose train_one the jobs run) fails both engines."""
+    result = sweep.run_sweep(tiny_bb_configs(sweep), tmp_path, workers=2, launcher=LauncherSettings(**ENGINES[engine]))
+    assert sweep_rows(result) == pool_sweep
+
+
+def square_unless_two(x: int) -> int:
+    """Job 2 fails at once; the others take a second, so they finish after it."""
+    if x == 2:
+        raise ValueError("job 2 fails on purpose")
+    time.sleep(1)
+    return x * x
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, tmp_path):
+    """Mutation tried: raising at the first failure (as the pool does) loses job 3's result."""
+    saved = {}
+    with pytest.raises(SinklabError) as failure:
+        launch(square_unless_two, [0, 1, 2, 3], LauncherSettings(**ENGINES[engine]), tmp_path, workers=2, label=lambda x: f"job{x}",
+               on_result=saved.__setitem__)
+    assert saved == {0: 0, 1: 1, 3: 9}
+    message = str(failure.value)
+    assert "\n" not in message and message.startswith("1 of 4 jobs failed") and "job2: ValueError: job 2 fails on purpose (log: " in message
+    log = Path(message.rsplit("(log: ", 1)[1].rstrip(")"))
+    assert log.parent == tmp_path / LOG_DIR and "ValueError: job 2 fails on purpose" in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "flags, settings, needle",
+    [
+        ([], {"launcher": "pbs"}, "unknown launcher 'pbs'; choose from: local, slurm, ray"),
+        ([], {"launcher": "slurm", "queue": "gpu"}, "unknown launcher setting queue"),
+        (["--launcher", "ray", "--ray-address", "127.0.0.1:9"], {}, "--ray-address 127.0.0.1:9: nothing answers there"),
+        (["--launcher", "slurm", "--time", "0"], {}, "--time must be at least 1, got 0"),
+        (["--launcher", "slurm"], "no-submitit", "--launcher slurm needs the submitit package, which is not installed"),
+        (["--launcher", "ray"], "no-ray", "--launcher ray needs the ray package, which is not installed: pip install 'sinklab[ray]'"),
+    ],
+)
+def test_bad_launcher_settings_are_one_line_before_any_job(flags, settings, needle, tmp_path, capsys, monkeypatch):
+    """Mutation tried: dropping check_launcher from launcher_settings lets ``--launcher slurm``
+    without submitit start the run: it writes the run directory before launch() refuses."""
+    if isinstance(settings, str):
+        monkeypatch.setitem(sys.modules, settings.removeprefix("no-"), None)  # an import of it raises ImportError
+        settings = {}
+    out = tmp_path / "run"
+    config = ["--launcher-config", config_file(tmp_path, settings)] if settings else []
+    assert cli.main([*TRIGGER, "--max-steps", "5", *flags, *config, "--out", str(out)]) == 2
+    one_line_error(capsys, needle)
+    assert not out.exists()
+
+
+def test_flags_override_the_launcher_config_file(tmp_path):
+    """Mutation tried: applying the file after the flags keeps the file's time limit."""
+    parser = argparse.ArgumentParser()
+    add_launcher_arguments(parser)
+    file = config_file(tmp_path, {"launcher": "slurm", "partition": "cpu", "time": 5, "slurm_extra": {"account": "lab"}})
+    args = parser.parse_args(["--launcher-config", file, "--time", "7", "--slurm-extra", "mem=16G", "--gpus-per-job", "1"])
+    assert launcher_settings(args) == LauncherSettings(launcher="slurm", partition="cpu", time=7, gpus_per_job=1, slurm_extra={"account": "lab", "mem": "16G"})
