@@ -20,7 +20,7 @@ import os
 import socket
 import sys
 import traceback
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -54,6 +54,11 @@ class LauncherSettings:
     def __post_init__(self) -> None:
         check(self.launcher in LAUNCHERS, f"unknown launcher {self.launcher!r}; choose from: {', '.join(LAUNCHERS)}")
         check(self.cluster in SUBMITIT_CLUSTERS, f"unknown submitit cluster {self.cluster!r}; choose from: {', '.join(SUBMITIT_CLUSTERS)}")
+        for name in ("partition", "ray_address"):
+            check(getattr(self, name) is None or isinstance(getattr(self, name), str), f"launcher setting {name} must be text, got {getattr(self, name)!r}")
+        for name in ("time", "gpus_per_job", "cpus_per_job", "array_parallelism"):
+            value = getattr(self, name)  # a --launcher-config file may hold "60" or 1.5
+            check(type(value) is int or (value is None and name in ("cpus_per_job", "array_parallelism")), f"launcher setting {name} must be a whole number, got {value!r}")
         for name in ("time", "cpus_per_job", "array_parallelism"):
             value = getattr(self, name)
             check(value is None or value >= 1, f"--{name.replace('_', '-')} must be at least 1, got {value}")
@@ -66,6 +71,11 @@ class LauncherSettings:
         unknown = sorted(set(given) - set(known))
         check(not unknown, f"unknown launcher setting {', '.join(unknown)}; known: {', '.join(known)}")
         return cls(**given)
+
+    def asking_gpu_for(self, device: str) -> "LauncherSettings":
+        """These settings with at least one GPU per job where the jobs run on ``device`` cuda (an
+        engine's job sees no GPU it did not ask for: submitit hides the others, Slurm allots none)."""
+        return replace(self, gpus_per_job=max(1, self.gpus_per_job)) if device.startswith("cuda") else self
 
     @property
     def runs_here(self) -> bool:
@@ -237,7 +247,8 @@ def _ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], settings: LauncherSe
 
     started = not ray.is_initialized()
     if started:
-        ray.init(**({"address": settings.ray_address} if settings.ray_address else {"num_cpus": workers * cpus, "include_dashboard": False}))
+        # address "local": without it ray.init joins the cluster RAY_ADDRESS or /tmp/ray names, if any
+        ray.init(**({"address": settings.ray_address} if settings.ray_address else {"address": "local", "num_cpus": workers * cpus, "include_dashboard": False}))
     pending: list = []
     try:
         task = ray.remote(_logged).options(num_cpus=cpus, num_gpus=settings.gpus_per_job)

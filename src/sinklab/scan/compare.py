@@ -65,7 +65,8 @@ def run_compare(cfg: ScanConfig, models: Sequence[Optional[str]], workers: int =
     configs = model_configs(cfg, models)
     out = prepare_run_dir(cfg.out)
     write_json(out / CONFIG, compare_config(cfg, models))
-    summaries = launch(scan_one, configs, launcher, out, workers, desc="models", label=lambda c: c.model or DEFAULT_NAME)
+    gpu = "cuda" if cfg.load.device_map is not None else cfg.load.device  # a device map spreads over GPUs
+    summaries = launch(scan_one, configs, launcher.asking_gpu_for(gpu), out, workers, desc="models", label=lambda c: c.model or DEFAULT_NAME)
     entries = [model_entry(s, Path(c.out).relative_to(out)) for s, c in zip(summaries, configs)]
     summary = stamped(compare_page.KIND, {"models": entries, "settings": asdict(cfg.settings), "inputs": asdict(cfg.inputs), "figures": [FIGURE]})
     first_token_mass_figure(entries, out / FIGURE)

@@ -63,9 +63,7 @@ def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement, 
             write_json(out / "records" / f"{cfg.key}.json", {"config": cfg.to_dict(), "record": record})
             done[cfg.key] = record
 
-    if placement.device != "cpu":
-        launcher = replace(launcher, gpus_per_job=max(1, launcher.gpus_per_job))
-    launch(partial(run_members, device=placement.device), jobs, launcher, out, placement.processes, desc="training", label=_job_label, on_result=save)
+    launch(partial(run_members, device=placement.device), jobs, launcher.asking_gpu_for(placement.device), out, placement.processes, desc="training", label=_job_label, on_result=save)
     return [done[c.key] for c in configs]
 
 
