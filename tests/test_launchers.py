@@ -5,6 +5,7 @@ local pool's results back: the same records, the same resume rule, failures that
 import argparse
 import importlib.util
 import json
+import os
 import shutil
 import sys
 import time
@@ -17,7 +18,7 @@ from conftest import benchmark_module, one_line_error
 from sinklab import cli
 from sinklab.cli.args import add_launcher_arguments, launcher_settings
 from sinklab.core.errors import SinklabError
-from sinklab.core.launchers import LOG_DIR, LauncherSettings, launch
+from sinklab.core.launchers import LOG_DIR, LauncherSettings, PortableJob, launch
 
 NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here")
 SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "time": 10}
@@ -136,11 +137,63 @@ def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, t
     assert log.parent == tmp_path / LOG_DIR and "ValueError: job 2 fails on purpose" in log.read_text()
 
 
+def slowest_first(x: int) -> int:
+    """Job 0 finishes last and job 3 first."""
+    time.sleep(0.5 * (3 - x))
+    return x * x
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, tmp_path):
+    """Mutation tried: storing each result at its finishing position (``results[bar.n]``) returns
+    them reversed (the sweep tests above passed under it on submitit: their jobs finish in order)."""
+    finished = []
+    results = launch(slowest_first, [0, 1, 2, 3], LauncherSettings(**ENGINES[engine]), tmp_path, workers=4, on_result=lambda job, _: finished.append(job))
+    assert results == [0, 1, 4, 9] and sorted(finished) == [0, 1, 2, 3]
+
+
+@NEEDS_RAY
+def test_without_an_address_ray_starts_here_whatever_the_environment_names(tmp_path, monkeypatch):
+    """Mutation tried: ray.init without address="local" joins the dead cluster RAY_ADDRESS names
+    and fails (Ray reads RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one)."""
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
+    assert launch(slowest_first, [2, 3], LauncherSettings(launcher="ray"), tmp_path, workers=2) == [4, 9]
+
+
+def visible_gpus(_) -> str:
+    return os.environ["CUDA_VISIBLE_DEVICES"]
+
+
+def test_a_job_on_cuda_asks_the_engine_for_a_gpu(tmp_path):
+    """submitit's local executor shows a job only the GPUs it asked for (CUDA_VISIBLE_DEVICES), as
+    Slurm allots them. Mutation tried: gpus_per_node=0 in _submitit_outcomes hides the GPU."""
+    settings = LauncherSettings(**SUBMITIT_LOCAL)
+    assert launch(visible_gpus, ["cuda", "cpu"], settings.asking_gpu_for("cuda"), tmp_path, workers=2) == ["0", "0"]
+    assert settings.asking_gpu_for("cpu") == settings and replace(settings, gpus_per_job=2).asking_gpu_for("cuda:1").gpus_per_job == 2
+
+
+def working_directory(_) -> str:
+    return os.getcwd()
+
+
+def test_a_portable_job_runs_in_the_submitting_directory(tmp_path, monkeypatch):
+    """A worker started elsewhere (a Ray worker, a Slurm job with --chdir) runs the job where it
+    was submitted, so relative run directories mean the same. Mutation tried: dropping os.chdir
+    from PortableJob.__call__."""
+    import torch
+
+    job = PortableJob.of(working_directory, torch.get_num_threads())
+    submitted = os.getcwd()
+    monkeypatch.chdir(tmp_path)
+    assert job(None) == submitted
+
+
 @pytest.mark.parametrize(
     "flags, settings, needle",
     [
         ([], {"launcher": "pbs"}, "unknown launcher 'pbs'; choose from: local, slurm, ray"),
         ([], {"launcher": "slurm", "queue": "gpu"}, "unknown launcher setting queue"),
+        ([], {"launcher": "slurm", "time": "60"}, "launcher setting time must be a whole number, got '60'"),
         (["--launcher", "ray", "--ray-address", "127.0.0.1:9"], {}, "--ray-address 127.0.0.1:9: nothing answers there"),
         (["--launcher", "slurm", "--time", "0"], {}, "--time must be at least 1, got 0"),
         (["--launcher", "slurm"], "no-submitit", "--launcher slurm needs the submitit package, which is not installed"),

@@ -98,9 +98,9 @@ def test_a_bad_model_among_several_is_a_one_line_error_naming_it(tiny_model_dir,
 
 def test_a_comparison_through_submitit_equals_the_pools(compared, tmp_path):
     """Each model's scan as a job of submitit's local executor (subprocesses, Slurm's pickling
-    path) gives the pool's entries. Mutation tried: PortableJob not changing to the submitting
-    process's working directory, with relative run directories (the scans land elsewhere and the
-    comparison finds no summary)."""
+    path) gives the pool's entries. Mutation tried: run_compare handing its jobs to
+    LOCAL instead of its launcher (no submitit job is written). Dropping PortableJob's chdir passes
+    here, as submitit's local workers start in the submitting directory: test_launchers checks it."""
     models, _, summary = compared
     (tmp_path / "launcher.json").write_text(json.dumps({"launcher": "slurm", "cluster": "local", "time": 10}))
     (tmp_path / "work").mkdir()
