@@ -198,11 +198,14 @@ def test_a_portable_job_runs_in_the_submitting_directory(tmp_path, monkeypatch):
         (["--launcher", "slurm", "--time", "0"], {}, "--time must be at least 1, got 0"),
         (["--launcher", "slurm"], "no-submitit", "--launcher slurm needs the submitit package, which is not installed"),
         (["--launcher", "ray"], "no-ray", "--launcher ray needs the ray package, which is not installed: pip install 'sinklab[ray]'"),
+        (["--partition", "gpu"], {}, "--partition do(es) not apply to --launcher local: --partition is for --launcher slurm"),
+        (["--launcher", "slurm", "--ray-address", "auto"], {}, "--ray-address is for --launcher ray"),
     ],
 )
 def test_bad_launcher_settings_are_one_line_before_any_job(flags, settings, needle, tmp_path, capsys, monkeypatch):
     """Mutation tried: dropping check_launcher from launcher_settings lets ``--launcher slurm``
-    without submitit start the run: it writes the run directory before launch() refuses."""
+    without submitit start the run: it writes the run directory before launch() refuses; without
+    the engine check, ``--partition gpu`` alone trains locally without a word."""
     if isinstance(settings, str):
         monkeypatch.setitem(sys.modules, settings.removeprefix("no-"), None)  # an import of it raises ImportError
         settings = {}

@@ -194,6 +194,9 @@ LAUNCHER_FLAGS = {
     "ray_address": ("--ray-address", str, "ADDRESS", "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
 }
 
+#: The engines a launcher flag means something to (the others: slurm and ray).
+FLAG_ENGINES = {"--partition": ("slurm",), "--time": ("slurm",), "--array-parallelism": ("slurm",), "--slurm-extra": ("slurm",), "--ray-address": ("ray",)}
+
 
 def add_launcher_arguments(p) -> None:
     """``--launcher {local,slurm,ray}``, a ``--launcher-config`` file and the engine's settings
@@ -221,6 +224,10 @@ def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
         check(all(key and eq for key, eq, _ in pairs), f"--slurm-extra expects KEY=VALUE, got {args.slurm_extra}")
         given["slurm_extra"] = {**given.get("slurm_extra", {}), **{key: value for key, _, value in pairs}}
     settings = LauncherSettings.from_dict(given)
+    given_flags = [LAUNCHER_FLAGS[name][0] for name in LAUNCHER_FLAGS if getattr(args, name) is not None] + (["--slurm-extra"] if args.slurm_extra else [])
+    foreign = [flag for flag in given_flags if settings.launcher not in FLAG_ENGINES.get(flag, ("slurm", "ray"))]
+    check(not foreign, f"{', '.join(foreign)} do(es) not apply to --launcher {settings.launcher}: "
+                       + "; ".join(f"{flag} is for --launcher {' or '.join(FLAG_ENGINES.get(flag, ('slurm', 'ray')))}" for flag in foreign))
     check_launcher(settings)
     return settings
 
