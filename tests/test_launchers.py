@@ -16,7 +16,7 @@ import pytest
 from conftest import benchmark_module, one_line_error
 
 from sinklab import cli
-from sinklab.cli.args import add_launcher_arguments, launcher_settings
+from sinklab.cli.args import add_launcher_arguments, launcher_settings, load_options
 from sinklab.core.errors import SinklabError
 from sinklab.core.launchers import LOG_DIR, LauncherSettings, PortableJob, launch
 
@@ -223,3 +223,15 @@ def test_flags_override_the_launcher_config_file(tmp_path):
     file = config_file(tmp_path, {"launcher": "slurm", "partition": "cpu", "time": 5, "slurm_extra": {"account": "lab"}})
     args = parser.parse_args(["--launcher-config", file, "--time", "7", "--slurm-extra", "mem=16G", "--gpus-per-job", "1"])
     assert launcher_settings(args) == LauncherSettings(launcher="slurm", partition="cpu", time=7, gpus_per_job=1, slurm_extra={"account": "lab", "mem": "16G"})
+
+
+def test_load_flags_of_jobs_that_run_elsewhere_are_resolved_there(monkeypatch):
+    """A login node without a GPU submits ``--device cuda`` scans: the flags stay as given for the
+    jobs to resolve. Mutation: resolving them regardless raises "PyTorch sees no GPU" here."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = argparse.Namespace(device="cuda", dtype="auto", device_map=None, revision=None, trust_remote_code=False)
+    assert load_options(args, here=False).device == "cuda"
+    with pytest.raises(SinklabError, match="no GPU|not available|sees no"):
+        load_options(args)

@@ -172,10 +172,12 @@ def add_load_arguments(p) -> None:
     g.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
 
 
-def load_options(args: argparse.Namespace) -> LoadOptions:
-    """The load flags, resolved on this machine (what config.json records and the --out policy compares)."""
+def load_options(args: argparse.Namespace, here: bool = True) -> LoadOptions:
+    """The load flags, resolved on this machine (what config.json records and the --out policy
+    compares); as given when the models load elsewhere (``here`` False: a cluster's jobs, whose
+    GPUs a login node does not have), where each job resolves them."""
     given = LoadOptions(device=args.device, dtype=args.dtype, device_map=args.device_map, revision=args.revision, trust_remote_code=args.trust_remote_code)
-    return given.resolved()
+    return given.resolved() if here else given
 
 
 def input_spec(args: argparse.Namespace) -> InputSpec:

@@ -54,16 +54,16 @@ def add_parser(sub) -> None:
 
 def scan_command(args: argparse.Namespace) -> int:
     models = args.model or [None]
+    launcher = launcher_settings(args)
     cfg = ScanConfig(
         model=models[0],
         inputs=input_spec(args),
         settings=MetricSettings(**{name: getattr(args, name) for name in SETTINGS_FLAGS}),
         variance={"auto": None, "on": True, "off": False}[args.variance],
         query_chunk=args.query_chunk,
-        load=load_options(args),
+        load=load_options(args, here=launcher.runs_here),
         out=args.out,
     )
-    launcher = launcher_settings(args)
     if len(models) > 1:
         return compare_command(args, cfg, models, launcher)
     check(launcher.launcher == "local", f"--launcher {launcher.launcher} runs the scans of several models; one model is scanned in this process")
