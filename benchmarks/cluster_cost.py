@@ -29,6 +29,7 @@ from sinklab.pretrain import PretrainConfig
 from sinklab.pretrain.train import lm_loss, make_optimizer
 
 VOCAB = 49152  # the default model's tokenizer
+TEXT_SWEEP_VOCAB = 19087  # the compact vocabulary of the text sweep the H200 row measured
 H100_BF16_PEAK = 989e12  # dense, FLOP/s
 ASSUMED_MFU = 0.40
 
@@ -38,10 +39,15 @@ def flops_per_token(cfg: PretrainConfig, params: int) -> float:
     return 6 * params + 6 * cfg.n_layers * cfg.seq_len * cfg.d_model
 
 
+def computing_params(model: Transformer, vocab: int, d_model: int) -> int:
+    """Parameters a token's forward multiplies by: all but the input embedding, plus the tied output layer."""
+    return sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + vocab * d_model
+
+
 def cpu_step(cfg: PretrainConfig, steps: int) -> tuple[float, int]:
-    """Seconds per training step (median after one warm-up step) and the non-embedding parameter count."""
+    """Seconds per training step (median after one warm-up step) and :func:`computing_params`."""
     model = Transformer(cfg.model_config(VOCAB))
-    params = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + VOCAB * cfg.d_model  # the tied output layer computes
+    params = computing_params(model, VOCAB, cfg.d_model)
     opt = make_optimizer(model, cfg)
     batch = torch.randint(0, VOCAB, (cfg.batch, cfg.seq_len + 1))
     times = []
@@ -58,11 +64,11 @@ def cpu_step(cfg: PretrainConfig, steps: int) -> tuple[float, int]:
 
 def h200_small_model_rate() -> dict:
     """Achieved FLOP/s of the text sweep's softmax runs on the lent H200 (the row's tokens/s and model)."""
-    row = next(json.loads(line) for line in (RESULTS / "pretrain_sweep.jsonl").open() if json.loads(line)["machine"].get("gpu") == "NVIDIA H200")
+    rows = (json.loads(line) for line in (RESULTS / "pretrain_sweep.jsonl").open())
+    row = next(r for r in rows if r["machine"].get("gpu") == "NVIDIA H200")
     softmax = next(v for v in row["by_variant"] if v["variant"] == "softmax")
     cfg = PretrainConfig(corpus="shakespeare")
-    model = Transformer(cfg.model_config(19087))  # the compact vocabulary of the text sweep
-    params = sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + 19087 * cfg.d_model
+    params = computing_params(Transformer(cfg.model_config(TEXT_SWEEP_VOCAB)), TEXT_SWEEP_VOCAB, cfg.d_model)
     return {"git": row["git"], "tokens_per_s": softmax["tokens_per_s"], "params": params, "flops_per_s": softmax["tokens_per_s"] * flops_per_token(cfg, params)}
 
 

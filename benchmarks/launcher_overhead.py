@@ -75,7 +75,7 @@ def main() -> None:
     args = parser.parse_args()
     steps, variants, seeds, noop_jobs = (4, 1, "0", 4) if args.smoke else (args.steps, args.variants, args.seeds, args.noop_jobs)
     seed_list = [int(s) for s in seeds.split(",")]
-    configs = [cfg for cfg in sweep_configs("bb", seed_list, steps) if cfg.variant in {c.variant for c in sweep_configs("bb", [0])[:variants]}]
+    configs = sweep_configs("bb", seed_list, steps, [c.variant for c in sweep_configs("bb", [0])[:variants]])
     root = RUNS / "launcher-overhead"
     walls, losses = {}, {}
     for name, settings in LAUNCHERS.items():

@@ -185,19 +185,17 @@ def input_spec(args: argparse.Namespace) -> InputSpec:
     return InputSpec(**{n: getattr(args, n) for n in names})
 
 
-#: The launcher flags: LauncherSettings field -> (flag, type, metavar, help). None (not given) keeps the
-#: --launcher-config file's value, else the field's default.
+#: The launcher flags: LauncherSettings field -> (flag, type, metavar, the engines it applies to, help).
+#: None (not given) keeps the --launcher-config file's value, else the field's default.
+SLURM, RAY = ("slurm",), ("ray",)
 LAUNCHER_FLAGS = {
-    "partition": ("--partition", str, "NAME", "slurm: the partition (default: the cluster's)"),
-    "time": ("--time", int, "MINUTES", f"slurm: each job's time limit (default {LauncherSettings().time})"),
-    "gpus_per_job": ("--gpus-per-job", int, "N", "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)"),
-    "cpus_per_job": ("--cpus-per-job", int, "N", "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)"),
-    "array_parallelism": ("--array-parallelism", int, "N", "slurm: jobs of the array running at once (default: all)"),
-    "ray_address": ("--ray-address", str, "ADDRESS", "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
+    "partition": ("--partition", str, "NAME", SLURM, "slurm: the partition (default: the cluster's)"),
+    "time": ("--time", int, "MINUTES", SLURM, f"slurm: each job's time limit (default {LauncherSettings().time})"),
+    "gpus_per_job": ("--gpus-per-job", int, "N", SLURM + RAY, "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)"),
+    "cpus_per_job": ("--cpus-per-job", int, "N", SLURM + RAY, "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)"),
+    "array_parallelism": ("--array-parallelism", int, "N", SLURM, "slurm: jobs of the array running at once (default: all)"),
+    "ray_address": ("--ray-address", str, "ADDRESS", RAY, "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
 }
-
-#: The engines a launcher flag means something to (the others: slurm and ray).
-FLAG_ENGINES = {"--partition": ("slurm",), "--time": ("slurm",), "--array-parallelism": ("slurm",), "--slurm-extra": ("slurm",), "--ray-address": ("ray",)}
 
 
 def add_launcher_arguments(p) -> None:
@@ -209,7 +207,7 @@ def add_launcher_arguments(p) -> None:
                         f"(default {LauncherSettings().launcher}). Finished jobs are never rerun, whichever launcher ran them")
     g.add_argument("--launcher-config", metavar="FILE", help="a JSON (or .toml) object of launcher settings: launcher, partition, time, gpus_per_job, "
                                                                "cpus_per_job, array_parallelism, slurm_extra, ray_address, cluster (submitit's: local runs the slurm path here); flags override it")
-    for flag, kind, metavar, help in LAUNCHER_FLAGS.values():
+    for flag, kind, metavar, _, help in LAUNCHER_FLAGS.values():
         g.add_argument(flag, type=kind, metavar=metavar, default=None, help=help)
     g.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE", default=None, help="slurm: another sbatch option, e.g. account=lab or mem=16G (repeatable)")
 
@@ -226,10 +224,10 @@ def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
         check(all(key and eq for key, eq, _ in pairs), f"--slurm-extra expects KEY=VALUE, got {args.slurm_extra}")
         given["slurm_extra"] = {**given.get("slurm_extra", {}), **{key: value for key, _, value in pairs}}
     settings = LauncherSettings.from_dict(given)
-    given_flags = [LAUNCHER_FLAGS[name][0] for name in LAUNCHER_FLAGS if getattr(args, name) is not None] + (["--slurm-extra"] if args.slurm_extra else [])
-    foreign = [flag for flag in given_flags if settings.launcher not in FLAG_ENGINES.get(flag, ("slurm", "ray"))]
-    check(not foreign, f"{', '.join(foreign)} do(es) not apply to --launcher {settings.launcher}: "
-                       + "; ".join(f"{flag} is for --launcher {' or '.join(FLAG_ENGINES.get(flag, ('slurm', 'ray')))}" for flag in foreign))
+    given_flags = [(flag, engines) for name, (flag, _, _, engines, _) in LAUNCHER_FLAGS.items() if getattr(args, name) is not None]
+    foreign = [(flag, engines) for flag, engines in given_flags + ([("--slurm-extra", SLURM)] if args.slurm_extra else []) if settings.launcher not in engines]
+    check(not foreign, f"{', '.join(flag for flag, _ in foreign)} do(es) not apply to --launcher {settings.launcher}: "
+                       + "; ".join(f"{flag} is for --launcher {' or '.join(engines)}" for flag, engines in foreign))
     check_launcher(settings)
     return settings
 

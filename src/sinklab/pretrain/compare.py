@@ -65,14 +65,14 @@ def paired_comparison(rows: Sequence[dict], baseline: str = "softmax", keys: Seq
     out = []
     for variant in variants:
         seeds = sorted(s for v, s in by_seed if v == variant and (baseline, s) in by_seed)
-        entry = {"variant": variant, "baseline": baseline, "seeds": seeds}
+        compared = {}
         for key in keys:
             diffs = [by_seed[variant, s][key] - by_seed[baseline, s][key] for s in seeds
                      if by_seed[variant, s].get(key) is not None and by_seed[baseline, s].get(key) is not None]
             if len(diffs) >= 2:
-                entry[key] = paired_statistics(diffs)
-        if len(entry) > 3:
-            out.append(entry)
+                compared[key] = paired_statistics(diffs)
+        if compared:
+            out.append({"variant": variant, "baseline": baseline, "seeds": seeds, **compared})
     return out
 
 
