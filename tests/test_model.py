@@ -56,6 +56,39 @@ def test_incremental_decoding_with_cache_equals_full_forward(attn):
     assert len(cache) == 11  # one sink token + ten tokens
 
 
+POSITION_ENCODINGS = {"rope": {"rope": True}, "learned": {"rope": False, "learned_positions": True}, "none": {"rope": False}}
+
+
+@pytest.mark.parametrize("encoding", list(POSITION_ENCODINGS))
+def test_only_nope_ignores_the_order_of_earlier_tokens(encoding):
+    """In one layer, swapping tokens 1 and 2 leaves the logits from position 3 on unchanged only
+    without positions: rotary and learned positions both make the order of earlier tokens visible.
+    (From the second layer on the causal mask itself tells positions apart, Haviv et al. 2022.)"""
+    torch.manual_seed(3)
+    model = Transformer(lm_config(n_layers=1, init_std=0.2, **POSITION_ENCODINGS[encoding]))
+    ids = torch.randint(0, 50, (2, 10))
+    ids[:, 2] = (ids[:, 1] + 1) % 50  # two different tokens to swap
+    swapped = ids.clone()
+    swapped[:, [1, 2]] = ids[:, [2, 1]]
+    moved = (model(ids)[:, 3:] - model(swapped)[:, 3:]).abs().max()
+    if encoding == "none":
+        assert moved < 1e-5
+    else:
+        assert moved > 1e-3
+
+
+def test_learned_positions_decode_with_a_cache_as_in_one_pass():
+    """The cached path adds the vectors of the absolute positions after the cache, sink tokens included."""
+    torch.manual_seed(4)
+    model = Transformer(lm_config(sink_tokens=1, **POSITION_ENCODINGS["learned"]))
+    torch.nn.init.normal_(model.positions.weight, std=1.0)  # positions that matter
+    ids = torch.randint(0, 50, (2, 10))
+    full = model(ids)
+    cache = KVCache()
+    steps = [model(ids[:, :4], cache=cache)] + [model(ids[:, t : t + 1], cache=cache) for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
 def test_sequence_longer_than_the_model_allows_is_a_clear_error():
     model = Transformer(lm_config(max_seq_len=8))
     with pytest.raises(SinklabError, match="exceeds the model's maximum of 8"):

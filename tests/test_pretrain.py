@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -281,3 +282,17 @@ def test_optimiser_knobs_reach_the_optimiser(corpus, tmp_path, monkeypatch):
     assert clipped == [0.5, 0.5]
     model = Transformer(tiny(corpus, tmp_path / "x").model_config(64))
     assert pretrain.make_optimizer(model, tiny(corpus, tmp_path / "x", adam_beta2=0.999)).param_groups[0]["betas"] == (0.9, 0.999)
+
+
+def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(corpus, tmp_path):
+    """``--positions`` picks rotary, learned or no position information; a checkpoint written
+    before the option existed resumes as rope and refuses another encoding."""
+    for positions, rope, learned in [("rope", True, False), ("learned", False, True), ("none", False, False)]:
+        model_cfg = tiny(corpus, tmp_path / "x", positions=positions).model_config(64)
+        assert (model_cfg.rope, model_cfg.learned_positions) == (rope, learned)
+    with pytest.raises(SinklabError, match="--positions must be one of rope, learned, none"):
+        tiny(corpus, tmp_path / "x", positions="alibi")
+    older = {k: v for k, v in asdict(tiny(corpus, tmp_path / "x")).items() if k != "positions"}
+    pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x")))
+    with pytest.raises(SinklabError, match="positions: checkpoint 'rope' vs now 'learned'"):
+        pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x", positions="learned")))

@@ -11,7 +11,7 @@ from ..core.runs import FINISHED, RESUME
 from ..core.text import format_table
 from ..pretrain import COLUMNS, PretrainConfig, compare_runs, run_row, train_lm
 from ..pretrain.tokens import TOKENIZERS
-from ..pretrain.train import CORPUS_DEFAULTS
+from ..pretrain.train import CORPUS_DEFAULTS, POSITIONS
 from .args import (
     STARTS_OVER,
     add_bos_argument,
@@ -39,7 +39,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "pretrain",
         help="train a small LM with an attention variant (runs under torchrun for DDP)",
-        description="Train a small decoder LM (RMSNorm, RoPE, SwiGLU) with one attention variant, then scan it for sinks.",
+        description="Train a small decoder LM (RMSNorm, RoPE by default, SwiGLU) with one attention variant, then scan it for sinks.",
     )
     p.add_argument("--attn", choices=list(ATTN_NORMS), default=defaults.attention.attn, help=f"attention normalisation (default {defaults.attention.attn})")
     add_extra_arguments(p)
@@ -62,6 +62,7 @@ def add_parser(sub) -> None:
     p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default --tokens + sink tokens)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one")
     p.add_argument("--untied", action="store_true", help="untie the input embedding and the output layer")
+    p.add_argument("--positions", choices=POSITIONS, default=defaults.positions, help="rope (rotary), learned (a vector per absolute position, GPT-2) or none (NoPE) (default %(default)s)")
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
     add_resume_arguments(p)
     p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; run the same command to resume")
@@ -76,7 +77,7 @@ def add_parser(sub) -> None:
 def pretrain_command(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
         attention=AttentionSpec(args.attn, **extra_flags(args)), corpus=args.corpus, tokenizer=args.tokenizer,
-        bos=args.bos == "yes", bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, max_seq_len=args.max_seq_len, warmup=args.warmup,
+        bos=args.bos == "yes", bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, positions=args.positions, max_seq_len=args.max_seq_len, warmup=args.warmup,
         device=args.device, out=args.out or "", **{name: getattr(args, name) for name in NUMBERS},
     )
     if not args.out:

@@ -40,6 +40,7 @@ class ModelConfig:
     norm: bool = False  # RMSNorm pre-normalisation and a final norm
     rope: bool = False
     rope_theta: float = 10000.0
+    learned_positions: bool = False  # a learned vector per absolute position, added to the input (GPT-2)
     bias: bool = False
     scale_scores: bool = False  # multiply scores by 1/sqrt(head_dim)
     vocab_size: Optional[int] = None  # None: inputs are vectors of size d_model
@@ -181,6 +182,7 @@ class Transformer(nn.Module):
         self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model) if cfg.vocab_size else None
         self.sink_tokens = nn.Parameter(torch.zeros(cfg.sink_tokens, cfg.d_model)) if cfg.sink_tokens else None
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta) if cfg.rope else None
+        self.positions = nn.Embedding(cfg.max_seq_len, cfg.d_model) if cfg.learned_positions else None
         self.blocks = nn.ModuleList(Block(cfg, i, self.hooks) for i in range(cfg.n_layers))
         self.final_norm = nn.RMSNorm(cfg.d_model) if cfg.norm else nn.Identity()
         self.merged_circuits = merged_circuit_eligible(self)
@@ -216,8 +218,11 @@ class Transformer(nn.Module):
         if self.sink_tokens is not None and (cache is None or len(cache) == 0):
             n_prefix = self.cfg.sink_tokens
             x = torch.cat([self.sink_tokens.to(x.dtype).expand(x.shape[0], -1, -1), x], dim=1)
-        n_total = x.shape[1] + (len(cache) if cache is not None else 0)
+        n_cached = len(cache) if cache is not None else 0
+        n_total = x.shape[1] + n_cached
         check(n_total <= self.cfg.max_seq_len, f"sequence of {n_total} positions exceeds the model's maximum of {self.cfg.max_seq_len}")
+        if self.positions is not None:  # absolute: the index after the cached tokens (exact for the dense cache only)
+            x = x + self.positions.weight[n_cached:n_total].to(x.dtype)
         if self.merged_circuits and cache is None and not need_weights and not self._hooks_inside_attention():
             return attention_only_forward(self, x)
         all_weights = []

@@ -49,6 +49,9 @@ CORPUS_DEFAULTS = {
 #: (:func:`training_seed`, all >= TRAINING_SEEDS) that no evaluation seed can fall into. A CPU
 #: generator keeps only the low 32 bits of its seed, so every seed stays below 2**32.
 VALIDATION_SEED, SCAN_SEED = 1234, 4321
+#: How the model knows positions: rotary embeddings, a learned vector per position, or nothing
+#: but the causal mask (NoPE).
+POSITIONS = ("rope", "learned", "none")
 TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
 
 
@@ -66,6 +69,7 @@ class PretrainConfig:
     n_layers: Optional[int] = None  # None: CORPUS_DEFAULTS
     n_heads: int = 4
     tie_embeddings: bool = True
+    positions: str = "rope"  # rope, learned (absolute, GPT-2) or none (NoPE)
     seq_len: Optional[int] = None  # None: CORPUS_DEFAULTS
     max_seq_len: Optional[int] = None  # the model's maximum positions (None: seq_len + sink tokens)
     batch: Optional[int] = None  # global batch, in sequences (None: CORPUS_DEFAULTS)
@@ -108,6 +112,7 @@ class PretrainConfig:
         if self.warmup is None:
             self.warmup = self.steps // 10
         check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup} for {self.steps} steps")
+        check(self.positions in POSITIONS, f"--positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
         check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
         check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
 
@@ -118,7 +123,8 @@ class PretrainConfig:
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
             d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads, attention=self.attention,
-            residual=True, mlp=True, norm=True, rope=True, scale_scores=True, vocab_size=vocab_size,
+            residual=True, mlp=True, norm=True, rope=self.positions == "rope", learned_positions=self.positions == "learned",
+            scale_scores=True, vocab_size=vocab_size,
             tie_embeddings=self.tie_embeddings, sink_tokens=self.sink_tokens, max_seq_len=self.max_seq_len,
         )
 
@@ -291,10 +297,11 @@ def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataS
     return step, saved.get("carry", fresh)
 
 
-TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "adam_beta2", "seed")
+TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "positions", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "adam_beta2", "seed")
 
 
 def _check_compatible(saved: dict, current: dict) -> None:
+    saved = {**asdict(PretrainConfig()), **saved}  # a key added since the checkpoint was written: its default
     differ = [k for k in TRAINING_KEYS if saved.get(k) != current.get(k)]
     if differ:
         detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
