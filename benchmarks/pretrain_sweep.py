@@ -14,7 +14,7 @@ launcher resumes under another. Each variant is also compared seed by seed with 
 difference, t, exact sign-flip p-value).
 
 Run: `.venv/bin/python benchmarks/pretrain_sweep.py [--corpus bb] [--seeds 0,1,2] [--variants softmax,softmax+gate] [--steps N]
-[--root DIR] [--rerun-stale] [--launcher slurm --partition P ...]`
+[--set KEY=VALUE ...] [--record NAME] [--root DIR] [--rerun-stale] [--launcher slurm --partition P ...]`
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from sinklab.core.launchers import LOCAL, LauncherSettings, launch
 from sinklab.core.runs import claim_run_dir, first_difference, jsonable, read_run_info
 from sinklab.core.text import format_table
 from sinklab.pretrain import COLUMNS, PretrainConfig, compare_runs, train_lm
+from sinklab.pretrain.train import TRAINING_KEYS
 
 SETTINGS = {  # corpus -> (default seeds, worker processes, extra variants, run root)
     "shakespeare": ("0,1", 1, [], "sweep"),
@@ -44,9 +45,10 @@ SETTINGS = {  # corpus -> (default seeds, worker processes, extra variants, run 
 }
 
 
-def sweep_configs(corpus: str, seeds, steps=None, variants: Optional[list[str]] = None) -> list[PretrainConfig]:
-    """The sweep's runs, seed-major; ``variants`` keeps only those names (``PretrainConfig.variant``)."""
-    base = PretrainConfig(corpus=corpus, steps=steps)
+def sweep_configs(corpus: str, seeds, steps=None, variants: Optional[list[str]] = None, overrides: Optional[dict] = None) -> list[PretrainConfig]:
+    """The sweep's runs, seed-major; ``variants`` keeps only those names (``PretrainConfig.variant``);
+    ``overrides`` sets training fields of every run (``--set lr=3e-3``)."""
+    base = PretrainConfig(corpus=corpus, steps=steps, **(overrides or {}))
     settings = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [{"attention": s} for s in AttentionSpec().with_each_extra()]
     configs = [replace(base, **v, seed=s, max_seq_len=None) for s in seeds for v in settings + SETTINGS[corpus][2]]
     if variants is None:
@@ -95,6 +97,29 @@ def stale_reason(run_dir: Path, cfg: PretrainConfig, revision: str) -> Optional[
     return None
 
 
+#: What ``--set`` may change: the training configuration less what the sweep itself varies.
+SETTABLE = [k for k in TRAINING_KEYS if k not in ("corpus", "attention", "sink_tokens", "seed", "steps")]
+
+
+def parse_overrides(pairs: list[str]) -> dict:
+    """``KEY=VALUE`` pairs as fields of PretrainConfig; a value is read as JSON (numbers, true,
+    false), else kept as text (``positions=learned``)."""
+    overrides, defaults = {}, PretrainConfig(corpus="bb")
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in SETTABLE:
+            raise SystemExit(f"--set {pair}: expected KEY=VALUE with KEY one of {', '.join(SETTABLE)}")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        expected = type(getattr(defaults, key))
+        if not (isinstance(value, expected) or expected is float and type(value) is int):
+            raise SystemExit(f"--set {pair}: {key} takes {expected.__name__} values")
+        overrides[key] = value
+    return overrides
+
+
 def run_sweep(configs: list[PretrainConfig], root: Path, workers: int, launcher: LauncherSettings = LOCAL, rerun_stale: bool = False) -> dict:
     """Train every config into ``root/<variant>-seed<seed>`` (one job each on ``launcher``, finished
     runs kept) and compare them in ``root/compare``; returns the comparison."""
@@ -110,6 +135,8 @@ def main() -> None:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: 0,1 for text, 0,1,2 for bb)")
     parser.add_argument("--variants", default=None, help="comma-separated variants to run (default: all), e.g. softmax,softmax+gate")
     parser.add_argument("--steps", type=int, default=None, help="override the default budget (for a quick look)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="set a training field of every run, e.g. --set lr=3e-3 --set positions=learned (repeatable)")
+    parser.add_argument("--record", default=None, help="the results file: results/NAME.jsonl (default pretrain_sweep, or pretrain_sweep_bb for --corpus bb)")
     parser.add_argument("--workers", type=int, default=None, help="runs at a time (default: 1 for text, 2 single-threaded for bb)")
     parser.add_argument("--root", default=None, help="folder of the run directories (default: runs/sweep, runs/sweep-bb)")
     parser.add_argument("--rerun-stale", action="store_true", help="train again a run of another configuration or commit (default: refuse it)")
@@ -118,8 +145,9 @@ def main() -> None:
     seeds, workers, _, root_name = SETTINGS[args.corpus]
     root = Path(args.root) if args.root else RUNS / root_name
     variants = args.variants.split(",") if args.variants else None
-    configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps, variants)
+    overrides = parse_overrides(args.set)
     try:
+        configs = sweep_configs(args.corpus, [int(s) for s in (args.seeds or seeds).split(",")], args.steps, variants, overrides)
         launcher = launcher_settings(args)
         result = run_sweep(configs, root, args.workers or workers, launcher, args.rerun_stale)
     except SinklabError as exc:
@@ -128,8 +156,8 @@ def main() -> None:
     for entry in result["paired"]:
         print(f"{entry['variant']} - {entry['baseline']}, seeds {entry['seeds']}: " + "; ".join(
             f"{k} {v['mean']:+.3f} (sd {v['sd']:.3f}, p {v['p_sign_flip']:.3f})" for k, v in entry.items() if isinstance(v, dict)))
-    record("pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),
-           {"corpus": args.corpus, "steps": configs[0].steps, "variants": variants, "launcher": launcher.launcher, "target": result["target"],
+    record(args.record or "pretrain_sweep" + ("_bb" if args.corpus == "bb" else ""),
+           {"corpus": args.corpus, "steps": configs[0].steps, "overrides": overrides, "variants": variants, "launcher": launcher.launcher, "target": result["target"],
             "by_variant": result["by_variant"], "paired": result["paired"], "rows": result["rows"]})
 
 
