@@ -10,7 +10,7 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.native import Transformer
 from sinklab.trigger import analyses, lab
-from sinklab.trigger.config import TriggerConfig, cap_first_key
+from sinklab.trigger.config import EVAL_SEED, TriggerConfig, cap_first_key
 from sinklab.trigger.evaluate import evaluate_trigger
 from sinklab.trigger.task import TriggerTask
 from sinklab.trigger.train import AdamStep, CompiledStep, train_trigger
@@ -257,3 +257,6 @@ def test_bad_config_values():
         TriggerConfig(bos_cap=1.5)
     with pytest.raises(SinklabError, match="compile"):
         TriggerConfig(compile="maybe")
+    for seed in (EVAL_SEED - 1, 2**32 + EVAL_SEED - 1):  # a CPU generator keeps the low 32 bits
+        with pytest.raises(SinklabError, match="would train on the evaluation set"):
+            TriggerConfig(seed=seed)

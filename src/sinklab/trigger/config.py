@@ -19,6 +19,11 @@ from ..core.hooks import HookFn, hook_name
 from ..models.native import ModelConfig
 from .task import TriggerTask
 
+#: One fixed evaluation set for every model, so runs compare on equal terms. Training draws from a
+#: generator seeded ``seed + 1`` (taken modulo 2**32, as a CPU generator keeps 32 bits), so the one
+#: seed whose training stream would be the evaluation set is refused.
+EVAL_SEED = 20260311
+
 
 @dataclass
 class TriggerConfig:
@@ -48,6 +53,7 @@ class TriggerConfig:
 
     def __post_init__(self) -> None:
         check(self.layers >= 1, f"--n-layers must be at least 1, got {self.layers}")
+        check((self.seed + 1) % 2**32 != EVAL_SEED, f"--seed {self.seed} would train on the evaluation set (seeded {EVAL_SEED}); choose another seed")
         check(self.heads >= 1, f"--n-heads must be at least 1, got {self.heads}")
         check(self.max_steps >= 1, f"--max-steps must be at least 1, got {self.max_steps}")
         check(self.batch >= 1, f"--batch must be at least 1, got {self.batch}")

@@ -12,11 +12,10 @@ import torch
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.hooks import hook_name
 from ..models.native import Transformer
-from .config import TriggerConfig, constraint_hooks
+from .config import EVAL_SEED, TriggerConfig, constraint_hooks
 from .task import BOS
 from .train import TrainLog
 
-EVAL_SEED = 20260311  # one fixed evaluation set for every model, so runs compare on equal terms
 
 
 @torch.no_grad()
