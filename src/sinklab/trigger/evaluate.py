@@ -17,7 +17,6 @@ from .task import BOS
 from .train import TrainLog
 
 
-
 @torch.no_grad()
 def evaluate_trigger(model: Transformer, cfg: TriggerConfig, extra_hooks: Sequence = ()) -> dict:
     """Error and per-head attention statistics on the fixed evaluation set.
