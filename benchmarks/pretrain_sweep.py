@@ -123,8 +123,7 @@ def parse_overrides(pairs: list[str]) -> dict:
 def run_sweep(configs: list[PretrainConfig], root: Path, workers: int, launcher: LauncherSettings = LOCAL, rerun_stale: bool = False) -> dict:
     """Train every config into ``root/<variant>-seed<seed>`` (one job each on ``launcher``, finished
     runs kept) and compare them in ``root/compare``; returns the comparison."""
-    for cfg in configs:
-        cfg.out = str(root / f"{cfg.variant}-seed{cfg.seed}")
+    configs = [replace(cfg, out=str(root / f"{cfg.variant}-seed{cfg.seed}")) for cfg in configs]
     runs = launch(partial(train_one, rerun_stale=rerun_stale), configs, launcher, root, workers, desc=f"sweep {configs[0].corpus}", label=lambda c: Path(c.out).name)
     return compare_runs(runs, None, str(root / "compare"))
 
