@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+from conftest import benchmark_module
 
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint
@@ -140,3 +141,36 @@ def test_null_mass_counts_attention_on_learned_sink_tokens():
 def test_bad_input_is_a_clear_error(kwargs, message, tmp_path):
     with pytest.raises(SinklabError, match=message):
         train_lm(PretrainConfig(corpus="bb", steps=2, out=str(tmp_path / "run"), **kwargs), progress=False)
+
+
+def test_copy_head_accounting_splits_each_row_by_key():
+    """benchmarks/bb_copy_head.py: rows parked on BOS, on the previous token and spread evenly give
+    exactly those shares and largest weights, counted at non-trigger and trigger rows apart.
+    Mutations caught: the two row kinds' masks swapped; "previous" read two tokens back."""
+    with benchmark_module("bb_copy_head") as copy_head:
+        bb = BigramBackcopy()
+        ids = bb.batch("val", 4, 24, torch.Generator().manual_seed(0))
+        T = ids.shape[1] - 1
+        causal = torch.ones(T, T).tril()
+        previous = torch.zeros(T, T)
+        previous[torch.arange(1, T), torch.arange(T - 1)] = 1.0
+        previous[0, 0] = 1.0
+        on_bos = torch.zeros(T, T)
+        on_bos[:, 0] = 1.0
+        patterns = {"bos": on_bos, "previous": previous, "even": causal / causal.sum(-1, keepdim=True)}
+
+        class Fixed:  # a model whose one head has the given pattern
+            def __init__(self, pattern):
+                self.pattern = pattern
+
+            def __call__(self, inputs, need_weights):
+                return None, [self.pattern.expand(inputs.shape[0], 1, T, T)]
+
+        got = {name: copy_head.head_targets(Fixed(p), bb, [ids], 0, 0) for name, p in patterns.items()}
+        for kind in ("nontrigger", "trigger"):
+            assert got["bos"][kind]["bos"] == pytest.approx(1) and got["bos"][kind]["largest"] == pytest.approx(1)
+            assert got["previous"][kind]["previous"] == pytest.approx(1) and got["previous"][kind]["rest"] == pytest.approx(0)
+        trigger_rows = bb.is_trigger[ids[:, 2:T]]
+        spread = (1.0 / torch.arange(3, T + 1, dtype=torch.float64)).expand_as(trigger_rows)  # query t sees t + 1 keys
+        assert got["even"]["trigger"]["largest"] == pytest.approx(spread[trigger_rows].mean().item())
+        assert got["even"]["nontrigger"]["bos"] == pytest.approx(spread[~trigger_rows].mean().item())
