@@ -585,6 +585,16 @@ def test_native_models_stream_the_same_way():
     assert len(small) == 2 + 5
 
 
+def test_a_model_with_learned_positions_refuses_a_cache_that_evicts():
+    """Its keys carry their absolute positions, so the sink cache's count would be wrong after an
+    eviction; the dense cache is fine."""
+    model = Transformer(ModelConfig(d_model=16, n_layers=1, n_heads=2, vocab_size=50, learned_positions=True, max_seq_len=32))
+    ids = torch.randint(0, 50, (1, 4))
+    model(ids, cache=KVCache())
+    with pytest.raises(SinklabError, match="learned absolute positions cannot stream through a cache that evicts"):
+        model(ids, cache=NativeSinkCache(2, 6))
+
+
 def one_pass_vs_real_cache(model, policy, sinks, window) -> float:
     ids = stream_ids(70)[0]
     one_pass = policy_nll(model, ids, policy, sinks, window)

@@ -91,6 +91,8 @@ class KVCache:
     that evicts tokens (see :mod:`sinklab.stream.caches`) needs no re-rotation.
     """
 
+    keeps_every_token = True  # False for a policy that evicts: absolute positions then lose count
+
     def __init__(self) -> None:
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
@@ -221,7 +223,8 @@ class Transformer(nn.Module):
         n_cached = len(cache) if cache is not None else 0
         n_total = x.shape[1] + n_cached
         check(n_total <= self.cfg.max_seq_len, f"sequence of {n_total} positions exceeds the model's maximum of {self.cfg.max_seq_len}")
-        if self.positions is not None:  # absolute: the index after the cached tokens (exact for the dense cache only)
+        if self.positions is not None:  # absolute: the index after the cached tokens
+            check(cache is None or cache.keeps_every_token, "a model with learned absolute positions cannot stream through a cache that evicts tokens; its keys carry their positions")
             x = x + self.positions.weight[n_cached:n_total].to(x.dtype)
         if self.merged_circuits and cache is None and not need_weights and not self._hooks_inside_attention():
             return attention_only_forward(self, x)

@@ -266,6 +266,8 @@ class NativeSinkCache(KVCache):
     step, so eviction needs no re-rotation at all.
     """
 
+    keeps_every_token = False
+
     def __init__(self, n_sink: int, window: int) -> None:
         check_sizes(n_sink, window)
         super().__init__()
