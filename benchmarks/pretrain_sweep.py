@@ -97,8 +97,9 @@ def stale_reason(run_dir: Path, cfg: PretrainConfig, revision: str) -> Optional[
     return None
 
 
-#: What ``--set`` may change: the training configuration less what the sweep itself varies.
-SETTABLE = [k for k in TRAINING_KEYS if k not in ("corpus", "attention", "sink_tokens", "seed", "steps")]
+#: What ``--set`` may change: the training configuration less what the sweep itself varies or derives
+#: (``max_seq_len`` follows each variant's length and sink tokens).
+SETTABLE = [k for k in TRAINING_KEYS if k not in ("corpus", "attention", "sink_tokens", "seed", "steps", "max_seq_len")]
 
 
 def parse_overrides(pairs: list[str]) -> dict:
@@ -114,7 +115,7 @@ def parse_overrides(pairs: list[str]) -> dict:
         except ValueError:
             value = text
         expected = type(getattr(defaults, key))
-        if not (isinstance(value, expected) or expected is float and type(value) is int):
+        if not (type(value) is expected or expected is float and type(value) is int):
             raise SystemExit(f"--set {pair}: {key} takes {expected.__name__} values")
         overrides[key] = value
     return overrides

@@ -156,13 +156,17 @@ def test_a_failing_git_is_not_clean(repo, monkeypatch, tmp_path):
 
 def test_sweep_settings_reach_every_run_and_bad_ones_are_one_line_errors(sweep):
     """``--set`` changes every run of the sweep (so a second setting is one command) and refuses
-    what the sweep varies itself, an unknown field and a value of the wrong type."""
+    what the sweep varies or derives itself, an unknown field and a value of the wrong type (a
+    JSON true is not an int). Mutations caught: overrides not passed to the configs; seed or
+    max_seq_len settable; isinstance in place of the exact type check."""
     overrides = sweep.parse_overrides(["lr=3e-3", "positions=learned", "tie_embeddings=false", "n_layers=3"])
     assert overrides == {"lr": 0.003, "positions": "learned", "tie_embeddings": False, "n_layers": 3}
     configs = sweep.sweep_configs("bb", [0, 1], 2500, ["softmax", "softmax+gate"], overrides)
     assert len(configs) == 4
     for cfg in configs:
         assert (cfg.lr, cfg.positions, cfg.tie_embeddings, cfg.n_layers, cfg.steps) == (0.003, "learned", False, 3, 2500)
-    for bad, message in [("seed=3", "KEY one of"), ("lr", "KEY=VALUE"), ("lr=fast", "takes float values"), ("n_layers=2.5", "takes int values")]:
+    bad_settings = [("seed=3", "KEY one of"), ("max_seq_len=300", "KEY one of"), ("lr", "KEY=VALUE"), ("lr=fast", "takes float values"),
+                    ("n_layers=2.5", "takes int values"), ("n_layers=true", "takes int values")]
+    for bad, message in bad_settings:
         with pytest.raises(SystemExit, match=message):
             sweep.parse_overrides([bad])

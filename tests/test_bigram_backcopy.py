@@ -146,7 +146,8 @@ def test_bad_input_is_a_clear_error(kwargs, message, tmp_path):
 def test_copy_head_accounting_splits_each_row_by_key():
     """benchmarks/bb_copy_head.py: rows parked on BOS, on the previous token and spread evenly give
     exactly those shares and largest weights, counted at non-trigger and trigger rows apart.
-    Mutations caught: the two row kinds' masks swapped; "previous" read two tokens back."""
+    Mutations caught: the two row kinds' masks swapped; "previous" read two tokens back; "rest"
+    not subtracting the own token; the wrong layer or head read."""
     with benchmark_module("bb_copy_head") as copy_head:
         bb = BigramBackcopy()
         ids = bb.batch("val", 4, 24, torch.Generator().manual_seed(0))
@@ -157,19 +158,21 @@ def test_copy_head_accounting_splits_each_row_by_key():
         previous[0, 0] = 1.0
         on_bos = torch.zeros(T, T)
         on_bos[:, 0] = 1.0
-        patterns = {"bos": on_bos, "previous": previous, "even": causal / causal.sum(-1, keepdim=True)}
+        patterns = {"bos": on_bos, "previous": previous, "self": torch.eye(T), "even": causal / causal.sum(-1, keepdim=True)}
 
-        class Fixed:  # a model whose one head has the given pattern
+        class Fixed:  # a model of two layers of two heads: only layer 1, head 1 has the given pattern
             def __init__(self, pattern):
                 self.pattern = pattern
 
             def __call__(self, inputs, need_weights):
-                return None, [self.pattern.expand(inputs.shape[0], 1, T, T)]
+                other = on_bos.expand(inputs.shape[0], 1, T, T)
+                return None, [torch.cat([other, other], 1), torch.cat([other, self.pattern.expand(inputs.shape[0], 1, T, T)], 1)]
 
-        got = {name: copy_head.head_targets(Fixed(p), bb, [ids], 0, 0) for name, p in patterns.items()}
+        got = {name: copy_head.head_targets(Fixed(p), bb, [ids], 1, 1) for name, p in patterns.items()}
         for kind in ("nontrigger", "trigger"):
             assert got["bos"][kind]["bos"] == pytest.approx(1) and got["bos"][kind]["largest"] == pytest.approx(1)
             assert got["previous"][kind]["previous"] == pytest.approx(1) and got["previous"][kind]["rest"] == pytest.approx(0)
+            assert got["self"][kind]["self"] == pytest.approx(1) and got["self"][kind]["rest"] == pytest.approx(0)
         trigger_rows = bb.is_trigger[ids[:, 2:T]]
         spread = (1.0 / torch.arange(3, T + 1, dtype=torch.float64)).expand_as(trigger_rows)  # query t sees t + 1 keys
         assert got["even"]["trigger"]["largest"] == pytest.approx(spread[trigger_rows].mean().item())

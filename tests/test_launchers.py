@@ -102,7 +102,10 @@ def sweep_rows(result: dict) -> list:
 
 @pytest.fixture(scope="module")
 def pool_sweep(sweep, tmp_path_factory):
-    result = sweep.run_sweep(tiny_bb_configs(sweep), tmp_path_factory.mktemp("pool-bb"), workers=2)
+    configs = tiny_bb_configs(sweep)
+    given = [cfg.out for cfg in configs]
+    result = sweep.run_sweep(configs, tmp_path_factory.mktemp("pool-bb"), workers=2)
+    assert [cfg.out for cfg in configs] == given  # the caller's configs are left as they were
     assert len(result["rows"]) == 2 and all(row["first_token_mass_mean"] is not None for row in result["rows"])
     return sweep_rows(result)
 

@@ -102,7 +102,7 @@ def test_wrong_input_kind_is_a_clear_error():
         Transformer(ModelConfig(d_model=8))(torch.zeros(1, 4, dtype=torch.long))
 
 
-@pytest.mark.parametrize("kwargs, message", [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads")])
+@pytest.mark.parametrize("kwargs, message", [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads"), ({"rope": True, "learned_positions": True}, "not both")])
 def test_bad_config_is_a_clear_error(kwargs, message):
     with pytest.raises(SinklabError, match=message):
         ModelConfig(**kwargs)

@@ -285,14 +285,31 @@ def test_optimiser_knobs_reach_the_optimiser(corpus, tmp_path, monkeypatch):
 
 
 def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(corpus, tmp_path):
-    """``--positions`` picks rotary, learned or no position information; a checkpoint written
-    before the option existed resumes as rope and refuses another encoding."""
+    """``--positions`` picks rotary, learned or no position information (only rotary needs an even
+    head dimension); a checkpoint written before the option existed resumes as rope and refuses
+    another encoding, and no other missing key is filled in. Mutations caught: the encodings mapped
+    wrongly; defaults filled for every missing key (an empty saved config then passed)."""
     for positions, rope, learned in [("rope", True, False), ("learned", False, True), ("none", False, False)]:
         model_cfg = tiny(corpus, tmp_path / "x", positions=positions).model_config(64)
         assert (model_cfg.rope, model_cfg.learned_positions) == (rope, learned)
     with pytest.raises(SinklabError, match="--positions must be one of rope, learned, none"):
         tiny(corpus, tmp_path / "x", positions="alibi")
+    with pytest.raises(SinklabError, match="even"):
+        tiny(corpus, tmp_path / "x", d_model=30, n_heads=10)  # head dimension 3: fine without rotary embeddings
+    tiny(corpus, tmp_path / "x", d_model=30, n_heads=10, positions="learned")
     older = {k: v for k, v in asdict(tiny(corpus, tmp_path / "x")).items() if k != "positions"}
     pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x")))
     with pytest.raises(SinklabError, match="positions: checkpoint 'rope' vs now 'learned'"):
         pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x", positions="learned")))
+    with pytest.raises(SinklabError, match="incompatible configuration.*d_model"):  # only the new key gets a default
+        pretrain._check_compatible({"positions": "rope"}, asdict(tiny(corpus, tmp_path / "x")))
+
+
+def test_positions_flag_reaches_the_trained_model(tmp_path):
+    """``sinklab pretrain --positions learned`` trains a model with learned positions and no rotary
+    embeddings. Mutation caught: the CLI not passing --positions on (the run is then rope)."""
+    out = tmp_path / "run"
+    assert cli.main(["pretrain", "--corpus", "bb", "--positions", "learned", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
+                     "--batch", "2", "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["positions"] == "learned" and config["model"]["learned_positions"] and not config["model"]["rope"]

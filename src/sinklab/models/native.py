@@ -58,6 +58,7 @@ class ModelConfig:
             self.head_dim = self.d_model // self.n_heads
         check(self.head_dim >= 1, f"head_dim must be positive, got {self.head_dim}")
         check(not self.rope or self.head_dim % 2 == 0, f"rotary embeddings need an even head_dim, got {self.head_dim}")
+        check(not (self.rope and self.learned_positions), "choose rotary or learned positions, not both")
         check(self.sink_tokens >= 0, f"sink_tokens must be >= 0, got {self.sink_tokens}")
         check(self.max_seq_len >= 1, f"max_seq_len must be positive, got {self.max_seq_len}")
         if self.mlp_hidden is None:

@@ -102,7 +102,7 @@ class PretrainConfig:
         check(0 <= self.seed < MAX_SEEDS, f"--seed must lie in [0, {MAX_SEEDS}), got {self.seed}")
         check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
         check(self.d_model % self.n_heads == 0, f"--d-model {self.d_model} is not divisible by --n-heads {self.n_heads}")
-        check((self.d_model // self.n_heads) % 2 == 0, "the head dimension (d_model / n_heads) must be even for rotary embeddings")
+        check(self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0, "the head dimension (d_model / n_heads) must be even for rotary embeddings")
         if self.max_seq_len is None:
             self.max_seq_len = self.seq_len + self.sink_tokens
         check(
@@ -301,7 +301,7 @@ TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink
 
 
 def _check_compatible(saved: dict, current: dict) -> None:
-    saved = {**asdict(PretrainConfig()), **saved}  # a key added since the checkpoint was written: its default
+    saved = {"positions": "rope", **saved}  # written before --positions existed: rotary, the only encoding then
     differ = [k for k in TRAINING_KEYS if saved.get(k) != current.get(k)]
     if differ:
         detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
