@@ -38,6 +38,8 @@ def load_run(run_dir: Path, data: BigramBackcopy) -> tuple[Transformer, Pretrain
     saved = json.loads((run_dir / "config.json").read_text())
     names = {f.name for f in fields(PretrainConfig)} - {"attention"}
     cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in names}, attention=AttentionSpec(**saved["attention"]))
+    if cfg.corpus_kind != "bb" or cfg.sink_tokens:  # before the model: another vocabulary would not load
+        raise SystemExit(f"{run_dir}: a --corpus bb run without sink tokens is needed")
     model = Transformer(cfg.model_config(data.vocab_size)).eval()
     load_checkpoint(latest_checkpoint(run_dir), model, None)
     return model, cfg, json.loads((run_dir / "summary.json").read_text())
@@ -66,8 +68,6 @@ def head_targets(model: Transformer, data: BigramBackcopy, batches: list[torch.T
 
 def measure(run_dir: Path, data: BigramBackcopy) -> dict:
     model, cfg, summary = load_run(run_dir, data)
-    if cfg.corpus_kind != "bb" or cfg.sink_tokens:
-        raise SystemExit(f"{run_dir}: a --corpus bb run without sink tokens is needed")
     layer, head = summary["sink_head"]["layer"], summary["sink_head"]["head"]
     targets = head_targets(model, data, validation_batches(data, cfg), layer, head)
     return {"run": str(run_dir), "variant": cfg.variant, "positions": cfg.positions, "lr": cfg.lr, "steps": cfg.steps, "seed": cfg.seed,

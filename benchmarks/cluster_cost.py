@@ -39,15 +39,15 @@ def flops_per_token(cfg: PretrainConfig, params: int) -> float:
     return 6 * params + 6 * cfg.n_layers * cfg.seq_len * cfg.d_model
 
 
-def computing_params(model: Transformer, vocab: int, d_model: int) -> int:
+def computing_params(model: Transformer) -> int:
     """Parameters a token's forward multiplies by: all but the input embedding, plus the tied output layer."""
-    return sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + vocab * d_model
+    return sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + model.cfg.vocab_size * model.cfg.d_model
 
 
 def cpu_step(cfg: PretrainConfig, steps: int) -> tuple[float, int]:
     """Seconds per training step (median after one warm-up step) and :func:`computing_params`."""
     model = Transformer(cfg.model_config(VOCAB))
-    params = computing_params(model, VOCAB, cfg.d_model)
+    params = computing_params(model)
     opt = make_optimizer(model, cfg)
     batch = torch.randint(0, VOCAB, (cfg.batch, cfg.seq_len + 1))
     times = []
@@ -68,7 +68,7 @@ def h200_small_model_rate() -> dict:
     row = next(r for r in rows if r["machine"].get("gpu") == "NVIDIA H200")
     softmax = next(v for v in row["by_variant"] if v["variant"] == "softmax")
     cfg = PretrainConfig(corpus="shakespeare")
-    params = computing_params(Transformer(cfg.model_config(TEXT_SWEEP_VOCAB)), TEXT_SWEEP_VOCAB, cfg.d_model)
+    params = computing_params(Transformer(cfg.model_config(TEXT_SWEEP_VOCAB)))
     return {"git": row["git"], "tokens_per_s": softmax["tokens_per_s"], "params": params, "flops_per_s": softmax["tokens_per_s"] * flops_per_token(cfg, params)}
 
 
