@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
 from pathlib import Path
 
 import torch
 from common import record
 
-from sinklab.core.attention import AttentionSpec
-from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint
 from sinklab.core.text import format_table
 from sinklab.models.native import Transformer
-from sinklab.pretrain import PretrainConfig
+from sinklab.pretrain import PretrainConfig, load_trained
 from sinklab.pretrain.bigram_backcopy import BigramBackcopy
 from sinklab.pretrain.train import validation_batches
 
@@ -33,15 +30,11 @@ STATS = ("bos", "self", "previous", "rest", "largest")
 ROWS = ("nontrigger", "trigger")
 
 
-def load_run(run_dir: Path, data: BigramBackcopy) -> tuple[Transformer, PretrainConfig, dict]:
+def load_run(run_dir: Path) -> tuple[Transformer, PretrainConfig, dict]:
     """The run's final model (eval mode), its configuration and its summary."""
-    saved = json.loads((run_dir / "config.json").read_text())
-    names = {f.name for f in fields(PretrainConfig)} - {"attention"}
-    cfg = PretrainConfig(**{k: v for k, v in saved.items() if k in names}, attention=AttentionSpec(**saved["attention"]))
-    if cfg.corpus_kind != "bb" or cfg.sink_tokens:  # before the model: another vocabulary would not load
+    model, cfg = load_trained(run_dir)
+    if cfg.corpus_kind != "bb" or cfg.sink_tokens:
         raise SystemExit(f"{run_dir}: a --corpus bb run without sink tokens is needed")
-    model = Transformer(cfg.model_config(data.vocab_size)).eval()
-    load_checkpoint(latest_checkpoint(run_dir), model, None)
     return model, cfg, json.loads((run_dir / "summary.json").read_text())
 
 
@@ -67,7 +60,7 @@ def head_targets(model: Transformer, data: BigramBackcopy, batches: list[torch.T
 
 
 def measure(run_dir: Path, data: BigramBackcopy) -> dict:
-    model, cfg, summary = load_run(run_dir, data)
+    model, cfg, summary = load_run(run_dir)
     layer, head = summary["sink_head"]["layer"], summary["sink_head"]["head"]
     targets = head_targets(model, data, validation_batches(data, cfg), layer, head)
     return {"run": str(run_dir), "variant": cfg.variant, "positions": cfg.positions, "lr": cfg.lr, "steps": cfg.steps, "seed": cfg.seed,

@@ -20,6 +20,7 @@ from sinklab.core.runs import read_jsonl
 from sinklab.models.native import Transformer
 from sinklab.pretrain import PretrainConfig, results, train_lm
 from sinklab.pretrain import train as pretrain
+from sinklab.pretrain.sources import load_source
 from sinklab.pretrain.tokens import load_token_data
 
 WORDS = "the king queen love death night day sword crown blood heart fair foul sweet sour honour".split()
@@ -313,3 +314,27 @@ def test_positions_flag_reaches_the_trained_model(tmp_path):
                      "--batch", "2", "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["positions"] == "learned" and config["model"]["learned_positions"] and not config["model"]["rope"]
+
+
+def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
+    """``load_trained`` rebuilds a run from its directory alone: the configuration it trained with
+    (learned positions, not the rope default) and a model whose loss on the run's own validation
+    batches is the last one metrics.jsonl recorded. Mutations caught: the checkpoint not loaded
+    (a fresh model), the architecture re-derived with rotary positions, a saved key dropped."""
+    out = tmp_path / "run"
+    cli.main(["pretrain", "--corpus", "bb", "--positions", "learned", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
+              "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
+    model, cfg = pretrain.load_trained(out)
+    assert not model.training and cfg.positions == "learned" and model.positions is not None
+    saved = json.loads((out / "config.json").read_text())
+    assert {k: v for k, v in asdict(cfg).items() if k != "device"} == {k: saved[k] for k in asdict(cfg) if k != "device"}
+    data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
+    recorded = read_jsonl(out / "metrics.jsonl")[-1]
+    assert recorded["step"] == cfg.steps
+    assert pretrain.validation_loss(model, pretrain.validation_batches(data, cfg)) == pytest.approx(recorded["val_loss"], rel=1e-6)
+    with pytest.raises(SinklabError, match="is not a pretraining run"):
+        pretrain.load_trained(tmp_path)
+    (tmp_path / "fresh").mkdir()
+    (tmp_path / "fresh" / "config.json").write_text((out / "config.json").read_text())
+    with pytest.raises(SinklabError, match="holds no checkpoint yet"):
+        pretrain.load_trained(tmp_path / "fresh")

@@ -3,6 +3,6 @@
 
 from .compare import compare_runs
 from .results import COLUMNS, run_row
-from .train import PretrainConfig, train_lm
+from .train import PretrainConfig, load_trained, train_lm
 
-__all__ = ["COLUMNS", "PretrainConfig", "compare_runs", "run_row", "train_lm"]
+__all__ = ["COLUMNS", "PretrainConfig", "compare_runs", "load_trained", "run_row", "train_lm"]

@@ -13,9 +13,10 @@ Under ``torchrun --nproc-per-node N`` the same command trains with distributed d
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional
 
@@ -300,8 +301,13 @@ def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataS
 TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "positions", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "adam_beta2", "seed")
 
 
+#: What a run saved before a training key existed meant by it: rotary embeddings were the only
+#: encoding before ``--positions``. No other missing key is filled in.
+BEFORE_KEY_EXISTED = {"positions": "rope"}
+
+
 def _check_compatible(saved: dict, current: dict) -> None:
-    saved = {"positions": "rope", **saved}  # written before --positions existed: rotary, the only encoding then
+    saved = {**BEFORE_KEY_EXISTED, **saved}
     differ = [k for k in TRAINING_KEYS if saved.get(k) != current.get(k)]
     if differ:
         detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
@@ -334,3 +340,25 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
     write_json(out / "summary.json", stamped("pretrain", summary))
     page.write(out)
     return summary
+
+
+def load_trained(run_dir, device: str = "cpu") -> tuple[Transformer, PretrainConfig]:
+    """The model a ``sinklab pretrain`` run wrote, at its last checkpoint, in eval mode on ``device``,
+    and the configuration that trained it: how a notebook or a benchmark picks up a run.
+
+    The model is built from the architecture config.json records (not re-derived from today's
+    defaults), so an older run loads as it was trained. Refuses a directory that is not a
+    pretraining run or holds no checkpoint yet."""
+    path = Path(run_dir)
+    try:
+        saved = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        saved = {}
+    check("model" in saved and "attention" in saved, f"{run_dir} is not a pretraining run (no readable config.json with its model)")
+    checkpoint = latest_checkpoint(path)
+    check(checkpoint is not None, f"{run_dir} holds no checkpoint yet")
+    model = Transformer(ModelConfig(**{**saved["model"], "attention": AttentionSpec(**saved["model"]["attention"])}))
+    load_checkpoint(checkpoint, model, None)
+    names = {f.name for f in fields(PretrainConfig)} - {"attention", "device"}
+    cfg = PretrainConfig(**{k: v for k, v in {**BEFORE_KEY_EXISTED, **saved}.items() if k in names}, attention=AttentionSpec(**saved["attention"]))
+    return model.to(device).eval(), cfg
