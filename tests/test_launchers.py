@@ -7,6 +7,8 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -153,6 +155,60 @@ def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, t
     finished = []
     results = launch(slowest_first, [0, 1, 2, 3], LauncherSettings(**ENGINES[engine]), tmp_path, workers=4, on_result=lambda job, _: finished.append(job))
     assert results == [0, 1, 4, 9] and sorted(finished) == [0, 1, 2, 3]
+
+
+LINGERING = """
+import os, sys, time
+from pathlib import Path
+from sinklab.core.launchers import LauncherSettings, launch
+
+def linger(i):  # in the job's process, whose sys.argv is submitit's
+    Path(os.environ["LINGER_DIR"], f"job{i}.pid").write_text(str(os.getpid()))
+    time.sleep(300)
+
+if __name__ == "__main__":
+    launch(linger, [0, 1], LauncherSettings(**{launcher}), sys.argv[1], workers=2)
+"""
+
+
+def start_lingering_jobs(tmp_path: Path, launcher: dict) -> tuple[subprocess.Popen, list[int]]:
+    """A command whose two jobs write their pid and sleep; returns it and the jobs' pids once both run."""
+    script = tmp_path / "lingering.py"
+    script.write_text(LINGERING.replace("{launcher}", repr(launcher)))
+    command = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "LINGER_DIR": str(tmp_path)})
+    pid_files = [tmp_path / f"job{i}.pid" for i in range(2)]
+    deadline = time.monotonic() + 120
+    while not all(f.exists() and f.read_text() for f in pid_files):
+        assert command.poll() is None and time.monotonic() < deadline, "the jobs never started"
+        time.sleep(0.2)
+    return command, [int(f.read_text()) for f in pid_files]
+
+
+def running(pid: int) -> bool:
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()  # a zombie has finished
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("launcher, kill, status", [(SUBMITIT_LOCAL, signal.SIGTERM, 128 + signal.SIGTERM), ({"launcher": "local"}, signal.SIGKILL, -signal.SIGKILL)])
+def test_a_killed_command_leaves_no_job_running(launcher, kill, status, tmp_path):
+    """Killing the submitting command (``kill``, a cancelled batch job) ends its jobs still running,
+    instead of leaving them to race a restarted command for the same run directories: an engine's
+    array is cancelled on SIGTERM, and the local pool's workers end with their parent even under
+    SIGKILL. Mutations tried: without the SIGTERM handler the command dies at once and both
+    submitit jobs sleep on; without PR_SET_PDEATHSIG both pool workers do."""
+    command, jobs = start_lingering_jobs(tmp_path, launcher)
+    try:
+        command.send_signal(kill)
+        assert command.wait(timeout=60) == status
+        deadline = time.monotonic() + 30
+        while any(running(pid) for pid in jobs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(running(pid) for pid in jobs)
+    finally:  # a failure leaves no job sleeping on
+        for pid in filter(running, jobs):
+            os.kill(pid, signal.SIGKILL)
 
 
 @NEEDS_RAY

@@ -6,18 +6,30 @@ parallel almost perfectly: one single-threaded worker per core.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import os
+import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Optional, Sequence
 
 from .progress import progress_bar
 
+PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its parent dies
 
-def _single_threaded() -> None:
+
+def _pool_worker(parent: int) -> None:
+    """A pool worker: one torch thread, and (on Linux) it ends with the command that started it,
+    even one killed by SIGKILL; otherwise a killed sweep's workers would finish their jobs
+    unseen and race a restarted sweep for the same run directories."""
     import torch
 
     torch.set_num_threads(1)
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the command died before the call above
+            os._exit(1)
 
 
 def default_workers() -> int:
@@ -52,7 +64,7 @@ def run_jobs(
                 _finish(i, job, results, on_result, bar)
             return results
         ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_single_threaded) as pool:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_pool_worker, initargs=(os.getpid(),)) as pool:
             futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
             for future in as_completed(futures):
                 i = futures[future]

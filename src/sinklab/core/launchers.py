@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import sys
+import threading
 import traceback
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -186,7 +188,7 @@ def launch(
     results: list = [None] * len(jobs)
     failures: list[str] = []
     bar = progress_bar(total=len(jobs), desc=f"{desc} ({settings.launcher})", unit="job")
-    with bar, contextlib.closing(engine(PortableJob.of(fn, cpus), jobs, settings, log_dir, workers, cpus)) as outcomes:
+    with bar, _terminate_unwinds(), contextlib.closing(engine(PortableJob.of(fn, cpus), jobs, settings, log_dir, workers, cpus)) as outcomes:
         for i, result, failure in outcomes:
             if failure is None:
                 results[i] = result
@@ -198,6 +200,26 @@ def launch(
             bar.update(1)
     check(not failures, f"{len(failures)} of {len(jobs)} jobs failed (the others' results are kept; run the command again to retry): {'; '.join(failures)}")
     return results
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[None]:
+    """Within it, SIGTERM (``kill``, ``scancel`` of the batch job running this command) exits through
+    the normal unwinding, so the engine's clean-up cancels the jobs not yet finished. Python's
+    default ends the process on the spot and leaves them running, to race a restarted command for
+    the same run directories. Only the main thread may set a handler; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _exit_on_terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _exit_on_terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def pool_threads(workers: int, jobs: int) -> int:
