@@ -188,7 +188,7 @@ def launch(
     results: list = [None] * len(jobs)
     failures: list[str] = []
     bar = progress_bar(total=len(jobs), desc=f"{desc} ({settings.launcher})", unit="job")
-    with bar, _terminate_unwinds(), contextlib.closing(engine(PortableJob.of(fn, cpus), jobs, settings, log_dir, workers, cpus)) as outcomes:
+    with bar, contextlib.closing(engine(PortableJob.of(fn, cpus), jobs, settings, log_dir, workers, cpus)) as outcomes:
         for i, result, failure in outcomes:
             if failure is None:
                 results[i] = result
@@ -205,9 +205,10 @@ def launch(
 @contextlib.contextmanager
 def _terminate_unwinds() -> Iterator[None]:
     """Within it, SIGTERM (``kill``, ``scancel`` of the batch job running this command) exits through
-    the normal unwinding, so the engine's clean-up cancels the jobs not yet finished. Python's
-    default ends the process on the spot and leaves them running, to race a restarted command for
-    the same run directories. Only the main thread may set a handler; elsewhere nothing changes."""
+    the normal unwinding, so submitit's clean-up cancels the jobs not yet finished. Python's default
+    ends the process on the spot and leaves them running, to race a restarted command for the same
+    run directories. (Ray needs none: it ends a dead driver's tasks itself, tested.) Only the main
+    thread may set a handler; elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -245,9 +246,10 @@ def _submitit_outcomes(job_fn: PortableJob, jobs: Sequence[Any], settings: Launc
     submitted = executor.map_array(job_fn, jobs)
     index = {id(job): i for i, job in enumerate(submitted)}
     try:
-        for job in submitit.helpers.as_completed(submitted, poll_frequency=POLL_SECONDS):
-            error = job.exception()
-            yield (index[id(job)], job.result(), None) if error is None else (index[id(job)], None, f"{_error_line(str(error))} (log: {job.paths.stderr})")
+        with _terminate_unwinds():
+            for job in submitit.helpers.as_completed(submitted, poll_frequency=POLL_SECONDS):
+                error = job.exception()
+                yield (index[id(job)], job.result(), None) if error is None else (index[id(job)], None, f"{_error_line(str(error))} (log: {job.paths.stderr})")
     finally:
         for job in submitted:
             if not job.done():
