@@ -18,7 +18,7 @@ from sinklab.core.corpus import load_corpus, split_documents
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_jsonl
 from sinklab.models.native import Transformer
-from sinklab.pretrain import PretrainConfig, results, train_lm
+from sinklab.pretrain import PretrainConfig, load_trained, results, train_lm
 from sinklab.pretrain import train as pretrain
 from sinklab.pretrain.sources import load_source
 from sinklab.pretrain.tokens import load_token_data
@@ -324,7 +324,7 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
     out = tmp_path / "run"
     cli.main(["pretrain", "--corpus", "bb", "--positions", "learned", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
               "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
-    model, cfg = pretrain.load_trained(out)
+    model, cfg = load_trained(out)
     assert not model.training and cfg.positions == "learned" and model.positions is not None
     saved = json.loads((out / "config.json").read_text())
     assert {k: v for k, v in asdict(cfg).items() if k != "device"} == {k: saved[k] for k in asdict(cfg) if k != "device"}
@@ -333,8 +333,8 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
     assert recorded["step"] == cfg.steps
     assert pretrain.validation_loss(model, pretrain.validation_batches(data, cfg)) == pytest.approx(recorded["val_loss"], rel=1e-6)
     with pytest.raises(SinklabError, match="is not a pretraining run"):
-        pretrain.load_trained(tmp_path)
+        load_trained(tmp_path)
     (tmp_path / "fresh").mkdir()
     (tmp_path / "fresh" / "config.json").write_text((out / "config.json").read_text())
     with pytest.raises(SinklabError, match="holds no checkpoint yet"):
-        pretrain.load_trained(tmp_path / "fresh")
+        load_trained(tmp_path / "fresh")
