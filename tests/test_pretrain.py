@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import asdict
@@ -288,7 +289,7 @@ def test_optimiser_knobs_reach_the_optimiser(corpus, tmp_path, monkeypatch):
 def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(corpus, tmp_path):
     """``--positions`` picks rotary, learned or no position information (only rotary needs an even
     head dimension); a checkpoint written before the option existed resumes as rope and refuses
-    another encoding, and no other missing key is filled in. Mutations caught: the encodings mapped
+    another encoding, and no missing key beyond BEFORE_KEY_EXISTED is filled in. Mutations caught: the encodings mapped
     wrongly; defaults filled for every missing key (an empty saved config then passed)."""
     for positions, rope, learned in [("rope", True, False), ("learned", False, True), ("none", False, False)]:
         model_cfg = tiny(corpus, tmp_path / "x", positions=positions).model_config(64)
@@ -338,3 +339,43 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
     (tmp_path / "fresh" / "config.json").write_text((out / "config.json").read_text())
     with pytest.raises(SinklabError, match="holds no checkpoint yet"):
         load_trained(tmp_path / "fresh")
+
+
+def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_early(tmp_path):
+    """An older run (config.json from before ``--positions``, ``learned_positions`` and
+    ``--adam-beta2``) loads as it trained; a config.json lacking any other setting is refused in one
+    line instead of taking today's default; a run whose last checkpoint is short of its steps loads
+    with a warning naming the step, and the model is the one scored at that step; a device this
+    machine lacks is one line. Mutations caught: the missing-key check removed (``lr`` then silently
+    became the corpus default), adam_beta2 dropped from BEFORE_KEY_EXISTED (the older run refused),
+    the warning removed, the device not resolved first (torch's RuntimeError for "gpu")."""
+    out = tmp_path / "run"
+    cli.main(["pretrain", "--corpus", "bb", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
+              "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
+    rows = {row["step"]: row["val_loss"] for row in read_jsonl(out / "metrics.jsonl")}
+
+    def scored(model, cfg):
+        return pretrain.validation_loss(model, pretrain.validation_batches(load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers), cfg))
+
+    def rewritten(name, edit):
+        shutil.copytree(out, tmp_path / name)
+        config = json.loads((out / "config.json").read_text())
+        edit(config)
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+        return tmp_path / name
+
+    older = rewritten("older", lambda c: [c.pop("positions"), c.pop("adam_beta2"), c["model"].pop("learned_positions")])
+    model, cfg = load_trained(older)
+    assert (cfg.positions, cfg.adam_beta2, model.cfg.rope) == ("rope", 0.95, True)
+    assert scored(model, cfg) == pytest.approx(rows[4], rel=1e-6)
+    with pytest.raises(SinklabError, match="config.json lacks lr: what trained the run is unknown"):
+        load_trained(rewritten("no-lr", lambda c: c.pop("lr")))
+    (out / "latest").write_text("ckpt-0000002")  # as a run killed after its step-2 checkpoint
+    with pytest.warns(UserWarning, match="stopped at step 2 of 4"):
+        model, cfg = load_trained(out)
+    assert scored(model, cfg) == pytest.approx(rows[2], rel=1e-6)
+    with pytest.raises(SinklabError, match="unknown device 'gpu'"):
+        load_trained(out, device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(SinklabError, match="asks for CUDA"):
+            load_trained(out, device="cuda")

@@ -301,8 +301,9 @@ TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink
 
 
 #: What a run saved before a training key existed meant by it: rotary embeddings were the only
-#: encoding before ``--positions``. No other missing key is filled in.
-BEFORE_KEY_EXISTED = {"positions": "rope"}
+#: encoding before ``--positions``, and AdamW's beta2 was fixed at 0.95 before ``--adam-beta2``.
+#: No other missing key is filled in (resume and :func:`.trained.load_trained` refuse it).
+BEFORE_KEY_EXISTED = {"positions": "rope", "adam_beta2": 0.95}
 
 
 def _check_compatible(saved: dict, current: dict) -> None:
@@ -339,4 +340,3 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
     write_json(out / "summary.json", stamped("pretrain", summary))
     page.write(out)
     return summary
-
