@@ -289,8 +289,10 @@ def test_optimiser_knobs_reach_the_optimiser(corpus, tmp_path, monkeypatch):
 def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(corpus, tmp_path):
     """``--positions`` picks rotary, learned or no position information (only rotary needs an even
     head dimension); a checkpoint written before the option existed resumes as rope and refuses
-    another encoding, and no missing key beyond BEFORE_KEY_EXISTED is filled in. Mutations caught: the encodings mapped
-    wrongly; defaults filled for every missing key (an empty saved config then passed)."""
+    another encoding (one from before --adam-beta2 resumes with 0.95), and no missing key beyond
+    BEFORE_KEY_EXISTED is filled in. Mutations caught: the encodings mapped wrongly; defaults filled
+    for every missing key (an empty saved config then passed); adam_beta2 dropped from
+    BEFORE_KEY_EXISTED (the older checkpoint then refused)."""
     for positions, rope, learned in [("rope", True, False), ("learned", False, True), ("none", False, False)]:
         model_cfg = tiny(corpus, tmp_path / "x", positions=positions).model_config(64)
         assert (model_cfg.rope, model_cfg.learned_positions) == (rope, learned)
@@ -299,7 +301,7 @@ def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(cor
     with pytest.raises(SinklabError, match="even"):
         tiny(corpus, tmp_path / "x", d_model=30, n_heads=10)  # head dimension 3: fine without rotary embeddings
     tiny(corpus, tmp_path / "x", d_model=30, n_heads=10, positions="learned")
-    older = {k: v for k, v in asdict(tiny(corpus, tmp_path / "x")).items() if k != "positions"}
+    older = {k: v for k, v in asdict(tiny(corpus, tmp_path / "x")).items() if k not in ("positions", "adam_beta2")}
     pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x")))
     with pytest.raises(SinklabError, match="positions: checkpoint 'rope' vs now 'learned'"):
         pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x", positions="learned")))
