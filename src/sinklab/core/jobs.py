@@ -22,12 +22,15 @@ PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its paren
 def _pool_worker(parent: int) -> None:
     """A pool worker: one torch thread, and (on Linux) it ends with the command that started it,
     even one killed by SIGKILL; otherwise a killed sweep's workers would finish their jobs
-    unseen and race a restarted sweep for the same run directories."""
+    unseen and race a restarted sweep for the same run directories. PR_SET_PDEATHSIG fires when the
+    *thread* that started the worker ends: ProcessPoolExecutor (CPython 3.10 to 3.13, spawn) starts
+    workers in ``submit``, i.e. in :func:`run_jobs`'s thread, which stays in the pool's ``with``
+    until they are joined (only ``max_tasks_per_child``, not used here, starts them elsewhere)."""
     import torch
 
     torch.set_num_threads(1)
     if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the command died before the call above
             os._exit(1)
 
