@@ -210,8 +210,9 @@ def _terminate_unwinds() -> Iterator[None]:
     run directories. (Ray needs none: it ends a dead driver's tasks itself, tested.) Only the main
     thread may set a handler; elsewhere nothing changes. On leaving, the handler Python knows of comes
     back (nested uses, SIG_IGN, a Python handler); a disposition set outside Python, which
-    ``signal.signal`` cannot see, comes back as the default. A second SIGTERM while the jobs are
-    being cancelled ends the command at once (the default handler is back by then)."""
+    ``signal.signal`` cannot see, comes back as what Python last recorded (usually the default). A
+    second SIGTERM while the jobs are being cancelled ends the command at once (the default handler
+    is back by then)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
