@@ -350,7 +350,8 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     with a warning naming the step, and the model is the one scored at that step; a device this
     machine lacks is one line. Mutations caught: the missing-key check removed (``lr`` then silently
     became the corpus default), adam_beta2 dropped from BEFORE_KEY_EXISTED (the older run refused),
-    the warning removed, the device not resolved first (torch's RuntimeError for "gpu")."""
+    the warning removed, the device not resolved first (torch's RuntimeError for "gpu"), the unknown
+    model key check removed (a TypeError)."""
     out = tmp_path / "run"
     cli.main(["pretrain", "--corpus", "bb", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
               "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
@@ -372,6 +373,8 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     assert scored(model, cfg) == pytest.approx(rows[4], rel=1e-6)
     with pytest.raises(SinklabError, match="config.json lacks lr: what trained the run is unknown"):
         load_trained(rewritten("no-lr", lambda c: c.pop("lr")))
+    with pytest.raises(SinklabError, match="a model with alibi, which this sinklab does not know"):
+        load_trained(rewritten("newer", lambda c: c["model"].update(alibi=True)))
     (out / "latest").write_text("ckpt-0000002")  # as a run killed after its step-2 checkpoint
     with pytest.warns(UserWarning, match="stopped at step 2 of 4"):
         model, cfg = load_trained(out)

@@ -39,6 +39,8 @@ def load_trained(run_dir, device: str = "cpu") -> tuple[Transformer, PretrainCon
     cfg = PretrainConfig(**{k: saved[k] for k in names}, attention=AttentionSpec(**saved["attention"]))
     checkpoint = latest_checkpoint(path)
     check(checkpoint is not None, f"{run_dir} holds no checkpoint yet")
+    unknown = sorted(set(saved["model"]) - {f.name for f in fields(ModelConfig)})
+    check(not unknown, f"{run_dir}/config.json describes a model with {', '.join(unknown)}, which this sinklab does not know: a newer sinklab wrote it")
     model = Transformer(ModelConfig(**{**saved["model"], "attention": AttentionSpec(**saved["model"]["attention"])}))
     step = load_checkpoint(checkpoint, model, None)["step"]
     if step < cfg.steps:
