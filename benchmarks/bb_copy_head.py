@@ -14,7 +14,6 @@ Run: `.venv/bin/python benchmarks/bb_copy_head.py RUN [RUN ...]`
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
@@ -22,7 +21,7 @@ from common import record
 
 from sinklab.core.text import format_table
 from sinklab.models.native import Transformer
-from sinklab.pretrain import PretrainConfig, load_trained
+from sinklab.pretrain import PretrainConfig, load_trained, results
 from sinklab.pretrain.bigram_backcopy import BigramBackcopy
 from sinklab.pretrain.train import validation_batches
 
@@ -35,7 +34,7 @@ def load_run(run_dir: Path) -> tuple[Transformer, PretrainConfig, dict]:
     model, cfg = load_trained(run_dir)
     if cfg.corpus_kind != "bb" or cfg.sink_tokens:
         raise SystemExit(f"{run_dir}: a --corpus bb run without sink tokens is needed")
-    return model, cfg, json.loads((run_dir / "summary.json").read_text())
+    return model, cfg, results.load_run(str(run_dir))[1]
 
 
 @torch.no_grad()
