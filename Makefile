@@ -49,12 +49,12 @@ gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),install)
 # every attention variant, default pretraining budget, 2 seeds: about 3 hours on 2 CPU cores,
 # under 2 minutes on one GPU (pretraining picks a GPU when PyTorch sees one)
 sweep: install
-	$(BIN)/python benchmarks/pretrain_sweep.py
+	$(BIN)/sinklab sweep
 
 # the Bigram-Backcopy mitigation sweep: 9 variants x 3 seeds, two single-threaded runs at a time
 # on 2 CPU cores (BENCHMARKS.md section 4 gives its duration)
 sweep-bb: install
-	$(BIN)/python benchmarks/pretrain_sweep.py --corpus bb
+	$(BIN)/sinklab sweep --corpus bb
 
 # llama.cpp as the yardstick for decoding and streaming: llama-cpp-python builds llama.cpp from
 # source (about 6 minutes on 2 cores), so it stays out of `make test`

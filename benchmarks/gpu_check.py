@@ -123,7 +123,7 @@ def trigger_paper(device: str, smoke: bool) -> dict:
     configs = paper_configs(seeds, TriggerConfig(max_steps=20), shapes=((1, 1),)) if smoke else paper_configs(seeds, TriggerConfig())
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        summary = run_lab(configs, out, workers=1 if smoke else None, device=device)
+        summary = run_lab(configs, out, workers=1 if smoke else None, device=device).summary
         seconds = time.perf_counter() - start
     runs = summary["runs"]
     return {"seeds": len(seeds), "wall_seconds": round(seconds, 1), "target_seconds": 120, "runs": len(runs),

@@ -106,7 +106,7 @@ def trigger_pair(tmp_path_factory):
     from sinklab.trigger import TriggerConfig, run_lab
 
     path = tmp_path_factory.mktemp("trigger-pair")
-    summary = run_lab([TriggerConfig(attention=AttentionSpec(attn)) for attn in ("softmax", "relu")], str(path), workers=1)
+    summary = run_lab([TriggerConfig(attention=AttentionSpec(attn)) for attn in ("softmax", "relu")], path, workers=1).summary
     return path, summary
 
 

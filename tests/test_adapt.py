@@ -19,13 +19,13 @@ from transformers import AutoModelForCausalLM
 
 from sinklab import cli
 from sinklab.adapt import (
+    ADAPT,
+    FINETUNE,
     MITIGATIONS,
     FinetuneConfig,
     PrefixConfig,
     SinkPrefix,
     load_adapted,
-    run_finetune,
-    run_sink_prefix,
     search,
 )
 from sinklab.adapt import report as adapt_report
@@ -35,8 +35,10 @@ from sinklab.adapt.finetune import teacher_logits
 from sinklab.adapt.mitigations import make_mitigation
 from sinklab.adapt.prefix import exact_tolerance
 from sinklab.adapt.quantize import QUANT_SCHEMES, fake_quant, quantize_activation, quantize_weight, quantized, quantized_linears
-from sinklab.adapt.run import calibrate, exact_check, measure
+from sinklab.adapt.run import calibrate, exact_check, measure_ppl
 from sinklab.adapt.search import largest_activation, search_prefix
+from sinklab.core import pipeline
+from sinklab.core.configs import build
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
 from sinklab.core.runs import FAILED_CHECK
 from sinklab.models.hf import load_model
@@ -234,7 +236,7 @@ def test_per_tensor_w8a8_pays_for_the_outlier_only_with_bos_in_the_stream(outlie
             with quantized(model, QUANT_SCHEMES[name]):
                 logits[name] = conditions[1].prefix.logits(model, evaluation)
     assert (logits["w8a8"] - logits["w8"]).abs().max() > 1e-3  # activations are quantized, even without the outlier
-    ppl = measure(model, conditions, evaluation, calibration, ("w8", "w8a8", "w8a8_static"), progress=False)["ppl"]
+    ppl = measure_ppl(model, conditions, evaluation, calibration, ("w8", "w8a8", "w8a8_static"))["ppl"]
     for scheme in ("w8a8", "w8a8_static"):
         assert ppl[scheme]["bos"] > 1.1 * ppl[scheme]["prefix"], scheme
         assert ppl[scheme]["prefix"] < 1.02 * ppl["w8"]["prefix"], scheme  # with the prefix, 8-bit activations cost little
@@ -242,8 +244,8 @@ def test_per_tensor_w8a8_pays_for_the_outlier_only_with_bos_in_the_stream(outlie
 
 def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, corpus):
     loaded = load_model(str(tiny_model_dir("llama")))
-    cfg = PrefixConfig(corpus=corpus, tokens=16, windows=2, calibration=1, prefix_tokens=1, search_seconds=30, candidates=4, out=str(tmp_path / "run"))
-    s = run_sink_prefix(cfg, loaded, progress=False)
+    cfg = build(PrefixConfig, dict(corpus=corpus, tokens=16, windows=2, calibration=1, prefix_tokens=1, search_seconds=30, candidates=4))
+    s = pipeline.run(ADAPT, cfg, loaded, out=tmp_path / "run").summary
     assert s["exact_check"] < s["exact_check_tolerance"] < 1e-4
     assert set(s["ppl"]) == {"fp", *QUANT_SCHEMES}
     assert set(s["ppl"]["w8a8"]) == {"bos", "prefix", "no_bos", "cushion"}
@@ -256,7 +258,7 @@ def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, c
 
 def test_a_prefix_that_forgets_its_offset_fails_the_run_with_status_3(tmp_path, tokenizer, corpus, monkeypatch):
     """The run writes its results, then fails on its exact check (CLI exit status 3, run.json marked
-    failed). Mutation: run_sink_prefix not calling check_exact fails the status assertion."""
+    failed). Mutation: the ADAPT capability registered without its check fails the status assertion."""
     folder = tmp_path / "sharp"
     sharp_model("llama").save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -284,7 +286,7 @@ def test_a_scan_cut_short_appends_its_best_token_only_if_it_beats_the_shorter_pr
     model = load_model(str(tiny_model_dir("llama"))).model
     ids = torch.randint(2, 300, (1, 24), generator=torch.Generator().manual_seed(1))
     candidates = list(range(5, 15))
-    first = search_prefix(model, ids, (0,), 1, candidates, seconds=60, progress=False)
+    first = search_prefix(model, ids, (0,), 1, candidates, seconds=60)
     after = {t: largest_activation(model, ids, first.tokens + (t,)) for t in candidates}
     worse = [t for t in candidates if after[t] > first.objective[0]]
     better = [t for t in candidates if after[t] < first.objective[0]]
@@ -293,7 +295,7 @@ def test_a_scan_cut_short_appends_its_best_token_only_if_it_beats_the_shorter_pr
     def cut_search(order):
         ticks = iter(range(1000))
         monkeypatch.setattr(search, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: next(ticks))}))
-        return search_prefix(model, ids, (0,), 2, order, seconds=len(candidates) + 1.5, progress=False)
+        return search_prefix(model, ids, (0,), 2, order, seconds=len(candidates) + 1.5)
 
     refused = cut_search([worse[0]] + [t for t in candidates if t != worse[0]])
     assert not refused.complete and refused.evaluated == len(candidates) + 1 and refused.tokens == first.tokens
@@ -304,12 +306,12 @@ def test_a_scan_cut_short_appends_its_best_token_only_if_it_beats_the_shorter_pr
 def test_prefix_search_keeps_the_best_candidate_and_stops_on_its_budget(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir("llama")))
     ids = content(loaded, 1)
-    found = search_prefix(loaded.model, ids, (0,), 1, [5, 6, 7], seconds=60, progress=False)
+    found = search_prefix(loaded.model, ids, (0,), 1, [5, 6, 7], seconds=60)
     from sinklab.adapt.search import largest_activation
 
     scores = {t: largest_activation(loaded.model, ids, (0, t)) for t in (5, 6, 7)}
     assert found.tokens == (0, min(scores, key=scores.get)) and found.complete and found.evaluated == 3
-    cut = search_prefix(loaded.model, ids, (0,), 2, [5, 6, 7], seconds=1e-9, progress=False)
+    cut = search_prefix(loaded.model, ids, (0,), 2, [5, 6, 7], seconds=1e-9)
     assert not cut.complete and cut.tokens == (0,)
 
 
@@ -335,9 +337,9 @@ def test_every_mitigation_starts_as_the_original_model(arch, name, tiny_model_di
 
 def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, corpus):
     def run(out: Path, resume: bool = False):
-        cfg = FinetuneConfig(mitigation="gate", steps=4, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",),
-                             checkpoint_every=2, corpus=corpus, out=str(out))
-        return run_finetune(cfg, load_model(str(tiny_model_dir("llama"))), resume=resume, progress=False)
+        cfg = build(FinetuneConfig, dict(mitigation="gate", steps=4, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",),
+                                         checkpoint_every=2, corpus=corpus))
+        return pipeline.run(FINETUNE, cfg, load_model(str(tiny_model_dir("llama"))), out=out, resume=resume).summary
 
     whole = run(tmp_path / "whole")
     assert whole["exact_check"] < whole["exact_check_tolerance"] and set(whole["ppl"]["w8a8"]) == {"bos", "prefix", "adapted"}
@@ -352,8 +354,7 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
     a, b = load_file(str(tmp_path / "whole" / "adapter.safetensors")), load_file(str(cut / "adapter.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert [json.loads(line)["step"] for line in (cut / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
-    with pytest.raises(SinklabError, match="already holds a fine-tuning run"):
-        run(tmp_path / "whole")
+    assert run(tmp_path / "whole") == whole  # a finished run of the same configuration is read back, not trained again
     fresh = load_model(str(tiny_model_dir("llama"))).model
     trained = load_adapted(fresh, cut)
     ids = content(load_model(str(tiny_model_dir("llama"))))
@@ -371,10 +372,9 @@ def test_finetuning_also_measures_text_outside_its_corpus(tmp_path, tiny_model_d
     """The step-0 baseline (BOS as a cached prefix) and every condition again on Python's
     documentation. Mutations: measuring the outside part on the fine-tuning windows makes the two
     tables equal; a prefix that is not BOS's cache moves the prefix row off the BOS row."""
-    cfg = FinetuneConfig(mitigation="kv_bias", steps=1, seq_len=12, batch=2, tokens=16, windows=2, calibration=1, schemes=("w8a8",), corpus=corpus,
-                         out=str(tmp_path / "tune"))
+    cfg = build(FinetuneConfig, dict(mitigation="kv_bias", steps=1, seq_len=12, batch=2, tokens=16, windows=2, calibration=1, schemes=("w8a8",), corpus=corpus))
     loaded = load_model(str(tiny_model_dir("llama")))
-    s = run_finetune(cfg, loaded, progress=False)
+    s = pipeline.run(FINETUNE, cfg, loaded, out=tmp_path / "tune").summary
     assert s["outside_corpus"] == "pydoc" and set(s["ppl_outside"]) == {"fp", "w8a8"}
     for part in ("ppl", "ppl_outside"):
         assert s[part]["fp"]["prefix"] == pytest.approx(s[part]["fp"]["bos"], rel=1e-4)  # the prefix is BOS's exact cache
@@ -385,15 +385,16 @@ def test_finetuning_also_measures_text_outside_its_corpus(tmp_path, tiny_model_d
 
 
 def test_finetuning_fails_on_its_exact_check_after_writing_results(tmp_path, tiny_model_dir, corpus, monkeypatch):
-    """A tolerance no difference meets stands in for a broken start. Mutation: run_finetune not
-    calling check_exact fails the raises."""
+    """A tolerance no difference meets stands in for a broken start. Mutation: the FINETUNE
+    capability registered without its check fails the raises."""
     import sinklab.adapt.finetune as finetune
 
     monkeypatch.setattr(finetune, "exact_tolerance", lambda reference, dtype: -1.0)
-    cfg = FinetuneConfig(mitigation="gate", steps=1, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",), corpus=corpus, out=str(tmp_path / "tune"))
+    cfg = build(FinetuneConfig, dict(mitigation="gate", steps=1, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",), corpus=corpus))
     with pytest.raises(NumericalCheckFailed, match="tolerance -1") as failed:
-        run_finetune(cfg, load_model(str(tiny_model_dir("llama"))), progress=False)
+        pipeline.run(FINETUNE, cfg, load_model(str(tiny_model_dir("llama"))), out=tmp_path / "tune")
     assert failed.value.run_dir == tmp_path / "tune" and (tmp_path / "tune" / "summary.json").exists()
+    assert FAILED_CHECK in json.loads((tmp_path / "tune" / "run.json").read_text())
 
 
 def test_bad_input_gets_one_line_errors(tiny_model_dir, corpus, capsys):
@@ -432,12 +433,12 @@ def test_a_model_without_bos(tmp_path, tiny_model_dir, corpus):
     loaded.tokenizer.bos_token = None
     loaded.model.config.bos_token_id = None
     with pytest.raises(SinklabError, match="defines no BOS token"):
-        run_sink_prefix(PrefixConfig(corpus=corpus, bos="yes", out=str(tmp_path / "yes")), loaded, progress=False)
-    s = run_sink_prefix(PrefixConfig(corpus=corpus, tokens=16, windows=1, calibration=1, schemes=("w8a8",), candidates=3, out=str(tmp_path / "no")), loaded, progress=False)
+        pipeline.run(ADAPT, build(PrefixConfig, dict(corpus=corpus, bos="yes")), loaded, out=tmp_path / "yes")
+    s = pipeline.run(ADAPT, build(PrefixConfig, dict(corpus=corpus, tokens=16, windows=1, calibration=1, schemes=("w8a8",), candidates=3)), loaded).summary
     assert set(s["ppl"]["w8a8"]) == {"no_bos", "cushion"} and len(s["search"]["tokens"]) == 1
     assert s["exact_check"] < s["exact_check_tolerance"] and tuple(s["exact_check_tokens"]) == tuple(s["search"]["tokens"])  # the searched prefix is exact too
     with pytest.raises(SinklabError, match="needs a model with a fixed BOS"):
-        run_finetune(FinetuneConfig(corpus=corpus, out=str(tmp_path / "tune")), loaded, progress=False)
+        pipeline.run(FINETUNE, build(FinetuneConfig, dict(corpus=corpus)), loaded, out=tmp_path / "tune")
 
 
 def test_the_fade_ends_at_the_model_without_bos(tiny_model_dir):

@@ -1,12 +1,14 @@
 """A benchmark row names the code that produced it: ``measured_revision`` counts untracked files
-and a failing git as not clean, and the pretraining sweep reuses a finished or half-finished run
-only when its configuration and its commit are the row's."""
+and a failing git as not clean; the sweep (``sinklab sweep``) reuses a finished or half-finished
+run only when its configuration is the sweep's, and its row only when its commit is the row's."""
 
+import json
 import shutil
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import benchmark_module
@@ -14,7 +16,9 @@ from conftest import benchmark_module
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_run_info, write_json
-from sinklab.pretrain import PretrainConfig
+from sinklab.pretrain import PretrainConfig, SweepConfig, train_lm
+from sinklab.pretrain import run as pretrain_run
+from sinklab.pretrain.sweep import SweepJob, run_dir, train_one
 
 COMMIT = "a" * 40  # the commit the tests' run claims to come from
 
@@ -27,81 +31,95 @@ def sweep():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """One finished tiny run (real config.json, checkpoints, summary), its run.json's git set to
-    :data:`COMMIT` with no uncommitted changes."""
+    """One finished tiny run of a sweep (real config.json, checkpoints, summary) in the directory
+    the sweep gives it, its run.json's git set to :data:`COMMIT` with no uncommitted changes: (the
+    sweep's config, its root)."""
     root = tmp_path_factory.mktemp("sweep")
     mp = pytest.MonkeyPatch()
     mp.setenv("SINKLAB_CACHE", str(root / "cache"))
     (root / "corpus").mkdir()
     for i in range(4):
         (root / "corpus" / f"doc{i}.txt").write_text(" ".join(f"word{(i * 7 + j) % 13}" for j in range(1500)))
-    cfg = PretrainConfig(corpus=str(root / "corpus"), tokenizer="bytes", attention=AttentionSpec("softmax"), d_model=16, n_layers=1, n_heads=2, seq_len=16, batch=4,
-                         steps=4, warmup=1, eval_every=2, eval_batches=1, checkpoint_every=2, scan_tokens=8, scan_batch=2, out=str(root / "run"))
-    from sinklab.pretrain import train_lm
-
-    train_lm(cfg, progress=False)
-    set_git(Path(cfg.out), {"commit": COMMIT, "uncommitted_changes": False})
-    yield cfg
+    settings = dict(corpus=str(root / "corpus"), tokenizer="bytes", d_model=16, n_layers=1, n_heads=2, seq_len=16, batch=4, warmup=1, eval_every=2, eval_batches=1,
+                    checkpoint_every=2, scan_tokens=8, scan_batch=2)
+    run = PretrainConfig(**settings, attention=AttentionSpec("softmax"), steps=4)
+    train_lm(run, run_dir(root / "sweep", run))
+    set_git(run_dir(root / "sweep", run), {"commit": COMMIT, "uncommitted_changes": False})
+    yield run, root / "sweep"
     mp.undo()
 
 
-def set_git(run_dir: Path, git) -> None:
-    info = {k: v for k, v in read_run_info(run_dir).items() if k != "git"}
-    write_json(run_dir / "run.json", info if git is None else {**info, "git": git})
+def set_git(run: Path, git) -> None:
+    info = {k: v for k, v in read_run_info(run).items() if k != "git"}
+    write_json(run / "run.json", info if git is None else {**info, "git": git})
 
 
 @pytest.fixture()
 def run(trained, tmp_path):
-    """A copy of the trained run, free to edit."""
-    shutil.copytree(trained.out, tmp_path / "run")
-    return replace(trained, out=str(tmp_path / "run"))
+    """A copy of the trained run in a sweep directory of its own, free to edit: (its config, the run directory)."""
+    cfg, root = trained
+    shutil.copytree(root, tmp_path / "sweep")
+    return cfg, run_dir(tmp_path / "sweep", cfg)
 
 
-def must_not_train(cfg, **kwargs):
-    raise AssertionError("a run the sweep could reuse or had to refuse was trained")
+def sweep_of(cfg: PretrainConfig, rerun_stale: bool = False) -> SimpleNamespace:
+    """A one-run sweep whose run is ``cfg`` (a sweep plans runs on its two corpora only; this run
+    reads a folder), as check_provenance reads it."""
+    return SimpleNamespace(runs=lambda: [cfg], rerun_stale=rerun_stale)
 
 
 @pytest.mark.parametrize("revision", [COMMIT[:7], COMMIT[:7] + "-dirty"])
-def test_a_run_of_the_same_configuration_and_commit_is_reused(sweep, run, monkeypatch, revision):
-    monkeypatch.setattr(sweep, "REVISION", revision)
-    monkeypatch.setattr(sweep, "train_lm", must_not_train)
-    assert sweep.train_one(run) == run.out
+def test_a_run_of_the_commit_the_row_is_stamped_with_is_kept(sweep, run, revision):
+    cfg, path = run
+    sweep.check_provenance(sweep_of(cfg), path.parent, revision)
+    assert (path / "summary.json").exists()
 
 
 @pytest.mark.parametrize(
-    "change, git, revision, reason",
+    "git, revision, reason",
     [
-        ({"lr": 1e-2}, None, COMMIT[:7], r"another configuration \(lr: 0.003 there, 0.01 now\)"),
-        ({"seq_len": 8}, None, COMMIT[:7], r"another configuration \(seq_len: 16 there, 8 now\)"),
-        ({"seed": 1}, None, COMMIT[:7], r"another configuration \(seed: 0 there, 1 now\)"),
-        ({}, None, "bbbbbbb", "it was trained at commit aaaaaaa, and this tree is at bbbbbbb"),
-        ({}, None, "unknown-dirty", "it was trained at commit aaaaaaa, and this tree is at unknown"),
-        ({}, {"commit": COMMIT, "uncommitted_changes": True}, COMMIT[:7], "it was trained with uncommitted changes, and this row would be stamped clean"),
-        ({}, "none", COMMIT[:7], "its run.json records no git commit"),
+        (None, "bbbbbbb", "it was trained at commit aaaaaaa, and this tree is at bbbbbbb"),
+        (None, "unknown-dirty", "it was trained at commit aaaaaaa, and this tree is at unknown"),
+        ({"commit": COMMIT, "uncommitted_changes": True}, COMMIT[:7], "it was trained with uncommitted changes, and this row would be stamped clean"),
+        ("none", COMMIT[:7], "its run.json records no git commit"),
     ],
-    ids=["lr", "length", "seed", "other-commit", "git-failed", "uncommitted-run", "no-commit"],
+    ids=["other-commit", "git-failed", "uncommitted-run", "no-commit"],
 )
 @pytest.mark.parametrize("finished", [True, False], ids=["finished", "half-finished"])
-def test_a_stale_run_is_refused_with_the_reason_and_not_trained(sweep, run, monkeypatch, change, git, revision, reason, finished):
-    """Mutations tried: comparing only the step count (the former check) reused the lr, length and
-    seed runs; without the commit comparison the other-commit and git-failed runs were reused;
-    without the uncommitted check the uncommitted run was reused under a clean stamp."""
+def test_a_run_of_another_commit_is_refused_with_the_reason_or_trained_again(sweep, run, git, revision, reason, finished):
+    """Mutations tried: without the commit comparison the other-commit and git-failed runs were
+    kept; without the uncommitted check the uncommitted run was kept under a clean stamp; the
+    removal skipped under --rerun-stale (the run stays)."""
+    cfg, path = run
     if git is not None:
-        set_git(Path(run.out), None if git == "none" else git)
+        set_git(path, None if git == "none" else git)
     if not finished:
-        (Path(run.out) / "summary.json").unlink()  # checkpoints remain: the sweep would resume it
-    monkeypatch.setattr(sweep, "REVISION", revision)
-    monkeypatch.setattr(sweep, "train_lm", must_not_train)
-    with pytest.raises(SinklabError, match=f"holds a run this sweep cannot use: {reason}; pass --rerun-stale"):
-        sweep.train_one(replace(run, **change))
+        (path / "summary.json").unlink()  # checkpoints remain: the sweep would resume it
+    with pytest.raises(SinklabError, match=f"holds a run this row cannot use: {reason}; pass --rerun-stale"):
+        sweep.check_provenance(sweep_of(cfg), path.parent, revision)
+    assert path.exists()
+    sweep.check_provenance(sweep_of(cfg, rerun_stale=True), path.parent, revision)
+    assert not path.exists()
 
 
-def test_rerun_stale_trains_a_stale_run_again_from_scratch(sweep, run, monkeypatch):
-    monkeypatch.setattr(sweep, "REVISION", COMMIT[:7])
-    calls = []
-    monkeypatch.setattr(sweep, "train_lm", lambda cfg, resume, progress: calls.append((cfg.lr, resume, Path(cfg.out).exists())))
-    sweep.train_one(replace(run, lr=1e-2), rerun_stale=True)
-    assert calls == [(1e-2, False, False)]  # the old run removed, the new one not resumed from it
+@pytest.mark.parametrize(
+    "change, reason",
+    [({"lr": 1e-2}, r"lr: 0.003 there, 0.01 now"), ({"seq_len": 8}, r"seq_len: 16 there, 8 now"), ({"seed": 1}, r"seed: 0 there, 1 now")],
+    ids=["lr", "length", "seed"],
+)
+def test_the_sweep_refuses_a_run_of_another_configuration_or_trains_it_again(run, monkeypatch, change, reason):
+    """The package's sweep (one pipeline run per job): the same configuration is read back, another
+    is refused naming the setting, and --rerun-stale trains it anew. Mutation tried: train_one
+    ignoring rerun_stale (the last call is refused)."""
+    cfg, path = run
+    assert train_one(SweepJob(cfg, str(path), False))["final_val_loss"] == json.loads((path / "summary.json").read_text())["final_val_loss"]
+    with pytest.raises(SinklabError, match=f"another configuration \\({reason}\\).*--rerun-stale"):
+        train_one(SweepJob(replace(cfg, **change), str(path), False))
+    trained = []
+    monkeypatch.setattr(pretrain_run, "train", lambda cfg, out, resume, world, data: trained.append(resume) or (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        train_one(SweepJob(replace(cfg, **change), str(path), True))
+    assert trained == [False] and not (path / "summary.json").exists()  # the old run removed, the new one not resumed from it
 
 
 def git(repo: Path, *args: str) -> str:
@@ -154,19 +172,30 @@ def test_a_failing_git_is_not_clean(repo, monkeypatch, tmp_path):
     assert common.measured_revision() == "unknown-dirty"
 
 
-def test_sweep_settings_reach_every_run_and_bad_ones_are_one_line_errors(sweep):
+def test_sweep_settings_reach_every_run_and_bad_ones_are_one_line_errors(capsys):
     """``--set`` changes every run of the sweep (so a second setting is one command) and refuses
     what the sweep varies or derives itself, an unknown field and a value of the wrong type (a
-    JSON true is not an int). Mutations caught: overrides not passed to the configs; seed or
+    JSON true is not an int). Mutations caught: settings not passed to the runs; seed or
     max_seq_len settable; isinstance in place of the exact type check."""
-    overrides = sweep.parse_overrides(["lr=3e-3", "positions=learned", "tie_embeddings=false", "n_layers=3"])
-    assert overrides == {"lr": 0.003, "positions": "learned", "tie_embeddings": False, "n_layers": 3}
-    configs = sweep.sweep_configs("bb", [0, 1], 2500, ["softmax", "softmax+gate"], overrides)
-    assert len(configs) == 4
-    for cfg in configs:
-        assert (cfg.lr, cfg.positions, cfg.tie_embeddings, cfg.n_layers, cfg.steps) == (0.003, "learned", False, 3, 2500)
+    from sinklab import cli
+    from sinklab.cli.args import config_from
+    from sinklab.pretrain.sweep import parse_setting
+
+    args = cli.build_parser().parse_args(["sweep", "--corpus", "bb", "--seeds", "0,1", "--steps", "2500", "--variants", "softmax,softmax+gate",
+                                          "--set", "lr=3e-3", "--set", "positions=learned", "--set", "tie_embeddings=false", "--set", "n_layers=3"])
+    cfg = config_from(SweepConfig, args, settings=dict(args.settings))
+    assert cfg.settings == {"lr": 0.003, "positions": "learned", "tie_embeddings": False, "n_layers": 3}
+    runs = cfg.runs()
+    assert len(runs) == 4
+    for run in runs:
+        assert (run.lr, run.positions, run.tie_embeddings, run.n_layers, run.steps) == (0.003, "learned", False, 3, 2500)
     bad_settings = [("seed=3", "KEY one of"), ("max_seq_len=300", "KEY one of"), ("lr", "KEY=VALUE"), ("lr=fast", "takes float values"),
                     ("n_layers=2.5", "takes int values"), ("n_layers=true", "takes int values")]
     for bad, message in bad_settings:
-        with pytest.raises(SystemExit, match=message):
-            sweep.parse_overrides([bad])
+        with pytest.raises(SinklabError, match=message):
+            parse_setting(bad)
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["sweep", "--set", bad])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SinklabError, match="--variants: unknown softmax\\+bogus"):
+        SweepConfig(corpus="bb", variants=("softmax+bogus",)).runs()

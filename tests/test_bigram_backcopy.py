@@ -101,8 +101,8 @@ def test_a_short_run_starts_to_sink_on_bos_where_there_is_nothing_to_copy(tmp_pa
     rows swapped in ``task_metrics`` (the pick then fell on the other head, which passed the
     non-trigger > 2 x trigger check on the swapped numbers)."""
     cfg = PretrainConfig(corpus="bb", n_layers=1, d_model=64, n_heads=2, seq_len=64, batch=16, steps=150, lr=3e-3,
-                         eval_every=150, eval_batches=2, checkpoint_every=150, out=str(tmp_path / "run"))
-    summary = train_lm(cfg, progress=False)
+                         eval_every=150, eval_batches=2, checkpoint_every=150)
+    summary = train_lm(cfg, tmp_path / "run").summary
     assert summary["copy_accuracy"] > 0.9
     assert 0 < summary["val_loss_gap"] < 0.5
     bb = BigramBackcopy()
@@ -140,7 +140,7 @@ def test_null_mass_counts_attention_on_learned_sink_tokens():
 )
 def test_bad_input_is_a_clear_error(kwargs, message, tmp_path):
     with pytest.raises(SinklabError, match=message):
-        train_lm(PretrainConfig(corpus="bb", steps=2, out=str(tmp_path / "run"), **kwargs), progress=False)
+        train_lm(PretrainConfig(corpus="bb", steps=2, **kwargs), tmp_path / "run")
 
 
 def test_copy_head_accounting_splits_each_row_by_key():

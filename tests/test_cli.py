@@ -2,7 +2,6 @@
 budget, every option generated from its registry, and interrupts that promise only what is true."""
 
 import json
-from dataclasses import asdict
 
 import pytest
 from conftest import one_line_error
@@ -10,7 +9,6 @@ from conftest import one_line_error
 from sinklab import cli
 from sinklab.core import progress
 from sinklab.core.attention import EXTRA_NAMES
-from sinklab.core.runs import prepare_run_dir, write_json
 from sinklab.intervene import INTERVENTIONS
 from sinklab.pretrain import PretrainConfig
 from sinklab.trigger import analyses
@@ -51,11 +49,11 @@ def test_every_intervention_and_extra_has_its_flag():
 @pytest.mark.parametrize(
     "argv, target, promise",
     [
-        (["scan"], "sinklab.cli.scan.run_scan", "nothing was saved"),
-        (["stream"], "sinklab.cli.stream.run_stream", "nothing was saved"),
-        (["intervene", "--suppress-sink"], "sinklab.cli.intervene.run_intervene", "nothing was saved"),
-        (["trigger"], "sinklab.cli.trigger.run_lab", "run the same command to resume"),
-        (["pretrain"], "sinklab.cli.pretrain.train_lm", "run the same command to resume"),
+        (["scan"], "sinklab.cli.scan.run_out", "nothing was saved"),
+        (["stream"], "sinklab.cli.stream.run_out", "nothing was saved"),
+        (["intervene", "--suppress-sink"], "sinklab.cli.intervene.run_out", "nothing was saved"),
+        (["trigger"], "sinklab.cli.trigger.run_out", "run the same command to resume"),
+        (["pretrain"], "sinklab.cli.pretrain.run_out", "run the same command to resume"),
     ],
 )
 def test_interrupts_promise_a_resume_only_where_there_is_one(argv, target, promise, monkeypatch, capsys):
@@ -101,7 +99,7 @@ def test_quiet_silences_the_progress_bars_and_keeps_the_results(tiny_model_dir, 
 def test_an_existing_out_is_finished_refused_or_overwritten(tiny_model_dir, tmp_path, capsys):
     """The same configuration (an alias spelling included) is a no-op on a finished run; another
     is refused in one line naming the key; --overwrite runs it anew. Mutation tried: not
-    returning on FINISHED in cli/scan.py (summary.json is rewritten by the second call)."""
+    returning on FINISHED in pipeline.run (summary.json is rewritten by the second call)."""
     out = tmp_path / "scan"
     argv = ["scan", str(tiny_model_dir("llama")), "--random-tokens", "--batch", "2", "--out", str(out)]
     assert cli.main([*argv, "--tokens", "12"]) == 0
@@ -111,33 +109,35 @@ def test_an_existing_out_is_finished_refused_or_overwritten(tiny_model_dir, tmp_
     assert "holds this run, finished" in capsys.readouterr().out
     assert (out / "summary.json").stat().st_mtime_ns == written
     assert cli.main([*argv, "--tokens", "10"]) == 2
-    one_line_error(capsys, "another configuration", "inputs.max_tokens: 12 there, 10 now", "--overwrite")
+    one_line_error(capsys, "another configuration", "inputs.tokens: 12 there, 10 now", "--overwrite")
     assert cli.main([*argv, "--tokens", "10", "--overwrite"]) == 0
-    assert json.loads((out / "config.json").read_text())["inputs"]["max_tokens"] == 10
+    assert json.loads((out / "config.json").read_text())["inputs"]["tokens"] == 10
 
 
 def test_pretrain_resumes_with_the_same_command(tmp_path, monkeypatch, capsys):
-    """The training itself is replaced by a stand-in that leaves a config and a checkpoint, as a
-    killed run does. Mutation tried: passing ``resume=args.resume`` to train_lm again (the second
-    call starts from scratch: calls == [False, False])."""
+    """The training itself is replaced by a stand-in that leaves a checkpoint and is killed, as a
+    killed run does. Mutation tried: the pipeline's RunContext built with ``resume=False`` (the
+    second call starts from scratch: calls == [False, False])."""
+    from sinklab.pretrain import run as pretrain_run
+
     calls = []
 
-    def killed_after_a_checkpoint(cfg, resume=False):
+    def killed_after_a_checkpoint(cfg, out, resume, world, data):
         calls.append(resume)
-        out = prepare_run_dir(cfg.out)
-        write_json(out / "config.json", asdict(cfg))
         (out / "ckpt-0000002").mkdir(exist_ok=True)
         (out / "latest").write_text("ckpt-0000002")
+        raise KeyboardInterrupt
 
-    monkeypatch.setattr("sinklab.cli.pretrain.train_lm", killed_after_a_checkpoint)
+    monkeypatch.setattr(pretrain_run, "train", killed_after_a_checkpoint)
     argv = ["pretrain", "--corpus", "bb", "--steps", "5", "--out", str(tmp_path / "run")]
     assert cli.main([*argv, "--resume"]) == 2
     one_line_error(capsys, "nothing to resume")
-    assert cli.main(argv) == 0 and cli.main(argv) == 0 and cli.main([*argv, "--resume"]) == 0
+    assert cli.main(argv) == 130 and cli.main(argv) == 130 and cli.main([*argv, "--resume"]) == 130
     assert calls == [False, True, True]
+    capsys.readouterr()
     assert cli.main([*argv[:-2], "--steps", "6", "--out", str(tmp_path / "run")]) == 2
     one_line_error(capsys, "steps: 5 there, 6 now")
-    assert cli.main([*argv, "--overwrite"]) == 0 and calls[-1] is False
+    assert cli.main([*argv, "--overwrite"]) == 130 and calls[-1] is False
 
 
 def test_a_failed_numerical_check_exits_3_and_is_run_again(tmp_path, monkeypatch, capsys):
@@ -159,8 +159,8 @@ def test_a_failed_numerical_check_exits_3_and_is_run_again(tmp_path, monkeypatch
 @pytest.mark.parametrize(
     "command, old, new, dest, value",
     [
-        ("scan", ["--max-tokens", "7"], ["--tokens", "7"], "max_tokens", 7),
-        ("intervene", ["--max-tokens", "7"], ["--tokens", "7"], "max_tokens", 7),
+        ("scan", ["--max-tokens", "7"], ["--tokens", "7"], "tokens", 7),
+        ("intervene", ["--max-tokens", "7"], ["--tokens", "7"], "tokens", 7),
         ("trigger", ["--layers", "2"], ["--n-layers", "2"], "layers", 2),
         ("trigger", ["--heads", "3"], ["--n-heads", "3"], "heads", 3),
         ("pretrain", ["--seq-len", "9"], ["--tokens", "9"], "seq_len", 9),
@@ -170,14 +170,14 @@ def test_a_failed_numerical_check_exits_3_and_is_run_again(tmp_path, monkeypatch
     ],
 )
 def test_old_spellings_are_aliases(command, old, new, dest, value):
-    """Mutation tried: dropping ``*aliases`` from option()'s add_argument (--max-tokens and
-    --layers become unknown options)."""
+    """Mutation tried: dropping ``*aliases`` from option()'s add_argument (--layers becomes an
+    unknown option) or from configs.add_flag's (--max-tokens does)."""
     parse = cli.build_parser().parse_args
     assert getattr(parse([command, *old]), dest) == getattr(parse([command, *new]), dest) == value
 
 
 def test_every_alias_says_so_and_bos_has_one_form():
-    """Mutation tried: an empty alias_note (the help stops naming the old spelling)."""
+    """Mutation tried: an empty alias note in configs.add_flag (the help stops naming the old spelling)."""
     for name, command in subparsers().items():
         for action in command._actions:
             long_flags = [flag for flag in action.option_strings if flag.startswith("--")]

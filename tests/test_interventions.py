@@ -11,10 +11,12 @@ from conftest import tiny_config
 from transformers import AutoModelForCausalLM
 
 from sinklab import cli
+from sinklab.core import pipeline
 from sinklab.core.attention import causal_mask
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookPoint
 from sinklab.intervene import (
+    INTERVENE,
     DropFirst,
     InterveneConfig,
     MaskSelf,
@@ -25,7 +27,7 @@ from sinklab.intervene import (
     applied,
     apply_interventions,
     hooks_of,
-    run_intervene,
+    interventions_for,
     share_at,
     suppress_sink,
 )
@@ -33,7 +35,7 @@ from sinklab.models.hf import QUERY_CHUNK, LoadedModel, load_model
 from sinklab.models.hf.instrument import _BINDINGS
 from sinklab.models.native import ModelConfig, Transformer
 from sinklab.models.subjects import HFSubject, NativeSubject
-from sinklab.scan import RecordOptions
+from sinklab.scan import InputSpec, RecordOptions
 
 T = 6
 
@@ -167,9 +169,9 @@ def test_bad_positions_layers_and_heads_are_clear_errors(iv, message):
 
 def test_run_directory_contract(tiny_model_dir, tmp_path):
     subject = HFSubject(load_model(str(tiny_model_dir("llama"))))
-    cfg = InterveneConfig(edits={"mask_self": (5,), "amplify": 5, "scale": 5, "suppress_sink": True, "drop_first": 2}, lams=(1.0, 4.0), out=str(tmp_path))
-    cfg.inputs.random_tokens, cfg.inputs.corpus, cfg.inputs.max_tokens, cfg.inputs.batch = True, None, 16, 2
-    run_intervene(cfg, subject)
+    asked = interventions_for({"mask_self": (5,), "amplify": 5, "scale": 5, "suppress_sink": True, "drop_first": 2}, lams=(1.0, 4.0))
+    cfg = InterveneConfig(interventions=tuple(asked), inputs=InputSpec(random_tokens=True, tokens=16, batch=2))
+    pipeline.run(INTERVENE, cfg, subject, out=tmp_path)
     s = json.loads((tmp_path / "summary.json").read_text())
     for entry in [s["baseline"], *s["results"]]:
         assert {"share_at_k", "share_at_0", "loss", "ppl"} <= set(entry)
@@ -177,7 +179,8 @@ def test_run_directory_contract(tiny_model_dir, tmp_path):
     amp = [r for r in s["results"] if r["intervention"]["type"] == "VarianceAmplify"]
     assert [r["lam"] for r in amp] == [1.0, 4.0] and amp[0]["intervention"]["k"] == 5
     assert amp[0]["share_at_k"] == pytest.approx(s["baseline"]["share_at_k"], abs=1e-6)  # lam = 1 is a no-op
-    assert all((tmp_path / f).exists() for f in s["figures"]) and "lam_curve.png" in s["figures"]
+    files = json.loads((tmp_path / "run.json").read_text())["files"]
+    assert all((tmp_path / f).exists() for f in files) and "lam_curve.png" in files
 
 
 def test_cli_bad_position_is_one_line(tiny_model_dir, tmp_path, capsys):
@@ -187,9 +190,9 @@ def test_cli_bad_position_is_one_line(tiny_model_dir, tmp_path, capsys):
 
 
 def test_suppressing_the_bos_sink_breaks_softmax_but_not_relu_on_the_trigger_task(trigger_pair, tmp_path):
-    from sinklab.intervene import run_trigger_interventions
+    from sinklab.intervene import TRIGGER_EDITS, TriggerEditConfig
 
-    summary = run_trigger_interventions(InterveneConfig(out=str(tmp_path)), str(trigger_pair[0]))
+    summary = pipeline.run(TRIGGER_EDITS, TriggerEditConfig(lab_dir=str(trigger_pair[0])), out=tmp_path).summary
     by_model = {r["model"].split("_")[0]: r for r in summary["results"]}
     soft, relu = by_model["softmax"], by_model["relu"]
     assert soft["mse_nontrigger_after"] > 100 * max(soft["mse_nontrigger_before"], 1e-6)

@@ -15,12 +15,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import benchmark_module, one_line_error
+from conftest import one_line_error
 
 from sinklab import cli
-from sinklab.cli.args import add_launcher_arguments, launcher_settings, load_options
+from sinklab.cli.args import add_launcher_arguments, config_from, launcher_settings
 from sinklab.core.errors import SinklabError
 from sinklab.core.launchers import LOG_DIR, LauncherSettings, PortableJob, launch
+from sinklab.models.hf import LoadOptions
+from sinklab.pretrain import SweepConfig, run_sweep
 
 NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here")
 SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "time": 10}
@@ -85,38 +87,29 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
     assert records(out) == pool_trigger[1]
 
 
-@pytest.fixture(scope="module")
-def sweep():
-    with benchmark_module("pretrain_sweep") as module:
-        yield module
+#: The Bigram-Backcopy sweep's own softmax and relu runs (seed 0) on a tiny model, 4 steps.
+TINY_BB = SweepConfig(corpus="bb", seeds=(0,), variants=("softmax", "relu"), steps=4, workers=2,
+                      settings=dict(d_model=16, n_layers=1, n_heads=2, seq_len=16, batch=4, warmup=1, eval_every=2, eval_batches=1, checkpoint_every=2,
+                                    scan_tokens=8, scan_batch=2))
 
 
-def tiny_bb_configs(sweep) -> list:
-    """The Bigram-Backcopy sweep's own configs (softmax and relu, seed 0) on a tiny model, 4 steps."""
-    chosen = [cfg for cfg in sweep.sweep_configs("bb", [0], steps=4) if cfg.variant in ("softmax", "relu")]
-    return [replace(cfg, d_model=16, n_layers=1, n_heads=2, seq_len=16, max_seq_len=None, batch=4, warmup=1, eval_every=2, eval_batches=1,
-                    checkpoint_every=2, scan_tokens=8, scan_batch=2) for cfg in chosen]
-
-
-def sweep_rows(result: dict) -> list:
-    return [{k: v for k, v in row.items() if k not in TIMING} for row in result["rows"]]
+def sweep_rows(result) -> list:
+    return [{k: v for k, v in row.items() if k not in TIMING and k != "run"} for row in result.summary["rows"]]
 
 
 @pytest.fixture(scope="module")
-def pool_sweep(sweep, tmp_path_factory):
-    configs = tiny_bb_configs(sweep)
-    given = [cfg.out for cfg in configs]
-    result = sweep.run_sweep(configs, tmp_path_factory.mktemp("pool-bb"), workers=2)
-    assert [cfg.out for cfg in configs] == given  # the caller's configs are left as they were
-    assert len(result["rows"]) == 2 and all(row["first_token_mass_mean"] is not None for row in result["rows"])
+def pool_sweep(tmp_path_factory):
+    result = run_sweep(TINY_BB, tmp_path_factory.mktemp("pool-bb"))
+    assert len(result.summary["rows"]) == 2 and all(row["first_token_mass_mean"] is not None for row in result.summary["rows"])
     return sweep_rows(result)
 
 
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
-def test_a_bigram_backcopy_sweep_through_an_engine_equals_the_local_pool(engine, sweep, pool_sweep, tmp_path):
-    """Mutation tried: PortableJob leaving sys.path alone (the workers cannot import the sweep
-    script whose train_one the jobs run) fails both engines."""
-    result = sweep.run_sweep(tiny_bb_configs(sweep), tmp_path, workers=2, launcher=LauncherSettings(**ENGINES[engine]))
+def test_a_bigram_backcopy_sweep_through_an_engine_equals_the_local_pool(engine, pool_sweep, tmp_path):
+    """``sinklab sweep``'s runs as jobs of each engine give the local pool's rows. Mutation tried:
+    the sweep handing its jobs to LOCAL instead of its launcher (no submitit job file, no Ray log)
+    passes the rows but not the engines' own tests below; here the rows must match."""
+    result = run_sweep(TINY_BB, tmp_path, LauncherSettings(**ENGINES[engine]))
     assert sweep_rows(result) == pool_sweep
 
 
@@ -296,6 +289,6 @@ def test_load_flags_of_jobs_that_run_elsewhere_are_resolved_there(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     args = argparse.Namespace(device="cuda", dtype="auto", device_map=None, revision=None, trust_remote_code=False)
-    assert load_options(args, here=False).device == "cuda"
+    assert config_from(LoadOptions, args, LauncherSettings(launcher="slurm")).device == "cuda"
     with pytest.raises(SinklabError, match="no GPU|not available|sees no"):
-        load_options(args)
+        config_from(LoadOptions, args)

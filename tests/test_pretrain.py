@@ -6,7 +6,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -15,11 +14,12 @@ import torch
 from sinklab import cli
 from sinklab.core.attention import ATTN_NORMS, EXTRA_NAMES, AttentionSpec
 from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from sinklab.core.configs import first_difference, from_dict, migrate, record
 from sinklab.core.corpus import load_corpus, split_documents
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_jsonl
 from sinklab.models.native import Transformer
-from sinklab.pretrain import PretrainConfig, load_trained, results, train_lm
+from sinklab.pretrain import PretrainConfig, architecture_of, load_trained, results, train_lm
 from sinklab.pretrain import train as pretrain
 from sinklab.pretrain.sources import load_source
 from sinklab.pretrain.tokens import load_token_data
@@ -40,9 +40,9 @@ def corpus(tmp_path, monkeypatch):
     return str(folder)
 
 
-def tiny(corpus, out, attn="softmax", gate=False, head_norm=False, **kw):
+def tiny(corpus, attn="softmax", gate=False, head_norm=False, **kw):
     base = dict(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm), corpus=corpus, tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32, batch=4, steps=12, warmup=2,
-                eval_every=4, eval_batches=2, checkpoint_every=4, scan_tokens=16, scan_batch=2, out=str(out))
+                eval_every=4, eval_batches=2, checkpoint_every=4, scan_tokens=16, scan_batch=2)
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -74,7 +74,7 @@ def test_compact_vocabulary_decodes_with_the_cached_tokenizer_copy(corpus, token
 
 @pytest.mark.parametrize("variant", [{"attn": a} for a in ATTN_NORMS] + [{e: True} for e in EXTRA_NAMES] + [{"sink_tokens": 2}], ids=str)
 def test_every_variant_trains_with_finite_gradients(variant, corpus, tmp_path):
-    cfg = tiny(corpus, tmp_path / "run", **variant)
+    cfg = tiny(corpus, **variant)
     data = load_token_data(corpus, "bytes")
     torch.manual_seed(0)
     model = Transformer(cfg.model_config(data.vocab_size))
@@ -92,7 +92,7 @@ def test_every_variant_trains_with_finite_gradients(variant, corpus, tmp_path):
 
 def test_run_directory_contract(corpus, tmp_path):
     out = tmp_path / "run"
-    summary = train_lm(tiny(corpus, out), progress=False)
+    summary = train_lm(tiny(corpus), out).summary
     rows = read_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in rows] == [4, 8, 12]
     assert all({"step", "train_loss", "val_loss", "tokens_per_s", "val_bpb"} <= set(r) for r in rows)
@@ -112,7 +112,7 @@ def test_run_directory_contract(corpus, tmp_path):
 
 
 def test_checkpoint_round_trip(corpus, tmp_path):
-    cfg = tiny(corpus, tmp_path)
+    cfg = tiny(corpus)
     torch.manual_seed(0)
     model = Transformer(cfg.model_config(257))
     opt = pretrain.make_optimizer(model, cfg)
@@ -132,7 +132,7 @@ def test_checkpoint_round_trip(corpus, tmp_path):
 
 def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch):
     straight = tmp_path / "straight"
-    train_lm(tiny(corpus, straight), progress=False)
+    train_lm(tiny(corpus), straight)
     killed = tmp_path / "killed"
     original = pretrain.step_batch
 
@@ -143,9 +143,9 @@ def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, m
 
     monkeypatch.setattr(pretrain, "step_batch", dies_at_step_7)
     with pytest.raises(KeyboardInterrupt):
-        train_lm(tiny(corpus, killed), progress=False)
+        train_lm(tiny(corpus), killed)
     monkeypatch.setattr(pretrain, "step_batch", original)
-    train_lm(tiny(corpus, killed), resume=True, progress=False)
+    train_lm(tiny(corpus), killed, resume=True)
     a, b = read_jsonl(straight / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
     assert [r["step"] for r in b] == [4, 8, 12]
     for ra, rb in zip(a, b):
@@ -183,7 +183,7 @@ def test_nan_loss_stops_with_a_clear_message_and_keeps_the_checkpoint(corpus, tm
     monkeypatch.setattr(pretrain, "lm_loss", goes_nan)
     out = tmp_path / "run"
     with pytest.raises(SinklabError, match="the loss is nan at step"):
-        train_lm(tiny(corpus, out), progress=False)
+        train_lm(tiny(corpus), out)
     assert latest_checkpoint(out).name == "ckpt-0000004"
 
 
@@ -192,52 +192,55 @@ def test_bad_input(corpus, tmp_path, monkeypatch):
     empty.mkdir()
     (empty / "a.txt").write_text("   ")
     with pytest.raises(SinklabError, match="empty"):
-        train_lm(tiny(str(empty), tmp_path / "r1"), progress=False)
+        train_lm(tiny(str(empty)), tmp_path / "r1")
     with pytest.raises(SinklabError, match="no such corpus"):
-        train_lm(tiny(str(tmp_path / "missing"), tmp_path / "r2"), progress=False)
+        train_lm(tiny(str(tmp_path / "missing")), tmp_path / "r2")
     small = tmp_path / "small"
     small.mkdir()
     for i in range(3):
         (small / f"{i}.txt").write_text("tiny text")
     with pytest.raises(SinklabError, match="smaller than one batch"):
-        train_lm(tiny(str(small), tmp_path / "r3"), progress=False)
+        train_lm(tiny(str(small)), tmp_path / "r3")
     with pytest.raises(SinklabError, match="exceeds the model's maximum"):
-        tiny(corpus, tmp_path / "r4", seq_len=64, max_seq_len=32)
+        tiny(corpus, seq_len=64, max_seq_len=32)
     for field, value in [("min_lr_ratio", 1.5), ("grad_clip", -1.0), ("adam_beta2", 1.0)]:
         with pytest.raises(SinklabError, match=f"--{field.replace('_', '-')} must"):
-            tiny(corpus, tmp_path / "r6", **{field: value})
+            tiny(corpus, **{field: value})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SinklabError, match="sees no GPU"):
-        tiny(corpus, tmp_path / "r5", device="cuda")
+        tiny(corpus, device="cuda")
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(SinklabError, match="not writable"):
-        train_lm(tiny(corpus, blocker / "sub"), progress=False)
+        train_lm(tiny(corpus), blocker / "sub")
 
 
 def test_resume_refuses_an_incompatible_or_corrupt_checkpoint(corpus, tmp_path):
+    """Mutation tried: claim_run_dir not comparing an unfinished run's config (the d_model run
+    resumes from a checkpoint of another shape: "does not fit")."""
     out = tmp_path / "run"
-    train_lm(tiny(corpus, out, steps=4), progress=False)
-    with pytest.raises(SinklabError, match="incompatible configuration.*d_model"):
-        train_lm(tiny(corpus, out, steps=4, d_model=64), resume=True, progress=False)
-    with pytest.raises(SinklabError, match="already holds a run"):
-        train_lm(tiny(corpus, out, steps=4), progress=False)
+    finished = train_lm(tiny(corpus, steps=4), out)
+    (out / "summary.json").unlink()  # as a run killed after its last checkpoint
+    with pytest.raises(SinklabError, match=r"another configuration \(d_model: 32 there, 64 now\)"):
+        train_lm(tiny(corpus, steps=4, d_model=64), out, resume=True)
     (latest_checkpoint(out) / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(SinklabError, match="corrupt"):
-        train_lm(tiny(corpus, out, steps=4), resume=True, progress=False)
+        train_lm(tiny(corpus, steps=4), out, resume=True)
+    assert train_lm(tiny(corpus, steps=4), out, overwrite=True).summary["final_val_loss"] == finished.summary["final_val_loss"]
 
 
 def test_compare_table_and_plots(corpus, tmp_path, capsys):
     runs = []
     for attn in ("softmax", "softmax1"):
         out = tmp_path / attn
-        train_lm(tiny(corpus, out, attn=attn, steps=8), progress=False)
+        train_lm(tiny(corpus, attn=attn, steps=8), out)
         runs.append(str(out))
     assert cli.main(["compare", *runs, "--out", str(tmp_path / "cmp")]) == 0
-    result = json.loads((tmp_path / "cmp" / "compare.json").read_text())
-    assert {r["variant"] for r in result["rows"]} == {"softmax", "softmax1"}
+    result = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert result["kind"] == "pretrain-compare" and {r["variant"] for r in result["rows"]} == {"softmax", "softmax1"}
     assert all(r["steps_to_target"] is not None for r in result["rows"])  # the default target is the worst final loss
-    assert all((tmp_path / "cmp" / f).exists() for f in result["figures"])
+    files = json.loads((tmp_path / "cmp" / "run.json").read_text())["files"]
+    assert "val_loss.png" in files and all((tmp_path / "cmp" / f).exists() for f in files)
     assert "final val loss" in capsys.readouterr().out
     with pytest.raises(SinklabError, match="not a pretraining run"):
         results.load_run(str(tmp_path))
@@ -278,35 +281,34 @@ def test_optimiser_knobs_reach_the_optimiser(corpus, tmp_path, monkeypatch):
     unconditionally, or a hard-coded beta2 of 0.95, each fail an assertion."""
     clipped = []
     monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, norm: clipped.append(norm))
-    train_lm(tiny(corpus, tmp_path / "noclip", steps=2, warmup=0, grad_clip=0.0), progress=False)
+    train_lm(tiny(corpus, steps=2, warmup=0, grad_clip=0.0), tmp_path / "noclip")
     assert clipped == []
-    train_lm(tiny(corpus, tmp_path / "clip", steps=2, warmup=0, grad_clip=0.5), progress=False)
+    train_lm(tiny(corpus, steps=2, warmup=0, grad_clip=0.5), tmp_path / "clip")
     assert clipped == [0.5, 0.5]
-    model = Transformer(tiny(corpus, tmp_path / "x").model_config(64))
-    assert pretrain.make_optimizer(model, tiny(corpus, tmp_path / "x", adam_beta2=0.999)).param_groups[0]["betas"] == (0.9, 0.999)
+    model = Transformer(tiny(corpus).model_config(64))
+    assert pretrain.make_optimizer(model, tiny(corpus, adam_beta2=0.999)).param_groups[0]["betas"] == (0.9, 0.999)
 
 
 def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(corpus, tmp_path):
     """``--positions`` picks rotary, learned or no position information (only rotary needs an even
-    head dimension); a checkpoint written before the option existed resumes as rope and refuses
-    another encoding (one from before --adam-beta2 resumes with 0.95), and no missing key beyond
-    BEFORE_KEY_EXISTED is filled in. Mutations caught: the encodings mapped wrongly; defaults filled
-    for every missing key (an empty saved config then passed); adam_beta2 dropped from
-    BEFORE_KEY_EXISTED (the older checkpoint then refused)."""
+    head dimension); a run written before the option existed (config version 0) is the same run
+    as today's rope one and refuses another encoding (one from before --adam-beta2 means 0.95), and
+    no missing key beyond BEFORE_KEY_EXISTED is filled in. Mutations caught: the encodings mapped
+    wrongly; defaults filled for every missing key (an empty saved config then passed);
+    adam_beta2 dropped from BEFORE_KEY_EXISTED (the older run then differs)."""
     for positions, rope, learned in [("rope", True, False), ("learned", False, True), ("none", False, False)]:
-        model_cfg = tiny(corpus, tmp_path / "x", positions=positions).model_config(64)
+        model_cfg = tiny(corpus, positions=positions).model_config(64)
         assert (model_cfg.rope, model_cfg.learned_positions) == (rope, learned)
     with pytest.raises(SinklabError, match="--positions must be one of rope, learned, none"):
-        tiny(corpus, tmp_path / "x", positions="alibi")
+        tiny(corpus, positions="alibi")
     with pytest.raises(SinklabError, match="even"):
-        tiny(corpus, tmp_path / "x", d_model=30, n_heads=10)  # head dimension 3: fine without rotary embeddings
-    tiny(corpus, tmp_path / "x", d_model=30, n_heads=10, positions="learned")
-    older = {k: v for k, v in asdict(tiny(corpus, tmp_path / "x")).items() if k not in ("positions", "adam_beta2")}
-    pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x")))
-    with pytest.raises(SinklabError, match="positions: checkpoint 'rope' vs now 'learned'"):
-        pretrain._check_compatible(older, asdict(tiny(corpus, tmp_path / "x", positions="learned")))
-    with pytest.raises(SinklabError, match="incompatible configuration.*d_model"):  # only the new key gets a default
-        pretrain._check_compatible({"positions": "rope"}, asdict(tiny(corpus, tmp_path / "x")))
+        tiny(corpus, d_model=30, n_heads=10)  # head dimension 3: fine without rotary embeddings
+    tiny(corpus, d_model=30, n_heads=10, positions="learned")
+    older = {k: v for k, v in record(tiny(corpus)).items() if k not in ("positions", "adam_beta2", "config_version")}
+    assert first_difference(migrate(PretrainConfig, older), record(tiny(corpus))) is None
+    assert first_difference(migrate(PretrainConfig, older), record(tiny(corpus, positions="learned"))) == "positions: 'rope' there, 'learned' now"
+    with pytest.raises(SinklabError, match="lacks .*d_model"):  # only the new keys get a default
+        from_dict(PretrainConfig, migrate(PretrainConfig, {"positions": "rope"}), "config.json")
 
 
 def test_positions_flag_reaches_the_trained_model(tmp_path):
@@ -315,8 +317,8 @@ def test_positions_flag_reaches_the_trained_model(tmp_path):
     out = tmp_path / "run"
     assert cli.main(["pretrain", "--corpus", "bb", "--positions", "learned", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
                      "--batch", "2", "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)]) == 0
-    config = json.loads((out / "config.json").read_text())
-    assert config["positions"] == "learned" and config["model"]["learned_positions"] and not config["model"]["rope"]
+    config, architecture = json.loads((out / "config.json").read_text()), architecture_of(out)
+    assert config["positions"] == "learned" and architecture["learned_positions"] and not architecture["rope"]
 
 
 def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
@@ -330,7 +332,7 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
     model, cfg = load_trained(out)
     assert not model.training and cfg.positions == "learned" and model.positions is not None
     saved = json.loads((out / "config.json").read_text())
-    assert {k: v for k, v in asdict(cfg).items() if k != "device"} == {k: saved[k] for k in asdict(cfg) if k != "device"}
+    assert {k: v for k, v in record(cfg).items() if k != "device"} == {k: saved[k] for k in record(cfg) if k != "device"}
     data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
     recorded = read_jsonl(out / "metrics.jsonl")[-1]
     assert recorded["step"] == cfg.steps
@@ -344,14 +346,15 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
 
 
 def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_early(tmp_path):
-    """An older run (config.json from before ``--positions``, ``learned_positions`` and
-    ``--adam-beta2``) loads as it trained; a config.json lacking any other setting is refused in one
-    line instead of taking today's default; a run whose last checkpoint is short of its steps loads
-    with a warning naming the step, and the model is the one scored at that step; a device this
-    machine lacks is one line. Mutations caught: the missing-key check removed (``lr`` then silently
-    became the corpus default), adam_beta2 dropped from BEFORE_KEY_EXISTED (the older run refused),
-    the warning removed, the device not resolved first (torch's RuntimeError for "gpu"), the unknown
-    model key check removed (a TypeError)."""
+    """An older run (config version 0: config.json from before ``--positions`` and
+    ``--adam-beta2``, holding its ``out`` and the architecture, which lacks ``learned_positions``)
+    loads as it trained; a config.json lacking any other setting, or an architecture lacking one,
+    is refused in one line instead of taking today's default; a run whose last checkpoint is short
+    of its steps loads with a warning naming the step, and the model is the one scored at that
+    step; a device this machine lacks is one line. Mutations caught: the missing-key check removed
+    (``lr`` then silently became the corpus default), adam_beta2 dropped from BEFORE_KEY_EXISTED
+    (the older run refused), the warning removed, the device not resolved first (torch's
+    RuntimeError for "gpu"), the unknown model key check removed (a TypeError)."""
     out = tmp_path / "run"
     cli.main(["pretrain", "--corpus", "bb", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
               "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
@@ -360,21 +363,27 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     def scored(model, cfg):
         return pretrain.validation_loss(model, pretrain.validation_batches(load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers), cfg))
 
-    def rewritten(name, edit):
+    def rewritten(name, edit, architecture_in_config=False):
         shutil.copytree(out, tmp_path / name)
-        config = json.loads((out / "config.json").read_text())
-        edit(config)
+        config, info = json.loads((out / "config.json").read_text()), json.loads((out / "run.json").read_text())
+        if architecture_in_config:  # config version 0 kept the architecture there, and its run directory
+            config.pop("config_version")
+            config.update(model=info["model"].pop("architecture"), out=str(out))
+        edit(config, config.get("model") or info["model"]["architecture"])
         (tmp_path / name / "config.json").write_text(json.dumps(config))
+        (tmp_path / name / "run.json").write_text(json.dumps(info))
         return tmp_path / name
 
-    older = rewritten("older", lambda c: [c.pop("positions"), c.pop("adam_beta2"), c["model"].pop("learned_positions")])
+    older = rewritten("older", lambda c, a: [c.pop("positions"), c.pop("adam_beta2"), a.pop("learned_positions")], architecture_in_config=True)
     model, cfg = load_trained(older)
     assert (cfg.positions, cfg.adam_beta2, model.cfg.rope) == ("rope", 0.95, True)
     assert scored(model, cfg) == pytest.approx(rows[4], rel=1e-6)
-    with pytest.raises(SinklabError, match="config.json lacks lr: what trained the run is unknown"):
-        load_trained(rewritten("no-lr", lambda c: c.pop("lr")))
-    with pytest.raises(SinklabError, match="a model with alibi, which this sinklab does not know"):
-        load_trained(rewritten("newer", lambda c: c["model"].update(alibi=True)))
+    with pytest.raises(SinklabError, match="config.json lacks lr: what made the run is unknown"):
+        load_trained(rewritten("no-lr", lambda c, a: c.pop("lr")))
+    with pytest.raises(SinklabError, match="has alibi, which this sinklab's ModelConfig does not know"):
+        load_trained(rewritten("newer", lambda c, a: a.update(alibi=True)))
+    with pytest.raises(SinklabError, match="lacks rope"):
+        load_trained(rewritten("no-rope", lambda c, a: a.pop("rope")))
     (out / "latest").write_text("ckpt-0000002")  # as a run killed after its step-2 checkpoint
     with pytest.warns(UserWarning, match="stopped at step 2 of 4"):
         model, cfg = load_trained(out)

@@ -13,9 +13,10 @@ from conftest import make_tokenizer, tiny_config
 from transformers import AutoModelForCausalLM
 
 from sinklab import cli
+from sinklab.core import pipeline
 from sinklab.core.attention import AttentionSpec
 from sinklab.pretrain import PretrainConfig, train_lm
-from sinklab.trigger import TriggerConfig, TriggerTask, construction_report, paper_configs, run_lab
+from sinklab.trigger import CONSTRUCT, ConstructConfig, TriggerConfig, TriggerTask, paper_configs, run_lab
 
 MARKUP = "</script><script>alert(1)</script>"
 
@@ -78,13 +79,13 @@ def test_scan_report_click_and_escaping(markup_model, browser, tmp_path):
 
 def test_trigger_lab_report_with_seed_selector(browser, tmp_path):
     configs = paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
-    run_lab(configs, str(tmp_path / "trigger"), workers=1)
+    run_lab(configs, tmp_path / "trigger", workers=1)
     seen = check_page(browser, tmp_path / "trigger" / "report.html", tmp_path)
     select = seen.page.locator("select").first
     select.select_option(label="seed 1")
     seen.page.wait_for_timeout(200)
     assert seen.unrendered_plots() == [] and seen.problems() == []
-    construction_report(TriggerTask(), str(tmp_path / "construction"))
+    pipeline.run(CONSTRUCT, ConstructConfig(TriggerTask()), out=tmp_path / "construction")
     assert "max_abs_error" in check_page(browser, tmp_path / "construction" / "report.html", tmp_path, min_plots=0).page.inner_text("body")
 
 
@@ -106,7 +107,7 @@ def test_pretrain_reports_and_runs_side_by_side(browser, tmp_path, monkeypatch):
     for attn in ("softmax", "relu"):
         out = tmp_path / attn
         train_lm(PretrainConfig(attention=AttentionSpec(attn), corpus=str(corpus), tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32,
-                                batch=4, steps=8, eval_every=4, eval_batches=2, checkpoint_every=8, scan_tokens=16, scan_batch=2, out=str(out)), progress=False)
+                                batch=4, steps=8, eval_every=4, eval_batches=2, checkpoint_every=8, scan_tokens=16, scan_batch=2), out)
         runs.append(out)
     rows = [json.loads(line) for line in (runs[0] / "metrics.jsonl").read_text().splitlines()]
     assert {"first_token_mass_mean", "sink_rate_value", "dominance_first_max"} <= set(rows[-1])  # sink metrics against the step

@@ -4,32 +4,57 @@ run.json. Hand-made run folders, no model: each case of the policy in millisecon
 import json
 import shutil
 import subprocess
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 import sinklab
+from sinklab.core.configs import record, setting
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import (
+    FAILED_CHECK,
     FINISHED,
     NEW,
     RESUME,
     claim_run_dir,
-    prepare_run_dir,
+    finish_run,
     read_run_info,
-    record_failed_check,
     record_model,
     source_revision,
+    start_run,
     write_json,
 )
 
-CONFIG = {"model": "tiny", "inputs": {"max_tokens": 64, "bos": "auto"}, "query_chunk": 256, "out": "runs/a"}
+
+@dataclass
+class Inputs:
+    tokens: int = 64
+    bos: str = "auto"
 
 
-def run_dir(path: Path, config: dict = CONFIG, finished: bool = False) -> Path:
-    """A run folder as a command leaves it: run.json, config.json (plus derived keys), maybe summary.json."""
-    prepare_run_dir(path)
-    write_json(path / "config.json", {**config, "model_name": "Tiny (derived after loading)"})
+@dataclass
+class Config:
+    """A config as capabilities declare them: a nested group, a setting that does not change
+    results (``query_chunk``), and a migration from version 0 (which called ``tokens``
+    ``max_tokens``)."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": {("tokens" if k == "max_tokens" else k): v for k, v in saved["inputs"].items()}}}
+
+    model: str = "tiny"
+    inputs: Inputs = field(default_factory=Inputs)
+    query_chunk: int = setting(256, result=False)
+
+
+CONFIG = Config()
+
+
+def run_dir(path: Path, config=CONFIG, finished: bool = False) -> Path:
+    """A run folder as the pipeline leaves it: run.json, config.json, maybe summary.json."""
+    start_run(path)
+    write_json(path / "config.json", record(config) if not isinstance(config, dict) else config)
     if finished:
         write_json(path / "summary.json", {"ppl": 1.0})
     return path
@@ -43,10 +68,10 @@ def test_a_missing_or_empty_folder_is_new(tmp_path):
 
 
 def test_the_same_configuration_is_finished_resumed_or_started_over(tmp_path):
-    """Keys that do not change results (out, query_chunk) and keys only the run adds
-    (model_name) are not compared. Mutations tried: returning RESUME without asking
-    ``resumable`` fails the third claim; not removing the unfinished run fails the last assert."""
-    same = {**CONFIG, "out": str(tmp_path / "elsewhere"), "query_chunk": 64}
+    """Settings declared ``result=False`` (query_chunk) are not compared. Mutations tried:
+    returning RESUME without asking ``resumable`` fails the third claim; not removing the
+    unfinished run fails the last assert; comparing result=False settings refuses the first."""
+    same = replace(CONFIG, query_chunk=64)
     assert claim_run_dir(run_dir(tmp_path / "done", finished=True), same) == FINISHED
     assert claim_run_dir(run_dir(tmp_path / "half"), same, resumable=lambda d: True) == RESUME
     assert claim_run_dir(tmp_path / "half", same, resumable=lambda d: False) == NEW
@@ -55,23 +80,37 @@ def test_the_same_configuration_is_finished_resumed_or_started_over(tmp_path):
 
 def test_another_configuration_is_refused_naming_the_first_differing_key(tmp_path):
     """Mutation tried: comparing only top-level keys with ``==`` names ``inputs`` instead of
-    ``inputs.max_tokens``; skipping the comparison returns FINISHED."""
+    ``inputs.tokens``; skipping the comparison returns FINISHED."""
     path = run_dir(tmp_path / "run", finished=True)
-    other = {**CONFIG, "inputs": {"max_tokens": 32, "bos": "auto"}}
+    other = replace(CONFIG, inputs=Inputs(tokens=32))
     with pytest.raises(SinklabError) as refused:
         claim_run_dir(path, other)
     message = str(refused.value)
-    assert "inputs.max_tokens: 64 there, 32 now" in message and "--overwrite" in message and "\n" not in message
+    assert "inputs.tokens: 64 there, 32 now" in message and "--overwrite" in message and "\n" not in message
     assert (path / "summary.json").exists()  # refused, not removed
     with pytest.raises(SinklabError, match=r"configs\[1\]\.seed: 1 there, 2 now"):
         claim_run_dir(run_dir(tmp_path / "lab", {"configs": [{"seed": 0}, {"seed": 1}]}), {"configs": [{"seed": 0}, {"seed": 2}]})
+
+
+def test_an_older_config_is_migrated_before_it_is_compared(tmp_path):
+    """A config.json of version 0 (no version key, the old spelling) is the same run as today's
+    config once migrated; a config.json from a newer sinklab is refused. Mutations tried: not
+    calling migrate in claim_run_dir (the old run is refused: "inputs.tokens is not recorded
+    there"); applying no migration for version 0 (the same)."""
+    old = run_dir(tmp_path / "old", {"model": "tiny", "inputs": {"max_tokens": 64, "bos": "auto"}, "query_chunk": 256}, finished=True)
+    assert claim_run_dir(old, CONFIG) == FINISHED
+    with pytest.raises(SinklabError, match="inputs.tokens: 64 there, 32 now"):
+        claim_run_dir(old, replace(CONFIG, inputs=Inputs(tokens=32)))
+    newer = run_dir(tmp_path / "newer", {**record(CONFIG), "config_version": 2}, finished=True)
+    with pytest.raises(SinklabError, match="newer sinklab"):
+        claim_run_dir(newer, CONFIG)
 
 
 def test_overwrite_removes_only_a_sinklab_run(tmp_path):
     """Mutation tried: dropping the run.json/config.json test lets --overwrite delete the user's
     folder of notes (the last assert fails)."""
     path = run_dir(tmp_path / "run", finished=True)
-    assert claim_run_dir(path, {**CONFIG, "model": "other"}, overwrite=True) == NEW
+    assert claim_run_dir(path, replace(CONFIG, model="other"), overwrite=True) == NEW
     assert not path.exists()
     notes = tmp_path / "notes"
     notes.mkdir()
@@ -99,7 +138,8 @@ def test_a_failed_numerical_check_is_not_a_finished_run(tmp_path):
     """Mutation tried: ignoring run.json's failed-check entry makes the same command a no-op
     (FINISHED) on a run whose check failed."""
     path = run_dir(tmp_path / "run", finished=True)
-    record_failed_check(path, "one-pass scores differ")
+    finish_run(path, failed_check="one-pass scores differ")
+    assert read_run_info(path)["status"] == FAILED_CHECK
     assert claim_run_dir(path, CONFIG) == NEW
     assert not path.exists()
 
@@ -108,12 +148,12 @@ def test_run_json_merges_model_facts(tmp_path):
     """Mutation tried: replacing the ``model`` entry instead of merging it loses ``device`` at
     the second call."""
     torch = pytest.importorskip("torch")
-    path = prepare_run_dir(tmp_path / "run")
+    path = start_run(tmp_path / "run")
     record_model(path, device="cuda:0", dtype=torch.bfloat16, device_map={"": 0})
     record_model(path, revision="abc123")
     info = read_run_info(path)
     assert info["model"] == {"device": "cuda:0", "dtype": "bfloat16", "device_map": {"": 0}, "revision": "abc123"}  # dtypes as summaries write them
-    assert "command" in info and "versions" in info  # what prepare_run_dir wrote is kept
+    assert "command" in info and "versions" in info  # what start_run wrote is kept
     assert not [p.name for p in path.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
@@ -152,4 +192,4 @@ def test_run_json_records_the_commit_sinklab_runs_from(tmp_path):
     if expected is None:
         pytest.skip("sinklab is not imported from a git checkout here")
     assert expected["commit"] == git(package, "rev-parse", "HEAD")
-    assert json.loads((prepare_run_dir(tmp_path / "run") / "run.json").read_text())["git"] == expected
+    assert json.loads((start_run(tmp_path / "run") / "run.json").read_text())["git"] == expected

@@ -128,13 +128,13 @@ def test_inputs_text_prompt_random_and_bos(tokenizer, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("Now is the winter of our discontent")
     ids = tokenizer("Now is the winter of our discontent", add_special_tokens=False)["input_ids"]
-    got = build_inputs(InputSpec(text=str(text), max_tokens=64), tokenizer)
+    got = build_inputs(InputSpec(text=str(text), tokens=64), tokenizer)
     assert got.bos_prepended and got.ids[0].tolist() == [tokenizer.bos_token_id, *ids]  # exactly the file's tokens
-    short = build_inputs(InputSpec(text=str(text), max_tokens=4, bos="no"), tokenizer)
+    short = build_inputs(InputSpec(text=str(text), tokens=4, bos="no"), tokenizer)
     assert short.ids[0].tolist() == ids[:4] and not short.bos_prepended
-    rnd = build_inputs(InputSpec(random_tokens=True, max_tokens=16, batch=5), tokenizer)
+    rnd = build_inputs(InputSpec(random_tokens=True, tokens=16, batch=5), tokenizer)
     assert rnd.ids.shape == (5, 16) and not set(rnd.ids[:, 1:].flatten().tolist()) & set(tokenizer.all_special_ids)
-    corpus = build_inputs(InputSpec(corpus=str(text.parent), max_tokens=6, batch=2), tokenizer)
+    corpus = build_inputs(InputSpec(corpus=str(text.parent), tokens=6, batch=2), tokenizer)
     assert corpus.ids.shape == (2, 6)
 
 
@@ -142,8 +142,9 @@ def test_inputs_text_prompt_random_and_bos(tokenizer, tmp_path):
     "spec, message",
     [
         (dict(text="/no/such/file.txt"), "no such text file"),
-        (dict(prompt=""), "contains no tokens"),
-        (dict(max_tokens=1000), "longer than the model allows"),
+        (dict(prompt=""), "the prompt holds no text"),
+        (dict(prompt=" \n\t "), "the prompt holds no text"),
+        (dict(tokens=1000), "longer than the model allows"),
         (dict(corpus="/no/such/corpus"), "no such corpus"),
     ],
 )
@@ -152,11 +153,16 @@ def test_bad_inputs_are_clear_errors(spec, message, tokenizer):
         build_inputs(InputSpec(**spec), tokenizer, max_positions=128)
 
 
-def test_empty_text_file_is_a_clear_error(tokenizer, tmp_path):
-    empty = tmp_path / "empty.txt"
-    empty.write_text("")
-    with pytest.raises(SinklabError, match="contains no tokens"):
-        build_inputs(InputSpec(text=str(empty)), tokenizer)
+@pytest.mark.parametrize("content", ["", "   \n\t\n  "])
+def test_an_empty_or_blank_text_file_is_a_clear_error(tokenizer, tmp_path, capsys, tiny_model_dir, content):
+    """A whitespace-only file used to scan 3 tokens of whitespace with exit 0. Mutation tried:
+    dropping the ``strip()`` check in ``_read`` (the blank file scans, exit 0)."""
+    blank = tmp_path / "blank.txt"
+    blank.write_text(content)
+    with pytest.raises(SinklabError, match="holds no text"):
+        build_inputs(InputSpec(text=str(blank)), tokenizer)
+    assert cli.main(["scan", str(tiny_model_dir("llama")), "--text", str(blank), "--out", str(tmp_path / "run")]) == 2
+    assert "holds no text" in capsys.readouterr().err
 
 
 def test_bad_model_paths_are_clear_errors(tmp_path):
@@ -197,7 +203,8 @@ def test_scan_run_directory_contract(tiny_model_dir, tmp_path, capsys):
     assert len(s["first_token_mass"]) == 3 and len(s["first_token_mass"][0]) == 4
     assert set(s["sink_rate"]) >= {"k", "eps", "value"} and 0 <= s["sink_rate"]["value"] <= 1
     assert len(s["variance_by_position"]) == 3 and len(s["variance_by_position"][0]) == 24
-    assert all((tmp_path / f).exists() for f in s["figures"])
+    files = json.loads((tmp_path / "run.json").read_text())["files"]
+    assert "first_token_mass.png" in files and all((tmp_path / f).exists() for f in files)
     assert "Sink_1^0.3" in capsys.readouterr().out
 
 
@@ -210,7 +217,7 @@ def test_scan_cli_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_default_model_metrics_equal_output_attentions_and_it_sinks(default_model):
     subject = HFSubject(default_model)
-    inputs = build_inputs(InputSpec(corpus="shakespeare", max_tokens=48, batch=2), subject.tokenizer, subject.max_positions)
+    inputs = build_inputs(InputSpec(corpus="shakespeare", tokens=48, batch=2), subject.tokenizer, subject.max_positions)
     record, ref = check_against_reference(subject, inputs.ids, chunk=16)
     with subject.session():
         logits = subject.logits(inputs.ids)

@@ -10,7 +10,8 @@ import pytest
 from conftest import one_line_error
 
 from sinklab import cli
-from sinklab.scan import InputSpec, MetricSettings, ScanConfig, compare_rows, run_scan
+from sinklab.core import pipeline
+from sinklab.scan import SCAN, InputSpec, MetricSettings, ScanConfig, compare_rows
 
 INPUTS = ["--random-tokens", "--tokens", "12", "--batch", "2"]
 #: Thresholds low enough that tiny random models have sinks, massive activations and super
@@ -32,10 +33,10 @@ def test_each_model_in_the_comparison_equals_its_own_scan(compared, tmp_path):
     """Mutation tried: the first entry of ``massive_activations`` as the largest (that list is
     ordered by layer first) fails the massive-activation check."""
     models, out, summary = compared
-    assert summary["kind"] == "scan-compare" and [entry["model"] for entry in summary["models"]] == models
-    alone = ScanConfig(inputs=InputSpec(random_tokens=True, max_tokens=12, batch=2), settings=LOW)
+    assert summary["kind"] == "scan-compare" and [entry["model"] for entry in summary["models"]] == models == [entry["label"] for entry in summary["models"]]
+    alone = ScanConfig(inputs=InputSpec(random_tokens=True, tokens=12, batch=2), settings=LOW)
     for i, (model, entry) in enumerate(zip(models, summary["models"])):
-        own = run_scan(replace(alone, model=model, out=str(tmp_path / str(i))))
+        own = pipeline.run(SCAN, replace(alone, model=model), out=tmp_path / str(i)).summary
         top = max(own["massive_activations"], key=lambda e: abs(e["value"]))
         assert entry["sink_rate"] == own["sink_rate"] and entry["sink_start_layer"] == own["sink_start_layer"]
         assert entry["first_token_mass_by_layer"] == own["first_token_mass_by_layer"] and entry["layers"] == own["layers"]
@@ -47,7 +48,8 @@ def test_each_model_in_the_comparison_equals_its_own_scan(compared, tmp_path):
     assert summary["models"][0]["layers"] != summary["models"][1]["layers"]
     rows = list(compare_rows(summary))
     assert len(rows) == sum(entry["layers"] for entry in summary["models"])
-    assert rows[-1] == {"model": models[1], "layer": summary["models"][1]["layers"] - 1, "first_token_mass": summary["models"][1]["first_token_mass_by_layer"][-1]}
+    assert rows[-1] == {"model": models[1], "dtype": "float32", "device": "cpu", "label": models[1], "layer": summary["models"][1]["layers"] - 1,
+                        "first_token_mass": summary["models"][1]["first_token_mass_by_layer"][-1]}
 
 
 def test_the_page_shows_both_models_escaped(compared):
@@ -57,7 +59,7 @@ def test_the_page_shows_both_models_escaped(compared):
     page = (out / "report.html").read_text()
     assert all(html.escape(model) in page for model in models)
     assert page.count("<h1>scan: ") == 2 and "<h1>scan comparison: cmp</h1>" in page
-    assert (out / summary["figures"][0]).stat().st_size > 0
+    assert (out / "first_token_mass_by_layer.png").stat().st_size > 0
 
 
 def test_the_page_escapes_a_hostile_model_name(compared):
@@ -75,8 +77,8 @@ def test_the_page_escapes_a_hostile_model_name(compared):
 
 def test_the_same_command_again_reuses_every_finished_scan(compared, capsys):
     """A finished comparison is a no-op; one killed before its comparison reuses both finished
-    scans. Mutation tried: always calling run_scan in compare.scan_one (the models' summaries are
-    rewritten)."""
+    scans. Mutation tried: overwrite=True in compare.scan_one's pipeline.run (the models' summaries
+    are rewritten)."""
     models, out, _ = compared
     scans = sorted((out / "models").glob("*/summary.json"))
     written = {path: path.stat().st_mtime_ns for path in [*scans, out / "summary.json"]}
@@ -98,7 +100,7 @@ def test_a_bad_model_among_several_is_a_one_line_error_naming_it(tiny_model_dir,
 
 def test_a_comparison_through_submitit_equals_the_pools(compared, tmp_path):
     """Each model's scan as a job of submitit's local executor (subprocesses, Slurm's pickling
-    path) gives the pool's entries. Mutation tried: run_compare handing its jobs to
+    path) gives the pool's entries. Mutation tried: compare.measure handing its jobs to
     LOCAL instead of its launcher (no submitit job is written). Dropping PortableJob's chdir passes
     here, as submitit's local workers start in the submitting directory: test_launchers checks it."""
     models, _, summary = compared

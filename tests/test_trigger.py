@@ -9,7 +9,7 @@ import torch
 from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.native import Transformer
-from sinklab.trigger import analyses, lab
+from sinklab.trigger import analyses, lab, run_lab
 from sinklab.trigger.config import EVAL_SEED, TriggerConfig, cap_first_key
 from sinklab.trigger.evaluate import evaluate_trigger
 from sinklab.trigger.task import TriggerTask
@@ -131,7 +131,7 @@ def test_a_compile_failure_is_recorded_in_the_run(monkeypatch, tmp_path, seeds):
     base = TriggerConfig(layers=2, heads=1, n=6, length=6, eval_trigger=3, max_steps=3, compile="on")
     configs = [replace(base, seed=s) for s in seeds]
     with pytest.warns(UserWarning, match="No working C\\+\\+ compiler"):
-        summary = lab.run_lab(configs, str(tmp_path / "lab"), workers=1, ensembles=len(seeds) > 1)
+        summary = run_lab(configs, tmp_path / "lab", workers=1, ensembles=len(seeds) > 1).summary
     mode = "ensemble-compiled" if len(seeds) > 1 else "compiled"
     assert [r["step_mode"] for r in summary["runs"]] == [mode] * len(seeds)
     assert list(summary["compile_fallbacks"]) == [cfg.key for cfg in configs]
@@ -186,7 +186,7 @@ def test_nan_stops_training_with_a_clear_message(monkeypatch):
 
 def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
     configs = lab.paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
-    summary = lab.run_lab(configs, str(tmp_path), workers=1)
+    summary = run_lab(configs, tmp_path, workers=1).summary
     saved = json.loads((tmp_path / "summary.json").read_text())
     assert saved["sink_threshold"] == 0.5 and len(saved["runs"]) == 4
     for run in saved["runs"]:
@@ -194,14 +194,17 @@ def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
         for head in run["heads_detail"]:
             assert {"layer", "head", "bos_mass_nontrigger", "bos_mass_nontrigger_min", "bos_mass_trigger", "sinks"} <= set(head)
     assert {row["attn"] for row in saved["across_seeds"]} == {"softmax", "relu"}
-    assert all((tmp_path / f).exists() for f in summary["figures"])
+    files = json.loads((tmp_path / "run.json").read_text())["files"]
+    assert any(f.startswith("attention_") for f in files) and all((tmp_path / f).exists() for f in files)
     assert (tmp_path / "config.json").exists()
 
     def must_not_train(job, device="cpu"):
         raise AssertionError("a finished model was trained again")
 
     monkeypatch.setattr(lab, "run_members", must_not_train)
-    again = lab.run_lab(configs, str(tmp_path), workers=1)
+    assert run_lab(configs, tmp_path, workers=1).reused  # finished: read back
+    (tmp_path / "summary.json").unlink()  # killed after training, before its summary: the models are kept
+    again = run_lab(configs, tmp_path, workers=1).summary
     assert again["runs"] == summary["runs"]
     model = lab.load_trigger_model(tmp_path, configs[0])
     assert isinstance(model, Transformer)
@@ -209,7 +212,7 @@ def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
 
 def test_cap_sweep_error_falls_as_the_cap_approaches_one(tmp_path):
     base = TriggerConfig(max_steps=500, eval_sequences=200)
-    summary = analyses.run_cap_sweep([0.5, 0.9, 1.0], [0], base, str(tmp_path), workers=1)
+    summary = run_lab(lab.cap_configs([0.5, 0.9, 1.0], [0], base), tmp_path, "cap_sweep", workers=1).summary
     errors = [row["best_eval_mse"] for row in summary["cap_tradeoff"]]
     assert errors[0] > errors[1] > errors[2]
     assert (tmp_path / "cap_tradeoff.png").exists()

@@ -11,7 +11,7 @@ import torch
 from sinklab import cli
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.errors import SinklabError
-from sinklab.trigger import ensemble, lab
+from sinklab.trigger import ensemble, lab, run_lab
 from sinklab.trigger.config import TriggerConfig
 from sinklab.trigger.ensemble import Ensemble, Placement, check_memory
 from sinklab.trigger.evaluate import summarise_seeds
@@ -203,18 +203,19 @@ def test_statistics_over_seeds_count_the_paper_pattern_per_seed():
 
 def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch):
     configs = lab.paper_configs(range(3), TriggerConfig(max_steps=30, eval_sequences=20), shapes=[(1, 1)], attns=("softmax",))
-    summary = lab.run_lab(configs, str(tmp_path), workers=1, ensembles=True)
+    summary = run_lab(configs, tmp_path, workers=1, ensembles=True).summary
     assert [r["step_mode"] for r in summary["runs"]] == ["ensemble-fused"] * 3
     (row,) = summary["across_seeds"]
     assert row["n_seeds"] == 3 and "every_layer_sinks" in row
-    assert "seeds.png" in summary["figures"] and (tmp_path / "seeds.png").exists()
+    assert "seeds.png" in json.loads((tmp_path / "run.json").read_text())["files"] and (tmp_path / "seeds.png").exists()
     assert "Across seeds" in (tmp_path / "report.html").read_text()
 
     def must_not_train(job, device="cpu"):
         raise AssertionError("a finished model was trained again")
 
     monkeypatch.setattr(lab, "run_members", must_not_train)
-    assert lab.run_lab(configs, str(tmp_path), workers=1, ensembles=True)["runs"] == summary["runs"]
+    (tmp_path / "summary.json").unlink()  # killed after training, before its summary
+    assert run_lab(configs, tmp_path, workers=1, ensembles=True).summary["runs"] == summary["runs"]
 
 
 def run_cli(argv) -> int:

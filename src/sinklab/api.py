@@ -1,80 +1,143 @@
-"""Notebook entry points: every capability on a model object the caller already loaded, results in
-memory (``.summary`` and ``.frame()``), nothing written unless ``out`` is given.
+"""The notebook face of every capability: a model you loaded in, a :class:`RunResult` out
+(``.summary``, ``.data``, ``.frame()``, ``.figures()``, ``.page()``), nothing written unless
+``out`` is given.
 
-Each is a thin layer over the capability's own runner and config, with their defaults: the
-command line and these functions compute the same summary. The model stays where it is (any
-device, dtype or device map); inputs follow it.
+Each function is the command line's run through the same pipeline (:func:`sinklab.core.pipeline.run`)
+with the same configuration class, so the keyword arguments are the command's settings, with
+the same names and defaults (``help(sinklab.scan_model)`` lists them), the same ``--out`` policy
+applies to ``out=`` (a finished run of the same configuration is read back; another configuration
+is refused; ``overwrite=True`` replaces it) and the summaries are equal. The model stays where it
+is (any device, dtype or device map); inputs follow it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Optional, Sequence
+import inspect
+import os
+import warnings
+from typing import Any, Optional, Sequence
 
-from .adapt import PrefixConfig, adapt_rows, run_sink_prefix
-from .core.results import RunResult
-from .intervene import InterveneConfig, intervene_rows, measure_intervene, run_intervene
+from .adapt import ADAPT, PrefixConfig
+from .core import configs, pipeline
+from .core.results import Capability, RunResult, load_result
+from .intervene import INTERVENE, InterveneConfig
+from .models.hf import load_model
 from .models.subjects import Subject
-from .scan import InputSpec, MetricSettings, ScanConfig, measure_scan, run_scan, scan_rows
-from .stream import StreamConfig, check_one_pass, measure_stream, run_stream, stream_rows
+from .scan import COMPARE, SCAN, CompareConfig, ScanConfig
+from .scan.compare import label_of
+from .stream import STREAM, StreamConfig
+
+__all__ = ["adapt_model", "intervene_model", "load_model", "load_result", "scan_model", "scan_models", "stream_model"]
+
+#: Old spellings the notebook functions still take (old name -> name).
+ALIASES = {"max_tokens": "tokens"}
+#: Settings a model object makes moot: where and how to load a model, and which one.
+LOADING = tuple(x.name for x in configs.leaves(ScanConfig) if x.path[0] in ("model", "load"))
 
 
-def _where(out: Optional[str]) -> Optional[Path]:
-    return Path(out) if out is not None else None
+def subject_of(model: Any, tokenizer: Any = None, query_chunk: Optional[int] = None) -> Subject:
+    """The model a notebook function was given, as sinklab measures it: a transformers causal LM
+    with its tokenizer, what :func:`sinklab.load_model` returns, a :class:`Subject`, or a native
+    :class:`~sinklab.models.native.Transformer`."""
+    return Subject.from_model(model, tokenizer, query_chunk=query_chunk)
 
 
-def scan_model(model, tokenizer=None, text: Optional[str] = None, max_tokens: int = 64, batch: int = 1, out: Optional[str] = None,
-               bos: str = "auto", settings: Optional[MetricSettings] = None) -> RunResult:
+def _run(capability: Capability, model: Any, tokenizer: Any, settings: dict, out: Optional[str], overwrite: bool, what: str, **fixed) -> RunResult:
+    """Build the configuration from the keyword arguments, hand the model over, run the pipeline."""
+    cfg = configs.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
+    subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
+    cfg = configs.build(capability.config, {**configs.flat(cfg), "model": subject.name})  # the config records which model ran
+    result = pipeline.run(capability, cfg, subject, out=out, overwrite=overwrite)
+    _warn_if_reused(result)
+    return result
+
+
+def _warn_if_reused(result: RunResult) -> None:
+    if result.reused:
+        warnings.warn(f"{result.out} already holds this run, finished: its results were read back, not measured again (overwrite=True runs it again)", stacklevel=3)
+
+
+def scan_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
     """Scan a loaded model for sinks, massive activations and super neurons (``sinklab scan``).
 
-    ``text``: the string to scan (None: windows of the default Shakespeare corpus); ``max_tokens``
-    per sequence, BOS included; ``batch`` sequences; ``bos`` yes / no / auto (prepend the
-    tokenizer's BOS when it has one). Metrics are accumulated in float32 whatever the model's
-    dtype. ``.frame()``: one row per (layer, head) with ``layer``, ``head``, ``first_token_mass``,
-    ``sink_alpha`` and ``is_sink``. With ``out``, the run directory ``sinklab scan`` writes."""
-    subject = Subject.from_model(model, tokenizer)
-    cfg = ScanConfig(inputs=InputSpec(prompt=text, max_tokens=max_tokens, batch=batch, bos=bos), settings=settings or MetricSettings(), out=out)
-    summary = run_scan(cfg, subject) if out is not None else measure_scan(cfg, subject)[0]
-    return RunResult(summary, scan_rows, _where(out))
+    ``.frame()`` (table ``heads``): one row per (layer, head) with ``first_token_mass`` (the mean
+    attention weight queries give to position 0, a fraction in [0, 1], averaged over the queries
+    from ``min_query`` on and the sequences), ``sink_alpha`` and ``is_sink``; ``.frame("layers")``,
+    ``.frame("massive_activations")``, ``.frame("super_neurons")``. ``.data["record"]``: the
+    reduced tensors ((L, H, T) per-key statistics and more). Metrics are accumulated in float32
+    whatever the model's dtype. Settings (the command's flags; ``max_tokens`` is the old name of
+    ``tokens``):
+    """
+    return _run(SCAN, model, tokenizer, settings, out, overwrite, "scan_model")
 
 
-def intervene_model(model, tokenizer=None, interventions: Optional[dict] = None, text: Optional[str] = None, max_tokens: int = 64,
-                    batch: int = 1, lams: Sequence[float] = InterveneConfig.lams, out: Optional[str] = None, bos: str = "auto") -> RunResult:
-    """Interventions against a baseline (``sinklab intervene``): ``interventions`` maps an option of
-    the registry to its value, as on the command line (``{"mask_self": [10], "suppress_sink": True}``);
-    ``lams`` are the strengths swept by amplify and scale. ``.frame()``: one row per (experiment,
-    layer) with ``share_at_k``, ``share_at_0``, ``loss`` and ``ppl``. To edit your own forward or
-    ``generate`` instead, use :func:`sinklab.intervene.applied`."""
-    subject = Subject.from_model(model, tokenizer)
-    cfg = InterveneConfig(inputs=InputSpec(prompt=text, max_tokens=max_tokens, batch=batch, bos=bos), edits=dict(interventions or {}),
-                          lams=tuple(lams), out=out)
-    summary = run_intervene(cfg, subject) if out is not None else measure_intervene(cfg, subject)[0]
-    return RunResult(summary, intervene_rows, _where(out))
+def scan_models(models, *, out: Optional[str] = None, overwrite: bool = False, launcher=None, **settings) -> RunResult:
+    """Scan several models and compare them (``sinklab scan A B ...``): ``models`` is a sequence of
+    model names (folders, .gguf files, Hub ids; None: the default) or of loaded models (a model
+    with its tokenizer as a pair, what :func:`sinklab.load_model` returns, a :class:`Subject`), or a
+    dict of them by the label you give each. With ``out``, each model's scan is its own run
+    directory under ``out/models/``; named models run as jobs on ``launcher``
+    (:class:`~sinklab.core.launchers.LauncherSettings`; default this machine). ``.frame()``: one
+    row per (model, layer) with ``first_token_mass``. Settings: those of :func:`scan_model`.
+    """
+    items = list(models.items()) if isinstance(models, dict) else [(None, m) for m in models]
+    names, labels, subjects = [], [], []
+    for label, model in items:
+        subject = None if model is None or isinstance(model, (str, os.PathLike)) else subject_of(*(model if isinstance(model, tuple) else (model,)))
+        names.append(str(model) if subject is None and model is not None else subject.name if subject is not None else None)
+        labels.append(label if label is not None else label_of(names[-1]))
+        subjects.append(subject)
+    cfg = CompareConfig(models=tuple(names), labels=tuple(labels), scan=configs.from_kwargs(ScanConfig, settings, ALIASES, "scan_models"))
+    loaded = subjects if any(s is not None for s in subjects) else None
+    result = pipeline.run(COMPARE, cfg, loaded, out=out, overwrite=overwrite, launcher=launcher)
+    _warn_if_reused(result)
+    return result
 
 
-def stream_model(model, tokenizer=None, tokens: int = StreamConfig.tokens, sinks: int = StreamConfig.sinks, window: int = StreamConfig.window,
-                 policies: Sequence[str] = StreamConfig.policies, corpus: str = StreamConfig.corpus, out: Optional[str] = None, **options) -> RunResult:
-    """Perplexity, speed and memory of cache policies over a long stream (``sinklab stream``);
-    ``options`` are the other fields of :class:`~sinklab.stream.StreamConfig`. ``.frame()``: one row
-    per (policy, chunk of the stream) with ``ppl`` and ``ms_per_token``. As on the command line, one-pass
-    scores that leave a real cache's tolerance raise :class:`~sinklab.core.errors.NumericalCheckFailed`."""
-    subject = Subject.from_model(model, tokenizer)
-    cfg = StreamConfig(corpus=corpus, tokens=tokens, sinks=sinks, window=window, policies=tuple(policies), out=out, **options)
-    if out is not None:
-        return RunResult(run_stream(cfg, subject), stream_rows, _where(out))
-    summary = measure_stream(cfg, subject)[0]
-    check_one_pass(summary)
-    return RunResult(summary, stream_rows, None)
+def intervene_model(model, tokenizer=None, interventions: Sequence = (), *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
+    """Interventions against a baseline (``sinklab intervene``): ``interventions`` are the values
+    :func:`sinklab.intervene.applied` takes (``[MaskSelf(10), VarianceAmplify(5, 4.0)]``), one run
+    each (a tuple of them is applied together; ``sinklab.intervene.interventions_for`` turns
+    command-line options into them). ``.frame()``: one row per (experiment, layer) with
+    ``share_at_k`` and ``share_at_0`` (the attention weight later queries give to k and to 0, in
+    [0, 1], averaged over heads, queries and sequences), before and after, and the next-token
+    ``loss`` (nats) and ``ppl``. Settings:
+    """
+    return _run(INTERVENE, model, tokenizer, settings, out, overwrite, "intervene_model", interventions=tuple(interventions))
 
 
-def adapt_model(model, tokenizer=None, corpus: str = PrefixConfig.corpus, tokens: int = PrefixConfig.tokens, windows: int = PrefixConfig.windows,
-                out: Optional[str] = None, **options) -> RunResult:
-    """The sink as a cached prefix and its quantization payoff (``sinklab adapt --sink-prefix``);
-    ``options`` are the other fields of :class:`~sinklab.adapt.PrefixConfig` (``schemes``, ``bos``,
-    ...). ``.frame()``: one row per (setting, condition) with ``ppl``. Fine-tuning a mitigation
-    (``sinklab adapt --to``) keeps checkpoints, so it runs through ``sinklab.adapt.run_finetune``
-    with a run directory. A prefix whose logits leave the exactness tolerance raises
-    :class:`~sinklab.core.errors.NumericalCheckFailed`."""
-    subject = Subject.from_model(model, tokenizer)
-    cfg = PrefixConfig(corpus=corpus, tokens=tokens, windows=windows, out=out, **options)
-    return RunResult(run_sink_prefix(cfg, subject, progress=True), adapt_rows, _where(out))
+def stream_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
+    """Perplexity, speed and memory of cache policies over a long stream (``sinklab stream``).
+    ``.frame()``: one row per (policy, chunk of the stream) with ``ppl`` and ``ms_per_token``;
+    ``.data["nll"]``: each policy's next-token NLL (nats) by position. One-pass scores that leave
+    a real cache's tolerance raise :class:`~sinklab.core.errors.NumericalCheckFailed` (with
+    ``out``, the run is marked failed and kept). Settings:
+    """
+    return _run(STREAM, model, tokenizer, settings, out, overwrite, "stream_model")
+
+
+def adapt_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
+    """The sink as a cached prefix and its quantization payoff (``sinklab adapt --sink-prefix``).
+    ``.frame()``: one row per (setting, condition) with ``ppl``; ``.data["prefixes"]``: the
+    :class:`~sinklab.adapt.SinkPrefix` values computed. Fine-tuning a mitigation (``sinklab adapt
+    --to``) keeps checkpoints, so it runs from the command line with a run directory. A prefix
+    whose logits leave the exactness tolerance raises :class:`~sinklab.core.errors.NumericalCheckFailed`.
+    Settings:
+    """
+    return _run(ADAPT, model, tokenizer, settings, out, overwrite, "adapt_model")
+
+
+def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequence[str]) -> None:
+    """Give ``fn`` the signature and settings list of ``cls`` (``help()`` and tab completion)."""
+    trailing = [inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None), inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=False)]
+    fn.__signature__ = configs.signature(cls, leading, trailing, skip)
+    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + configs.settings_doc(cls, skip) + "\n"
+
+
+_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_MODEL = [inspect.Parameter("model", _POSITIONAL), inspect.Parameter("tokenizer", _POSITIONAL, default=None)]
+_document(scan_model, ScanConfig, _MODEL, LOADING)
+_document(intervene_model, InterveneConfig, [*_MODEL, inspect.Parameter("interventions", _POSITIONAL, default=())], (*LOADING, "interventions"))
+_document(stream_model, StreamConfig, _MODEL, LOADING)
+_document(adapt_model, PrefixConfig, _MODEL, LOADING)
+_document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], ("model",))

@@ -4,19 +4,22 @@ for prefix tokens that absorb outliers (:mod:`.search`), and mitigations fine-tu
 model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.probe`)."""
 
 from .adapted import AdaptedModel
-from .finetune import FinetuneConfig, load_adapted, run_finetune
+from .evaluate import Evaluation
+from .finetune import FINETUNE, FinetuneConfig, load_adapted
 from .frame import adapt_rows
 from .mitigations import MITIGATIONS, Mitigation
 from .prefix import SinkPrefix, bos_token
 from .quantize import QUANT_SCHEMES, QuantScheme, fake_quant, quantize_activation, quantize_weight, quantized
-from .run import PrefixConfig, run_sink_prefix
+from .run import ADAPT, PrefixConfig
 
 __all__ = [
+    "ADAPT",
+    "FINETUNE",
     "MITIGATIONS",
+    "Evaluation",
     "AdaptedModel",
     "FinetuneConfig",
     "Mitigation",
-    "run_finetune",
     "QUANT_SCHEMES",
     "PrefixConfig",
     "QuantScheme",
@@ -28,5 +31,4 @@ __all__ = [
     "quantize_activation",
     "quantize_weight",
     "quantized",
-    "run_sink_prefix",
 ]

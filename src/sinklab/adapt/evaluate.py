@@ -14,13 +14,34 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
+from ..core.configs import setting
 from ..core.corpus import load_corpus, split_documents
-from ..core.errors import SinklabError
+from ..core.errors import SinklabError, check
 from ..models.hf import head_nll
 from .adapted import AdaptedModel
 from .prefix import SinkPrefix
+from .quantize import QUANT_SCHEMES, check_scheme
 
 HELD_OUT_EVERY = 4  # every 4th document (by name) is held out for perplexity
+
+
+@dataclass
+class Evaluation:
+    """Where perplexity is measured and under which quantization: held-out windows of a corpus
+    whose other documents give the calibration windows (and the fine-tuning text)."""
+
+    corpus: str = setting("shakespeare", help="shakespeare, a text file or folder, or hf:NAME (documents split: training and calibration / held out)")
+    tokens: int = setting(256, help="tokens per evaluation window")
+    windows: int = setting(8, help="held-out windows scored")
+    calibration: int = setting(4, help="windows for static scales and the prefix search")
+    schemes: tuple[str, ...] = setting(tuple(QUANT_SCHEMES), flag="--quant", metavar="S[,S...]", choices=tuple(QUANT_SCHEMES), shown="all",
+                                       help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)}")
+
+    def __post_init__(self) -> None:
+        check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")
+        check(self.windows >= 1 and self.calibration >= 1, "--windows and --calibration must be at least 1")
+        for name in self.schemes:
+            check_scheme(name)
 
 
 @dataclass

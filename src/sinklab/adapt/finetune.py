@@ -17,9 +17,9 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
@@ -27,45 +27,48 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
-from ..core.results import stamped
-from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, record_model, write_json
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import append_jsonl, atomic_path
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from . import page, report
 from .adapted import AdaptedModel
-from .evaluate import Condition, corpus_tokens, corpus_windows, prepend
+from .evaluate import Condition, Evaluation, corpus_tokens, corpus_windows, prepend
+from .frame import ADAPT_TABLES
 from .mitigations import MITIGATIONS, make_mitigation
 from .prefix import SinkPrefix, bos_token, exact_tolerance
 from .probe import head_rms, profile_adapted, profile_original
-from .quantize import QUANT_SCHEMES, check_scheme
-from .run import EXACT_WINDOWS, FULL_PRECISION, PREFIX_FILE, check_exact, measure
+from .run import EXACT_WINDOWS, FULL_PRECISION, PREFIX, PREFIX_FILE, check_exact, measure_ppl, nested_evaluation
 
 ADAPTER_FILE = "adapter.safetensors"
 
 
 @dataclass
 class FinetuneConfig:
-    model: Optional[str] = None
-    mitigation: str = "gate"
-    steps: int = 300
-    full: bool = False  # train every weight, not only the mitigation's
-    corpus: str = "shakespeare"
-    outside: Optional[str] = "pydoc"  # a corpus of another domain, evaluated too (None: not)
-    seq_len: int = 128
-    batch: int = 4
-    lr: Optional[float] = None  # default: 1e-2 for the mitigation's parameters, 1e-5 with --full
-    lm_weight: float = 1.0
-    ramp: float = 0.5  # fraction of the steps over which BOS fades out
-    tokens: int = 256  # evaluation windows
-    windows: int = 8
-    calibration: int = 4
-    schemes: tuple[str, ...] = tuple(QUANT_SCHEMES)
-    checkpoint_every: int = 50
-    seed: int = 0
+    """``sinklab adapt --to NAME``'s settings."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
+
+    model: Optional[str] = setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    mitigation: str = setting("gate", help="the mitigation fine-tuned in", flag="--to", choices=tuple(MITIGATIONS), cli=False)
+    steps: int = setting(300, help="optimizer steps")
+    full: bool = setting(False, help="train every weight of the model, not only the mitigation's parameters")
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    outside: Optional[str] = setting("pydoc", flag="--outside-corpus", metavar="CORPUS", parse=lambda text: None if text == "none" else text,
+                                     help="also measure perplexity on this corpus of another domain, where fitting the training text cannot help "
+                                          "(pydoc: Python's language reference; 'none' skips it)")
+    seq_len: int = setting(128, help="tokens per training sequence", flag="--train-tokens", aliases=("--seq-len",))
+    batch: int = setting(4, help="sequences per step")
+    lr: Optional[float] = setting(None, help="learning rate", shown="1e-2 for the mitigation's parameters, 1e-5 with --full")
+    lm_weight: float = setting(1.0, help="weight of the LM loss next to the distillation KL")
+    ramp: float = setting(0.5, help="fraction of the steps over which BOS fades out and the mitigation in")
+    checkpoint_every: int = setting(50, help="steps between checkpoints", result=False)
+    seed: int = setting(0, help="seed of the training batches")
     load: LoadOptions = field(default_factory=LoadOptions)
-    out: str = "runs/adapt-finetune"
 
     def __post_init__(self) -> None:
         check(self.mitigation in MITIGATIONS, f"unknown mitigation {self.mitigation!r}; choose one of: {', '.join(MITIGATIONS)}")
@@ -74,8 +77,6 @@ class FinetuneConfig:
         check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
         check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
         check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
-        for name in self.schemes:
-            check_scheme(name)
 
     @property
     def learning_rate(self) -> float:
@@ -88,41 +89,56 @@ def ramp_at(step: int, cfg: FinetuneConfig) -> float:
     return min(1.0, (step + 1) / max(1.0, cfg.ramp * cfg.steps))
 
 
-def run_finetune(cfg: FinetuneConfig, model=None, resume: bool = False, progress: bool = True) -> dict:
-    """Train, then measure before / after; writes the run directory ``cfg.out``. ``model``: a loaded
-    model or Subject, trained where it is (None: load ``cfg.model`` with ``cfg.load``)."""
-    out = prepare_run_dir(cfg.out)
-    loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
+def measure(cfg: FinetuneConfig, context: RunContext) -> RunResult:
+    """Train (resuming from the run directory's last checkpoint when it holds one), then measure
+    before / after, in memory: the summary and, as data, the trained mitigation's tensors
+    (``adapter``) and BOS's cached prefix. ``context.subject``: a loaded model or Subject, trained
+    where it is (None: load ``cfg.model`` with ``cfg.load``)."""
+    out = context.workdir
+    loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
     model = loaded.model
-    record_model(out, **model_facts(model))
     bos = bos_token(loaded.tokenizer, model)
     check(bos is not None, f"--to needs a model with a fixed BOS token to start from; {loaded.name} has none")
     bos_prefix = SinkPrefix.compute(model, [bos])
     mitigation = make_mitigation(cfg.mitigation, model, bos_prefix)
     model.requires_grad_(cfg.full)
     teacher = copy.deepcopy(model).requires_grad_(False) if cfg.full else model
-    train_ids = corpus_tokens(cfg.corpus, loaded.tokenizer, held_out=False, limit=200 * cfg.seq_len * cfg.batch)
+    train_ids = corpus_tokens(cfg.evaluation.corpus, loaded.tokenizer, held_out=False, limit=200 * cfg.seq_len * cfg.batch)
     mitigation.calibrate(head_rms(teacher, bos, _batch(train_ids, cfg, -1)))
     adapted = AdaptedModel(model, mitigation, bos_prefix)
     params = [p for p in mitigation.parameters() if p.requires_grad] + (list(model.parameters()) if cfg.full else [])
     check(params, f"{cfg.mitigation} adds no parameters to train; pass --full to fine-tune the model's weights with it")
     opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
     trained = nn.ModuleDict({"mitigation": mitigation, **({"model": model} if cfg.full else {})})
-    evaluation = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.windows, held_out=True)
-    start, exact = _start(cfg, out, trained, opt, resume, adapted, teacher, bos, evaluation[:EXACT_WINDOWS])
+    ev = cfg.evaluation
+    evaluation = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)
+    start, exact = _start(out, trained, opt, adapted, teacher, bos, evaluation[:EXACT_WINDOWS])
     tolerance = exact_tolerance(teacher_logits(teacher, bos, evaluation[:EXACT_WINDOWS]), model.dtype)
     clock = time.perf_counter()
-    _train(cfg, out, adapted, teacher, bos, train_ids, opt, trained, start, exact, progress)
-    summary = _finish(cfg, loaded, teacher, adapted, bos, evaluation, exact, time.perf_counter() - clock, progress)
-    summary["exact_check_tolerance"] = tolerance
+    _train(cfg, out, adapted, teacher, bos, train_ids, opt, trained, start, exact)
+    summary = _finish(cfg, loaded, teacher, adapted, bos, evaluation, exact, time.perf_counter() - clock)
+    adapter = {k: v.detach().cpu().contiguous() for k, v in mitigation.state_dict().items()}
+    return RunResult(stamped(KIND, {**summary, "exact_check_tolerance": tolerance}), {"adapter": adapter, "prefixes": {PREFIX: bos_prefix}})
+
+
+KIND = "adapt-finetune"
+
+
+def write(out: Path, result: RunResult) -> list[str]:
+    """The trained mitigation, BOS's prefix and the activation figure (metrics.jsonl and the
+    checkpoints are written while training)."""
     with atomic_path(out / ADAPTER_FILE) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in mitigation.state_dict().items()}, str(tmp))
-    bos_prefix.save(out / PREFIX_FILE, loaded.name)
-    summary["figures"] = [report.activation_figure(summary, out).name]
-    write_json(out / "summary.json", summary)
-    page.write(out)
-    check_exact(summary, out)
-    return summary
+        save_file(result.data["adapter"], str(tmp))
+    result.data["prefixes"][PREFIX].save(out / PREFIX_FILE, result.summary["model"])
+    return [ADAPTER_FILE, PREFIX_FILE, report.activation_figure(result.summary, out).name]
+
+
+def read_data(run_dir: Path) -> dict:
+    return {"adapter": load_file(str(run_dir / ADAPTER_FILE)), "prefixes": {PREFIX: SinkPrefix.load(run_dir / PREFIX_FILE)}}
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return latest_checkpoint(run_dir) is not None
 
 
 def load_adapted(model: nn.Module, run_dir: str | Path) -> AdaptedModel:
@@ -160,27 +176,23 @@ def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, content: tor
     return kl + lm_weight * lm, {"kl": kl.item(), "lm": lm.item()}
 
 
-def _start(cfg, out, trained, opt, resume: bool, adapted: AdaptedModel, teacher, bos: int, windows) -> tuple[int, float]:
-    """(first step, step-0 logit difference): a fresh start, or the last checkpoint's."""
+def _start(out: Path, trained, opt, adapted: AdaptedModel, teacher, bos: int, windows) -> tuple[int, float]:
+    """(first step, step-0 logit difference): a fresh start, or the last checkpoint's (the
+    pipeline resumes only a run of this configuration)."""
     ckpt = latest_checkpoint(out)
-    if not resume:
-        check(ckpt is None, f"{out} already holds a fine-tuning run; pass --resume to continue it or choose another --out")
-        write_json(out / "config.json", asdict(cfg))
+    if ckpt is None:
         adapted.mitigation.ramp = 0.0
         with torch.no_grad(), adapted.applied():
             exact = float((adapted.logits(windows).float() - teacher_logits(teacher, bos, windows)).abs().max())
         return 0, exact
-    check(ckpt is not None, f"nothing to resume in {out}: it holds no checkpoint")
     state = checkpoint_state(ckpt)
-    differ = [k for k in ("mitigation", "steps", "full", "seq_len", "batch", "lr", "lm_weight", "ramp", "seed") if state["config"].get(k) != getattr(cfg, k)]
-    check(not differ, f"the checkpoint comes from another configuration ({', '.join(differ)} differ)")
     load_checkpoint(ckpt, trained, opt)
     drop_rows_after(out / "metrics.jsonl", state["step"])
     return state["step"], state["exact_check"]
 
 
-def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained, start: int, exact: float, progress: bool) -> None:
-    bar = progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step", enabled=progress)
+def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained, start: int, exact: float) -> None:
+    bar = progress_bar(range(start, cfg.steps), initial=start, total=cfg.steps, desc=f"fine-tuning {cfg.mitigation}", unit="step")
     for step in bar:
         adapted.mitigation.ramp = ramp_at(step, cfg)
         content = _batch(ids, cfg, step).to(adapted.model.device)
@@ -194,30 +206,35 @@ def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained
         append_jsonl(out / "metrics.jsonl", {"step": step + 1, "ramp": adapted.mitigation.ramp, "loss": parts["kl"] + cfg.lm_weight * parts["lm"], **parts})
         bar.set_postfix(kl=f"{parts['kl']:.3f}", ramp=f"{adapted.mitigation.ramp:.2f}")
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
-            save_checkpoint(out, step + 1, trained, opt, {"config": asdict(cfg), "exact_check": exact})
+            save_checkpoint(out, step + 1, trained, opt, {"exact_check": exact})
     adapted.mitigation.ramp = 1.0
 
 
-def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, evaluation, exact: float, train_seconds: float, progress: bool) -> dict:
+def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, evaluation, exact: float, train_seconds: float) -> dict:
     """Sink metrics and (quantized) perplexities of the original with BOS in the stream, the
     original with BOS as a cached prefix (the mitigations' step 0) and the adapted model without
     BOS: on held-out windows of the fine-tuning corpus (``ppl``) and of ``cfg.outside``
     (``ppl_outside``), where a gain from fitting the fine-tuning text cannot show."""
-    calibration = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.calibration, held_out=False)
+    ev = cfg.evaluation
+    calibration = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.calibration, held_out=False)
     before = profile_original(teacher, bos, evaluation)
     after = profile_adapted(adapted, evaluation, before["super_neurons"])
-    settings = (FULL_PRECISION, *cfg.schemes)
+    settings = (FULL_PRECISION, *ev.schemes)
 
     def measure_all(windows: torch.Tensor) -> dict:
-        original = measure(teacher, [Condition("bos", lead=(bos,)), Condition("prefix", prefix=adapted.bos)], windows, calibration, settings, progress)
-        adapted_run = measure(adapted.model, [Condition("adapted", adapted=adapted)], windows, calibration, settings, progress)
+        original = measure_ppl(teacher, [Condition("bos", lead=(bos,)), Condition("prefix", prefix=adapted.bos)], windows, calibration, settings)
+        adapted_run = measure_ppl(adapted.model, [Condition("adapted", adapted=adapted)], windows, calibration, settings)
         return {key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings} for key in ("ppl", "max_abs_activation")}
 
     inside = measure_all(evaluation)
-    outside = measure_all(corpus_windows(cfg.outside, loaded.tokenizer, cfg.tokens, cfg.windows, held_out=True)) if cfg.outside else None
-    return stamped("adapt", {
+    outside = measure_all(corpus_windows(cfg.outside, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)) if cfg.outside else None
+    return {
         "model": loaded.name, "architecture": describe_architecture(adapted.model), **model_facts(teacher), "method": "finetune", "mitigation": cfg.mitigation,
         "full": cfg.full, "steps": cfg.steps, "exact_check": exact, "train_seconds": train_seconds,
         "before": before, "after": after, "ppl": inside["ppl"], "max_abs_activation": inside["max_abs_activation"],
         **({"outside_corpus": cfg.outside, "ppl_outside": outside["ppl"], "max_abs_activation_outside": outside["max_abs_activation"]} if outside else {}),
-    })
+    }
+
+
+FINETUNE = register(Capability(KIND, FinetuneConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact,
+                               resumable=has_checkpoint, needs_run_dir=True))

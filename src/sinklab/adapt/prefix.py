@@ -49,8 +49,8 @@ class SinkPrefix:
     """Per layer, the keys and values (1, H_kv, P, D) of the ``token_ids`` at positions 0..P-1."""
 
     token_ids: tuple[int, ...]
-    keys: list[torch.Tensor]
-    values: list[torch.Tensor]
+    keys: list[torch.Tensor] = field(repr=False)
+    values: list[torch.Tensor] = field(repr=False)
     fingerprint: Optional[str] = None  # of the model it was computed on (None: built by hand, not checked)
     _checked: Optional[weakref.ref] = field(default=None, repr=False, compare=False)  # the model it is known to fit
 

@@ -7,100 +7,109 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import ClassVar, Optional
 
 import torch
 
+from ..core import configs
 from ..core.errors import NumericalCheckFailed, SinklabError, check
 from ..core.progress import progress_bar
-from ..core.results import stamped
-from ..core.runs import PhaseClock, prepare_run_dir, record_model, write_json
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import PhaseClock
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
+from ..scan import BOS_CHOICES
 from . import page, report
-from .evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity, prepend
+from .evaluate import Condition, Evaluation, content_hidden, content_nll, corpus_windows, perplexity, prepend
+from .frame import ADAPT_TABLES
 from .prefix import EXACT_EPS, SinkPrefix, bos_token, exact_tolerance
-from .quantize import QUANT_SCHEMES, check_scheme, quantized
+from .quantize import QUANT_SCHEMES, quantized
 from .search import candidate_tokens, search_prefix
 
 FULL_PRECISION = "fp"
-PREFIX_FILE = "sink_prefix.safetensors"
-CUSHION_FILE = "cushion_prefix.safetensors"
+PREFIX, CUSHION = "sink_prefix", "cushion_prefix"  # the prefixes' names, and their files' (<name>.safetensors)
+PREFIX_FILE = f"{PREFIX}.safetensors"
 EXACT_WINDOWS = 2  # windows whose full logits are compared, prefix against BOS in the sequence
+
+
+def nested_evaluation(saved: dict) -> dict:
+    """Runs before config version 1 kept the evaluation settings at the top level."""
+    moved = {k: saved[k] for k in EVALUATION_KEYS if k in saved}
+    return {**{k: v for k, v in saved.items() if k not in EVALUATION_KEYS}, "evaluation": moved}
+
+
+EVALUATION_KEYS = ("corpus", "tokens", "windows", "calibration", "schemes")
 
 
 @dataclass
 class PrefixConfig:
-    model: Optional[str] = None
-    corpus: str = "shakespeare"
-    tokens: int = 256  # tokens per window
-    windows: int = 8  # held-out windows scored for perplexity
-    calibration: int = 4  # windows for static scales and the prefix search
-    schemes: tuple[str, ...] = tuple(QUANT_SCHEMES)
-    bos: str = "auto"  # yes | no | auto (use the tokenizer's BOS when it has one)
-    prefix_tokens: int = 0  # tokens searched after BOS (CushionCache); at least 1 without BOS
-    search_seconds: float = 300.0
-    candidates: int = 64
+    """``sinklab adapt --sink-prefix``'s settings (and ``sinklab.adapt_model``'s keyword arguments)."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
+
+    model: Optional[str] = configs.setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    evaluation: Evaluation = field(default_factory=Evaluation)
+    bos: str = configs.setting("auto", choices=BOS_CHOICES, help="put a BOS token first in every sequence: yes, no, or auto (when the tokenizer has one); "
+                                                        "the BOS is the sink; no: a prefix is searched instead")
+    prefix_tokens: int = configs.setting(0, help="tokens searched after BOS to absorb outliers (CushionCache); 1 when there is no BOS")
+    search_seconds: float = configs.setting(300.0, help="time budget of the prefix search")
+    candidates: int = configs.setting(64, help="most frequent calibration tokens tried at each prefix position")
     load: LoadOptions = field(default_factory=LoadOptions)
-    out: Optional[str] = "runs/adapt"  # None: nothing is written (sinklab.adapt_model)
 
     def __post_init__(self) -> None:
-        check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")
-        check(self.windows >= 1 and self.calibration >= 1, "--windows and --calibration must be at least 1")
-        check(self.bos in ("yes", "no", "auto"), f"--bos must be yes, no or auto, got {self.bos!r}")
+        check(self.bos in BOS_CHOICES, f"--bos must be yes, no or auto, got {self.bos!r}")
         check(self.prefix_tokens >= 0, f"--prefix-tokens must be 0 or more, got {self.prefix_tokens}")
         check(self.search_seconds > 0 and self.candidates >= 1, "--search-seconds must be positive and --candidates at least 1")
-        for name in self.schemes:
-            check_scheme(name)
 
 
-def run_sink_prefix(cfg: PrefixConfig, model=None, progress: bool = True) -> dict:
-    """Write config.json, summary.json, the prefix file(s), a figure and report.html to ``cfg.out``
-    (with ``cfg.out`` None, only return the summary). ``model``: a loaded model or Subject, used
-    where it is (None: load ``cfg.model`` with ``cfg.load``)."""
-    out = prepare_run_dir(cfg.out) if cfg.out is not None else None
+def measure(cfg: PrefixConfig, context: RunContext = RunContext()) -> RunResult:
+    """The sink prefix, its exactness check and the quantized perplexities, in memory: the summary
+    and, as data, the prefixes computed (``sink_prefix``: BOS's keys and values; ``cushion_prefix``:
+    the searched one), as :class:`SinkPrefix` values."""
+    ev = cfg.evaluation
     clock = PhaseClock()
     with clock.phase("load"):
-        loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
+        loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
         model = loaded.model
         bos = _first_token(cfg, loaded)
-        evaluation = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.windows, held_out=True)
-        calibration = corpus_windows(cfg.corpus, loaded.tokenizer, cfg.tokens, cfg.calibration, held_out=False)
-    if out is not None:
-        write_json(out / "config.json", {**asdict(cfg), "model_name": loaded.name})
-    facts = model_facts(model)
-    if out is not None:
-        record_model(out, **facts)
-    summary = {"model": loaded.name, "architecture": describe_architecture(model), **facts, "method": "sink_prefix", "bos_token": bos,
-               "tokens": cfg.tokens, "windows": cfg.windows, "calibration_windows": cfg.calibration}
-    conditions = []
+        evaluation = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)
+        calibration = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.calibration, held_out=False)
+    summary = {"model": loaded.name, "architecture": describe_architecture(model), **model_facts(model), "method": "sink_prefix", "bos_token": bos,
+               "tokens": ev.tokens, "windows": ev.windows, "calibration_windows": ev.calibration}
+    conditions, prefixes = [], {}
     if bos is not None:
         with clock.phase("prefix"):
-            prefix = SinkPrefix.compute(model, [bos])
-            if out is not None:
-                prefix.save(out / PREFIX_FILE, loaded.name)
-        conditions += [Condition("bos", lead=(bos,)), Condition("prefix", prefix=prefix)]
+            prefixes[PREFIX] = SinkPrefix.compute(model, [bos])
+        conditions += [Condition("bos", lead=(bos,)), Condition("prefix", prefix=prefixes[PREFIX])]
     conditions.append(Condition("no_bos"))
     n_search = cfg.prefix_tokens or (1 if bos is None else 0)
     if n_search:
         with clock.phase("search"):
-            conditions.append(_cushion(cfg, loaded, calibration, bos, n_search, summary, out, progress))
+            prefixes[CUSHION], summary["search"] = _cushion(cfg, loaded, calibration, bos, n_search)
+        conditions.append(Condition("cushion", prefix=prefixes[CUSHION]))
     with clock.phase("exact check"):
         checked = next(c.prefix for c in conditions if c.prefix is not None)  # BOS's, else the searched one
         summary["exact_check"], summary["exact_check_tolerance"] = exact_check(model, checked, evaluation[:EXACT_WINDOWS])
         summary["exact_check_tokens"] = list(checked.token_ids)
     with clock.phase("measure"):
-        summary.update(measure(model, conditions, evaluation, calibration, (FULL_PRECISION, *cfg.schemes), progress))
+        summary.update(measure_ppl(model, conditions, evaluation, calibration, (FULL_PRECISION, *ev.schemes)))
     summary["seconds"] = clock.seconds
-    if out is not None:
-        summary["files"] = [name for name in (PREFIX_FILE, CUSHION_FILE) if (out / name).exists()]
-        summary["figures"] = [report.activation_figure(summary, out).name]
-    summary = stamped("adapt", summary)
-    if out is not None:
-        write_json(out / "summary.json", summary)
-        page.write(out)
-    check_exact(summary, out)
-    return summary
+    return RunResult(stamped("adapt", summary), {"prefixes": prefixes})
+
+
+def write(out: Path, result: RunResult) -> list[str]:
+    """The prefix files and the activation figure (summary.json and the page are the pipeline's)."""
+    files = []
+    for name, prefix in result.data["prefixes"].items():
+        prefix.save(out / f"{name}.safetensors", result.summary["model"])
+        files.append(f"{name}.safetensors")
+    return [*files, report.activation_figure(result.summary, out).name]
+
+
+def read_data(run_dir: Path) -> dict:
+    return {"prefixes": {name: SinkPrefix.load(run_dir / f"{name}.safetensors") for name in (PREFIX, CUSHION) if (run_dir / f"{name}.safetensors").exists()}}
 
 
 def _first_token(cfg: PrefixConfig, loaded: LoadedModel) -> Optional[int]:
@@ -119,34 +128,31 @@ def exact_check(model, prefix: SinkPrefix, windows: torch.Tensor) -> tuple[float
     return float((in_sequence.float() - cached.float()).abs().max()), exact_tolerance(in_sequence, model.dtype)
 
 
-def check_exact(summary: dict, out=None) -> None:
+def check_exact(result: RunResult) -> None:
     """Fail when the summary's exact check left its tolerance (the results are already written)."""
+    summary = result.summary
     if summary["exact_check"] > summary["exact_check_tolerance"]:
-        kept = f"; results kept in {out}/summary.json" if out is not None else ""
         raise NumericalCheckFailed(
             f"the logits differ from the original model's by {summary['exact_check']:.2e} "
             f"(tolerance {summary['exact_check_tolerance']:.2e}, {EXACT_EPS} eps of the largest logit: "
-            f"more than floating-point reduction order explains){kept}",
-            out,
+            f"more than floating-point reduction order explains)"
         )
 
 
-def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, bos, n_tokens: int, summary: dict, out, progress: bool) -> Condition:
+def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, bos, n_tokens: int) -> tuple[SinkPrefix, dict]:
+    """The searched prefix (CushionCache) and what the search found."""
     lead = () if bos is None else (bos,)
     candidates = candidate_tokens(calibration, loaded.tokenizer, cfg.candidates)
-    found = search_prefix(loaded.model, calibration[:1, :64], lead, n_tokens, candidates, cfg.search_seconds, progress)
+    found = search_prefix(loaded.model, calibration[:1, :64], lead, n_tokens, candidates, cfg.search_seconds)
     check(len(found.tokens) > len(lead), f"the prefix search found nothing within --search-seconds {cfg.search_seconds:g}")
     prefix = SinkPrefix.compute(loaded.model, list(found.tokens))
-    if out is not None:
-        prefix.save(out / CUSHION_FILE, loaded.name)
-    summary["search"] = {**asdict(found), "strings": [loaded.tokenizer.decode([t]) for t in found.tokens], "candidates": len(candidates)}
-    return Condition("cushion", prefix=prefix)
+    return prefix, {**asdict(found), "strings": [loaded.tokenizer.decode([t]) for t in found.tokens], "candidates": len(candidates)}
 
 
-def measure(model, conditions: list[Condition], evaluation: torch.Tensor, calibration: torch.Tensor, settings: tuple[str, ...], progress: bool) -> dict:
+def measure_ppl(model, conditions: list[Condition], evaluation: torch.Tensor, calibration: torch.Tensor, settings: tuple[str, ...]) -> dict:
     """Perplexity and the largest |input| of the linear layers per layer, per setting and condition."""
     ppl, maxima = {}, {}
-    bar = progress_bar(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run", enabled=progress)
+    bar = progress_bar(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run")
     start = time.perf_counter()
     for setting in settings:
         scheme = None if setting == FULL_PRECISION else QUANT_SCHEMES[setting]
@@ -168,3 +174,6 @@ def calibrate(model, calibration: torch.Tensor, condition: Condition) -> dict[st
         for window in calibration:  # one window per forward, as scored; no output layer: only the linear inputs matter
             content_hidden(model, window[None], condition)
     return dict(log.by_module)
+
+
+ADAPT = register(Capability("adapt", PrefixConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact))

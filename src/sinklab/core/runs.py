@@ -22,16 +22,16 @@ import tempfile
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import asdict, is_dataclass
+from dataclasses import fields, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .errors import SinklabError, check
 
 RUN_INFO = "run.json"
 CONFIG = "config.json"
 SUMMARY = "summary.json"
-FAILED_CHECK = "numerical_check_failed"  # the run.json entry of a run whose numerical check failed
+FAILED_CHECK = "numerical_check_failed"  # the run.json entry (and status) of a run whose numerical check failed
 
 
 @contextmanager
@@ -77,8 +77,10 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 def jsonable(obj: Any) -> Any:
     """Convert dataclasses, tensors, paths and dtypes into plain JSON values; a non-finite float
     becomes None (JSON's null: a reader needs no special case for "inf" or "nan" strings)."""
+    if hasattr(obj, "to_record"):  # a value that says how it is recorded (an intervention: its type too)
+        return jsonable(obj.to_record())
     if is_dataclass(obj) and not isinstance(obj, type):
-        return jsonable(asdict(obj))
+        return {f.name: jsonable(getattr(obj, f.name)) for f in fields(obj)}
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -132,9 +134,10 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def prepare_run_dir(path: str | os.PathLike) -> Path:
-    """Create ``path`` (and parents), check that it is writable (a clear error if not), and record
-    in ``run.json`` the command line and package versions the run's report shows."""
+def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
+    """Create ``path`` (and parents), check that it is writable (a clear error if not), and write a
+    fresh ``run.json``: the command line, package versions, the git commit, and the launcher
+    settings when the run's jobs are launched (:mod:`.launchers`)."""
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -142,35 +145,51 @@ def prepare_run_dir(path: str | os.PathLike) -> Path:
         probe.close()
     except OSError as exc:
         raise SinklabError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
-    info = {"command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"), "versions": package_versions()}
+    info = {"command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "versions": package_versions(), "status": RUNNING}
     source = source_revision()
-    write_json(out / RUN_INFO, info if source is None else {**info, "git": source})
+    if source is not None:
+        info["git"] = source
+    if launcher is not None:
+        info["launcher"] = jsonable(launcher)
+    _write_run_info(out, info)
     return out
 
 
 def read_run_info(out: str | os.PathLike) -> dict:
     """``run.json`` of a run directory ({} when it has none, or an unreadable one)."""
     try:
-        return json.loads((Path(out) / RUN_INFO).read_text())
+        info = json.loads((Path(out) / RUN_INFO).read_text())
     except (OSError, ValueError):
         return {}
+    return info if isinstance(info, dict) else {}
 
 
 def record_model(out: str | os.PathLike, **fields: Any) -> dict:
-    """Merge what a run learned about its model (``device``, ``dtype``, ``revision``,
-    ``device_map``, ...) into the ``model`` entry of ``run.json``, atomically; returns the entry.
-    Values JSON cannot hold (a ``torch.dtype``, a device) are recorded as their ``str``."""
+    """Merge what a run learned about its model (``name``, ``device``, ``dtype``, ``revision``,
+    ``device_map``, ...) into the ``model`` entry of ``run.json``; returns the entry. Values JSON
+    cannot hold (a ``torch.dtype``, a device) are recorded as their ``str``."""
     info = read_run_info(out)
     info["model"] = {**info.get("model", {}), **json.loads(json.dumps(jsonable(fields), default=str))}
-    write_json(Path(out) / RUN_INFO, info)
+    _write_run_info(out, info)
     return info["model"]
 
 
-def record_failed_check(out: str | os.PathLike, message: str) -> None:
-    """Note in ``run.json`` that the run's numerical check failed: it is not a finished run that
-    the same command may skip (:func:`claim_run_dir` runs it again)."""
-    write_json(Path(out) / RUN_INFO, {**read_run_info(out), FAILED_CHECK: message})
+def finish_run(out: str | os.PathLike, files: Sequence[str] = (), failed_check: Optional[str] = None, **notes: Any) -> None:
+    """Mark the run finished in ``run.json``, with the files it wrote and its notes (e.g. figures
+    that could not be drawn), or failed: its numerical check said ``failed_check``, so it is not a
+    finished run the same command may skip (:func:`claim_run_dir` runs it again)."""
+    info = {**read_run_info(out), "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "files": list(files), **jsonable(notes)}
+    info["status"] = FINISHED if failed_check is None else FAILED_CHECK
+    if failed_check is not None:
+        info[FAILED_CHECK] = failed_check
+    _write_run_info(out, info)
 
+
+def _write_run_info(out: str | os.PathLike, info: dict) -> None:
+    """The one writer of ``run.json`` (atomic): :func:`start_run`, :func:`record_model` and
+    :func:`finish_run` call it, and nothing else in sinklab writes that file."""
+    write_json(Path(out) / RUN_INFO, info)
 
 
 def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().parent.parent) -> Optional[dict]:
@@ -191,10 +210,12 @@ def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().pa
 
 
 NEW, RESUME, FINISHED = "new", "resume", "finished"
+RUNNING = "running"
 
-#: config.json keys that say where or how a run is written, not what it computes: runs that
-#: differ only in these are the same run (``query_chunk`` bounds memory, rows are independent).
-NOT_RESULT_KEYS = frozenset({"out", "query_chunk", "trust_remote_code", "checkpoint_every"})
+
+def is_finished(path: str | os.PathLike) -> bool:
+    """Whether ``path`` holds a finished run: its summary is written and its check did not fail."""
+    return (Path(path) / SUMMARY).exists() and FAILED_CHECK not in read_run_info(path)
 
 
 def claim_run_dir(
@@ -204,16 +225,17 @@ def claim_run_dir(
     resumable: Callable[[Path], bool] = lambda run_dir: False,
     remove: bool = True,
 ) -> str:
-    """The one policy for an existing ``--out``, applied by every command before it writes.
+    """The one policy for an existing ``--out`` (or ``out=``), applied before anything is written.
 
-    ``config`` is what the run will write as ``config.json`` (a dict or dataclass; keys the run
-    adds later, such as the resolved model name, are not compared). Returns :data:`NEW` (nothing
-    there, an empty folder, or old outputs removed), :data:`RESUME` or :data:`FINISHED`:
+    ``config`` is the run's configuration (a config dataclass, see :mod:`.configs`, or a plain
+    dict). Returns :data:`NEW` (nothing there, an empty folder, or old outputs removed),
+    :data:`RESUME` or :data:`FINISHED`:
 
     * ``overwrite``: a sinklab run directory (one with run.json or config.json) is removed first;
     * a folder that is not a sinklab run directory and not empty is refused (never removed);
-    * a run of another configuration (a key outside :data:`NOT_RESULT_KEYS` differs) is refused
-      with the first differing key;
+    * a run of another configuration is refused with the first differing setting: the saved
+      ``config.json``, brought to today's version by the config's migrations, against ``config``,
+      every setting compared except those declared ``result=False``;
     * the same configuration, finished (summary.json, no failed numerical check): FINISHED;
     * the same configuration, unfinished: RESUME when ``resumable(out)``, else the old outputs are
       removed and the run starts over (NEW).
@@ -225,17 +247,11 @@ def claim_run_dir(
     if not path.is_dir() or not any(path.iterdir()) or (overwrite and not remove):
         return NEW
     check((path / RUN_INFO).exists() or (path / CONFIG).exists(), f"{path} exists and is not a sinklab run directory (no {RUN_INFO} or {CONFIG}); choose another --out")
-    finished = (path / SUMMARY).exists() and FAILED_CHECK not in read_run_info(path)
+    finished = is_finished(path)
     if not overwrite:
-        try:
-            saved = json.loads((path / CONFIG).read_text())
-        except FileNotFoundError:  # killed before it wrote its configuration: nothing to keep
-            check(not finished, f"{path} holds a finished run with no {CONFIG} to compare with; pass --overwrite to replace it, or choose another --out")
-            saved = None
-        except ValueError:
-            raise SinklabError(f"{path / CONFIG} is damaged; pass --overwrite to replace the run, or choose another --out") from None
-        if saved is not None:
-            differs = first_difference(saved, json.loads(json.dumps(jsonable(config))))
+        check((path / CONFIG).exists() or not finished, f"{path} holds a finished run with no {CONFIG} to compare with; pass --overwrite to replace it, or choose another --out")
+        if (path / CONFIG).exists():  # else killed before it wrote its configuration: nothing to keep
+            differs = run_differs(path, config)
             check(differs is None, f"{path} holds a run of another configuration ({differs}); pass --overwrite to replace it, or choose another --out")
             if finished:
                 return FINISHED
@@ -246,28 +262,24 @@ def claim_run_dir(
     return NEW
 
 
-def first_difference(saved: Any, current: Any, where: str = "") -> Optional[str]:
-    """The first key of ``current`` (dotted, ``[i]`` for list items) whose value differs from
-    ``saved``'s, with both values; None when they agree. Keys only ``saved`` has are ignored."""
-    if isinstance(current, dict) and isinstance(saved, dict):
-        for key, value in current.items():
-            name = f"{where}.{key}" if where else key
-            if key in NOT_RESULT_KEYS:
-                continue
-            if key not in saved:
-                return f"{name} is not recorded there"
-            found = first_difference(saved[key], value, name)
-            if found:
-                return found
+def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
+    """The first setting in which the run ``out`` holds differs from ``config`` (a config dataclass,
+    see :mod:`.configs`, or a plain dict), as "key: saved there, given now"; None when they are the
+    same run or ``out`` holds no configuration. Its ``config.json`` is brought to today's version by
+    the config's migrations first, and every setting is compared except those declared
+    ``result=False``."""
+    from .configs import first_difference, migrate, not_result_paths, record
+
+    try:
+        saved = json.loads((Path(out) / CONFIG).read_text())
+    except FileNotFoundError:
         return None
-    if isinstance(current, list) and isinstance(saved, list) and len(current) == len(saved):
-        return next((found for i, (a, b) in enumerate(zip(saved, current)) if (found := first_difference(a, b, f"{where}[{i}]"))), None)
-    return None if saved == current else f"{where}: {_brief(saved)} there, {_brief(current)} now"
-
-
-def _brief(value: Any, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    except ValueError:
+        raise SinklabError(f"{Path(out) / CONFIG} is damaged; pass --overwrite to replace the run, or choose another --out") from None
+    cls = type(config) if is_dataclass(config) else None
+    if cls is not None and isinstance(saved, dict):
+        saved = migrate(cls, saved)
+    return first_difference(saved, json.loads(json.dumps(record(config))), not_result_paths(cls))
 
 
 def _remove_run_dir(path: Path) -> None:

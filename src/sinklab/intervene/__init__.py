@@ -1,11 +1,13 @@
 """Interventions: create, move and remove sinks with causal edits (Li et al. 2026; Xiao et al. 2024).
 
 A new intervention is one registered class in :mod:`.interventions`; :func:`applied` puts a list of
-them around any forward, ``generate`` or backward pass of a model the user holds."""
+them around any forward, ``generate`` or backward pass of a model the user holds, and
+``sinklab.intervene_model`` (``sinklab intervene``) runs each against a baseline."""
 
 from .applied import applied
 from .frame import intervene_rows
 from .interventions import (
+    DEFAULT_LAMS,
     INTERVENTIONS,
     DropFirst,
     Experiment,
@@ -15,17 +17,20 @@ from .interventions import (
     ScoreBias,
     ValueZero,
     VarianceAmplify,
-    experiments_for,
     hooks_of,
+    interventions_for,
     register,
     suppress_sink,
     validate_all,
 )
-from .run import InterveneConfig, apply_interventions, measure_intervene, run_intervene, share_at
-from .trigger_models import run_trigger_interventions
+from .run import INTERVENE, InterveneConfig, apply_interventions, share_at
+from .trigger_models import TRIGGER_EDITS, TriggerEditConfig
 
 __all__ = [
+    "DEFAULT_LAMS",
+    "INTERVENE",
     "INTERVENTIONS",
+    "TRIGGER_EDITS",
     "DropFirst",
     "Experiment",
     "InterveneConfig",
@@ -33,17 +38,15 @@ __all__ = [
     "MaskSelf",
     "PlainScale",
     "ScoreBias",
+    "TriggerEditConfig",
     "ValueZero",
     "VarianceAmplify",
     "applied",
     "apply_interventions",
-    "experiments_for",
     "hooks_of",
+    "interventions_for",
     "intervene_rows",
-    "measure_intervene",
     "register",
-    "run_intervene",
-    "run_trigger_interventions",
     "share_at",
     "suppress_sink",
     "validate_all",

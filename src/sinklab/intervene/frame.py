@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..core.results import table_rows
+
 
 def intervene_rows(summary: dict) -> Iterator[dict]:
-    """Rows with ``experiment`` (its label), ``intervention`` (its type), ``lam``, ``k``,
-    ``layer``, ``share_at_k`` and ``share_at_0`` (the mean attention later queries give to key k
-    and to key 0, heads averaged) after the edit and ``..._before`` it, and the run's ``loss`` and
-    ``ppl`` with ``loss_before``."""
+    """Rows with ``experiment`` (its label), ``intervention`` (its type), ``lam`` (the strength of
+    amplify or scale: the factor on token k's deviation from the mean output, or on the output),
+    ``k``, ``layer``, ``share_at_k`` and ``share_at_0`` (the mean attention weight that queries
+    after k give to key k, and to key 0: a fraction in [0, 1], averaged over heads, those queries
+    and the sequences) after the edit and ``..._before`` it, and the run's next-token ``loss``
+    (nats) and ``ppl`` with ``loss_before``."""
+    return table_rows(summary, _rows(summary))
+
+
+def _rows(summary: dict) -> Iterator[dict]:
     base = summary["baseline"]
     for r in summary["results"]:
         kind = r["intervention"]["type"] if isinstance(r["intervention"], dict) else "+".join(iv["type"] for iv in r["intervention"])
@@ -19,3 +27,6 @@ def intervene_rows(summary: dict) -> Iterator[dict]:
             yield {"experiment": r["label"], "intervention": kind, "lam": r["lam"], "k": r["k"], "layer": layer,
                    "share_at_k": at_k, "share_at_k_before": before_k[layer], "share_at_0": at_0, "share_at_0_before": base["share_at_0"][layer],
                    "loss": r["loss"], "loss_before": base["loss"], "ppl": r["ppl"]}
+
+
+INTERVENE_TABLES = {"layers": intervene_rows}

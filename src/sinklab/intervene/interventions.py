@@ -5,10 +5,12 @@ same value edits a Hugging Face model, a native LM or a trigger-lab model. Hooks
 inside :meth:`~sinklab.core.hooks.HookSet.attached` (used by the runner), and every intervention
 is recorded in the run's config through its dataclass fields.
 
-A new intervention is one class here: a frozen dataclass with ``point`` and ``edit``, decorated
-with ``@register(option, takes=..., help=...)`` and saying in ``experiments`` which runs its
-option asks for. ``sinklab intervene --option`` (from ``help`` and ``takes``), the runner and
-the report pick it up from :data:`INTERVENTIONS`.
+A new intervention is one class here: a frozen dataclass with ``point``, ``edit`` and ``label``,
+decorated with ``@register(option, takes=..., help=...)`` and saying in ``for_option`` which
+interventions its command-line option asks for. ``sinklab intervene --option`` (from ``help`` and
+``takes``), the runner and the report pick it up from :data:`INTERVENTIONS`. The notebook and the
+configuration take the values themselves (``intervene_model(model, tok, [MaskSelf(10)])``, as
+:func:`~.applied.applied` does); only the command line speaks in options.
 
 ``layers`` / ``heads`` select where an intervention acts (None: everywhere) and are keyword-only;
 the fields of each intervention come first and may be positional (``MaskSelf(10)``,
@@ -34,6 +36,8 @@ TAKES = ("positions", "position", "count", "switch")
 
 #: option name (``mask_self`` -> ``--mask-self``) -> intervention class, in the order runs are made.
 INTERVENTIONS: dict[str, type["Intervention"]] = {}
+#: class name -> class: what a recorded intervention's ``type`` names (ScoreBias too, which suppress_sink makes).
+BY_TYPE: dict[str, type["Intervention"]] = {}
 
 
 def register(option: str, takes: str, help: str, sweeps_lam: bool = False) -> Callable[[type["Intervention"]], type["Intervention"]]:
@@ -46,18 +50,40 @@ def register(option: str, takes: str, help: str, sweeps_lam: bool = False) -> Ca
             raise ValueError(f"intervention option {option!r} is registered twice")
         cls.option, cls.takes, cls.help, cls.sweeps_lam = option, takes, help, sweeps_lam
         INTERVENTIONS[option] = cls
+        BY_TYPE[cls.__name__] = cls
         return cls
 
     return add
 
 
-@dataclass
-class Experiment:
-    """Interventions applied together, and the position k whose sink score is reported."""
+#: The strengths ``--lam`` sweeps by default (amplify and scale).
+DEFAULT_LAMS = (1.0, 2.0, 4.0, 8.0, 16.0)
 
-    label: str
+
+@dataclass(frozen=True)
+class Experiment:
+    """Interventions applied together in one run, and the position k whose sink score is reported
+    (the first intervention's)."""
+
     interventions: tuple["Intervention", ...]
-    k: int
+
+    @classmethod
+    def of(cls, given) -> "Experiment":
+        """An experiment from an :class:`Intervention` or a sequence of them (applied together)."""
+        items = tuple(given) if isinstance(given, (tuple, list)) else (given,)
+        check(len(items) >= 1, "an experiment needs at least one intervention")
+        for iv in items:
+            if not isinstance(iv, Intervention):
+                raise SinklabError(f"not an intervention: {iv!r} (give objects such as MaskSelf(10), as applied() takes)")
+        return cls(items)
+
+    @property
+    def label(self) -> str:
+        return " + ".join(iv.label for iv in self.interventions)
+
+    @property
+    def k(self) -> int:
+        return self.interventions[0].reported_position
 
     @property
     def lam(self) -> Optional[float]:
@@ -77,9 +103,20 @@ class Intervention:
     sweeps_lam: ClassVar[bool] = False
 
     @classmethod
-    def experiments(cls, value: Any, lams: Sequence[float], where: dict) -> list[Experiment]:  # pragma: no cover - interface
-        """The runs that ``--option value`` asks for; ``where`` holds ``layers`` and ``heads``."""
+    def for_option(cls, value: Any, lams: Sequence[float], where: dict) -> list["Intervention"]:  # pragma: no cover - interface
+        """The interventions (one run each) that ``--option value`` asks for; ``where`` holds
+        ``layers`` and ``heads``."""
         raise NotImplementedError
+
+    @property
+    def label(self) -> str:  # pragma: no cover - interface
+        """How reports and tables name this intervention."""
+        raise NotImplementedError
+
+    @property
+    def reported_position(self) -> int:
+        """The position k whose share of attention a run reports for this intervention."""
+        return self.positions()[0]
 
     def edit(self, tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -95,6 +132,18 @@ class Intervention:
 
     def describe(self) -> dict:
         return {"type": type(self).__name__, **asdict(self)}
+
+    def to_record(self) -> dict:
+        """How a configuration records it (config.json): its type and fields."""
+        return self.describe()
+
+    @staticmethod
+    def from_record(record: dict) -> "Intervention":
+        """The intervention a configuration recorded (:meth:`to_record`)."""
+        check(isinstance(record, dict) and record.get("type") in BY_TYPE, f"not a recorded intervention: {record!r}")
+        cls = BY_TYPE[record["type"]]
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k != "type"}
+        return cls(**values)
 
     def validate(self, n_layers: int, n_heads: int, n_tokens: Optional[int]) -> None:
         """Layers and heads against the model; positions against the input (None: not known yet)."""
@@ -137,8 +186,12 @@ class MaskSelf(Intervention):
     point: ClassVar[str] = "attn.hook_mask"
 
     @classmethod
-    def experiments(cls, value, lams, where):
-        return [Experiment(f"mask_self k={k}", (cls(k=k, **where),), k) for k in value]
+    def for_option(cls, value, lams, where):
+        return [cls(k=k, **where) for k in value]
+
+    @property
+    def label(self):
+        return f"mask_self k={self.k}"
 
     def positions(self):
         return (self.k,)
@@ -163,8 +216,12 @@ class _OutputEdit(Intervention):
     point: ClassVar[str] = "attn.hook_z"
 
     @classmethod
-    def experiments(cls, value, lams, where):
-        return [Experiment(f"{cls.option} k={value} lam={lam:g}", (cls(k=value, lam=lam, **where),), value) for lam in lams]
+    def for_option(cls, value, lams, where):
+        return [cls(k=value, lam=lam, **where) for lam in lams]
+
+    @property
+    def label(self):
+        return f"{self.option} k={self.k} lam={self.lam:g}"
 
     def positions(self):
         return (self.k,)
@@ -233,8 +290,13 @@ class ScoreBias(Intervention):
     point: ClassVar[str] = "attn.hook_scores"
 
     @classmethod
-    def experiments(cls, value, lams, where):
-        return [Experiment("suppress_sink (score bias -inf at 0)", (suppress_sink(0, **where),), 0)]
+    def for_option(cls, value, lams, where):
+        return [suppress_sink(0, **where)]
+
+    @property
+    def label(self):
+        at = ",".join(str(p) for p in self.at)
+        return "suppress_sink (score bias -inf at 0)" if self.delta == float("-inf") and self.at == (0,) else f"score_bias {self.delta:g} at {at}"
 
     def positions(self):
         return tuple(self.at)
@@ -258,8 +320,12 @@ class ValueZero(Intervention):
     point: ClassVar[str] = "attn.hook_v"
 
     @classmethod
-    def experiments(cls, value, lams, where):
-        return [Experiment(f"value_zero {list(value)}", (cls(at=tuple(value), **where),), value[0])]
+    def for_option(cls, value, lams, where):
+        return [cls(at=tuple(value), **where)]
+
+    @property
+    def label(self):
+        return f"value_zero {list(self.at)}"
 
     def positions(self):
         return tuple(self.at)
@@ -280,9 +346,17 @@ class DropFirst(Intervention):
     point: ClassVar[str] = "attn.hook_mask"
 
     @classmethod
-    def experiments(cls, value, lams, where):
+    def for_option(cls, value, lams, where):
         check(value >= 1, f"--drop-first must be at least 1, got {value}")
-        return [Experiment(f"drop_first n={value}", (cls(n=value, **where),), 0)]
+        return [cls(n=value, **where)]
+
+    @property
+    def label(self):
+        return f"drop_first n={self.n}"
+
+    @property
+    def reported_position(self):
+        return 0  # the sink the eviction removes
 
     def positions(self):
         return (self.n - 1,) if self.n > 0 else ()
@@ -311,10 +385,14 @@ def validate_all(interventions: Sequence[Intervention], n_layers: int, n_heads: 
 
 
 
-def experiments_for(edits: dict, lams: Sequence[float], where: dict) -> list[Experiment]:
-    """Every run that ``edits`` (option -> value) asks for, in registry order."""
-    unknown = sorted(set(edits) - set(INTERVENTIONS))
+def interventions_for(options: dict, lams: Sequence[float] = DEFAULT_LAMS, layers: Optional[Sequence[int]] = None,
+                      heads: Optional[Sequence[int]] = None) -> list[Intervention]:
+    """The interventions (one run each) that command-line options ask for: ``options`` maps an
+    option of the registry to its value (``{"mask_self": [10], "amplify": 4}``), ``lams`` the
+    strengths amplify and scale sweep, ``layers`` / ``heads`` where each acts (None: everywhere)."""
+    unknown = sorted(set(options) - set(INTERVENTIONS))
     check(not unknown, f"unknown intervention {', '.join(unknown)}; choose from: {', '.join(INTERVENTIONS)}")
-    exps = [e for option, cls in INTERVENTIONS.items() if option in edits for e in cls.experiments(edits[option], lams, where)]
-    check(bool(exps), "name at least one intervention: " + ", ".join(f"--{o.replace('_', '-')}" for o in INTERVENTIONS))
-    return exps
+    where = {"layers": tuple(layers) if layers is not None else None, "heads": tuple(heads) if heads is not None else None}
+    found = [iv for option, cls in INTERVENTIONS.items() if option in options for iv in cls.for_option(options[option], lams, where)]
+    check(bool(found), "name at least one intervention: " + ", ".join(f"--{o.replace('_', '-')}" for o in INTERVENTIONS))
+    return found

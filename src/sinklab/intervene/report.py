@@ -47,17 +47,14 @@ def intervention_table(summary: dict) -> str:
     return format_table(intervention_rows(summary), INTERVENTION_COLUMNS)
 
 
-def intervention_figures(summary: dict, base_record, records: dict, out: Path) -> list[str]:
-    """Per-layer share at k against the baseline, the lam curves, and before/after heatmaps."""
+def intervention_figures(summary: dict, maps: dict, out: Path) -> list[str]:
+    """Per-layer share at k against the baseline, the lam curves, and before/after heatmaps of the
+    head-averaged maps (L, T, T) kept for short inputs."""
     paths = [_share_by_layer(summary, out / "share_by_layer.png")]
     if any(r["lam"] is not None for r in summary["results"]):
         paths.append(_lam_curves(summary, out / "lam_curve.png"))
-    shown = strongest_per_kind(summary["results"])
-    for i, label in enumerate(shown):
-        rec = records[label]
-        if base_record.patterns is None or rec.patterns is None:
-            break
-        paths.append(_before_after(base_record.patterns, rec.patterns, safe_text(label, 60), out / f"attention_{i}.png"))
+    for i, label in enumerate(label for label in maps if label != "baseline"):
+        paths.append(_before_after(maps["baseline"], maps[label], safe_text(label, 60), out / f"attention_{i}.png"))
     return [p.name for p in paths]
 
 
@@ -112,7 +109,7 @@ def _before_after(before, after, label: str, path: Path) -> Path:
     for col, layer in enumerate(layers):
         for row, (name, pat) in enumerate((("before", before), ("after", after))):
             ax = axes[row][col]
-            ax.imshow(pat[layer].mean(0).float().numpy(), cmap="viridis", vmin=0, vmax=1)
+            ax.imshow(pat[layer].float().numpy(), cmap="viridis", vmin=0, vmax=1)
             ax.set_title(f"{name}, layer {layer}", fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])

@@ -1,4 +1,5 @@
-"""``sinklab intervene``: run interventions on a model and compare every metric before and after.
+"""``sinklab intervene`` and ``sinklab.intervene_model``: interventions on a model, every metric
+before and after (the ``INTERVENE`` capability of the one pipeline).
 
 :func:`apply_interventions` is the one runner: it attaches the interventions' hooks next to the
 scanner's recorder and returns the scanner's :class:`~sinklab.recorder.Record` plus the
@@ -8,20 +9,23 @@ next-token loss, so anything the scanner measures is available before and after 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Optional, Sequence
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
+from ..core.configs import setting
 from ..core.errors import check
-from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
-from ..models.hf import MODEL_FACTS, QUERY_CHUNK, LoadOptions
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import atomic_path
+from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
-from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
+from ..scan import InputSpec, Record, RecordOptions, record_subject, renamed_max_tokens, scan_inputs
 from . import page, report
-from .interventions import MU_DEFINITION, Experiment, Intervention, experiments_for, hooks_of, validate_all
+from .frame import INTERVENE_TABLES
+from .interventions import MU_DEFINITION, Experiment, Intervention, hooks_of, interventions_for, validate_all
 
 
 def apply_interventions(
@@ -40,21 +44,43 @@ def share_at(record: Record, k: int) -> list[float]:
     return column[..., k + 1 :].mean(-1).mean(-1).tolist()
 
 
+def migrated_edits(saved: dict) -> dict:
+    """Runs before config version 1 recorded command-line options (``edits``, ``lams``, ``layers``,
+    ``heads``); version 1 records the interventions they asked for."""
+    asked = interventions_for(saved["edits"], saved["lams"], saved.get("layers"), saved.get("heads")) if saved.get("edits") else []
+    kept = {k: v for k, v in saved.items() if k not in ("edits", "lams", "layers", "heads", "experiments", "mu")}
+    return {**kept, "inputs": renamed_max_tokens(saved["inputs"]), "interventions": [iv.to_record() for iv in asked]}
+
+
 @dataclass
 class InterveneConfig:
-    model: Optional[str] = None
+    """``sinklab intervene``'s settings (and ``sinklab.intervene_model``'s keyword arguments).
+    ``interventions``: one run each, an :class:`Intervention` or a tuple of them applied together."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: migrated_edits}
+
+    model: Optional[str] = setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
     inputs: InputSpec = field(default_factory=InputSpec)
-    edits: dict = field(default_factory=dict)  # intervention option (see INTERVENTIONS) -> its value
-    lams: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
-    layers: Optional[tuple[int, ...]] = None
-    heads: Optional[tuple[int, ...]] = None
-    query_chunk: int = QUERY_CHUNK
+    interventions: tuple = setting((), help="the interventions, one run each (a tuple of them is applied together)", cli=False)
+    query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
     load: LoadOptions = field(default_factory=LoadOptions)
-    out: Optional[str] = "runs/intervene"  # None: nothing is written (sinklab.intervene_model)
+
+    def __post_init__(self) -> None:
+        self.interventions = tuple(_from_record(given) for given in self.interventions)
 
     def experiments(self) -> list[Experiment]:
-        """The interventions the options ask for, one experiment per setting."""
-        return experiments_for(self.edits, self.lams, {"layers": self.layers, "heads": self.heads})
+        check(bool(self.interventions), "name at least one intervention")
+        return [Experiment.of(given) for given in self.interventions]
+
+
+def _from_record(given):
+    """An intervention (or tuple of them) as given, or as a configuration recorded it."""
+    if isinstance(given, dict):
+        return Intervention.from_record(given)
+    if isinstance(given, (list, tuple)):
+        return tuple(_from_record(item) for item in given)
+    return given
 
 
 def _entry(record: Record, loss: float, ks: Sequence[int]) -> dict:
@@ -66,11 +92,12 @@ def _entry(record: Record, loss: float, ks: Sequence[int]) -> dict:
     }
 
 
-def measure_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> tuple[dict, Record, dict[str, Record]]:
-    """Baseline plus every experiment, in memory: the summary, the baseline's record and each
-    experiment's record by label."""
+def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResult:
+    """Baseline plus every experiment, in memory: the summary, and as data the head-averaged
+    attention maps (L, T, T) before and after the strongest experiment of each kind (inputs of at
+    most 256 tokens)."""
     experiments = cfg.experiments()
-    subject = subject or HFSubject(cfg.load.load(cfg.model), cfg.query_chunk)
+    subject = context.subject or HFSubject(cfg.load.load(cfg.model), cfg.query_chunk)
     ids = scan_inputs(subject, cfg.inputs).ids
     for exp in experiments:  # fail before any work on a bad position, layer or head
         validate_all(exp.interventions, subject.n_layers, subject.n_heads, ids.shape[1])
@@ -83,16 +110,8 @@ def measure_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -
         record, loss = apply_interventions(subject, ids, exp.interventions, options, progress=True)
         records[exp.label] = record
         described = [iv.describe() for iv in exp.interventions]
-        results.append(
-            {
-                "label": exp.label,
-                "intervention": described[0] if len(described) == 1 else described,
-                "lam": exp.lam,
-                "k": exp.k,
-                "share_at_k": share_at(record, exp.k),
-                **_entry(record, loss, ks),
-            }
-        )
+        results.append({"label": exp.label, "intervention": described[0] if len(described) == 1 else described, "lam": exp.lam, "k": exp.k,
+                        "share_at_k": share_at(record, exp.k), **_entry(record, loss, ks)})
     summary = {
         "model": subject.name,
         "architecture": getattr(subject, "architecture", type(subject).__name__),
@@ -104,32 +123,27 @@ def measure_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -
         "baseline": baseline,
         "results": results,
     }
-    return stamped("intervene", summary), base_record, records
+    shown = report.strongest_per_kind(results) if base_record.patterns is not None else []
+    maps = {"baseline": base_record.patterns.mean(1)} | {label: records[label].patterns.mean(1) for label in shown} if shown else {}
+    return RunResult(stamped("intervene", summary), {"maps": maps})
 
 
-def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> dict:
-    """Baseline plus every experiment; writes config.json, summary.json, maps.safetensors, figures
-    and report.html to ``cfg.out``."""
-    check(cfg.out is not None, "run_intervene writes a run directory: give InterveneConfig.out (or use sinklab.intervene_model)")
-    out = prepare_run_dir(cfg.out)
-    experiments = cfg.experiments()
-    write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
-    summary, base_record, records = measure_intervene(cfg, subject)
-    record_model(out, **{key: summary[key] for key in MODEL_FACTS})
-    summary["figures"] = report.intervention_figures(summary, base_record, records, out)
-    _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(summary["results"])})
-    write_json(out / "summary.json", summary)
-    page.write(out)
-    return summary
+def write(out: Path, result: RunResult) -> list[str]:
+    """The figures and the maps (summary.json and the page are the pipeline's)."""
+    maps = result.data["maps"]
+    figures = report.intervention_figures(result.summary, maps, out)
+    if not maps:
+        return figures
+    with atomic_path(out / MAPS_FILE) as tmp:
+        save_file({k: v.half().contiguous() for k, v in maps.items()}, str(tmp))
+    return [*figures, MAPS_FILE]
+
+
+def read_data(run_dir: Path) -> dict:
+    path = run_dir / MAPS_FILE
+    return {"maps": {k: v.float() for k, v in load_file(str(path)).items()} if path.exists() else {}}
 
 
 MAPS_FILE = "maps.safetensors"
 
-
-def _save_maps(out, base: Record, shown: dict[str, Record]) -> None:
-    """Head-averaged attention (L, T, T) before (``baseline``) and after each shown experiment."""
-    if base.patterns is None:
-        return
-    maps = {"baseline": base.patterns.mean(1)} | {label: r.patterns.mean(1) for label, r in shown.items()}
-    with atomic_path(out / MAPS_FILE) as tmp:
-        save_file({k: v.half().contiguous() for k, v in maps.items()}, str(tmp))
+INTERVENE = register(Capability("intervene", InterveneConfig, measure, write, tables=INTERVENE_TABLES, write_page=page.write, read_data=read_data))

@@ -4,37 +4,53 @@ there, while a ReLU model has no sink to remove."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 from ..core.attention import AttentionSpec
+from ..core.configs import setting
 from ..core.errors import SinklabError
-from ..core.results import stamped
-from ..core.runs import prepare_run_dir, write_json
+from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..trigger import PAPER_ATTNS, TriggerConfig, evaluate_trigger, load_trigger_model, train_trigger
 from . import page
-from .interventions import hooks_of, validate_all
+from .interventions import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, suppress_sink, validate_all
 from .run import InterveneConfig
 
 
-def run_trigger_interventions(cfg: InterveneConfig, lab_dir: Optional[str] = None) -> dict:
-    """Apply interventions to one-layer softmax and ReLU trigger models (loaded from ``lab_dir``
-    when it holds them, else trained now) and compare the errors before and after.
+def migrated_trigger_config(saved: dict) -> dict:
+    """Runs before config version 1 recorded an ``InterveneConfig`` of options and the lab folder."""
+    edits = saved.get("edits") or {"suppress_sink": True}
+    return {"interventions": [iv.to_record() for iv in interventions_for(edits, saved.get("lams", DEFAULT_LAMS), saved.get("layers"), saved.get("heads"))],
+            "lab_dir": saved.get("lab_dir")}
+
+
+@dataclass
+class TriggerEditConfig:
+    """Interventions on the one-layer softmax and ReLU trigger models (``sinklab intervene --trigger``)."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: migrated_trigger_config}
+
+    interventions: tuple = setting((suppress_sink(0),), help="the interventions, one run each", cli=False)
+    lab_dir: Optional[str] = setting(None, help="a trigger lab holding the trained models (None: train them now)", cli=False)
+
+    def __post_init__(self) -> None:
+        self.interventions = InterveneConfig(interventions=self.interventions).interventions
+
+
+def measure(cfg: TriggerEditConfig, context: RunContext = RunContext()) -> RunResult:
+    """Apply the interventions to one-layer softmax and ReLU trigger models (loaded from
+    ``cfg.lab_dir`` when it holds them, else trained now) and compare the errors before and after.
 
     The theory says the softmax model needs its BOS sink to do nothing at non-trigger rows, so
     removing the sink must raise the error there; the ReLU model has no sink to remove.
     """
-    asked = {**asdict(cfg), "lab_dir": lab_dir}
-    if not cfg.edits:
-        cfg = replace(cfg, edits={"suppress_sink": True})
-    experiments = cfg.experiments()
-    out = prepare_run_dir(cfg.out)
-    write_json(out / "config.json", asked)
+    experiments = [Experiment.of(given) for given in cfg.interventions]
     results = []
     for attn in PAPER_ATTNS:
         tcfg = TriggerConfig(attention=AttentionSpec(attn))
-        model = _trained_model(tcfg, lab_dir)
+        model = _trained_model(tcfg, cfg.lab_dir)
         before = evaluate_trigger(model, tcfg)
         for exp in experiments:
             validate_all(exp.interventions, model.n_layers, model.cfg.n_heads, tcfg.length)
@@ -48,10 +64,17 @@ def run_trigger_interventions(cfg: InterveneConfig, lab_dir: Optional[str] = Non
                     "bos_mass_nontrigger_after": after["heads_detail"][0]["bos_mass_nontrigger"],
                 }
             )
-    summary = {"lab_dir": lab_dir, "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "results": results}
-    write_json(out / "summary.json", stamped("intervene-trigger", summary))
-    page.write(out)
-    return summary
+    summary = {"lab_dir": cfg.lab_dir, "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "results": results}
+    return RunResult(stamped(KIND, summary))
+
+
+KIND = "intervene-trigger"
+
+
+def trigger_rows(summary: dict):
+    """One row per (trigger model, intervention): the errors (MSE) at non-trigger and trigger rows
+    and the sink head's BOS mass at non-trigger rows, before and after."""
+    return summary["results"]
 
 
 def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]):
@@ -60,3 +83,6 @@ def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]):
     if lab_dir:
         raise SinklabError(f"{lab_dir} holds no trained {cfg.key}; run `sinklab trigger --out {lab_dir}` first or omit LAB_DIR")
     return train_trigger(cfg)[0]
+
+
+TRIGGER_EDITS = register(Capability(KIND, TriggerEditConfig, measure, lambda out, result: [], tables={"results": trigger_rows}, write_page=page.write))

@@ -51,13 +51,18 @@ class Subject:
     prefix_positions: int = 0  # learned sink tokens the model puts before the input
 
     @staticmethod
-    def from_model(model: nn.Module, tokenizer=None, name: Optional[str] = None) -> "Subject":
+    def from_model(model: nn.Module, tokenizer=None, name: Optional[str] = None, query_chunk: Optional[int] = None) -> "Subject":
         """The documented way to hand sinklab a model that is already loaded: a transformers causal
-        LM with its tokenizer (required: inputs, token strings and BOS come from it), or a native
-        :class:`Transformer` (tokenizer optional). Nothing is copied or moved; every run function
-        (scan, intervene, stream, adapt) accepts the result, and inputs follow the model's device."""
+        LM with its tokenizer (required: inputs, token strings and BOS come from it), what
+        :func:`sinklab.load_model` returns (a :class:`~sinklab.models.hf.LoadedModel`, which brings
+        its tokenizer), or a native :class:`Transformer` (tokenizer optional). Nothing is copied or
+        moved; every notebook function accepts the result, and inputs follow the model's device.
+        ``query_chunk``: query rows a transformers model attends at once (None: the default)."""
+        chunk = hf.QUERY_CHUNK if query_chunk is None else query_chunk
         if isinstance(model, Subject):
             return model
+        if isinstance(model, hf.LoadedModel):
+            return HFSubject(model, chunk)
         if isinstance(model, Transformer):
             return NativeSubject(model, tokenizer, name or "native")
         if not isinstance(model, nn.Module) or not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
@@ -66,7 +71,7 @@ class Subject:
             raise SinklabError(f"{type(model).__name__} was given without its tokenizer: pass Subject.from_model(model, tokenizer)")
         hf.layout_of(model)  # a clear error now if sinklab cannot find its layers
         label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
-        return HFSubject(hf.LoadedModel(model, tokenizer, label, "object", getattr(model.config, "_commit_hash", None)))
+        return HFSubject(hf.LoadedModel(model, tokenizer, label, "object", getattr(model.config, "_commit_hash", None)), chunk)
 
     @property
     def device(self) -> torch.device:

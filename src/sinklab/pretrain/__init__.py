@@ -1,10 +1,13 @@
 """Mitigation pretraining: a small modern LM with any attention variant under one budget
-(:mod:`.train`), its data (:mod:`.tokens`), checkpoints, DDP, a run loaded back
-(:mod:`.trained`) and ``sinklab compare``."""
+(:mod:`.train`, run by :mod:`.run`), its data (:mod:`.tokens`), checkpoints, DDP, a run loaded
+back (:mod:`.trained`), ``sinklab compare`` (:mod:`.compare`) and ``sinklab sweep`` (:mod:`.sweep`)."""
 
-from .compare import compare_runs
+from .compare import COMPARE_RUNS, CompareRunsConfig
 from .results import COLUMNS, run_row
-from .train import PretrainConfig, train_lm
+from .run import PRETRAIN, architecture_of, train_lm
+from .sweep import SWEEP, SweepConfig, run_sweep
+from .train import PretrainConfig
 from .trained import load_trained
 
-__all__ = ["COLUMNS", "PretrainConfig", "compare_runs", "load_trained", "run_row", "train_lm"]
+__all__ = ["COLUMNS", "COMPARE_RUNS", "PRETRAIN", "SWEEP", "CompareRunsConfig", "PretrainConfig", "SweepConfig", "architecture_of", "load_trained",
+           "run_row", "run_sweep", "train_lm"]

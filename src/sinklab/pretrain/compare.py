@@ -4,30 +4,54 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..core.runs import prepare_run_dir, write_json
+from ..core.configs import setting
+from ..core.errors import check
+from ..core.results import Capability, RunContext, RunResult, register, stamped
 from . import page, report
 from .results import load_run, run_row
 
 
-def compare_runs(run_dirs: Sequence[str], target: Optional[float], out: str) -> dict:
-    runs = {d: load_run(d) for d in run_dirs}
-    if target is None:
-        target = max(summary["final_val_loss"] for _, summary in runs.values())
+@dataclass
+class CompareRunsConfig:
+    """Pretraining runs compared (``sinklab compare``); ``target``: the validation loss for
+    "steps to target" (None: the worst final loss)."""
+
+    runs: tuple[str, ...] = setting((), help="run directories of sinklab pretrain", cli=False)
+    target: Optional[float] = setting(None, help="validation loss for 'steps to target' (default: the worst final loss)")
+
+    def __post_init__(self) -> None:
+        self.runs = tuple(str(Path(d).resolve()) for d in self.runs)
+        check(bool(self.runs), "give at least one pretraining run directory")
+
+
+def measure(cfg: CompareRunsConfig, context: RunContext = RunContext()) -> RunResult:
+    """The table over runs, by variant, and each variant against softmax seed by seed; as data,
+    each run's metrics rows (the curves the figures draw)."""
+    runs = {d: load_run(d) for d in cfg.runs}
+    target = cfg.target if cfg.target is not None else max(summary["final_val_loss"] for _, summary in runs.values())
     rows = [run_row(d, summary, metrics, target) for d, (metrics, summary) in runs.items()]
-    out_dir = prepare_run_dir(out)
-    figures = [
-        report.loss_curves({Path(d).name: metrics for d, (metrics, _) in runs.items()}, out_dir / "val_loss.png").name,
-        report.first_token_mass_by_layer({Path(d).name: s["first_token_mass_by_layer"] for d, (_, s) in runs.items()}, out_dir / "first_token_mass_by_layer.png").name,
-        report.emergence({Path(d).name: metrics for d, (metrics, _) in runs.items()}, out_dir / "emergence.png").name,
-    ]
-    result = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows), "figures": figures,
-              "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}
-    write_json(out_dir / "compare.json", result)
-    page.write(out_dir)
-    return result
+    summary = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows), "run_dirs": list(cfg.runs)}
+    data = {"metrics": {Path(d).name: metrics for d, (metrics, _) in runs.items()},
+            "first_token_mass_by_layer": {Path(d).name: s["first_token_mass_by_layer"] for d, (_, s) in runs.items()}}
+    return RunResult(stamped(KIND, summary), data)
+
+
+KIND = "pretrain-compare"
+
+
+def write(out: Path, result: RunResult) -> list[str]:
+    metrics = result.data["metrics"]
+    return [report.loss_curves(metrics, out / "val_loss.png").name,
+            report.first_token_mass_by_layer(result.data["first_token_mass_by_layer"], out / "first_token_mass_by_layer.png").name,
+            report.emergence(metrics, out / "emergence.png").name]
+
+
+COMPARE_RUNS = register(Capability(KIND, CompareRunsConfig, measure, write, tables={"runs": lambda s: s["rows"], "by_variant": lambda s: s["by_variant"]},
+                                   write_page=page.write))
 
 
 def by_variant(rows: Sequence[dict]) -> list[dict]:

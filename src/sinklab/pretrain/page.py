@@ -17,7 +17,7 @@ CURVES = {**EMERGENCE_CURVES, "dominance_first_max": "largest dominance ratio at
 
 
 def is_run(run_dir: Path) -> bool:
-    return (run_dir / "metrics.jsonl").exists() or (run_dir / "compare.json").exists()
+    return (run_dir / "metrics.jsonl").exists() or _compared(run_dir)
 
 
 def write(run_dir: Path) -> Path:
@@ -43,8 +43,14 @@ def columns(run_dirs: list[Path]) -> list[tuple[str, list[html.Section]]]:
 
 
 def _runs_of(run_dir: Path) -> list[Path]:
-    compared = run_dir / "compare.json"
-    return [Path(d) for d in json.loads(compared.read_text()).get("run_dirs", [])] if compared.exists() else [run_dir]
+    return [Path(d) for d in json.loads((run_dir / "summary.json").read_text()).get("run_dirs", [])] if _compared(run_dir) else [run_dir]
+
+
+def _compared(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a comparison of pretraining runs (``sinklab compare`` or ``sinklab sweep``)."""
+    summary = run_dir / "summary.json"
+    head = summary.read_text(encoding="utf-8", errors="replace")[:200] if summary.exists() else ""
+    return '"pretrain-compare"' in head or '"pretrain-sweep"' in head
 
 
 def _curves(metrics: dict, key: str, title: str):

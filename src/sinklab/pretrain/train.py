@@ -15,26 +15,26 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 
 from ..core.attention import AttentionSpec
-from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..core.checkpoint import drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
+from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json
+from ..core.runs import append_jsonl, read_jsonl
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
-from . import page, report
 from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
 from .distributed import Dist, wrap_ddp
 from .results import sink_figures
-from .sources import DataSource, load_source
+from .sources import DataSource
 
 #: Defaults that depend on the corpus. Text: about 12 minutes on 2 CPU cores (BENCHMARKS.md 4).
 #: Bigram-Backcopy: calibrated so that the softmax baseline forms a clear sink (BENCHMARKS.md 4).
@@ -59,6 +59,9 @@ TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
 
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: lambda saved: migrated_pretrain(saved)}
+
     corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
     tokenizer: str = "default"
     bos: bool = False  # one fixed first token in every window of a text corpus (Gu et al. 2025)
@@ -82,12 +85,11 @@ class PretrainConfig:
     adam_beta2: float = 0.95
     eval_every: Optional[int] = None  # None: CORPUS_DEFAULTS
     eval_batches: int = 8
-    checkpoint_every: Optional[int] = None  # None: CORPUS_DEFAULTS
+    checkpoint_every: Optional[int] = setting(None, help="steps between checkpoints", result=False)  # None: CORPUS_DEFAULTS
     seed: int = 0
     scan_tokens: int = 64
     scan_batch: int = 8
     device: str = "auto"  # auto: the GPU when there is one, else the CPU
-    out: str = "runs/pretrain"
 
     def __post_init__(self) -> None:
         for name, value in CORPUS_DEFAULTS[self.corpus_kind].items():
@@ -190,19 +192,17 @@ def validation_windows(data: DataSource, cfg: PretrainConfig) -> torch.Tensor:
     return data.batch("val", cfg.scan_batch, length, torch.Generator().manual_seed(SCAN_SEED))[:, :length]
 
 
-def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -> Optional[dict]:
-    """Train (or resume) the run in ``cfg.out``; returns the summary on the main process."""
-    world = Dist.from_env(cfg.device)
+def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataSource) -> Transformer:
+    """Train (or resume from the last checkpoint in ``out``) and return the model; the main process
+    appends every evaluation to ``metrics.jsonl`` and saves checkpoints as it goes."""
     check(cfg.batch % world.world == 0, f"--batch {cfg.batch} is not divisible by {world.world} processes")
-    out = prepare_run_dir(cfg.out) if world.main else Path(cfg.out)
-    data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
     data.check_windows(cfg.seq_len)
     torch.manual_seed(cfg.seed)
     model = Transformer(cfg.model_config(data.vocab_size)).to(world.device)
     opt = make_optimizer(model, cfg)
-    start, carry = _start(cfg, out, model, opt, resume, data, world)
+    start, carry = _start(out, model, opt, resume, world)
     ddp = wrap_ddp(model, world) if world.world > 1 else model
-    bar = progress_bar(total=cfg.steps, initial=start, desc=f"pretrain {cfg.variant}", unit="step", enabled=progress and world.main)
+    bar = progress_bar(total=cfg.steps, initial=start, desc=f"pretrain {cfg.variant}", unit="step", enabled=world.main)
     clock, tokens = time.perf_counter(), 0
     for step in range(start + 1, cfg.steps + 1):
         for group in opt.param_groups:
@@ -228,13 +228,14 @@ def train_lm(cfg: PretrainConfig, resume: bool = False, progress: bool = True) -
             gap = {"gap": f"{row['val_loss_gap']:.3f}"} if "val_loss_gap" in row else {}
             bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}", **gap, tok_s=f"{row['tokens_per_s']:.0f}")
             if world.main:
-                append_jsonl(out / "metrics.jsonl", row)
+                append_jsonl(out / METRICS_FILE, row)
         if world.main and (step % cfg.checkpoint_every == 0 or step == cfg.steps):
-            save_checkpoint(out, step, model, opt, {"carry": carry, "config": asdict(cfg)})
+            save_checkpoint(out, step, model, opt, {"carry": carry})
     bar.close()
-    summary = finish(model, data, cfg, out) if world.main else None
-    world.close()
-    return summary
+    return model
+
+
+METRICS_FILE = "metrics.jsonl"
 
 
 def _evaluate(model, data: DataSource, cfg: PretrainConfig, step: int, carry: dict, tokens_per_s: float) -> dict:
@@ -279,25 +280,19 @@ def emergence_figures(scan: dict) -> dict:
     return {key: figures[name] for key, name in EMERGENCE.items()}
 
 
-def _start(cfg: PretrainConfig, out: Path, model, opt, resume: bool, data: DataSource, world: Dist) -> tuple[int, dict]:
-    """Fresh start, or the state of the last checkpoint when resuming."""
+def _start(out: Path, model, opt, resume: bool, world: Dist) -> tuple[int, dict]:
+    """Fresh start, or the state of the last checkpoint when resuming (the pipeline resumes only a
+    run of this configuration; the checkpoint's tensors must fit the model built from it)."""
     fresh = {"loss_sum": 0.0, "loss_count": 0}
-    ckpt = latest_checkpoint(out)
     if not resume:
-        if world.main:
-            check(ckpt is None, f"{out} already holds a run; pass --resume to continue it or choose another --out")
-            write_json(out / "config.json", {**asdict(cfg), "model": asdict(cfg.model_config(data.vocab_size)), "data": data.describe()})
         return 0, fresh
+    ckpt = latest_checkpoint(out)
     check(ckpt is not None, f"nothing to resume in {out}: it holds no checkpoint")
-    _check_compatible(checkpoint_state(ckpt).get("config", {}), asdict(cfg))
     saved = load_checkpoint(ckpt, model, opt)
     step = saved["step"]
     if world.main:
-        drop_rows_after(out / "metrics.jsonl", step)
+        drop_rows_after(out / METRICS_FILE, step)
     return step, saved.get("carry", fresh)
-
-
-TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink_tokens", "d_model", "n_layers", "n_heads", "tie_embeddings", "positions", "seq_len", "max_seq_len", "batch", "steps", "lr", "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "adam_beta2", "seed")
 
 
 #: What a run saved before a training key existed meant by it: rotary embeddings were the only
@@ -306,22 +301,23 @@ TRAINING_KEYS = ("corpus", "tokenizer", "bos", "bb_triggers", "attention", "sink
 BEFORE_KEY_EXISTED = {"positions": "rope", "adam_beta2": 0.95}
 
 
-def _check_compatible(saved: dict, current: dict) -> None:
-    saved = {**BEFORE_KEY_EXISTED, **saved}
-    differ = [k for k in TRAINING_KEYS if saved.get(k) != current.get(k)]
-    if differ:
-        detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {current.get(k)!r}" for k in differ)
-        raise SinklabError(f"the checkpoint comes from an incompatible configuration ({detail})")
+def migrated_pretrain(saved: dict) -> dict:
+    """Runs before config version 1 lacked the keys of :data:`BEFORE_KEY_EXISTED`, recorded their
+    run directory (``out``), and kept the model's architecture and the data's description in
+    config.json (now in run.json's ``model`` entry, :func:`~.run.architecture_of` reads both)."""
+    return {**BEFORE_KEY_EXISTED, **{k: v for k, v in saved.items() if k not in ("out", "model", "data")}}
 
 
 def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path) -> dict:
-    """Scan the trained model on validation windows and write ``summary.json``.
-
-    The scan is small (``scan_batch`` x ``scan_tokens``) and runs on the CPU wherever training ran.
-    """
+    """The summary of a trained model: its final losses (from ``metrics.jsonl``) and a scan on
+    validation windows (small: ``scan_batch`` x ``scan_tokens``, on the CPU wherever training ran)."""
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     model = model.cpu()
-    rows = read_jsonl(out / "metrics.jsonl")
+    rows = read_jsonl(out / METRICS_FILE)
     summary = {
+        "model": f"sinklab.Transformer ({cfg.variant})",
+        "dtype": str(dtype).removeprefix("torch."),
+        "device": str(device),
         **cfg.attention.flags(),
         "sink_tokens": cfg.sink_tokens,
         "variant": cfg.variant,
@@ -336,7 +332,4 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         **scan_native(model, validation_windows(data, cfg), decode=data.decode),
     }
     summary.update(emergence_figures(summary))
-    summary["figures"] = [report.emergence({cfg.variant: rows}, out / "emergence.png").name]
-    write_json(out / "summary.json", stamped("pretrain", summary))
-    page.write(out)
-    return summary
+    return stamped("pretrain", summary)

@@ -1,19 +1,25 @@
 """The scanner: sinks, massive activations, super neurons and variance in a real model.
 
 Its public API (used by ``intervene``, ``pretrain`` and ``stream``): inputs, the recorder that
-reduces while recording, the metric settings and summary, and the runners.
+reduces while recording, the metric settings and summary, and the scan capabilities (``SCAN``,
+``COMPARE``) that the one pipeline runs.
 """
 
-from .compare import largest_massive_activation, run_compare
-from .frame import compare_rows, scan_rows
-from .inputs import Inputs, InputSpec, build_inputs
+from .compare import COMPARE, CompareConfig, largest_massive_activation
+from .frame import SCAN_TABLES, compare_rows, head_rows
+from .inputs import BOS_CHOICES, Inputs, InputSpec, build_inputs, renamed_max_tokens
 from .metrics import sink_rate, super_neurons
 from .recorder import Record, Recorder, RecordOptions
-from .run import ScanConfig, measure_scan, record_subject, run_scan, scan_inputs, scan_native, write_scan
+from .run import SCAN, ScanConfig, record_subject, scan_inputs, scan_native
 from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
 
 __all__ = [
+    "BOS_CHOICES",
+    "COMPARE",
+    "SCAN",
+    "SCAN_TABLES",
     "SUMMARY_ENTRIES",
+    "CompareConfig",
     "InputSpec",
     "Inputs",
     "MetricSettings",
@@ -23,16 +29,13 @@ __all__ = [
     "ScanConfig",
     "build_inputs",
     "compare_rows",
+    "head_rows",
     "largest_massive_activation",
-    "measure_scan",
     "record_subject",
-    "run_compare",
-    "run_scan",
+    "renamed_max_tokens",
     "scan_inputs",
     "scan_native",
-    "scan_rows",
     "sink_rate",
     "summarise",
     "super_neurons",
-    "write_scan",
 ]

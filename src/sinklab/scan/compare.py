@@ -1,78 +1,121 @@
-"""``sinklab scan MODEL MODEL ...``: Gu et al.'s cross-model table as a command.
+"""``sinklab scan MODEL MODEL ...`` and ``sinklab.scan_models``: Gu et al.'s cross-model table.
 
-Each model is one job (:func:`sinklab.core.launchers.launch`: this machine's pool, Slurm or Ray): the full single-model scan, written to
-its own run directory ``OUT/models/<index>-<name>/`` (open it alone with ``sinklab report``), reused
-when the same command runs again. The comparison at the top of ``OUT`` holds one entry per model
-(:func:`model_entry`), a figure of the first-token mass by layer (one line per model) and a page
-with the models side by side.
+Each model is one scan (the scan capability, through the one pipeline): with a run directory, one
+job each (:func:`sinklab.core.launchers.launch`: this machine's pool, Slurm or Ray) writing its
+own run directory ``OUT/models/<index>-<label>/`` (open it alone with ``sinklab report``), reused
+when the same command runs again; without one, the models are scanned here, in memory. The
+comparison holds one entry per model (:func:`model_entry`), labelled by the name the user gave it,
+a figure of the first-token mass by layer (one line per model) and a page with the models side by
+side.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from dataclasses import asdict, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import ClassVar, Optional
 
+from ..core import pipeline
+from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.figures import save_figure, subplots
-from ..core.launchers import LOCAL, LauncherSettings, launch
-from ..core.results import stamped
-from ..core.runs import CONFIG, FINISHED, SUMMARY, claim_run_dir, prepare_run_dir, write_json
+from ..core.launchers import LOCAL, launch
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import read_run_info
 from ..core.text import safe_text
 from . import compare_page
-from .run import ScanConfig, run_scan
+from .frame import COMPARE_TABLES
+from .inputs import renamed_max_tokens
+from .run import SCAN, ScanConfig
 
 MODELS_DIR = "models"
 FIGURE = "first_token_mass_by_layer.png"
-DEFAULT_NAME = "default"  # the sub-directory name of the built-in default model (MODEL left out)
+DEFAULT_NAME = "default"  # the label of the built-in default model (MODEL left out)
 
 
-def compare_config(cfg: ScanConfig, models: Sequence[Optional[str]]) -> dict:
-    """What the comparison's config.json holds (and the --out policy compares): the models in
-    order and the scan settings shared by all of them."""
-    return {"models": list(models), **{key: value for key, value in asdict(cfg).items() if key != "model"}}
+@dataclass
+class CompareConfig:
+    """Several models scanned with one scan configuration (its ``model`` unused)."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {
+        0: lambda saved: {"models": saved["models"], "labels": [label_of(m) for m in saved["models"]],
+                          "scan": {"model": None, **{k: v for k, v in saved.items() if k != "models"}, "inputs": renamed_max_tokens(saved["inputs"])}}
+    }
+
+    models: tuple[Optional[str], ...] = setting((), help="the models: folders, .gguf files or Hub ids (None: the default)", cli=False)
+    labels: tuple[str, ...] = setting((), help="what the comparison calls each model (default: the name given)", cli=False)
+    scan: ScanConfig = field(default_factory=ScanConfig)
+
+    def __post_init__(self) -> None:
+        check(len(self.models) >= 2, "a comparison needs at least two models (one model: a scan)")
+        self.labels = tuple(self.labels) or tuple(label_of(model) for model in self.models)
+        check(len(self.labels) == len(self.models), "give one label per model")
 
 
-def model_run_dir(out: str | Path, index: int, model: Optional[str]) -> Path:
-    """``OUT/models/<index>-<name>``: the index keeps two models with one name apart."""
-    name = DEFAULT_NAME if model is None else (Path(model).name if Path(model).exists() else model)
+def label_of(model) -> str:
+    """The name a user gave a model: the spec as typed, ``default`` for the built-in one."""
+    return DEFAULT_NAME if model is None else str(model)
+
+
+def model_run_dir(out: str | Path, index: int, label: str) -> Path:
+    """``OUT/models/<index>-<label>``: the index keeps two models with one name apart."""
+    name = Path(label).name if Path(label).exists() else label
     return Path(out) / MODELS_DIR / f"{index}-{re.sub(r'[^A-Za-z0-9._-]+', '-', name).strip('-.')[:60] or 'model'}"
 
 
-def model_configs(cfg: ScanConfig, models: Sequence[Optional[str]]) -> list[ScanConfig]:
-    """One single-model scan configuration per model, each writing its own run directory."""
-    check(cfg.out is not None, "a comparison writes a run directory: give ScanConfig.out")
-    return [replace(cfg, model=model, out=str(model_run_dir(cfg.out, i, model))) for i, model in enumerate(models)]
+@dataclass(frozen=True)
+class ModelJob:
+    """One model's scan: its configuration and run directory."""
+
+    cfg: ScanConfig
+    out: str
+    label: str
 
 
-def scan_one(cfg: ScanConfig) -> dict:
+def scan_one(job: ModelJob) -> dict:
     """One model's job: its summary, read back when its run directory already holds this scan
     finished, else scanned anew. A user mistake names the model it is about."""
     try:
-        if claim_run_dir(cfg.out, cfg) == FINISHED:
-            return json.loads((Path(cfg.out) / SUMMARY).read_text())
-        return run_scan(cfg)
+        return pipeline.run(SCAN, job.cfg, out=job.out).summary
     except SinklabError as exc:
-        raise SinklabError(f"model {cfg.model or DEFAULT_NAME!r}: {exc}") from None
+        raise SinklabError(f"model {job.label!r}: {exc}") from None
 
 
-def run_compare(cfg: ScanConfig, models: Sequence[Optional[str]], workers: int = 1, launcher: LauncherSettings = LOCAL) -> dict:
-    """Scan every model (one job each on ``launcher``; here ``workers`` at a time: 1 by default, as
-    a scan uses all cores) and write the comparison to ``cfg.out``; returns its summary."""
-    check(len(models) >= 2, "a comparison needs at least two models (one model: run_scan)")
-    configs = model_configs(cfg, models)
-    out = prepare_run_dir(cfg.out)
-    write_json(out / CONFIG, compare_config(cfg, models))
-    gpu = "cuda" if cfg.load.device_map is not None else cfg.load.device  # a device map spreads over GPUs
-    summaries = launch(scan_one, configs, launcher.asking_gpu_for(gpu), out, workers, desc="models", label=lambda c: c.model or DEFAULT_NAME)
-    entries = [model_entry(s, Path(c.out).relative_to(out)) for s, c in zip(summaries, configs)]
-    summary = stamped(compare_page.KIND, {"models": entries, "settings": asdict(cfg.settings), "inputs": asdict(cfg.inputs), "figures": [FIGURE]})
-    first_token_mass_figure(entries, out / FIGURE)
-    write_json(out / SUMMARY, summary)
-    compare_page.write(out)
-    return summary
+def measure(cfg: CompareConfig, context: RunContext = RunContext()) -> RunResult:
+    """Scan every model and compare. ``context.subject``: None, or one entry per model, a loaded
+    model (a Subject) or None (that model is loaded from its name). With a run directory
+    (``context.workdir``), each scan writes its own run directory under it: models given by name
+    as jobs on ``context.launcher`` (one at a time here: a scan uses all cores), loaded ones here;
+    without one, every scan runs here, in memory."""
+    subjects = context.subject or [None] * len(cfg.models)
+    check(len(subjects) == len(cfg.models), "give one loaded model (or None) per model")
+    configs = [replace(cfg.scan, model=model) for model in cfg.models]
+    if context.workdir is None:
+        summaries = [SCAN.measure(c, RunContext(subject)).summary for c, subject in zip(configs, subjects)]
+        runs = [None] * len(configs)
+    else:
+        jobs = [ModelJob(c, str(model_run_dir(context.workdir, i, label)), label) for i, (c, label) in enumerate(zip(configs, cfg.labels))]
+        summaries = [None if subject is None else scan_loaded(job, subject) for job, subject in zip(jobs, subjects)]
+        by_name = [job for job, subject in zip(jobs, subjects) if subject is None]
+        launcher = context.launcher or LOCAL
+        gpu = "cuda" if cfg.scan.load.device_map is not None else cfg.scan.load.device  # a device map spreads over GPUs
+        launched = iter(launch(scan_one, by_name, launcher.asking_gpu_for(gpu), context.workdir, 1, desc="models", label=lambda job: job.label) if by_name else [])
+        summaries = [summary if summary is not None else next(launched) for summary in summaries]
+        runs = [str(Path(job.out).relative_to(context.workdir)) for job in jobs]
+    entries = [model_entry(summary, label, run) for summary, label, run in zip(summaries, cfg.labels, runs)]
+    return RunResult(stamped(compare_page.KIND, {"models": entries, "settings": summaries[0]["settings"], "inputs": summaries[0]["inputs"]}))
+
+
+def scan_loaded(job: ModelJob, subject) -> dict:
+    """A model the caller loaded, scanned here into its run directory."""
+    return pipeline.run(SCAN, job.cfg, subject, out=job.out).summary
+
+
+def write(out: Path, result: RunResult) -> list[str]:
+    first_token_mass_figure(result.summary["models"], out / FIGURE)
+    return [FIGURE]
 
 
 def largest_massive_activation(summary: dict) -> Optional[dict]:
@@ -83,11 +126,14 @@ def largest_massive_activation(summary: dict) -> Optional[dict]:
     return None if top is None else {key: top[key] for key in ("value", "layer", "dim", "position")}
 
 
-def model_entry(summary: dict, run_dir: Path) -> dict:
+def model_entry(summary: dict, label: str, run: Optional[str]) -> dict:
     """One model's row of the cross-model table, from its scan summary."""
     return {
+        "label": label,
         "model": summary["model"],
-        "run": str(run_dir),
+        "dtype": summary.get("dtype"),
+        "device": summary.get("device"),
+        "run": run,
         "layers": summary["layers"],
         "heads": summary["heads"],
         "bos_prepended": summary["bos_prepended"],
@@ -102,8 +148,16 @@ def model_entry(summary: dict, run_dir: Path) -> dict:
 def first_token_mass_figure(entries: list[dict], path: Path) -> Path:
     fig, ax = subplots(figsize=(7, 4))
     for entry in entries:
-        ax.plot(entry["first_token_mass_by_layer"], marker="o", label=safe_text(entry["model"], 40))
+        ax.plot(entry["first_token_mass_by_layer"], marker="o", label=safe_text(entry["label"], 40))
     ax.set(xlabel="layer", ylabel="mean first-token mass", ylim=(0, 1.05), title="first-token attention mass by layer")
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
+
+def models_resumable(run_dir: Path) -> bool:
+    """A comparison resumes: the models already scanned under ``OUT/models/`` are kept."""
+    return (run_dir / MODELS_DIR).is_dir() and bool(read_run_info(run_dir))
+
+
+COMPARE = register(Capability(compare_page.KIND, CompareConfig, measure, write, tables=COMPARE_TABLES, write_page=compare_page.write,
+                              resumable=models_resumable))

@@ -2,7 +2,8 @@
 
 Whether a BOS token is prepended is always explicit (``bos`` = yes / no / auto) and recorded: a
 sink at position 0 means something different with and without it. ``tokens`` (T) counts every
-position the model sees, BOS included.
+position the model sees, BOS included. ``text`` is a file and ``prompt`` a string, on the command
+line and in the notebook alike.
 """
 
 from __future__ import annotations
@@ -13,39 +14,50 @@ from typing import Optional
 
 import torch
 
+from ..core.configs import setting
 from ..core.corpus import load_corpus
 from ..core.errors import SinklabError, check
+
+#: ``bos`` means the same everywhere: whether a BOS token is put first in every sequence.
+BOS_CHOICES = ("auto", "yes", "no")
 
 
 @dataclass
 class InputSpec:
-    """Exactly one source: ``text`` (file), ``prompt``, ``corpus`` or ``random_tokens``."""
+    """What a scan or an intervention reads: exactly one source, ``text`` (a file), ``prompt`` (a
+    string), ``corpus`` or ``random_tokens``; the default is windows of the Shakespeare corpus."""
 
-    text: Optional[str] = None
-    prompt: Optional[str] = None
-    corpus: Optional[str] = None
-    random_tokens: bool = False
-    max_tokens: int = 64
-    batch: int = 8
-    bos: str = "auto"  # yes | no | auto (prepend when the tokenizer defines one)
-    seed: int = 0
+    text: Optional[str] = setting(None, help="read exactly the tokens of this text file (truncated to --tokens)", metavar="FILE")
+    prompt: Optional[str] = setting(None, help="this string")
+    corpus: Optional[str] = setting(None, help="windows of a corpus: shakespeare (the default input), a text file or folder, hf:NAME", metavar="NAME")
+    random_tokens: bool = setting(False, help="uniform random token ids (the control of Gu et al. and Li et al.)")
+    tokens: int = setting(64, help="tokens per sequence T, BOS included", aliases=("--max-tokens",))
+    batch: int = setting(8, help="number of sequences (at least 2 for the variance curve)")
+    bos: str = setting("auto", help="put a BOS token first in every sequence: yes, no, or auto (when the tokenizer has one)", choices=BOS_CHOICES)
+    seed: int = setting(0, help="seed for corpus windows and random tokens")
 
     def __post_init__(self) -> None:
-        chosen = [bool(self.text), self.prompt is not None, bool(self.corpus), self.random_tokens]
+        chosen = [self.text is not None, self.prompt is not None, self.corpus is not None, self.random_tokens]
         check(sum(chosen) <= 1, "give one input: --text, --prompt, --corpus or --random-tokens")
         if not any(chosen):
             self.corpus = "shakespeare"
-        check(self.max_tokens >= 2, f"--tokens must be at least 2, got {self.max_tokens}")
+        check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")
         check(self.batch >= 1, f"--batch must be at least 1, got {self.batch}")
-        check(self.bos in ("yes", "no", "auto"), f"--bos must be yes, no or auto, got {self.bos!r}")
+        check(self.bos in BOS_CHOICES, f"--bos must be yes, no or auto, got {self.bos!r}")
+        check(self.prompt is None or self.prompt.strip() != "", "the prompt holds no text (it is empty or only whitespace)")
 
     @property
     def kind(self) -> str:
-        if self.text:
+        if self.text is not None:
             return "text"
         if self.prompt is not None:
             return "prompt"
         return "random_tokens" if self.random_tokens else "corpus"
+
+
+def renamed_max_tokens(inputs: dict) -> dict:
+    """Runs before config version 1 called the sequence length ``max_tokens``."""
+    return {("tokens" if k == "max_tokens" else k): v for k, v in inputs.items()}
 
 
 @dataclass
@@ -60,14 +72,14 @@ class Inputs:
 
 
 def build_inputs(spec: InputSpec, tokenizer, max_positions: Optional[int] = None, vocab_size: Optional[int] = None) -> Inputs:
-    """Token ids (N, T) for ``spec``; T <= ``max_tokens`` and within the model's maximum."""
-    if max_positions is not None and spec.max_tokens > max_positions:
-        raise SinklabError(f"--tokens {spec.max_tokens} is longer than the model allows ({max_positions} positions)")
+    """Token ids (N, T) for ``spec``; T <= ``tokens`` and within the model's maximum."""
+    if max_positions is not None and spec.tokens > max_positions:
+        raise SinklabError(f"--tokens {spec.tokens} is longer than the model allows ({max_positions} positions)")
     bos_id = getattr(tokenizer, "bos_token_id", None)
     if spec.bos == "yes" and bos_id is None:
         raise SinklabError("--bos yes, but the tokenizer defines no BOS token")
     prepend = bos_id is not None and spec.bos != "no"
-    body = spec.max_tokens - int(prepend)
+    body = spec.tokens - int(prepend)
     g = torch.Generator().manual_seed(spec.seed)
     rows = {
         "text": lambda: _windows(_encode(tokenizer, _read(spec.text)), body, spec.batch, spec.text),
@@ -85,8 +97,10 @@ def build_inputs(spec: InputSpec, tokenizer, max_positions: Optional[int] = None
 def _read(path: str) -> str:
     p = Path(path).expanduser()
     if not p.is_file():
-        raise SinklabError(f"no such text file: {path}")
-    return p.read_text(encoding="utf-8", errors="replace")
+        raise SinklabError(f"no such text file: {path} (--text / text= names a file; to read a string, give it as --prompt / prompt=)")
+    text = p.read_text(encoding="utf-8", errors="replace")
+    check(text.strip() != "", f"the text file {path} holds no text (it is empty or only whitespace)")
+    return text
 
 
 def _encode(tokenizer, text: str) -> list[int]:

@@ -49,20 +49,20 @@ def scan_table(summary: dict) -> str:
     )
 
 
-def scan_figures(summary: dict, record, out: Path) -> list[str]:
+def scan_figures(summary: dict, record: dict, out: Path) -> list[str]:
     """Heatmap of first-token mass, per-layer sink share, massive-activation map, dominance and
     variance curves (and the mean attention pattern of a few layers when it was kept)."""
     name = safe_text(summary["model"], 60)
     paths = [
         _heatmap(summary["first_token_mass"], "head", "layer", f"{name}: first-token attention mass (T={summary['tokens']})", out / "first_token_mass.png", vmax=1.0),
         _sink_share(summary, name, out / "sink_share.png"),
-        _heatmap(record.max_abs.clamp_min(1e-3).log10().tolist(), "position", "layer", f"{name}: log10 max |h| of the residual stream", out / "massive_activations.png"),
+        _heatmap(record["max_abs"].clamp_min(1e-3).log10().tolist(), "position", "layer", f"{name}: log10 max |h| of the residual stream", out / "massive_activations.png"),
         _dominance(summary, name, out / "dominance_ratio.png"),
     ]
     if summary.get("variance_by_position"):
         paths.append(_variance(summary["variance_by_position"], name, out / "variance_by_position.png"))
-    if record.patterns is not None:
-        paths.append(attention_maps(record.patterns, f"{name}: mean attention (heads averaged)", out / "attention.png"))
+    if "patterns" in record:
+        paths.append(attention_maps(record["patterns"], f"{name}: mean attention (heads averaged)", out / "attention.png"))
     return [p.name for p in paths]
 
 

@@ -2,44 +2,53 @@
 
 ``record_subject`` runs a model over token ids with the recorder attached (reduce while
 recording); :func:`~.summary.summarise` turns the :class:`~.recorder.Record` into the documented
-``summary.json``; :func:`measure_scan` does both in memory (what ``sinklab.scan_model`` returns) and
-``run_scan`` is ``sinklab scan``: load, measure, then plot and write the run directory.
+``summary.json``; :func:`measure` does both in memory and :func:`write` writes the data and
+figures: the scan :class:`~sinklab.core.results.Capability` (``SCAN``) that the one pipeline runs
+for ``sinklab scan`` and ``sinklab.scan_model`` alike.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from pathlib import Path
+from typing import ClassVar, Optional
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
+from ..core.configs import setting
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.progress import progress_bar
-from ..core.results import stamped
-from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, record_model, write_json
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import PhaseClock, atomic_path, write_json
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, report
-from .inputs import Inputs, InputSpec, build_inputs
+from .frame import SCAN_TABLES
+from .inputs import Inputs, InputSpec, build_inputs, renamed_max_tokens
 from .recorder import Record, Recorder, RecordOptions
 from .summary import MetricSettings, summarise
 
 
 @dataclass
 class ScanConfig:
-    model: Optional[str] = None  # None: the built-in default (SmolLM2-135M-Instruct)
+    """``sinklab scan``'s settings (and ``sinklab.scan_model``'s keyword arguments)."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": renamed_max_tokens(saved["inputs"])}}
+
+    model: Optional[str] = setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
     inputs: InputSpec = field(default_factory=InputSpec)
     settings: MetricSettings = field(default_factory=MetricSettings)
-    variance: Optional[bool] = None  # None: whenever the batch has at least 2 sequences
-    query_chunk: int = QUERY_CHUNK
-    tokens_per_pass: int = 8192
+    variance: Optional[bool] = setting(None, help="the variance-by-position curve: auto (when the batch has at least 2 sequences), on or off",
+                                       choices=("auto", "on", "off"), parse=lambda text: {"auto": None, "on": True, "off": False}[text], shown="auto")
+    query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
+    tokens_per_pass: int = setting(8192, help="tokens run through the model per forward pass", cli=False)
     load: LoadOptions = field(default_factory=LoadOptions)
-    out: Optional[str] = "runs/scan"  # None: nothing is written (the notebook entry points)
 
 
 def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, tokens_per_pass: int = 8192, extra_hooks=(), progress: bool = True) -> tuple[Record, torch.Tensor]:
@@ -76,12 +85,13 @@ def scan_inputs(subject: Subject, spec: InputSpec) -> Inputs:
     return build_inputs(spec, subject.tokenizer, subject.max_positions, subject.vocab_size)
 
 
-def measure_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> tuple[dict, Record, Subject, torch.Tensor]:
-    """Load (unless ``subject`` is given), record and summarise, writing nothing: the summary
-    (what summary.json holds), the record, the subject and the token ids."""
+def measure(cfg: ScanConfig, context: RunContext = RunContext()) -> RunResult:
+    """Load (unless ``subject`` is given), record and summarise, in memory: the summary (what
+    summary.json holds) and the data (the record's reduced tensors and the first sequences'
+    token strings)."""
     clock = PhaseClock()
     with clock.phase("load"):
-        subject = subject or HFSubject(cfg.load.load(cfg.model), cfg.query_chunk)
+        subject = context.subject or HFSubject(cfg.load.load(cfg.model), cfg.query_chunk)
         inputs = scan_inputs(subject, cfg.inputs)
     cfg.settings.check_tokens(inputs.tokens)
     variance = cfg.variance if cfg.variance is not None else inputs.ids.shape[0] >= 2
@@ -106,33 +116,26 @@ def measure_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> tuple[di
             **summarise(record, cfg.settings, subject, inputs.ids),
         }
     summary["seconds"] = clock.seconds
-    return stamped("scan", summary), record, subject, inputs.ids
+    return RunResult(stamped("scan", summary), {"record": record_tensors(record), "tokens": scanned_tokens(subject, inputs.ids)})
 
 
-def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
-    """``sinklab scan``: write config.json, summary.json, record.safetensors, tokens.json, figures and
-    report.html to ``cfg.out``."""
-    check(cfg.out is not None, "run_scan writes a run directory: give ScanConfig.out (or use sinklab.scan_model)")
-    out = prepare_run_dir(cfg.out)
-    summary, record, subject, ids = measure_scan(cfg, subject)
-    record_model(out, **subject.facts())
-    write_json(out / "config.json", {**asdict(cfg), "model_name": subject.name})
-    write_scan(out, summary, record, subject, ids)
-    return summary
+def write(out: Path, result: RunResult) -> list[str]:
+    """The figures, the record and the token strings (summary.json and the page are the pipeline's)."""
+    figures = report.scan_figures(result.summary, result.data["record"], out)
+    with atomic_path(out / RECORD_FILE) as tmp:
+        save_file(result.data["record"], str(tmp))
+    write_json(out / TOKENS_FILE, result.data["tokens"])
+    return [*figures, RECORD_FILE, TOKENS_FILE]
 
 
-def write_scan(out, summary: dict, record: Record, subject: Subject, ids: torch.Tensor) -> None:
-    """Figures, the record, the token strings, summary.json and last the report page."""
-    started = time.perf_counter()
-    summary["figures"] = report.scan_figures(summary, record, out)
-    _save_record(record, out)
-    write_json(out / TOKENS_FILE, scanned_tokens(subject, ids))
-    summary["seconds"]["write"] = round(time.perf_counter() - started, 3)  # the page is written last, so its own time is not in here
-    write_json(out / "summary.json", summary)
-    page.write(out)
+def read_data(run_dir: Path) -> dict:
+    """A scan's data back from its run directory."""
+    tokens = run_dir / TOKENS_FILE
+    return {"record": load_file(str(run_dir / RECORD_FILE)), "tokens": json.loads(tokens.read_text()) if tokens.exists() else {"ids": [], "strings": []}}
 
 
 TOKENS_FILE = "tokens.json"
+RECORD_FILE = "record.safetensors"
 TOKEN_ROWS = 4  # sequences whose token strings are kept for the report's axes and hovers
 
 
@@ -142,12 +145,12 @@ def scanned_tokens(subject: Subject, ids: torch.Tensor) -> dict:
     return {"ids": rows, "strings": [subject.token_strings(row) for row in rows]}
 
 
-def _save_record(record: Record, out) -> None:
-    """The reduced tensors, for analyses beyond the summary (safetensors, no pickle)."""
+def record_tensors(record: Record) -> dict[str, torch.Tensor]:
+    """The record's reduced tensors, float32, by name (``column<k>``: the weight every query gives key
+    k), for analyses beyond the summary: what ``record.safetensors`` holds."""
     tensors = {k: v.float().contiguous() for k, v in vars(record).items() if isinstance(v, torch.Tensor)}
     tensors.update({f"column{k}": v.float().contiguous() for k, v in record.columns.items()})
-    with atomic_path(out / "record.safetensors") as tmp:
-        save_file(tensors, str(tmp))
+    return tensors
 
 
 #: The entries a pretraining run's summary carries (the rest need a tokenizer or are plotted only).
@@ -174,3 +177,6 @@ class _Decoder:
 
     def __init__(self, fn) -> None:
         self.decode = fn
+
+
+SCAN = register(Capability("scan", ScanConfig, measure, write, tables=SCAN_TABLES, write_page=page.write, read_data=read_data))

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..core.configs import setting
 from ..core.errors import check
 from ..models.subjects import Subject
 from . import metrics
@@ -28,14 +29,14 @@ ROW_MASS_TOLERANCE = 1e-3  # rows summing to one within this have no null slot t
 class MetricSettings:
     """Thresholds of the metrics, all written to the output next to the values."""
 
-    eps: float = 0.3  # Gu et al. sink threshold
-    sink_k: int = 1  # key position of Sink_k^eps, 1-indexed as in Gu et al. (1 = the first token)
-    min_query: int = 1  # first query position averaged in the first-token mass
-    massive_absolute: float = 100.0  # Sun et al. 2024
-    massive_relative: float = 1000.0
-    super_min_ratio: float = 100.0  # super neuron: mean |a| at position 0 / mean |a| elsewhere
-    super_min_activation: float = 100.0  # ... and mean |a| at position 0 at least this
-    secondary_top: int = 5
+    eps: float = setting(0.3, help="Gu et al.'s threshold for alpha_k: a head sinks when its mean attention on the Sink_k key exceeds it, in (0, 1)")
+    sink_k: int = setting(1, help="key position of Sink_k^eps, 1-indexed as in Gu et al. (1: the first token)")
+    min_query: int = setting(1, help="first query position averaged in the first-token mass")
+    massive_absolute: float = setting(100.0, help="massive activation: |h| above this (Sun et al. 2024)", flag="--massive-abs")
+    massive_relative: float = setting(1000.0, help="... and above this times the layer's median |h|", flag="--massive-rel")
+    super_min_ratio: float = setting(100.0, help="super neuron: mean |a| at position 0 over mean |a| elsewhere", flag="--super-ratio")
+    super_min_activation: float = setting(100.0, help="super neuron: minimum mean |a| at position 0", flag="--super-min")
+    secondary_top: int = setting(5, help="secondary sinks listed")
 
     def __post_init__(self) -> None:
         check(0 < self.eps < 1, f"--eps must lie in (0, 1), got {self.eps}")

@@ -3,7 +3,7 @@
 :mod:`.benchmark` (``sinklab stream``), :mod:`.generate` (``sinklab generate``) and :mod:`.hostsync` (decoding
 that never waits for the device, and its GPU check)."""
 
-from .benchmark import StreamConfig, check_one_pass, measure_stream, run_stream
+from .benchmark import STREAM, StreamConfig, check_one_pass
 from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache
 from .frame import stream_rows
 from .generate import check_generation, generate
@@ -13,6 +13,7 @@ from .rope import RopeShift, rotate, rotation
 
 __all__ = [
     "POLICIES",
+    "STREAM",
     "NativeSinkCache",
     "RopeShift",
     "StreamConfig",
@@ -23,10 +24,8 @@ __all__ = [
     "generate",
     "greedy_decode",
     "make_sink_cache",
-    "measure_stream",
     "rotate",
     "rotation",
-    "run_stream",
     "stream_rows",
     "sink_window_attention",
 ]

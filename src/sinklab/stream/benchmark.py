@@ -24,23 +24,27 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Optional
+from pathlib import Path
+from typing import ClassVar, Optional
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
+from ..core.configs import setting
 from ..core.corpus import load_corpus
 from ..core.errors import NumericalCheckFailed, check
 from ..core.hooks import HookSet
 from ..core.progress import progress_bar
-from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
-from ..models.hf import MODEL_FACTS, LoadOptions, input_device, instrument, model_facts, token_nll
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import atomic_path
+from ..models.hf import LoadOptions, input_device, instrument, model_facts, token_nll
 from ..models.subjects import transformers_model
+from ..scan import BOS_CHOICES
 from . import page, report
 from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
+from .frame import STREAM_TABLES
 from .kernel import sink_window_attention
 from .rope import RopeShift
 
@@ -48,22 +52,32 @@ from .rope import RopeShift
 ONE_PASS_TOLERANCE = 1e-3
 
 
+def migrated_bos(saved: dict) -> dict:
+    """Runs before config version 1 recorded ``bos`` as a bool: True put the tokenizer's BOS first
+    when it had one (``auto``), False never (``no``)."""
+    return {**saved, "bos": "auto" if saved["bos"] else "no"}
+
+
 @dataclass
 class StreamConfig:
-    model: Optional[str] = None
-    corpus: str = "shakespeare"
-    tokens: int = 4096
-    sinks: int = 4
-    window: int = 1020
-    policies: tuple[str, ...] = ("dense", "window", "sink", "recompute")
-    recompute_every: int = 512
-    chunk: int = 1024  # positions per reported chunk
-    latency_steps: int = 16  # timed decode steps per chunk
-    check: bool = True  # stream the sink (or window) policy through a real cache to check the one-pass scores
-    bos: bool = True
-    ablation: tuple[int, ...] = ()  # sink counts to compare at the same total cache size
+    """``sinklab stream``'s settings (and ``sinklab.stream_model``'s keyword arguments)."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: migrated_bos}
+
+    model: Optional[str] = setting(None, help="a RoPE model folder, .gguf file or Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    corpus: str = setting("shakespeare", help="shakespeare, a text file or folder, or hf:NAME")
+    tokens: int = setting(4096, help="length of the stream in tokens, BOS included")
+    sinks: int = setting(4, help="first tokens kept in the cache")
+    window: int = setting(1020, help="recent tokens kept, the current one included")
+    policies: tuple[str, ...] = setting(("dense", "window", "sink", "recompute"), help=f"comma-separated, from {', '.join(POLICIES)}", choices=POLICIES)
+    recompute_every: int = setting(512, help="evaluate the recompute policy on every n-th position")
+    chunk: int = setting(1024, help="positions per reported chunk")
+    latency_steps: int = setting(16, help="timed decode steps per chunk")
+    check: bool = setting(True, negate=True, help="skip streaming the sink (or window) policy token by token through a real cache to check the one-pass scores")
+    bos: str = setting("auto", choices=BOS_CHOICES, help="put a BOS token first in the stream: yes, no, or auto (when the tokenizer has one; yes does the same here)")
+    ablation: tuple[int, ...] = setting((), metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
     load: LoadOptions = field(default_factory=LoadOptions)
-    out: Optional[str] = "runs/stream"  # None: nothing is written (sinklab.stream_model)
 
     def __post_init__(self) -> None:
         unknown = [p for p in self.policies if p not in POLICIES]
@@ -74,15 +88,18 @@ class StreamConfig:
             check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         for n in self.ablation:
             check(0 <= n < self.capacity, f"ablation sink count {n} leaves no room in a cache of {self.capacity}")
+        check(self.bos in BOS_CHOICES, f"--bos must be yes, no or auto, got {self.bos!r}")
 
     @property
     def capacity(self) -> int:
         return self.sinks + self.window
 
 
-def stream_tokens(tokenizer, corpus: str, n_tokens: int, bos: bool) -> torch.Tensor:
-    """The first ``n_tokens`` tokens of the corpus documents joined in name order (one long stream)."""
-    ids: list[int] = [tokenizer.bos_token_id] if bos and tokenizer.bos_token_id is not None else []
+def stream_tokens(tokenizer, corpus: str, n_tokens: int, bos: str) -> torch.Tensor:
+    """The first ``n_tokens`` tokens of the corpus documents joined in name order (one long stream),
+    after the tokenizer's BOS unless ``bos`` is no."""
+    check(bos != "yes" or tokenizer.bos_token_id is not None, "--bos yes, but the tokenizer defines no BOS token")
+    ids: list[int] = [tokenizer.bos_token_id] if bos != "no" and tokenizer.bos_token_id is not None else []
     for doc in sorted(load_corpus(corpus), key=lambda d: d.name):
         ids += tokenizer(doc.text, add_special_tokens=False)["input_ids"]
         if len(ids) >= n_tokens:
@@ -254,11 +271,11 @@ def one_pass_check(policy: str, one_pass: torch.Tensor, walk: dict, chunk: int) 
             "passed": bool(gap[worst] <= ONE_PASS_TOLERANCE), "by_chunk": chunks}
 
 
-def measure_stream(cfg: StreamConfig, model=None) -> tuple[dict, dict]:
-    """Every policy (and the sink-count ablation) over one stream, in memory: the summary and the
-    per-position (positions, NLL) curve of each policy. ``model``: a loaded model or Subject (None:
-    load ``cfg.model`` with ``cfg.load``)."""
-    loaded = transformers_model(model) if model is not None else cfg.load.load(cfg.model)
+def measure(cfg: StreamConfig, context: RunContext = RunContext()) -> RunResult:
+    """Every policy (and the sink-count ablation) over one stream, in memory: the summary and, as
+    data, the per-position next-token NLL (nats) of each policy (``<policy>``) at its positions
+    (``<policy>.positions``)."""
+    loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
     model, tokenizer = loaded.model, loaded.tokenizer
     ids = stream_tokens(tokenizer, cfg.corpus, cfg.tokens, cfg.bos).to(input_device(model))
     entries, curves, checked = {}, {}, checked_policy(cfg, len(ids))
@@ -275,7 +292,7 @@ def measure_stream(cfg: StreamConfig, model=None) -> tuple[dict, dict]:
         "tokens": cfg.tokens,
         "sinks": cfg.sinks,
         "window": cfg.window,
-        "bos_prepended": bool(cfg.bos and tokenizer.bos_token_id is not None),
+        "bos_prepended": bool(cfg.bos != "no" and tokenizer.bos_token_id is not None),
         "policies": entries,
         "one_pass_check": one_pass_check(checked, curves[checked][1], walk, cfg.chunk) if checked else None,
     }
@@ -283,44 +300,40 @@ def measure_stream(cfg: StreamConfig, model=None) -> tuple[dict, dict]:
         summary["ablation"] = {
             str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
         }
-    return stamped("stream", summary), curves
+    return RunResult(stamped("stream", summary), {"nll": curve_tensors(curves)})
 
 
-def run_stream(cfg: StreamConfig, model=None) -> dict:
-    """``sinklab stream``: :func:`measure_stream`, then summary.json, the curves, figures and
-    report.html in ``cfg.out``; a failed one-pass check fails the run after everything is written."""
-    check(cfg.out is not None, "run_stream writes a run directory: give StreamConfig.out (or use sinklab.stream_model)")
-    out = prepare_run_dir(cfg.out)
-    write_json(out / "config.json", asdict(cfg))
-    summary, curves = measure_stream(cfg, model)
-    record_model(out, **{key: summary[key] for key in MODEL_FACTS})
-    summary["figures"] = report.stream_figures(curves, summary["policies"], summary, out)
-    _save_curves(curves, out)
-    write_json(out / "summary.json", summary)
-    page.write(out)
-    check_one_pass(summary, out)
-    return summary
+def write(out: Path, result: RunResult) -> list[str]:
+    """The figures and the NLL curves (summary.json and the page are the pipeline's)."""
+    figures = report.stream_figures(result.data["nll"], result.summary["policies"], result.summary, out)
+    with atomic_path(out / CURVES_FILE) as tmp:
+        save_file(result.data["nll"], str(tmp))
+    return [*figures, CURVES_FILE]
 
 
-def check_one_pass(summary: dict, out=None) -> None:
+def read_data(run_dir: Path) -> dict:
+    return {"nll": load_file(str(run_dir / CURVES_FILE))}
+
+
+def check_one_pass(result: RunResult) -> None:
     """Fail when the one-pass scores of the checked policy left the real cache's tolerance."""
-    verdict = summary["one_pass_check"]
+    verdict = result.summary["one_pass_check"]
     if verdict and not verdict["passed"]:
-        kept = f"; results kept in {out}/summary.json" if out is not None else ""
         raise NumericalCheckFailed(
             f"the one-pass {verdict['policy']} scores differ from a real {verdict['policy']} cache by {verdict['max_abs_nll_difference']:.2e} nats "
-            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}){kept}",
-            out,
+            f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g})"
         )
 
 
 CURVES_FILE = "nll.safetensors"
 
 
-def _save_curves(curves: dict, out) -> None:
-    """Per-position NLL of every policy (``<policy>`` and ``<policy>.positions``), for the report."""
+def curve_tensors(curves: dict) -> dict[str, torch.Tensor]:
+    """Per-position NLL of every policy (``<policy>``) and its positions (``<policy>.positions``)."""
     tensors = {}
     for policy, (positions, nll) in curves.items():
         tensors[policy], tensors[f"{policy}.positions"] = nll.float().contiguous(), positions.long().contiguous()
-    with atomic_path(out / CURVES_FILE) as tmp:
-        save_file(tensors, str(tmp))
+    return tensors
+
+
+STREAM = register(Capability("stream", StreamConfig, measure, write, tables=STREAM_TABLES, write_page=page.write, read_data=read_data, check=check_one_pass))

@@ -20,9 +20,10 @@ def _moving_average(x, y, width: int):
     return x[width - 1 :], torch.nn.functional.conv1d(y.view(1, 1, -1), kernel).flatten()
 
 
-def stream_figures(curves: dict, entries: dict, summary: dict, out: Path) -> list[str]:
+def stream_figures(nll_curves: dict, entries: dict, summary: dict, out: Path) -> list[str]:
     """Smoothed NLL against position for every policy, and per-token latency along the stream."""
     fig, ax = subplots(figsize=(8, 4.5))
+    curves = {policy: (nll_curves[f"{policy}.positions"], nll) for policy, nll in nll_curves.items() if not policy.endswith(".positions")}
     for policy, (positions, nll) in curves.items():
         width = 256 if policy != "recompute" else 4  # recompute is scored sparsely
         ax.plot(*_moving_average(positions, nll, width), label=policy)

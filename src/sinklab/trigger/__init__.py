@@ -5,17 +5,23 @@
 construction; :mod:`.report` figures.
 """
 
-from .analyses import VARIANT_SEEDS, construction_report, run_cap_sweep, run_variants
+from .analyses import VARIANT_SEEDS, check_relu_construction
 from .config import TriggerConfig
 from .ensemble import Ensemble, train_members
 from .evaluate import evaluate_trigger
-from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, cap_configs, load_trigger_model, paper_configs, run_lab, variant_configs
+from .lab import PAPER_ATTNS, PAPER_SHAPES, QUICK_SHAPES, cap_configs, load_trigger_model, paper_configs, variant_configs
 from .report import CAP_COLUMNS, VARIANT_COLUMNS
+from .run import CONSTRUCT, LAB, ConstructConfig, LabConfig, run_lab
 from .task import TriggerTask
 from .train import train_trigger
 
 __all__ = [
     "CAP_COLUMNS",
+    "CONSTRUCT",
+    "LAB",
+    "ConstructConfig",
+    "LabConfig",
+    "check_relu_construction",
     "PAPER_ATTNS",
     "PAPER_SHAPES",
     "QUICK_SHAPES",
@@ -25,13 +31,10 @@ __all__ = [
     "TriggerConfig",
     "TriggerTask",
     "cap_configs",
-    "construction_report",
     "evaluate_trigger",
     "load_trigger_model",
     "paper_configs",
-    "run_cap_sweep",
     "run_lab",
-    "run_variants",
     "train_members",
     "train_trigger",
     "variant_configs",

@@ -1,27 +1,21 @@
 """Analyses of the trigger lab: the all-variants table, the BOS-cap trade-off, and the
-hand-built exact ReLU solution. Each is an importable function; ``sinklab trigger`` calls them."""
+hand-built exact ReLU solution. Each is a pure function of the lab's records (or the task);
+:mod:`.run` ends a lab with them."""
 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
-from typing import Sequence
 
 import torch
 
 from ..core.attention import EXTRA_NAMES, AttentionSpec
-from ..core.results import stamped
-from ..core.runs import prepare_run_dir, write_json
 from ..models.native import ModelConfig, Transformer
-from . import page, report
-from .config import TriggerConfig
-from .lab import cap_configs, run_lab, variant_configs
 from .task import TRIGGER, TriggerTask
 
 VARIANT_SEEDS = tuple(range(8))  # a cell's "solved" and "sinks" are fractions over seeds: at least 8
 
 
-def variant_table(records: list[dict], out: Path) -> dict:
+def variant_table(records: list[dict]) -> dict:
     """Per (shape, variant): how many seeds solved the task and where the do-nothing mass went.
 
     Solved means the paper's training rule was met within the step budget. Masses are means over
@@ -57,8 +51,8 @@ def _mean_of(rows: list[dict], key: str) -> float:
     return sum(r[key] for r in rows) / len(rows)
 
 
-def cap_tradeoff(records: list[dict], out: Path) -> dict:
-    """Error reached against the BOS cap: the best (min over seeds) and the mean, plus a figure."""
+def cap_tradeoff(records: list[dict]) -> dict:
+    """Error reached against the BOS cap: the best (min over seeds) and the mean."""
     by_cap: dict[float, list[dict]] = {}
     for r in records:
         by_cap.setdefault(r["bos_cap"], []).append(r)
@@ -76,20 +70,7 @@ def cap_tradeoff(records: list[dict], out: Path) -> dict:
                 "n_seeds": len(rs),
             }
         )
-    figure = report.cap_tradeoff_figure(rows, out / "cap_tradeoff.png")
-    return {"cap_tradeoff": rows, "figures": [figure.name]}
-
-
-def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:
-    """Train capped one-layer softmax models and measure the error-vs-cap trade-off.
-    ``placement``: ``workers``, ``device``, ``ensembles`` and ``launcher`` of :func:`~.lab.run_lab`."""
-    return run_lab(cap_configs(caps, seeds, base), out, analyses=[cap_tradeoff], **placement)
-
-
-def run_variants(seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:
-    """The all-variants table on 1x1 and 2x2 (``VARIANT_SEEDS`` by default on the command line).
-    ``placement``: ``workers``, ``device``, ``ensembles`` and ``launcher`` of :func:`~.lab.run_lab`."""
-    return run_lab(variant_configs(seeds, base), out, analyses=[variant_table], **placement)
+    return {"cap_tradeoff": rows}
 
 
 def relu_construction(task: TriggerTask) -> Transformer:
@@ -137,13 +118,3 @@ def check_relu_construction(task: TriggerTask, sequences: int = 10_000, seed: in
         "tolerance": CONSTRUCTION_TOLERANCE,
         "passed": error <= CONSTRUCTION_TOLERANCE and rows_zero,
     }
-
-
-def construction_report(task: TriggerTask, out: str) -> dict:
-    """Check the hand-built ReLU solution and write ``config.json`` and ``summary.json`` into ``out``."""
-    out_dir = prepare_run_dir(out)
-    write_json(out_dir / "config.json", {"task": task})
-    result = check_relu_construction(task)
-    write_json(out_dir / "summary.json", stamped("trigger-construct", {"relu_construction": result, "task": task}))
-    page.write(out_dir)
-    return result

@@ -14,6 +14,7 @@ from typing import Optional
 import torch
 
 from ..core.attention import AttentionSpec
+from ..core.configs import from_dict
 from ..core.errors import check
 from ..core.hooks import HookFn, hook_name
 from ..models.native import ModelConfig
@@ -96,6 +97,11 @@ class TriggerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, saved: dict) -> "TriggerConfig":
+        """A configuration :meth:`to_dict` wrote (strictly: an unknown or missing key is refused)."""
+        return from_dict(cls, saved, "a trigger configuration")
 
 
 def cap_first_key(cap: float) -> HookFn:

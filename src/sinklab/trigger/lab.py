@@ -1,5 +1,5 @@
-"""The trigger lab: grids of trigger models trained in parallel, resumable, with their figures.
-Analyses over a grid (the variant table, the BOS-cap trade-off) live in :mod:`.analyses`.
+"""The trigger lab's grids: trigger models trained in parallel, resumable. The lab as a run (its
+config, summary and figures) is :mod:`.run`; analyses over a grid live in :mod:`.analyses`.
 
 A lab run is a directory: ``config.json``, one ``records/<key>.json`` and
 ``models/<key>.safetensors`` per trained model (written as each training job finishes, so
@@ -14,20 +14,18 @@ import json
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.launchers import LOCAL, LauncherSettings, launch
-from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, write_json
+from ..core.runs import atomic_path, write_json
 from ..models.native import Transformer
-from . import page, report
 from .config import TriggerConfig
-from .ensemble import Placement, check_memory, train_members
-from .evaluate import evaluate_trigger, summarise_seeds, trigger_record
+from .ensemble import Placement, train_members
+from .evaluate import evaluate_trigger, trigger_record
 
 PAPER_SHAPES = ((1, 1), (2, 2), (4, 4))
 QUICK_SHAPES = ((1, 1), (2, 2))
@@ -135,46 +133,3 @@ def variant_specs() -> list[AttentionSpec]:
 def cap_configs(caps: Iterable[float], seeds: Iterable[int], base: TriggerConfig) -> list[TriggerConfig]:
     """One-layer softmax models with the BOS mass capped at each level (1.0 = uncapped)."""
     return [replace(base, layers=1, heads=1, attention=AttentionSpec(), bos_cap=c, seed=s, lr=None) for c in caps for s in seeds]
-
-
-def run_lab(
-    configs: Sequence[TriggerConfig],
-    out: str,
-    workers: Optional[int] = None,
-    analyses: Sequence[Callable[[list[dict], Path], dict]] = (),
-    device: str = "cpu",
-    ensembles: Optional[bool] = None,
-    launcher: LauncherSettings = LOCAL,
-) -> dict:
-    """Train ``configs``, write records, summary and heatmaps into ``out``; return the summary.
-
-    Each analysis maps (records, run dir) to extra summary entries (tables, figures). ``workers``,
-    ``device`` and ``ensembles`` place the training (:class:`~.ensemble.Placement`), ``launcher``
-    says which engine runs the jobs; jobs that would not fit in this machine's memory, where they
-    run here, are refused before anything is written.
-    """
-    placement = Placement(workers, device, ensembles)
-    if launcher.runs_here:
-        check_memory(placement.jobs(configs), placement.processes, placement.device)
-    out_dir = prepare_run_dir(out)
-    write_json(out_dir / "config.json", {"configs": [c.to_dict() for c in configs]})
-    records = run_grid(configs, out_dir, placement, launcher)
-    thresholds = sorted({c.sink_threshold for c in configs})
-    across_seeds = summarise_seeds(records)
-    figures = report.trigger_figures(out_dir, configs, records, load_maps)
-    if report.several_seeds(across_seeds):
-        figures.append(report.seeds_figure(across_seeds, records, out_dir / "seeds.png").name)
-    summary = {
-        "sink_threshold": thresholds[0] if len(thresholds) == 1 else thresholds,
-        "non_trigger_rows": "query rows 1..L-1 except the trigger",
-        "runs": records,
-        "across_seeds": across_seeds,
-        "compile_fallbacks": {r["key"]: r["compile_fallback"] for r in records if r.get("compile_fallback")},
-        "figures": figures,
-    }
-    for analysis in analyses:
-        for key, value in analysis(records, out_dir).items():
-            summary[key] = summary.get(key, []) + value if key == "figures" else value
-    write_json(out_dir / "summary.json", stamped("trigger", summary))
-    page.write(out_dir)
-    return summary

@@ -22,6 +22,7 @@ from typing import Optional, Union
 import torch
 from torch import nn
 
+from ...core.configs import setting
 from ...core.errors import SinklabError
 from ...core.runs import atomic_dir
 from .layouts import decoder_layers
@@ -38,11 +39,13 @@ DTYPES = {"auto": None, "float32": torch.float32, "bfloat16": torch.bfloat16, "f
 class LoadOptions:
     """Where and how to load a model: every command that loads one takes these as flags."""
 
-    device: str = "auto"  # auto | cpu | cuda | cuda:N  (auto: the first GPU when PyTorch sees one)
-    dtype: str = "auto"  # auto | float32 | bfloat16 | float16
-    device_map: Optional[str] = None  # "auto", a JSON object or a JSON file (accelerate); replaces device
-    revision: Optional[str] = None  # a Hub branch, tag or commit
-    trust_remote_code: bool = False
+    device: str = setting("auto", help="auto (the first GPU when PyTorch sees one, else the CPU), cpu, cuda or cuda:N")
+    dtype: str = setting("auto", help="weights' dtype; auto: float32 on a CPU, the checkpoint's own on a GPU. Metrics are float32 whatever it is",
+                         choices=tuple(DTYPES))
+    device_map: Optional[str] = setting(None, metavar="MAP", help="spread a model too large for one device: auto (accelerate), or a JSON object or file "
+                                                                "mapping modules to devices; replaces --device")
+    revision: Optional[str] = setting(None, help="Hub branch, tag or commit of a Hub model")
+    trust_remote_code: bool = setting(False, help="allow model code from the Hub (off by default: it runs arbitrary code)", result=False)
 
     def load(self, spec: Optional[str]) -> "LoadedModel":
         return load_model(spec, **asdict(self))

@@ -1,0 +1,372 @@
+"""One configuration dataclass per capability, and everything both faces read from it.
+
+A capability's config is a dataclass whose fields are its settings (nested dataclasses group
+them: the inputs, the metric thresholds, the load options). Each field is declared with
+:func:`setting`, which holds its help and, where the command line spells it differently, its
+flag, old spellings and parser. From that one declaration:
+
+* the command line's flags (:func:`add_arguments`, :func:`from_args`), so a default or a help
+  text is never typed twice;
+* the notebook functions' keyword arguments (:func:`from_kwargs`, :func:`signature`): the same
+  names, flat, with the same defaults;
+* whether two runs are the same run (:func:`first_difference`): every field decides it except
+  those declared ``result=False`` (where or how a run is written, not what it computes);
+* the strict reading of a saved ``config.json`` (:func:`from_dict`: unknown or missing keys are
+  refused in one line), after its migrations (:func:`migrate`): a config class may declare
+  ``VERSION`` and ``MIGRATIONS`` (version -> a function from that version's dict to the next's),
+  the one table of what older runs meant by a key they lack or spell otherwise.
+
+argparse is kept rather than tyro or simple-parsing: the documented flags (``--tokens`` for a
+field named ``tokens`` in three configs, ``--text FILE``, comma lists such as ``--lam 1,2,4``,
+old spellings kept as aliases) are a contract those libraries would rename.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from functools import lru_cache
+from typing import Any, Callable, Optional, Sequence
+
+from .errors import SinklabError, check
+
+CONFIG_VERSION_KEY = "config_version"
+
+
+def setting(
+    default: Any = MISSING,
+    *,
+    help: str = "",
+    flag: Optional[str] = None,
+    aliases: Sequence[str] = (),
+    parse: Optional[Callable[[str], Any]] = None,
+    choices: Optional[Sequence[str]] = None,
+    metavar: Optional[str] = None,
+    shown: Optional[str] = None,
+    negate: bool = False,
+    cli: bool = True,
+    result: bool = True,
+    default_factory: Any = MISSING,
+) -> Any:
+    """A config field with what its flag needs: ``help``; ``flag`` when it is not ``--name``
+    (``aliases``: old spellings); ``parse`` a command-line string into the field's value (default:
+    from the field's type, comma lists for tuples); ``choices``; ``shown`` the default as the help
+    prints it; ``negate`` for a True boolean switched off by ``--no-name``; ``cli=False`` for a
+    field the command line sets otherwise; ``result=False`` for a field that does not change what
+    a run computes (two runs that differ only there are the same run)."""
+    meta = {"help": help, "flag": flag, "aliases": tuple(aliases), "parse": parse, "choices": choices, "metavar": metavar,
+            "shown": shown, "negate": negate, "cli": cli, "result": result}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A setting of a (possibly nested) config: its flat ``name`` and its ``path`` from the top."""
+
+    name: str
+    path: tuple[str, ...]
+    field: dataclasses.Field
+    kind: Any  # the resolved type
+
+    @property
+    def meta(self) -> dict:
+        return {"help": "", "flag": None, "aliases": (), "parse": None, "choices": None, "metavar": None, "shown": None,
+                "negate": False, "cli": True, "result": True, **self.field.metadata}
+
+    @property
+    def flag(self) -> str:
+        return self.meta["flag"] or f"--{self.name.replace('_', '-')}"
+
+    def default(self) -> Any:
+        if self.field.default is not MISSING:
+            return self.field.default
+        if self.field.default_factory is not MISSING:
+            return self.field.default_factory()
+        return MISSING
+
+
+def _hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
+
+
+def _nested(kind: Any) -> Optional[type]:
+    """The dataclass a field groups (its type), or None for a plain setting."""
+    return kind if isinstance(kind, type) and is_dataclass(kind) else None
+
+
+@lru_cache(maxsize=None)
+def leaves(cls: type) -> tuple[Leaf, ...]:
+    """Every setting of ``cls``, nested groups flattened; flat names must be unique."""
+    found: list[Leaf] = []
+
+    def walk(owner: type, path: tuple[str, ...]) -> None:
+        hints = _hints(owner)
+        for f in fields(owner):
+            if not f.init:
+                continue
+            inner = _nested(hints[f.name])
+            if inner is not None:
+                walk(inner, (*path, f.name))
+            else:
+                found.append(Leaf(f.name, (*path, f.name), f, hints[f.name]))
+
+    walk(cls, ())
+    names = [leaf.name for leaf in found]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise TypeError(f"{cls.__name__}: settings {', '.join(repeated)} appear in two groups; flat names must be unique")
+    return tuple(found)
+
+
+def leaf(cls: type, name: str) -> Leaf:
+    return next(x for x in leaves(cls) if x.name == name)
+
+
+def build(cls: type, values: dict) -> Any:
+    """``cls`` with the flat ``values`` placed in their groups (the others keep their defaults)."""
+    unknown = sorted(set(values) - {x.name for x in leaves(cls)})
+    if unknown:
+        raise SinklabError(f"unknown setting {', '.join(unknown)} for {cls.__name__}; known: {', '.join(x.name for x in leaves(cls))}")
+    hints = _hints(cls)
+    kwargs = {}
+    for f in fields(cls):
+        if not f.init:
+            continue
+        inner = _nested(hints[f.name])
+        if inner is not None:
+            own = {x.name for x in leaves(inner)}
+            kwargs[f.name] = build(inner, {k: v for k, v in values.items() if k in own})
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def flat(cfg: Any) -> dict:
+    """A config's settings by flat name (the inverse of :func:`build`)."""
+    values = {}
+    for x in leaves(type(cfg)):
+        value = cfg
+        for part in x.path:
+            value = getattr(value, part)
+        values[x.name] = value
+    return values
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def _base(kind: Any) -> tuple[Any, bool]:
+    """(the type inside Optional[...], whether None is allowed)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else kind), True
+    return kind, False
+
+
+def comma_list(convert: Callable[[str], Any], what: str, choices: Optional[Sequence[str]] = None) -> Callable[[str], tuple]:
+    """A parser of comma-separated values (``1,2,4``); with ``choices``, an error listing them."""
+
+    def parse(text: str) -> tuple:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if choices is not None:
+            unknown = [t for t in items if t not in choices]
+            if unknown or not items:
+                raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or repr(text)}; choose from: {', '.join(choices)}")
+        try:
+            return tuple(convert(t) for t in items)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
+
+    return parse
+
+
+_SCALARS = {int: "integers", float: "numbers", str: "names"}
+
+
+def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:
+    if x.meta["parse"] is not None:
+        return x.meta["parse"]
+    base, _ = _base(x.kind)
+    if typing.get_origin(base) is tuple:
+        item = typing.get_args(base)[0]
+        return comma_list(item, _SCALARS.get(item, "values"), x.meta["choices"])
+    return base if base in (int, float, str) else None
+
+
+def add_arguments(parser, cls: type, only: Optional[Sequence[str]] = None, skip: Sequence[str] = (), defaults: Optional[Any] = None) -> None:
+    """One flag per setting of ``cls`` (those in ``only``, none in ``skip``), default and help from
+    the field (``defaults``: an instance whose values the flags default to instead)."""
+    values = flat(defaults) if defaults is not None else {}
+    for x in leaves(cls):
+        if not x.meta["cli"] or x.name in skip or (only is not None and x.name not in only):
+            continue
+        add_flag(parser, x, values.get(x.name, x.default()))
+
+
+def add_flag(parser, x: Leaf, default: Any) -> None:
+    meta, base = x.meta, _base(x.kind)[0]
+    aliases = meta["aliases"]
+    note = f"; {', '.join(aliases)}: the old spelling, kept as an alias" if aliases else ""
+    if base is bool and not meta["choices"]:
+        if meta["negate"]:
+            flag = meta["flag"] or f"--no-{x.name.replace('_', '-')}"
+            parser.add_argument(flag, *aliases, dest=x.name, action="store_false", default=default, help=f"{meta['help']}{note}")
+        else:
+            parser.add_argument(x.flag, *aliases, dest=x.name, action="store_true", default=default, help=f"{meta['help']}{note}")
+        return
+    shown = meta["shown"] if meta["shown"] is not None else _shown(default)
+    kw = {"type": _parser(x), "default": default, "dest": x.name, "metavar": meta["metavar"] or x.flag.lstrip("-").replace("-", "_").upper()}
+    if meta["choices"] and typing.get_origin(base) is not tuple:
+        if meta["parse"] is None:
+            kw["choices"] = list(meta["choices"])
+            del kw["metavar"]
+        else:  # argparse checks choices after converting; check the text first
+            kw["type"], kw["metavar"] = _one_of(meta["choices"], meta["parse"]), "{" + ",".join(meta["choices"]) + "}"
+    default_note = f" (default {shown})" if default is not None or meta["shown"] is not None else ""
+    parser.add_argument(x.flag, *aliases, help=f"{meta['help']}{default_note}{note}", **kw)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "none"
+    return str(value)
+
+
+def _one_of(choices: Sequence[str], parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def checked(text: str) -> Any:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(choices)})")
+        return parse(text)
+
+    return checked
+
+
+def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
+    """``cls`` from parsed flags (settings the command line did not define keep their defaults;
+    ``given`` sets settings the command works out itself)."""
+    values = {x.name: getattr(args, x.name) for x in leaves(cls) if x.meta["cli"] and hasattr(args, x.name)}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    return build(cls, {**values, **given})
+
+
+# --------------------------------------------------------------------------- the notebook
+
+
+def from_kwargs(cls: type, kwargs: dict, aliases: Optional[dict] = None, what: str = "") -> Any:
+    """``cls`` from a notebook function's keyword arguments: flat setting names (and old
+    spellings in ``aliases``: old name -> name); an unknown name is one line listing the known."""
+    given = dict(kwargs)
+    for old, new in (aliases or {}).items():
+        if old in given:
+            check(new not in given, f"{what}: give {new}= or its old spelling {old}=, not both")
+            given[new] = given.pop(old)
+    known = {x.name for x in leaves(cls)}
+    unknown = sorted(set(given) - known)
+    check(not unknown, f"{what}: unknown argument {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+    try:
+        return build(cls, given)
+    except TypeError as exc:
+        raise SinklabError(f"{what}: {exc}") from None
+
+
+def signature(cls: type, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter] = (), skip: Sequence[str] = ()) -> inspect.Signature:
+    """The signature a notebook function shows (``help()``, tab completion): ``leading``
+    parameters, then every setting of ``cls`` as a keyword with its default, then ``trailing``."""
+    settings = [inspect.Parameter(x.name, inspect.Parameter.KEYWORD_ONLY, default=x.default(), annotation=x.kind)
+                for x in leaves(cls) if x.name not in skip and x.default() is not MISSING]
+    return inspect.Signature([*leading, *settings, *trailing])
+
+
+def settings_doc(cls: type, skip: Sequence[str] = ()) -> str:
+    """The settings of ``cls`` as a docstring block (name, default, help)."""
+    return "\n".join(f"    ``{x.name}`` ({_shown(x.default())}): {x.meta['help']}" for x in leaves(cls) if x.name not in skip and x.meta["help"])
+
+
+# --------------------------------------------------------------------------- saved configurations
+
+
+def not_result_paths(cls: Optional[type]) -> frozenset[str]:
+    """Dotted paths of the settings declared ``result=False``."""
+    if cls is None:
+        return frozenset()
+    return frozenset(".".join(x.path) for x in leaves(cls) if not x.meta["result"])
+
+
+def record(cfg: Any) -> dict:
+    """What ``config.json`` holds: the config's settings, nested as the class nests them, and its version."""
+    from .runs import jsonable
+
+    return {CONFIG_VERSION_KEY: getattr(type(cfg), "VERSION", 0), **jsonable(cfg)} if is_dataclass(cfg) else jsonable(cfg)
+
+
+def migrate(cls: type, saved: dict) -> dict:
+    """A saved config dict of any earlier version of ``cls`` brought to the current version, by
+    the class's ``MIGRATIONS`` (version -> function); a newer version is refused."""
+    version, current = saved.get(CONFIG_VERSION_KEY, 0), getattr(cls, "VERSION", 0)
+    check(isinstance(version, int) and version <= current,
+          f"this configuration was written by a newer sinklab ({CONFIG_VERSION_KEY} {version}; this one reads up to {current})")
+    migrations = getattr(cls, "MIGRATIONS", {})
+    data = {k: v for k, v in saved.items() if k != CONFIG_VERSION_KEY}
+    for step in range(version, current):
+        data = migrations[step](data) if step in migrations else data
+    return {CONFIG_VERSION_KEY: current, **data}
+
+
+def first_difference(saved: Any, current: Any, skip: frozenset[str] = frozenset(), where: str = "") -> Optional[str]:
+    """The first key of ``current`` (dotted, ``[i]`` for list items) whose value differs from
+    ``saved``'s, with both values; None when they agree. Paths in ``skip`` (settings that do not
+    change results) are not compared; keys only ``saved`` has (derived facts) are ignored."""
+    if isinstance(current, dict) and isinstance(saved, dict):
+        for key, value in current.items():
+            name = f"{where}.{key}" if where else key
+            if name in skip:
+                continue
+            if key not in saved:
+                return f"{name} is not recorded there"
+            found = first_difference(saved[key], value, skip, name)
+            if found:
+                return found
+        return None
+    if isinstance(current, list) and isinstance(saved, list) and len(current) == len(saved):
+        return next((found for i, (a, b) in enumerate(zip(saved, current)) if (found := first_difference(a, b, skip, f"{where}[{i}]"))), None)
+    return None if saved == current else f"{where}: {_brief(saved)} there, {_brief(current)} now"
+
+
+def _brief(value: Any, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def from_dict(cls: type, data: dict, what: str) -> Any:
+    """``cls`` from a saved dict, strictly: an unknown key (a newer sinklab wrote it) or a
+    missing one (what made the run is unknown) is refused in one line naming it; lists become
+    tuples where the field is a tuple. ``what`` names the file in the message."""
+    check(isinstance(data, dict), f"{what}: expected an object of settings, got {type(data).__name__}")
+    hints = _hints(cls)
+    names = {f.name for f in fields(cls) if f.init}
+    unknown = sorted(set(data) - names - {CONFIG_VERSION_KEY})
+    check(not unknown, f"{what} has {', '.join(unknown)}, which this sinklab's {cls.__name__} does not know: a newer sinklab wrote it")
+    missing = sorted(names - set(data))
+    check(not missing, f"{what} lacks {', '.join(missing)}: what made the run is unknown")
+    return cls(**{name: _value(hints[name], data[name], f"{what}: {name}") for name in names})
+
+
+def _value(kind: Any, value: Any, what: str) -> Any:
+    base, optional = _base(kind)
+    if value is None:
+        check(optional or base is Any, f"{what} is null")
+        return None
+    inner = _nested(base)
+    if inner is not None:
+        return from_dict(inner, value, what)
+    if typing.get_origin(base) is tuple and isinstance(value, list):
+        return tuple(value)
+    return value

@@ -1,0 +1,97 @@
+"""The one run pipeline: every capability runs through :func:`run`, from the command line and from
+a notebook alike, so both apply the same run-directory policy and get the same summary.
+
+Without a run directory, :func:`run` measures and checks, and writes nothing. With one (``out``):
+
+1. claim it (:func:`~.runs.claim_run_dir`: the ``--out`` policy): a finished run of the same
+   configuration is read back and returned, another configuration is refused, an unfinished one
+   resumes where the capability keeps checkpoints, else starts over;
+2. start it: ``run.json`` (command, versions, commit, launcher) and ``config.json``;
+3. measure (in memory; a capability that trains keeps its checkpoints in the directory);
+4. write: the model's facts into ``run.json``, the capability's data files and figures,
+   ``summary.json``, and the report page last;
+5. check: a failed numerical check marks the run failed in ``run.json`` (the same command runs
+   it again) and raises :class:`~.errors.NumericalCheckFailed` with the results kept;
+6. record the run finished, with the files it wrote.
+
+Nothing else writes a run directory, and the summary is never changed after it is measured:
+``result.summary`` is the same dict with or without ``out``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from . import configs
+from .errors import NumericalCheckFailed, check
+from .results import Capability, RunContext, RunResult, load_result
+from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, finish_run, record_model, start_run, write_json
+
+#: The summary keys that say which model ran, where and how; run.json's ``model`` entry records them
+#: too (the summary's ``model``, the model's name, as ``name``).
+MODEL_FACTS = ("model", "device", "dtype", "device_map", "revision")
+
+
+def run(
+    capability: Capability,
+    cfg: Any,
+    subject: Any = None,
+    out: Optional[str | os.PathLike] = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    launcher: Any = None,
+    main_process: bool = True,
+) -> RunResult:
+    """Run ``capability`` with configuration ``cfg`` on ``subject`` (a model the caller holds, or
+    None: the configuration's model is loaded), writing the run directory ``out`` when given.
+
+    ``overwrite`` replaces a run there; ``resume`` insists on resuming (an error when ``out`` holds
+    nothing to resume); ``launcher`` (the settings a capability's jobs run under) is recorded in
+    run.json; ``main_process`` False (the other processes of a DDP run) measures but writes
+    nothing. A finished run of the same configuration in ``out`` is returned as it is
+    (``result.reused`` True) without measuring again."""
+    if out is None:
+        check(not capability.needs_run_dir, f"a {capability.kind} run keeps checkpoints while it works: give it a run directory (out=)")
+        result = capability.measure(cfg, RunContext(subject, None, launcher))
+        capability.check(result)
+        return _as_result(result, capability, None)
+    out = Path(out)
+    if resume:
+        check(capability.resumable is not None and capability.resumable(out), f"nothing to resume in {out}: it holds no checkpoint")
+    state = claim_run_dir(out, cfg, overwrite=overwrite, resumable=capability.resumable or (lambda run_dir: False), remove=main_process)
+    if state == FINISHED:
+        found = load_result(out)
+        found.reused = True
+        return found
+    if main_process:
+        start_run(out, launcher)
+        if state != RESUME:
+            write_json(out / CONFIG, configs.record(cfg))
+    context = RunContext(subject, out, launcher, resume=state == RESUME)
+    result = _as_result(capability.measure(cfg, context), capability, out)
+    if main_process:
+        _write(capability, out, result)
+    return result
+
+
+def _as_result(result: RunResult, capability: Capability, out: Optional[Path]) -> RunResult:
+    result.capability, result.out, result.reused = capability, out, False
+    return result
+
+
+def _write(capability: Capability, out: Path, result: RunResult) -> None:
+    """Steps 4 to 6: the files, then the check, then the record."""
+    summary = result.summary
+    record_model(out, **{"name" if key == "model" else key: summary[key] for key in MODEL_FACTS if key in summary})
+    files = list(capability.write(out, result))
+    write_json(out / SUMMARY, summary)
+    page = capability.write_page(out)
+    files = [*files, SUMMARY, page.name]
+    try:
+        capability.check(result)
+    except NumericalCheckFailed as exc:
+        finish_run(out, files, failed_check=str(exc))
+        raise NumericalCheckFailed(f"{exc}; results kept in {out / SUMMARY}", out) from None
+    finish_run(out, files)

@@ -1,0 +1,137 @@
+"""``sinklab sweep``: every attention variant pretrained under one budget, several seeds, compared.
+
+Text (default): the 8 variants, 2 seeds, the default text budget, one run after another (each
+uses every core). Bigram-Backcopy (``--corpus bb``): the 9 variants of the mitigation sweep (every
+normalisation, +gate, +head_norm, softmax with one learned sink token), 3 seeds, the calibrated
+BB budget, two single-threaded runs at a time.
+
+Each run is one job of the launcher, a ``sinklab pretrain`` run (the one pipeline) in its own
+directory ``OUT/<variant>-seed<seed>``: a finished run is kept, a half-finished one resumed, one of
+another configuration refused (or, with ``rerun_stale``, trained again), whichever launcher ran
+it. The sweep ends with the comparison of ``sinklab compare``: each variant against softmax seed
+by seed (mean difference, t, exact sign-flip p-value).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from ..core import pipeline
+from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.configs import setting
+from ..core.errors import SinklabError, check
+from ..core.launchers import LOCAL, LauncherSettings, launch
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import run_differs
+from . import page
+from .compare import COMPARE_RUNS, CompareRunsConfig
+from .compare import write as write_comparison
+from .run import PRETRAIN
+from .train import PretrainConfig
+
+#: corpus -> (default seeds, worker processes, the variants beyond every normalisation and extra)
+PLANS = {
+    "shakespeare": ((0, 1), 1, ()),
+    "bb": ((0, 1, 2), 2, ({"sink_tokens": 1},)),
+}
+#: What ``settings`` may change: a setting of every run, less what the sweep itself varies
+#: (corpus, attention, sink tokens, seed, steps) or derives (max_seq_len follows each run's length
+#: and sink tokens; device: each run's own, auto).
+FIXED_BY_THE_SWEEP = ("corpus", "attention", "sink_tokens", "seed", "steps", "max_seq_len", "device")
+SETTABLE = tuple(f.name for f in fields(PretrainConfig) if f.name not in FIXED_BY_THE_SWEEP)
+
+
+@dataclass
+class SweepConfig:
+    """Which runs a sweep trains (corpus, seeds, variants, budget, settings of every run) and how
+    many at a time (``workers``: it does not change what a run computes)."""
+
+    VERSION: ClassVar[int] = 1
+
+    corpus: str = setting("shakespeare", choices=tuple(PLANS), help="shakespeare (every normalisation and extra) or bb (the mitigation sweep)")
+    seeds: tuple[int, ...] = setting((), metavar="S[,S...]", shown="0,1 for text, 0,1,2 for bb", help="seeds of every variant")
+    variants: tuple[str, ...] = setting((), metavar="V[,V...]", shown="all", help="the variants to train, e.g. softmax,softmax+gate")
+    steps: Optional[int] = setting(None, help="the training budget of every run", shown="the corpus default")
+    settings: dict = setting(help="a training setting of every run, KEY=VALUE (repeatable), e.g. lr=3e-3 positions=learned",
+                             cli=False, default_factory=dict)
+    workers: Optional[int] = setting(None, shown="1 for text, 2 single-threaded for bb", help="runs trained at a time here", result=False)
+    rerun_stale: bool = setting(False, help="train again a run of another configuration (default: refuse it)", result=False)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.settings) - set(SETTABLE))
+        check(not unknown, f"--set {', '.join(unknown)}: the sweep sets that itself or it is not a training setting; settable: {', '.join(SETTABLE)}")
+        self.seeds = tuple(self.seeds) or PLANS[self.corpus][0]
+
+    def runs(self) -> list[PretrainConfig]:
+        """The sweep's runs, seed-major; ``variants`` keeps only those names."""
+        base = PretrainConfig(corpus=self.corpus, steps=self.steps, **self.settings)
+        attention = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [{"attention": s} for s in AttentionSpec().with_each_extra()]
+        configs = [replace(base, **v, seed=s, max_seq_len=None) for s in self.seeds for v in [*attention, *PLANS[self.corpus][2]]]
+        known = list(dict.fromkeys(c.variant for c in configs))
+        unknown = [v for v in self.variants if v not in known]
+        check(not unknown, f"--variants: unknown {', '.join(unknown)}; the sweep has {', '.join(known)}")
+        return [c for c in configs if not self.variants or c.variant in self.variants]
+
+
+def parse_setting(text: str) -> tuple[str, object]:
+    """``KEY=VALUE`` as a setting of every run: the value read as JSON (numbers, true, false), else
+    text (``positions=learned``), and of the field's type (a JSON true is not an int)."""
+    key, sep, value = text.partition("=")
+    check(bool(sep) and key in SETTABLE, f"--set {text}: expected KEY=VALUE with KEY one of {', '.join(SETTABLE)}")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    expected = type(getattr(PretrainConfig(corpus="bb"), key))
+    check(type(parsed) is expected or (expected is float and type(parsed) is int), f"--set {text}: {key} takes {expected.__name__} values")
+    return key, parsed
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    cfg: PretrainConfig
+    out: str
+    rerun_stale: bool
+
+
+def train_one(job: SweepJob) -> dict:
+    """One run of the sweep through the pipeline: its summary (a finished run read back, a
+    half-finished one resumed); a run of another configuration is refused, or trained again."""
+    stale = job.rerun_stale and run_differs(job.out, job.cfg) is not None
+    try:
+        return pipeline.run(PRETRAIN, job.cfg, out=job.out, overwrite=stale).summary
+    except SinklabError as exc:
+        raise SinklabError(f"{Path(job.out).name}: {exc}{'' if job.rerun_stale else ' (or pass --rerun-stale to train it again)'}") from None
+
+
+def run_dir(root: Path, cfg: PretrainConfig) -> Path:
+    return root / f"{cfg.variant}-seed{cfg.seed}"
+
+
+def measure(cfg: SweepConfig, context: RunContext) -> RunResult:
+    """Train every run (one job each on ``context.launcher``), then compare them."""
+    root = context.workdir
+    jobs = [SweepJob(run, str(run_dir(root, run)), cfg.rerun_stale) for run in cfg.runs()]
+    workers = cfg.workers or PLANS[cfg.corpus][1]
+    launch(train_one, jobs, context.launcher or LOCAL, root, workers, desc=f"sweep {cfg.corpus}", label=lambda job: Path(job.out).name)
+    compared = COMPARE_RUNS.measure(CompareRunsConfig(tuple(job.out for job in jobs)))
+    return RunResult(stamped(KIND, {**{k: v for k, v in compared.summary.items() if k not in ("kind", "schema_version")}, "corpus": cfg.corpus,
+                                    "steps": jobs[0].cfg.steps, "settings": cfg.settings}), compared.data)
+
+
+KIND = "pretrain-sweep"
+
+SWEEP = register(Capability(KIND, SweepConfig, measure, write_comparison, tables=COMPARE_RUNS.tables, write_page=page.write,
+                            resumable=lambda run_dir: True, needs_run_dir=True))
+
+
+def run_sweep(cfg: SweepConfig, out: str | os.PathLike, launcher: Optional[LauncherSettings] = None, overwrite: bool = False) -> RunResult:
+    """``sinklab sweep`` in Python: train the sweep's runs into ``out`` (resuming it) and compare them."""
+    return pipeline.run(SWEEP, cfg, out=out, launcher=launcher, overwrite=overwrite)
+
+
+DEFAULT_OUTS = {"shakespeare": "runs/sweep", "bb": "runs/sweep-bb"}
