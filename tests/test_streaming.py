@@ -410,6 +410,25 @@ def test_a_manual_batch_loop_gives_each_row_its_tokens_alone(sharp):
         assert batch[row].tolist() == greedy_decode(model, make_sink_cache(model, 2, 8), same_length[row : row + 1], 40)[0].tolist()
 
 
+@torch.no_grad()
+def test_each_row_of_a_left_padded_batch_reports_its_own_positions(sharp):
+    """``positions`` of a left-padded batch fed as generate feeds it, row by row: after the
+    prefill (9 columns, all kept by 2 sinks + 8) each row's pads count back from -1 before its
+    first token at 0; once every step evicts, each row holds its own 2 sinks and its last 7
+    tokens. Mutation caught: every row given row 0's pad offset (``columns - self.pads[:1, None]``
+    in ``SinkBook.begin_step``; the issue's audit found no test that caught it) made row 1 (no
+    pads) report positions from -6."""
+    model, prompts = sharp("llama"), prompts_of((3, 9, 6))
+    (ids, mask), cache = left_padded(prompts), make_sink_cache(model, 2, 8)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+    assert cache.layers[0].positions.tolist() == [list(range(len(p) - 9, len(p))) for p in prompts]
+    for token in torch.randint(2, 300, (3, 12), generator=torch.Generator().manual_seed(3)).split(1, dim=1):
+        mask, positions = F.pad(mask, (0, 1), value=1), positions[:, -1:] + 1
+        model(input_ids=token, attention_mask=mask, position_ids=positions, cache=cache)
+    assert cache.layers[0].positions.tolist() == [[0, 1, *range(len(p) + 12 - 7, len(p) + 12)] for p in prompts]
+
+
 def conversation(model, cache, prompt, reply, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Two chat turns through one cache: generate n tokens, append ``reply`` to the whole output,
     generate n more from the whole conversation (``past_key_values=``, the argument's older name,
