@@ -20,7 +20,7 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import load_model
 from sinklab.models.native import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, benchmark, book, caches, generate, rope
+from sinklab.stream import StreamConfig, benchmark, book, generate, rope, sink_layer
 from sinklab.stream.benchmark import policy_nll, real_cache_walk
 from sinklab.stream.caches import NativeSinkCache, cache_bytes, make_sink_cache
 from sinklab.stream.hostsync import greedy_decode
@@ -156,7 +156,7 @@ def test_a_manual_loop_rotates_only_the_sinks_between_rebases(sharp, monkeypatch
     rebase every ``window`` steps that moves the recent keys once; positions stay bounded."""
     model, ids, (n_sink, window) = sharp("llama"), stream_ids(120), (2, 8)
     rotated_rows = []
-    monkeypatch.setattr(caches, "rotate", lambda x, cos, sin: rotated_rows.append(x.shape[-2]) or rotate(x, cos, sin))
+    monkeypatch.setattr(sink_layer, "rotate", lambda x, cos, sin: rotated_rows.append(x.shape[-2]) or rotate(x, cos, sin))
     cache = make_sink_cache(model, n_sink, window)
     per_step, positions = [], []
     for t in range(ids.shape[1]):
