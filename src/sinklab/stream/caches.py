@@ -42,8 +42,14 @@ that asks (a model split across devices gets each layer's tables on that layer's
 The cache layer is in :mod:`.sink_layer`, the per-step bookkeeping in :mod:`.book`, the recent
 tokens' storage in :mod:`.strip`, the rotary arithmetic and the taps in :mod:`.rope`, and a decode
 loop that checks a GPU step for host synchronisation in :mod:`.hostsync`.
+
+The cache leaves nothing on the model: its hooks come off when it is garbage-collected, or when
+the ``with`` block of :func:`sink_cache` ends.
 """
 from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -51,7 +57,7 @@ from torch import nn
 from ..core.errors import check
 from ..models.native import KVCache
 from .book import SinkBook
-from .rope import RopeShift
+from .rope import ForwardTaps, RopeShift
 
 POLICIES = ("dense", "window", "sink", "recompute")
 
@@ -81,15 +87,31 @@ def make_sink_cache(model: nn.Module, n_sink: int, window: int):
     Feed single tokens for exact streaming: a chunk of n tokens attends like a prefill (each of its
     tokens sees the kept cache and the chunk's earlier tokens, up to ``n_sink + window - 1 + n``
     keys), and the cache is trimmed after it.
+
+    The cache watches the model's forwards through hooks (:class:`~.rope.ForwardTaps`) that come
+    off the model when the cache is garbage-collected; :func:`sink_cache` takes them off at the
+    end of a ``with`` block instead, whoever still holds the cache.
     """
     from transformers.cache_utils import Cache
 
     from .sink_layer import SinkCacheLayer
 
     check_sizes(n_sink, window)
-    book = SinkBook(n_sink, window, RopeShift(model))
+    book = SinkBook(n_sink, window, RopeShift(model), ForwardTaps(model))
     n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
     return Cache(layers=[SinkCacheLayer(book, index) for index in range(n_layers)])
+
+
+@contextmanager
+def sink_cache(model: nn.Module, n_sink: int, window: int) -> Iterator:
+    """:func:`make_sink_cache` for the ``with`` block: when it ends (by an exception too) the
+    cache's hooks come off the model at once, even if the cache is still referenced (a notebook
+    variable, a traceback), and the cache refuses further steps."""
+    cache = make_sink_cache(model, n_sink, window)
+    try:
+        yield cache
+    finally:
+        cache.layers[0].book.taps.close()
 
 
 def cache_bytes(cache) -> int:
