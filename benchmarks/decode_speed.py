@@ -184,7 +184,7 @@ def update_only_ms(model, length: int, repeats: int = 50) -> dict:
     out = {}
     for name, make in (("dense", dense_cache), ("sink", sink_cache)):
         cache = make(model, length)
-        tap = cache.layers[0].book.rope.tap if name == "sink" else None  # the positions the model would report
+        tap = cache.layers[0].book.taps.position if name == "sink" else None  # the positions the model would report
         fill = torch.randn(1, heads, length + SINKS, dim)
         if tap is not None:
             tap.positions = torch.arange(length + SINKS).view(1, -1)

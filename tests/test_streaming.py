@@ -2,7 +2,7 @@
 dtype, the intended positions after eviction (manual loops, absolute positions, generate, GPT-NeoX),
 left-padded batches and a second chat turn through the same cache, decode steps that read no device
 tensor and rotation tables on each layer's device, the one-pass kernel against a real cache, native
-caches, and clear errors.
+caches, clear errors, and nothing left on the model once a cache is dropped or its block ends.
 
 Position tests run on *sharp* tiny models (initializer range 0.2): the default tiny models attend
 almost uniformly, so a wrong position would move their logits by ~1e-4 and pass unnoticed. Two
@@ -20,9 +20,9 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import load_model
 from sinklab.models.native import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, benchmark, book, caches, generate, rope
+from sinklab.stream import StreamConfig, benchmark, book, generate, rope, sink_layer
 from sinklab.stream.benchmark import policy_nll, real_cache_walk
-from sinklab.stream.caches import NativeSinkCache, cache_bytes, make_sink_cache
+from sinklab.stream.caches import NativeSinkCache, cache_bytes, make_sink_cache, sink_cache
 from sinklab.stream.hostsync import greedy_decode
 from sinklab.stream.rope import RopeShift, rotate, rotation
 
@@ -34,17 +34,22 @@ def llama(tiny_model_dir):
     return load_model(str(tiny_model_dir("llama")))
 
 
+def sharp_model(arch: str):
+    """A tiny random model of ``arch`` whose attention is far from uniform (the same weights at every call)."""
+    config = tiny_config(arch, 300)
+    config.initializer_range = 0.2
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
 @pytest.fixture(scope="module")
 def sharp():
-    """A factory: a tiny random model of ``arch`` whose attention is far from uniform."""
+    """A factory: the module's one :func:`sharp_model` of each ``arch``."""
     made = {}
 
     def make(arch: str):
         if arch not in made:
-            config = tiny_config(arch, 300)
-            config.initializer_range = 0.2
-            torch.manual_seed(0)
-            made[arch] = AutoModelForCausalLM.from_config(config).eval()
+            made[arch] = sharp_model(arch)
         return made[arch]
 
     return make
@@ -156,7 +161,7 @@ def test_a_manual_loop_rotates_only_the_sinks_between_rebases(sharp, monkeypatch
     rebase every ``window`` steps that moves the recent keys once; positions stay bounded."""
     model, ids, (n_sink, window) = sharp("llama"), stream_ids(120), (2, 8)
     rotated_rows = []
-    monkeypatch.setattr(caches, "rotate", lambda x, cos, sin: rotated_rows.append(x.shape[-2]) or rotate(x, cos, sin))
+    monkeypatch.setattr(sink_layer, "rotate", lambda x, cos, sin: rotated_rows.append(x.shape[-2]) or rotate(x, cos, sin))
     cache = make_sink_cache(model, n_sink, window)
     per_step, positions = [], []
     for t in range(ids.shape[1]):
@@ -408,6 +413,113 @@ def test_a_manual_batch_loop_gives_each_row_its_tokens_alone(sharp):
     batch = greedy_decode(model, make_sink_cache(model, 2, 8), same_length, 40)
     for row in range(3):
         assert batch[row].tolist() == greedy_decode(model, make_sink_cache(model, 2, 8), same_length[row : row + 1], 40)[0].tolist()
+
+
+@torch.no_grad()
+def test_each_row_of_a_left_padded_batch_reports_its_own_positions(sharp):
+    """``positions`` of a left-padded batch fed as generate feeds it, row by row: after the
+    prefill (9 columns, all kept by 2 sinks + 8) each row's pads count back from -1 before its
+    first token at 0; once every step evicts, each row holds its own 2 sinks and its last 7
+    tokens. Mutation caught: every row given row 0's pad offset (``columns - self.pads[:1, None]``
+    in ``SinkBook.begin_step``; the issue's audit found no test that caught it) made row 1 (no
+    pads) report positions from -6."""
+    model, prompts = sharp("llama"), prompts_of((3, 9, 6))
+    (ids, mask), cache = left_padded(prompts), make_sink_cache(model, 2, 8)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache)
+    assert cache.layers[0].positions.tolist() == [list(range(len(p) - 9, len(p))) for p in prompts]
+    for token in torch.randint(2, 300, (3, 12), generator=torch.Generator().manual_seed(3)).split(1, dim=1):
+        mask, positions = F.pad(mask, (0, 1), value=1), positions[:, -1:] + 1
+        model(input_ids=token, attention_mask=mask, position_ids=positions, cache=cache)
+    assert cache.layers[0].positions.tolist() == [[0, 1, *range(len(p) + 12 - 7, len(p) + 12)] for p in prompts]
+
+
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
+              "_forward_hooks_always_called")
+
+
+def left_on(model) -> dict:
+    """What anything could leave on ``model``: every module's forward hooks and attribute names."""
+    return {name: ({d: dict(getattr(module, d)) for d in HOOK_DICTS}, sorted(vars(module)))
+            for name, module in model.named_modules()}
+
+
+@torch.no_grad()
+@pytest.mark.filterwarnings("ignore:`past_key_values` is deprecated:FutureWarning")
+def test_a_dropped_sink_cache_leaves_nothing_on_the_model():
+    """Two sink caches on one model at once, one in a manual loop and one through
+    ``model.generate(past_key_values=...)``: dropping the first (reference counting alone, no gc
+    pass: the hooks hold nothing that leads back to the cache) takes its hooks off and leaves the
+    second's, which streams on as a fresh cache on a fresh model does; dropping the second leaves
+    the model as it was, no hook and no attribute. Mutations caught: the position tap also kept
+    as a model attribute, as before (it stayed); no finalizer (the hooks stayed); the position tap
+    holding the cache's book (the cache never died, nor its hooks); a reference cycle inside the
+    cache (nothing freed before a gc pass); a drop clearing the modules' hooks, the other cache's
+    included (the second cache refused its next step)."""
+    model, ids = sharp_model("llama"), stream_ids(30)
+    model(input_ids=ids[:, :4])
+    before = left_on(model)
+    assert not any(any(hooks.values()) for hooks, _ in before.values())
+    manual, generated = make_sink_cache(model, 2, 8), make_sink_cache(model, 2, 8)
+    step_logits(model, ids[:, :16], manual)
+    first = greedy(model, ids[:, :6], 12, past_key_values=generated)
+    assert left_on(model) != before
+    del manual
+    assert left_on(model) != before  # the second cache's hooks are still there
+    second = greedy(model, torch.cat([ids[:, :6], first], dim=1), 12, past_key_values=generated)
+    fresh = sharp_model("llama")
+    reference = make_sink_cache(fresh, 2, 8)
+    reference_first = greedy(fresh, ids[:, :6], 12, past_key_values=reference)
+    expected = greedy(fresh, torch.cat([ids[:, :6], reference_first], dim=1), 12, past_key_values=reference)
+    assert second.tolist() == expected.tolist()
+    del generated
+    assert left_on(model) == before
+
+
+@torch.no_grad()
+def test_sink_cache_leaves_nothing_on_the_model_when_its_block_ends():
+    """``with sink_cache(...) as cache`` takes the hooks off when the block ends, though ``cache``
+    is still referenced, and also when the block ends by an exception raised inside a forward
+    (here the cache's own refusal of a smaller batch); a closed cache refuses further steps
+    instead of reading positions no hook records any more. Afterwards the model computes what a
+    fresh model computes, with a new sink cache too. Mutations caught: ``close`` marking the taps
+    closed without removing the hooks (they stayed); the closed check dropped (the step read the
+    stale recorded positions and failed with a misleading message); one position tap per model,
+    shared through a model attribute by the caches after it (the attribute stayed)."""
+    model, fresh, ids = sharp_model("llama"), sharp_model("llama"), stream_ids(30)
+    model(input_ids=ids[:, :4])
+    before = left_on(model)
+    with sink_cache(model, 2, 8) as cache:
+        first = greedy(model, ids[:, :6], 12, cache=cache)
+        assert left_on(model) != before
+    assert left_on(model) == before
+    with pytest.raises(SinklabError, match="closed"):
+        model(input_ids=first[:, -1:], cache=cache)
+    with pytest.raises(SinklabError, match="holds a batch of 2"), sink_cache(model, 2, 8) as failing:
+        model(input_ids=ids[:, :12].view(2, 6), cache=failing)
+        model(input_ids=ids[:, :1], cache=failing)
+    assert left_on(model) == before
+    assert torch.equal(model(input_ids=ids).logits, fresh(input_ids=ids).logits)
+    with sink_cache(model, 2, 8) as cache, sink_cache(fresh, 2, 8) as fresh_cache:
+        after, on_fresh = greedy(model, ids[:, :6], 12, cache=cache), greedy(fresh, ids[:, :6], 12, cache=fresh_cache)
+        assert after.tolist() == on_fresh.tolist() == first.tolist()
+
+
+def test_generate_takes_its_hooks_off_when_interrupted(llama, monkeypatch):
+    """``sinklab.stream.generate`` interrupted mid-generation (Ctrl-C in a notebook): the traceback
+    still holds its frame and cache, yet the model keeps no hook. Mutation caught: a plain
+    ``make_sink_cache`` in ``generate`` (the three hooks stayed while the traceback lived)."""
+    model = llama.model
+
+    def interrupted(ids, cache, **kwargs):
+        model(input_ids=ids, cache=cache)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model, "generate", interrupted)
+    before = left_on(model)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        generate(model, llama.tokenizer, "To be or not to be", 50, sinks=2, window=30)
+    assert stopped.traceback and left_on(model) == before
 
 
 def conversation(model, cache, prompt, reply, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,7 +4,7 @@
 that never waits for the device, and its GPU check)."""
 
 from .benchmark import STREAM, StreamConfig, check_one_pass
-from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache
+from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache, sink_cache
 from .frame import stream_rows
 from .generate import check_generation, generate
 from .hostsync import decode_without_host_sync, greedy_decode
@@ -27,5 +27,6 @@ __all__ = [
     "rotate",
     "rotation",
     "stream_rows",
+    "sink_cache",
     "sink_window_attention",
 ]

@@ -9,16 +9,18 @@ from typing import Optional
 import torch
 
 from ..core.errors import check
-from .rope import RopeShift
+from .rope import ForwardTaps, RopeShift
 
 
 class SinkBook:
     """What every layer of one sink cache shares: which tokens each row keeps, where their keys
     are rotated, and this step's plan (worked out once, by layer 0, for all layers). Everything
-    here is on the CPU: (B, kept) tensors, one row per sequence."""
+    here is on the CPU: (B, kept) tensors, one row per sequence. ``taps`` record what the
+    caller passes each forward; the book is their one owner, so their hooks leave the model with
+    the cache."""
 
-    def __init__(self, n_sink: int, window: int, rope: RopeShift) -> None:
-        self.n_sink, self.window, self.rope = n_sink, window, rope
+    def __init__(self, n_sink: int, window: int, rope: RopeShift, taps: ForwardTaps) -> None:
+        self.n_sink, self.window, self.rope, self.taps = n_sink, window, rope, taps
         self.reset()
 
     def reset(self) -> None:
@@ -41,7 +43,7 @@ class SinkBook:
 
     def _positions_given(self) -> bool:
         """Whether the running forward's caller passes positions; between forwards, the latest step's."""
-        given = self.rope.positions_given()
+        given = self.taps.positions_given()
         return self.given if given is None else given
 
     def next_position(self) -> int:
@@ -60,6 +62,8 @@ class SinkBook:
     def begin_step(self, batch: int, n_new: int) -> "_Step":
         """Plan a forward that feeds ``n_new`` tokens per row: which keys must be moved to be seen
         at their cache index (usually only the sinks), and which tokens to drop after the step."""
+        check(not self.taps.closed, "this sink cache was closed (its `with sink_cache(...)` block ended) and no longer "
+              "sees the model's positions; make a new one")
         if self.seen == 0:
             self.rotated_at = self.positions = torch.zeros(batch, 0, dtype=torch.long)
         check(batch == self.batch, f"the sink cache holds a batch of {self.batch}; this forward feeds {batch} (reset it for a new batch)")
@@ -91,7 +95,7 @@ class SinkBook:
         reads the caller's and checks that each row's real tokens are consecutive; a single
         token continues each row, or takes the cache's proposal, and is checked when the caller's
         positions are in host memory. Pads get the positions that continue their row backwards."""
-        recorded = self.rope.recorded_positions()
+        recorded = self.taps.recorded_positions()
         if self.seen == 0 or n_new > 1:
             caller = recorded.cpu().reshape(-1, n_new).expand(self.batch, n_new)
             real = torch.ones_like(caller, dtype=torch.bool) if self.pads is None or self.seen else self.pads[:, None] <= torch.arange(n_new)
@@ -108,7 +112,7 @@ class SinkBook:
     def _check_padding(self, n_new: int, given: bool) -> None:
         """Learn the rows' left padding at the first step; refuse masks that would not line up
         with the kept keys (read only at a prefill, like the positions)."""
-        mask = self.rope.attention_mask()
+        mask = self.taps.attention_mask()
         if mask is None or mask.dim() != 2:
             check(self.pads is None, "a left-padded batch needs its 2-D attention_mask at every step")
             return

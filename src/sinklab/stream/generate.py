@@ -6,7 +6,7 @@ import torch
 
 from ..core.errors import check
 from ..models.hf import input_device
-from .caches import cache_bytes, check_sizes, make_sink_cache
+from .caches import cache_bytes, check_sizes, sink_cache
 
 
 def check_generation(max_new_tokens: int, sinks: int, window: int, temperature: float) -> None:
@@ -20,14 +20,13 @@ def check_generation(max_new_tokens: int, sinks: int, window: int, temperature: 
 def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, window: int, temperature: float = 0.0, seed: int = 0) -> dict:
     """Generate with ``model.generate`` and a sink cache: constant memory past the context length."""
     check_generation(max_new_tokens, sinks, window, temperature)
-    cache = make_sink_cache(model, sinks, window)
     ids = tokenizer(prompt, return_tensors="pt").input_ids.to(input_device(model))
     check(ids.shape[1] > 0, "the prompt contains no tokens")
     torch.manual_seed(seed)
     sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
-    out = model.generate(
-        ids, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, pad_token_id=tokenizer.eos_token_id, **sampling
-    )
+    with sink_cache(model, sinks, window) as cache:
+        out = model.generate(ids, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                             pad_token_id=tokenizer.eos_token_id, **sampling)
     new = out[0, ids.shape[1] :]
     return {
         "prompt_tokens": ids.shape[1],

@@ -1,5 +1,5 @@
-"""RoPE arithmetic for caches that move keys: the model's own angles, one-step rotations, and the
-positions the model used in its latest forward.
+"""RoPE arithmetic for caches that move keys: the model's own angles, one-step rotations
+(:class:`RopeShift`), and the positions the model used in its latest forward (:class:`ForwardTaps`).
 
 Angles are those transformers computes (``float32(position) * float32(inv_freq)``), so a moved key
 is the key the model would have rotated at the target position, and queries and keys stay
@@ -11,14 +11,16 @@ records the ``position_ids`` of every call, so models that do not pass positions
 (GPT-NeoX) stream correctly too, and a pre-hook on the module that runs the rotary embedding (the
 decoder stack) records whether the caller passed ``position_ids`` at all and its ``attention_mask``.
 Both hooks only keep references: reading a tensor is the cache's decision (an accelerator's
-tensor is read only at a prefill, see :mod:`.caches`). This is the one piece that depends on
-transformers internals; it is isolated in :class:`RopeShift` and tested against keys computed
-directly at the new positions.
+tensor is read only at a prefill, see :mod:`.caches`). The hooks belong to one cache's
+:class:`ForwardTaps` and come off the model with it. This is the one piece that depends on
+transformers internals; :class:`RopeShift` is tested against keys computed directly at the new
+positions.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Optional
 
 import torch
@@ -57,17 +59,13 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
 
 
 class RopeShift:
-    """The rotary frequencies of a Hugging Face model and what the caller passed its latest forward."""
+    """The rotary frequencies of a Hugging Face model: the arithmetic that moves its keys. Reads
+    the model once and leaves nothing on it (the caller's positions are :class:`ForwardTaps`')."""
 
     def __init__(self, model: nn.Module) -> None:
-        found = next(((name, m) for name, m in model.named_modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
-        if found is None:
-            raise SinklabError(f"{type(model).__name__} has no rotary position embedding; the sink cache needs a RoPE model")
+        _, rotary = _rotary_module(model)
         _check_rope_config(model.config)
-        name, rotary = found
         self.inv_freq = rotary.inv_freq.detach().float().cpu().clone()  # the tables are built on the CPU (see .caches)
-        self.tap = _position_tap(rotary)
-        self.caller = _caller_tap(model.get_submodule(name.rpartition(".")[0]))
 
     def rotation(self, source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The :func:`rotation` that moves keys rotated at ``source`` to ``target``: (T, D) tables
@@ -84,10 +82,39 @@ class RopeShift:
         cos, sin = self.rotation(source, target)
         return rotate(x, cos.to(x.device), sin.to(x.device))
 
+
+class ForwardTaps:
+    """What the caller passed a model's running (or latest) forward, recorded by forward hooks
+    that live exactly as long as this object: they come off the model when it is closed or
+    garbage-collected. The hooks hold the small recorders below, never this object or its cache,
+    so the model keeps no cache alive, and once a cache is dropped nothing of it stays on the model
+    (no hook, no attribute). Each sink cache has its own taps; two caches on one model each record
+    every forward, and each reads them only in its own."""
+
+    def __init__(self, model: nn.Module) -> None:
+        name, rotary = _rotary_module(model)
+        stack = model.get_submodule(name.rpartition(".")[0])
+        self.position = _PositionTap()
+        handles = [rotary.register_forward_pre_hook(self.position, with_kwargs=True)]
+        self.caller = _CallerTap.of(stack)
+        if self.caller is not None:
+            handles.append(stack.register_forward_pre_hook(self.caller, with_kwargs=True))
+            handles.append(stack.register_forward_hook(self.caller.clear))
+        self._removal = weakref.finalize(self, _remove, handles)
+
+    def close(self) -> None:
+        """Take the hooks off the model now (idempotent); the cache then refuses new steps."""
+        self._removal()
+
+    @property
+    def closed(self) -> bool:
+        return not self._removal.alive
+
     def recorded_positions(self) -> torch.Tensor:
         """The ``position_ids`` of the rotary module's latest call, as recorded (not read)."""
-        check(self.tap.positions is not None, "the sink cache saw no rotary call for this forward; it needs a model that computes RoPE from position_ids")
-        return self.tap.positions
+        check(self.position.positions is not None,
+              "the sink cache saw no rotary call for this forward; it needs a model that computes RoPE from position_ids")
+        return self.position.positions
 
     def positions_given(self) -> Optional[bool]:
         """During a forward, whether its caller passed ``position_ids`` (``model.generate`` does);
@@ -99,6 +126,19 @@ class RopeShift:
     def attention_mask(self) -> Optional[torch.Tensor]:
         """The attention mask passed to the running forward (None if none, between forwards, or unknown)."""
         return None if self.caller is None else self.caller.attention_mask
+
+
+def _remove(handles) -> None:
+    for handle in handles:
+        handle.remove()
+
+
+def _rotary_module(model: nn.Module) -> tuple[str, nn.Module]:
+    """The model's rotary embedding (the module holding ``inv_freq``) and its name."""
+    found = next(((name, m) for name, m in model.named_modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
+    if found is None:
+        raise SinklabError(f"{type(model).__name__} has no rotary position embedding; the sink cache needs a RoPE model")
+    return found
 
 
 def _check_rope_config(config) -> None:
@@ -118,16 +158,6 @@ class _PositionTap:
 
     def __call__(self, module, args, kwargs) -> None:
         self.positions = kwargs["position_ids"] if "position_ids" in kwargs else args[1]
-
-
-def _position_tap(rotary: nn.Module) -> _PositionTap:
-    """The tap on ``rotary``, installed once per model (a forward pre-hook that only records)."""
-    tap = getattr(rotary, "_sinklab_position_tap", None)
-    if tap is None:
-        tap = _PositionTap()
-        rotary.register_forward_pre_hook(tap, with_kwargs=True)
-        rotary._sinklab_position_tap = tap
-    return tap
 
 
 class _CallerTap:
@@ -150,17 +180,9 @@ class _CallerTap:
         self.given: Optional[bool] = None
         self.attention_mask: Optional[torch.Tensor] = None
 
-
-def _caller_tap(stack: nn.Module) -> Optional[_CallerTap]:
-    """The tap on ``stack`` (the module that runs the rotary embedding), installed once per model;
-    None when its forward takes no ``position_ids`` and ``attention_mask``."""
-    tap = getattr(stack, "_sinklab_caller_tap", None)
-    if tap is None:
+    @classmethod
+    def of(cls, stack: nn.Module) -> Optional["_CallerTap"]:
+        """A tap for ``stack`` (the module that runs the rotary embedding); None when its forward
+        takes no ``position_ids`` and ``attention_mask``."""
         parameters = inspect.signature(stack.forward).parameters
-        if not all(name in parameters for name in _CallerTap.ARGUMENTS):
-            return None
-        tap = _CallerTap(stack.forward)
-        stack.register_forward_pre_hook(tap, with_kwargs=True)
-        stack.register_forward_hook(tap.clear)
-        stack._sinklab_caller_tap = tap
-    return tap
+        return cls(stack.forward) if all(name in parameters for name in cls.ARGUMENTS) else None
