@@ -25,6 +25,7 @@ from torch import nn
 from ...core.errors import SinklabError
 from ...core.runs import atomic_dir
 from .layouts import decoder_layers
+from .support import check_causal, check_supported
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -158,13 +159,17 @@ def model_facts(model: nn.Module) -> dict:
 
 @dataclass
 class LoadedModel:
-    """A causal LM with its tokenizer and where it came from."""
+    """A causal LM with its tokenizer and where it came from. A model that does not attend
+    causally is refused here, before anything reads its layers (:func:`~.support.check_causal`)."""
 
     model: nn.Module
     tokenizer: object
     name: str
     source: str  # "default", "local", "gguf", "hub" or "object" (a model the caller loaded)
     revision: Optional[str] = None  # the Hub commit, where known
+
+    def __post_init__(self) -> None:
+        check_causal(self.model, self.name)
 
     @property
     def n_layers(self) -> int:
@@ -253,6 +258,7 @@ def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool
         raise SinklabError(f"{name}: could not load the model ({exc})") from None
     except OSError as exc:
         raise SinklabError(_load_failure(name, source, exc)) from None
+    check_supported(model, name)
     model.eval()
     revision = getattr(config, "_commit_hash", None) or kw.get("revision")
     return LoadedModel(model, tokenizer, name, source, revision)
