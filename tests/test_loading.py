@@ -1,7 +1,11 @@
 """Loading models, and refusing what sinklab cannot measure: bidirectional (BERT-like) models on
-every path that instruments one."""
+every path that instruments one, and mistyped folder names read as Hub ids (one line, no retries)."""
 
+import json
+import threading
+import time
 import warnings
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 import torch
@@ -11,7 +15,8 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
 from sinklab.intervene import applied
-from sinklab.models.hf import LoadedModel, check_causal, instrument
+from sinklab.models.hf import LoadedModel, check_causal, instrument, load_model
+from sinklab.models.hf.hub import hub_files_only_local
 from sinklab.models.hf.instrument import sinklab_attention
 from sinklab.models.subjects import Subject
 
@@ -148,3 +153,106 @@ def test_the_cli_refuses_a_bert_folder_in_one_line(bert_folders, tmp_path, capsy
     assert cli.main(["scan", str(bert_folders["causal"]), "--out", str(tmp_path / "causal")]) == 2
     one_line_error(capsys, "its head cls does more than its output layer")
     assert not (tmp_path / "masked" / "summary.json").exists() and not (tmp_path / "causal" / "summary.json").exists()
+
+
+def test_a_mistyped_folder_offline_fails_at_once_naming_both_readings(tmp_path, monkeypatch, capsys):
+    """``sinklab scan my-model-dir`` (no such folder, HF_HUB_OFFLINE=1 as in every test) names the
+    folder and the Hub id in one line. Mutation tried: no question to the Hub (straight to
+    transformers, as before: its message names neither reading)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["scan", "my-model-dir"]) == 2
+    one_line_error(capsys, "no such folder ./my-model-dir, and no Hub model 'my-model-dir' in the local Hugging Face cache",
+                   "HF_HUB_OFFLINE is set")
+
+
+class _FakeHub(BaseHTTPRequestHandler):
+    """Answers ``model_info`` as the Hub does: 200 for the models it holds, 404 RepoNotFound otherwise."""
+
+    models = {"gpt2", "org/model"}
+
+    def do_GET(self):  # noqa: N802 - the http.server name
+        repo = self.path.split("?")[0].removeprefix("/api/models/").split("/revision/")[0]
+        found = repo in self.models
+        body = json.dumps({"id": repo, "sha": "0" * 40} if found else {"error": "Repository not found"}).encode()
+        self.send_response(200 if found else 404)
+        self.send_header("Content-Type", "application/json")
+        if not found:
+            self.send_header("X-Error-Code", "RepoNotFound")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The Hub as reachable, served by :class:`_FakeHub` on localhost (tests never use the network)."""
+    from huggingface_hub import constants
+
+    server = HTTPServer(("127.0.0.1", 0), _FakeHub)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    yield
+    server.shutdown()
+    server.server_close()
+
+
+def test_hub_ids_the_hub_answers_for_go_to_transformers_and_others_fail_in_one_line(online):
+    """A single name such as ``gpt2`` stays a Hub id when the Hub has it (transformers then loads it
+    online); one the Hub does not have fails at once. Mutation tried: taking a RepoNotFound answer
+    for an unreachable Hub (failed: the message named the cache, not the Hub's answer)."""
+    assert hub_files_only_local("gpt2", None) is False
+    assert hub_files_only_local("org/model", "main") is False
+    not_on_the_hub = r"no such folder \./my-model-dir, and the Hugging Face Hub has no model 'my-model-dir' \(or it is private"
+    with pytest.raises(SinklabError, match=not_on_the_hub):
+        load_model("my-model-dir")
+    with pytest.raises(SinklabError, match=r"no such folder \./my model dir \(and 'my model dir' is not a Hub model id\)"):
+        load_model("my model dir")
+
+
+@pytest.fixture
+def unreachable(monkeypatch, tmp_path):
+    """The Hub not offline but unreachable: nothing listens on the endpoint's port; an empty cache."""
+    import socket
+
+    from huggingface_hub import constants
+
+    with socket.socket() as probe:  # a port that was free a moment ago: connections are refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
+    return tmp_path / "hub-cache"
+
+
+def test_an_unreachable_hub_fails_at_once_or_loads_the_cached_copy_with_a_warning(unreachable, tiny_model_dir, monkeypatch):
+    """Before: 30 s of retries and 12 lines. Now one question to the Hub and one line;
+    a model the cache holds loads from it, warned about (the cached copy may be older), and without
+    a warning when HF_HUB_OFFLINE asked for it. Mutations tried: no question to the Hub (failed,
+    after retries), the cache not consulted (failed: the cached model refused), no warning (failed),
+    a warning also under HF_HUB_OFFLINE (failed)."""
+    start = time.perf_counter()
+    missing = r"no such folder \./nobody/nothing, and no Hub model 'nobody/nothing' .* \(the Hub is unreachable: \w+"
+    with pytest.raises(SinklabError, match=missing):
+        load_model("nobody/nothing")
+    assert time.perf_counter() - start < 5
+    snapshot = unreachable / "models--tiny--llama" / "snapshots" / ("1" * 40)
+    snapshot.mkdir(parents=True)
+    for file in tiny_model_dir("llama").iterdir():
+        (snapshot / file.name).symlink_to(file)
+    (unreachable / "models--tiny--llama" / "refs").mkdir()
+    (unreachable / "models--tiny--llama" / "refs" / "main").write_text("1" * 40)
+    with pytest.warns(UserWarning, match="the Hub is unreachable.*loading 'tiny/llama' from the local Hugging Face cache"):
+        loaded = load_model("tiny/llama")
+    assert (loaded.source, type(loaded.model).__name__) == ("hub", "LlamaForCausalLM")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert load_model("tiny/llama").source == "hub"

@@ -24,6 +24,7 @@ from torch import nn
 
 from ...core.errors import SinklabError
 from ...core.runs import atomic_dir
+from .hub import hub_files_only_local
 from .layouts import decoder_layers
 from .support import check_causal, check_supported
 
@@ -229,7 +230,8 @@ def load_model(
         elif _looks_like_path(spec):
             raise SinklabError(f"no such model file or folder: {spec}")
         else:
-            loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=False, revision=revision)
+            local_only = hub_files_only_local(spec, revision)  # one question to the Hub, not 30 s of retries
+            loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=local_only, revision=revision)
     return loaded
 
 
@@ -265,12 +267,9 @@ def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool
 
 
 def _load_failure(name: str, source: str, exc: Exception) -> str:
-    if source == "hub":
-        return (
-            f"could not load {name!r} from the Hugging Face Hub: it is not a local path, and the Hub is "
-            f"unreachable (offline?) or has no such model ({type(exc).__name__})"
-        )
-    return f"could not load {name}: {exc}"
+    where = " from the Hugging Face Hub" if source == "hub" else ""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"could not load {name}{where}: {reason}"
 
 
 def default_model_folder() -> Path:
