@@ -1,5 +1,6 @@
 """Loading models, and refusing what sinklab cannot measure: bidirectional (BERT-like) models on
-every path that instruments one, and mistyped folder names read as Hub ids (one line, no retries)."""
+every path that instruments one, mistyped folder names read as Hub ids (one line, no retries), and
+the dtype a folder loads in."""
 
 import json
 import threading
@@ -15,7 +16,7 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
 from sinklab.intervene import applied
-from sinklab.models.hf import LoadedModel, check_causal, instrument, load_model
+from sinklab.models.hf import LoadedModel, check_causal, instrument, load_model, model_facts
 from sinklab.models.hf.hub import hub_files_only_local
 from sinklab.models.hf.instrument import sinklab_attention
 from sinklab.models.subjects import Subject
@@ -256,3 +257,35 @@ def test_an_unreachable_hub_fails_at_once_or_loads_the_cached_copy_with_a_warnin
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert load_model("tiny/llama").source == "hub"
+
+
+@pytest.fixture(scope="module")
+def bfloat16_folder(tmp_path_factory, tokenizer):
+    """A tiny Llama saved in bfloat16, so that a load that ignores ``dtype`` keeps bfloat16."""
+    import transformers
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("tiny-bf16")
+    transformers.AutoModelForCausalLM.from_config(tiny_config("llama", len(tokenizer))).to(torch.bfloat16).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+ASKED_AND_LOADED = [
+    ("auto", torch.float32),
+    ("float32", torch.float32),
+    ("bfloat16", torch.bfloat16),
+    (torch.bfloat16, torch.bfloat16),
+]
+
+
+@pytest.mark.parametrize("asked, expected", ASKED_AND_LOADED)
+def test_a_folder_loads_in_the_dtype_asked_for(bfloat16_folder, asked, expected):
+    """``auto`` is float32 on a CPU (not the checkpoint's bfloat16); a named dtype is that dtype.
+    The slow default-model test caught this alone, in minutes. Mutations tried: ``auto`` resolved to
+    the checkpoint's dtype on a CPU (the auto case failed), ``bfloat16`` mapped to float32 in
+    ``DTYPES`` (the bfloat16 string case failed), the resolved dtype not passed to transformers
+    (auto and float32 failed: the checkpoint's bfloat16 came back)."""
+    loaded = load_model(str(bfloat16_folder), dtype=asked, device="cpu")
+    assert {p.dtype for p in loaded.model.parameters()} == {expected}
+    assert model_facts(loaded.model)["dtype"] == str(expected).removeprefix("torch.")
