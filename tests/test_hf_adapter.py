@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import POINTS, HookSet, hook_name
-from sinklab.models.hf import LAYOUTS, describe_architecture, instrument
+from sinklab.models.hf import LAYOUTS, check_supported, describe_architecture, instrument
 from sinklab.models.hf.instrument import sinklab_attention
 from sinklab.models.subjects import HFSubject
 from sinklab.scan import MetricSettings, RecordOptions, record_subject, summarise
@@ -72,6 +72,14 @@ def test_a_softmax_model_reports_no_null_slot(tokenizer):
     ids = torch.randint(2, 300, (2, T))
     record, _ = record_subject(subject, ids, RecordOptions(), progress=False)
     assert "null_mass" not in summarise(record, MetricSettings(), subject, ids)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_every_architecture_is_a_causal_decoder_sinklab_accepts(arch):
+    """Its attention modules say ``is_causal=True`` and its output layer is a child of the model.
+    Mutation tried: requiring the config's ``is_decoder`` instead of the modules' flags (every
+    architecture failed: none of their configs sets it, GPT-NeoX's says False)."""
+    check_supported(eager_model(arch))
 
 
 def test_an_argument_that_changes_attention_is_refused():

@@ -1,6 +1,7 @@
 """All coupling to Hugging Face transformers: loading (:mod:`.loading`), where each architecture
-keeps its layers (:mod:`.layouts`), and instrumentation with sinklab's hook names
-(:mod:`.instrument`). A new architecture is one line in ``layouts.LAYOUTS``."""
+keeps its layers (:mod:`.layouts`), instrumentation with sinklab's hook names
+(:mod:`.instrument`), and what sinklab refuses to measure (:mod:`.support`: anything but a causal
+decoder with a plain output layer). A new architecture is one line in ``layouts.LAYOUTS``."""
 
 from .instrument import QUERY_CHUNK, evicted_tokens, head_nll, instrument, output_logits, token_nll
 from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, down_proj_weight, layout_of
@@ -21,6 +22,7 @@ from .loading import (
     resolve_device,
     resolve_dtype,
 )
+from .support import check_causal, check_supported
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -32,7 +34,9 @@ __all__ = [
     "LoadOptions",
     "LoadedModel",
     "cache_root",
+    "check_causal",
     "check_device_map",
+    "check_supported",
     "decoder_layers",
     "describe_architecture",
     "default_gguf_path",

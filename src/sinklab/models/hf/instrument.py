@@ -11,7 +11,9 @@ The adapter implements every argument a model may pass that changes the attentio
 refuses the model: ``softcap`` (Gemma 2's score soft-capping) and ``s_aux`` (gpt-oss's learned
 per-head sink logits, exactly the ``sink_logit`` normalisation, whose slot mass the recorder
 reports as the null slot) are implemented; ``sliding_window`` is already part of the mask that
-transformers builds; any argument not in :data:`HARMLESS_ARGUMENTS` raises a clear error.
+transformers builds; ``is_causal`` decides what a call without a mask means; any other argument
+not in :data:`HARMLESS_ARGUMENTS` raises a clear error. A model that does not attend causally is
+refused on entry (:func:`~.support.check_causal`): sinklab never imposes a mask the model does not use.
 """
 
 from __future__ import annotations
@@ -28,13 +30,16 @@ from ...core.attention import AttnNorm, attend, causal_mask, make_norm
 from ...core.errors import SinklabError
 from ...core.hooks import HookSet
 from .layouts import decoder_layers, get_submodule, layout_of
+from .support import check_causal
 
 ATTN_NAME = "sinklab"
 KERNEL_ATTN_NAME = "sinklab_kernel"  # a custom kernel that builds its own visibility (no mask)
 QUERY_CHUNK = 256  # query rows attended at once: bounds the (rows, T) score block on long inputs
 
 #: Arguments models pass to attention functions that cannot change the result.
-HARMLESS_ARGUMENTS = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "output_router_logits", "is_causal"})
+HARMLESS_ARGUMENTS = frozenset({"position_ids", "use_cache", "cache_position", "output_attentions", "output_router_logits"})
+#: Arguments that change the result and that the adapter implements.
+IMPLEMENTED_ARGUMENTS = frozenset({"softcap", "s_aux", "sliding_window", "is_causal"})
 
 
 @dataclass
@@ -66,7 +71,7 @@ def _null_slot_norm(s_aux: torch.Tensor):
 def _check_arguments(module: nn.Module, kwargs: dict, dropout: float, kernel: bool) -> None:
     """Refuse what the adapter would silently get wrong."""
     name = type(module).__name__
-    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in HARMLESS_ARGUMENTS | {"softcap", "s_aux", "sliding_window"})
+    unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in HARMLESS_ARGUMENTS | IMPLEMENTED_ARGUMENTS)
     if unknown:
         raise SinklabError(f"{name} passes {', '.join(unknown)} to its attention function, which sinklab's adapter does not implement; its attention would be wrong")
     if dropout and module.training:
@@ -91,7 +96,9 @@ def sinklab_attention(module, query, key, value, attention_mask, scaling=None, d
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     if binding.kernel is not None:
         return binding.kernel(query, key, value, scale).to(query.dtype).transpose(1, 2).contiguous(), None
-    mask = attention_mask if attention_mask is not None else causal_mask(query.shape[2], key.shape[2], query.device)
+    mask = attention_mask
+    if mask is None:
+        mask = _mask_of_unmasked_call(module, kwargs, query.shape[2], key.shape[2], query.device)
     if mask.dtype != torch.bool:  # an additive float mask from an eager-style mask function
         mask = mask > torch.finfo(mask.dtype).min / 2
     s_aux = kwargs.get("s_aux")
@@ -103,6 +110,19 @@ def sinklab_attention(module, query, key, value, attention_mask, scaling=None, d
         query, key, value, mask, norm, scale, binding.hooks, binding.layer, binding.query_chunk, need_weights, score_cap=kwargs.get("softcap")
     )
     return z.to(query.dtype).transpose(1, 2).contiguous(), weights
+
+
+def _mask_of_unmasked_call(module: nn.Module, kwargs: dict, n_queries: int, n_keys: int, device) -> torch.Tensor:
+    """The visibility a call without a mask means, read as transformers' own SDPA function reads it:
+    the call's ``is_causal``, else the module's (True when it has none). A call that means full
+    attention is refused: a causal mask here would change the model's output."""
+    causal = kwargs.get("is_causal")
+    causal = getattr(module, "is_causal", True) if causal is None else causal
+    if not causal:
+        raise SinklabError(
+            f"{type(module).__name__} attends to every token (is_causal=False, no mask); sinklab measures causal attention only"
+        )
+    return causal_mask(n_queries, n_keys, device)
 
 
 def _boolean_mask(*args, **kwargs):
@@ -142,6 +162,7 @@ def instrument(
     hook on exit, also when the body raises; an instrumentation entered inside another one (a
     scan inside :func:`sinklab.intervene.applied`) gives the outer one back its bindings.
     """
+    check_causal(model)
     _register()
     layers = decoder_layers(model)
     down_path = layout_of(model).down_proj

