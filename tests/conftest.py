@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 from contextlib import contextmanager
@@ -150,3 +151,25 @@ def one_line_error(capsys, *needles) -> str:
     for needle in needles:
         assert needle in ours[0]
     return ours[0]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def every_summary_matches_its_schema(tmp_path_factory):
+    """After the suite: every summary.json the pipeline wrote in this session (a run directory whose
+    run.json says finished, written after its summary) validates against its kind's JSON schema
+    (sinklab/schemas). Summaries a test changed afterwards (damaged on purpose) are left out."""
+    yield
+    from sinklab.core.errors import SinklabError
+    from sinklab.core.schemas import validate
+
+    checked, broken = 0, []
+    for summary in tmp_path_factory.getbasetemp().rglob("summary.json"):
+        info = summary.parent / "run.json"
+        if not info.exists() or info.stat().st_mtime_ns < summary.stat().st_mtime_ns or '"status": "finished"' not in info.read_text():
+            continue
+        checked += 1
+        try:
+            validate(json.loads(summary.read_text()))
+        except (SinklabError, ValueError) as exc:
+            broken.append(f"{summary}: {exc}")
+    assert not broken, f"{len(broken)} of {checked} summaries break their schema:\n" + "\n".join(broken[:10])

@@ -1,5 +1,7 @@
 """Your model, your device, your notebook: the entry points on model objects, load options and their
 one-line errors, tables, and what summary.json promises (kind, schema_version, null for non-finite).
+The notebook functions against the command line (one pipeline, one vocabulary) are in
+tests/test_pipeline.py.
 
 A real split over devices needs a GPU: on a CPU-only machine transformers loads a device map onto
 the CPU, so here the map's validation and loading path are tested, and ``make gpu-check`` checks a
@@ -25,6 +27,7 @@ import sinklab
 from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import write_json
+from sinklab.intervene import MaskSelf, VarianceAmplify
 from sinklab.models.hf import load_model, resolve_device, resolve_dtype
 
 TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 3
@@ -38,32 +41,19 @@ def tiny(tokenizer):
 
 def test_scan_model_returns_a_table_and_writes_nothing(tiny, tokenizer, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    result = sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=24)
+    result = sinklab.scan_model(tiny, tokenizer, prompt=TEXT, max_tokens=24)  # max_tokens: the old name of tokens, still taken
     assert list(tmp_path.iterdir()) == []  # nothing written without out=
     frame = result.frame()
-    assert {"layer", "head", "first_token_mass", "sink_alpha", "is_sink"} <= set(frame.columns)
+    assert {"model", "dtype", "device", "layer", "head", "first_token_mass", "sink_alpha", "is_sink"} <= set(frame.columns)
     assert len(frame) == 3 * 4 and frame[["layer", "head"]].drop_duplicates().shape[0] == 12
     assert result.summary["kind"] == "scan" and result.summary["schema_version"] >= 1
     assert frame.first_token_mass.tolist() == [m for row in result.summary["first_token_mass"] for m in row]
     assert result.summary["tokens"] == 24 and result.summary["inputs"]["kind"] == "prompt"
 
 
-def test_scan_model_equals_the_command_line_and_writes_when_asked(tiny, tokenizer, tmp_path):
-    folder = tmp_path / "model"
-    tiny.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    (tmp_path / "t.txt").write_text(TEXT)
-    assert cli.main(["scan", str(folder), "--text", str(tmp_path / "t.txt"), "--max-tokens", "24", "--batch", "1", "--out", str(tmp_path / "cli")]) == 0
-    from_cli = json.loads((tmp_path / "cli" / "summary.json").read_text())
-    mine = sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=24, out=str(tmp_path / "nb"))
-    assert (tmp_path / "nb" / "summary.json").exists() and (tmp_path / "nb" / "report.html").exists()
-    assert from_cli["kind"] == "scan" and from_cli["device"] == "cpu" and from_cli["dtype"] == "float32"
-    torch.testing.assert_close(torch.tensor(mine.summary["first_token_mass"]), torch.tensor(from_cli["first_token_mass"]))
-
-
 def test_bfloat16_scan_stays_close_to_float32(tiny, tokenizer):
-    fp32 = sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=32)
-    bf16 = sinklab.scan_model(copy.deepcopy(tiny).to(torch.bfloat16), tokenizer, text=TEXT, max_tokens=32)
+    fp32 = sinklab.scan_model(tiny, tokenizer, prompt=TEXT, tokens=32)
+    bf16 = sinklab.scan_model(copy.deepcopy(tiny).to(torch.bfloat16), tokenizer, prompt=TEXT, tokens=32)
     assert (fp32.summary["dtype"], bf16.summary["dtype"]) == ("float32", "bfloat16")
     gap = (fp32.frame().first_token_mass - bf16.frame().first_token_mass).abs().max()
     assert 0 < gap < 0.02  # bfloat16 weights move the figures, a little
@@ -71,16 +61,16 @@ def test_bfloat16_scan_stays_close_to_float32(tiny, tokenizer):
 
 def test_a_device_map_loads_and_gives_the_single_device_figures(tiny_model_dir, tokenizer, tmp_path):
     folder = str(tiny_model_dir("llama"))
-    single = sinklab.scan_model(load_model(folder).model, tokenizer, text=TEXT, max_tokens=24).summary
+    single = sinklab.scan_model(load_model(folder).model, tokenizer, prompt=TEXT, tokens=24).summary
     mapping = {"model.embed_tokens": "cpu", **{f"model.layers.{i}": "cpu" for i in range(3)}, "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
     (tmp_path / "map.json").write_text(json.dumps(mapping))
     for given in (json.dumps(mapping), str(tmp_path / "map.json"), "auto"):
-        spread = sinklab.scan_model(load_model(folder, device_map=given).model, tokenizer, text=TEXT, max_tokens=24).summary
+        spread = sinklab.scan_model(load_model(folder, device_map=given).model, tokenizer, prompt=TEXT, tokens=24).summary
         torch.testing.assert_close(torch.tensor(spread["first_token_mass"]), torch.tensor(single["first_token_mass"]))
 
 
 def test_intervene_stream_and_adapt_return_tables(tiny, tokenizer):
-    inter = sinklab.intervene_model(tiny, tokenizer, {"mask_self": [5], "amplify": 4}, text=TEXT, max_tokens=24, lams=(2.0,))
+    inter = sinklab.intervene_model(tiny, tokenizer, [MaskSelf(5), VarianceAmplify(4, 2.0)], prompt=TEXT, tokens=24)
     frame = inter.frame()
     assert inter.kind == "intervene" and set(frame.experiment) == {"mask_self k=5", "amplify k=4 lam=2"} and len(frame) == 2 * 3
     assert {"layer", "share_at_k", "share_at_k_before", "share_at_0", "loss"} <= set(frame.columns)
@@ -130,9 +120,8 @@ def test_non_finite_numbers_are_null(tmp_path):
 @pytest.mark.slow
 def test_bfloat16_scan_of_the_default_model_is_usable(default_model):
     """Issue 24's bar: a bfloat16 scan within 0.02 first-token mass of the float32 one, same input."""
-    fp32 = sinklab.scan_model(default_model.model, default_model.tokenizer, max_tokens=64, batch=2)
-    bf16_model = load_model(None, dtype="bfloat16").model
-    bf16 = sinklab.scan_model(bf16_model, default_model.tokenizer, max_tokens=64, batch=2)
+    fp32 = sinklab.scan_model(default_model, tokens=64, batch=2)
+    bf16 = sinklab.scan_model(load_model(None, dtype="bfloat16"), tokens=64, batch=2)
     gap = (fp32.frame().first_token_mass - bf16.frame().first_token_mass).abs()
     assert bf16.summary["dtype"] == "bfloat16" and gap.max() <= 0.02, gap.max()
 
@@ -163,9 +152,9 @@ def test_statistics_of_a_bfloat16_model_are_summed_in_float32(tiny, tokenizer):
 def test_a_scan_gives_the_model_back_in_the_mode_it_had(tiny, tokenizer):
     tiny.train()
     try:
-        sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=16)
+        sinklab.scan_model(tiny, tokenizer, prompt=TEXT, tokens=16)
         assert tiny.training  # a notebook mid-fine-tune keeps its dropout
     finally:
         tiny.eval()
-    sinklab.scan_model(tiny, tokenizer, text=TEXT, max_tokens=16)
+    sinklab.scan_model(tiny, tokenizer, prompt=TEXT, tokens=16)
     assert not tiny.training

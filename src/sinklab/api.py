@@ -46,7 +46,9 @@ def _run(capability: Capability, model: Any, tokenizer: Any, settings: dict, out
     """Build the configuration from the keyword arguments, hand the model over, run the pipeline."""
     cfg = configs.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
     subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
-    cfg = configs.build(capability.config, {**configs.flat(cfg), "model": subject.name})  # the config records which model ran
+    facts = subject.facts()  # the config records which model ran, where and in which dtype, as the command line's resolved options do
+    ran = {"model": subject.name, "device": facts["device"], "dtype": facts["dtype"], "revision": facts["revision"]}
+    cfg = configs.build(capability.config, {**configs.flat(cfg), **ran})
     result = pipeline.run(capability, cfg, subject, out=out, overwrite=overwrite)
     _warn_if_reused(result)
     return result

@@ -22,14 +22,13 @@ import socket
 import sys
 import threading
 import traceback
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .errors import SinklabError, check
 from .jobs import default_workers, run_jobs
 from .progress import progress_bar
-from .runs import RUN_INFO, read_run_info, write_json
 
 LAUNCHERS = ("local", "slurm", "ray")
 SUBMITIT_CLUSTERS = ("slurm", "local")  # "local": submitit runs the Slurm path's jobs as subprocesses here
@@ -170,10 +169,8 @@ def launch(
 
     ``workers`` is the pool's process count (local) and a local Ray's size; a cluster runs as many
     jobs at once as it schedules (Slurm: ``array_parallelism``). ``run_dir`` holds the engines' logs
-    (``launcher/``) and, where it has a run.json, the settings are recorded there.
+    (``launcher/``); the pipeline records the settings in its run.json.
     """
-    if run_dir is not None and (Path(run_dir) / RUN_INFO).exists():
-        write_json(Path(run_dir) / RUN_INFO, {**read_run_info(run_dir), "launcher": asdict(settings)})
     if settings.launcher == "local":
         return run_jobs(fn, jobs, workers, desc=desc, label=label, on_result=on_result)
     check_launcher(settings)

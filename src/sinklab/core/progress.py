@@ -7,10 +7,16 @@ ten times a second, so a long run leaves a few lines in its log rather than mega
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any, Iterable, Optional
 
-from tqdm.auto import tqdm
+# tqdm.auto draws a widget in a notebook, which needs ipywidgets; without it tqdm warns "IProgress
+# not found" on every bar, so a notebook without ipywidgets gets the text bar instead.
+if importlib.util.find_spec("ipywidgets") is not None:
+    from tqdm.auto import tqdm
+else:
+    from tqdm import tqdm
 
 #: Seconds between redraws when stderr is not a terminal.
 LOG_INTERVAL = 60.0

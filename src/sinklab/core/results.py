@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Optional
 from .errors import SinklabError, check
 from .runs import SUMMARY, jsonable
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: scan inputs' tokens (was max_tokens); no figures list (run.json's files); model facts in every table
 #: The columns every table carries first, so that tables of several models, dtypes or devices concatenate.
 MODEL_COLUMNS = ("model", "dtype", "device")
 
@@ -122,7 +122,8 @@ class RunResult:
         tables = self._capability().tables
         name = table or next(iter(tables))
         check(name in tables, f"a {self.kind} result has no table {name!r}; its tables: {', '.join(tables)}")
-        return pd.DataFrame(list(tables[name](self.summary)))
+        rows = list(tables[name](self.summary))
+        return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(MODEL_COLUMNS))  # an empty table still concatenates
 
     def figures(self) -> dict:
         """Every figure of the run as plotly figures, by file name (what the run directory's PNGs show)."""

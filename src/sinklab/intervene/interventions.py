@@ -74,7 +74,7 @@ class Experiment:
         check(len(items) >= 1, "an experiment needs at least one intervention")
         for iv in items:
             if not isinstance(iv, Intervention):
-                raise SinklabError(f"not an intervention: {iv!r} (give objects such as MaskSelf(10), as applied() takes)")
+                raise SinklabError(f"not an intervention: {iv!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))")
         return cls(items)
 
     @property
@@ -140,7 +140,8 @@ class Intervention:
     @staticmethod
     def from_record(record: dict) -> "Intervention":
         """The intervention a configuration recorded (:meth:`to_record`)."""
-        check(isinstance(record, dict) and record.get("type") in BY_TYPE, f"not a recorded intervention: {record!r}")
+        check(isinstance(record, dict) and record.get("type") in BY_TYPE,
+              f"not an intervention: {record!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))")
         cls = BY_TYPE[record["type"]]
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k != "type"}
         return cls(**values)

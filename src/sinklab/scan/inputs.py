@@ -96,8 +96,12 @@ def build_inputs(spec: InputSpec, tokenizer, max_positions: Optional[int] = None
 
 def _read(path: str) -> str:
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise SinklabError(f"no such text file: {path} (--text / text= names a file; to read a string, give it as --prompt / prompt=)")
+    try:
+        found = p.is_file()
+    except OSError:  # a name no file system takes (too long): a string given as a file
+        found = False
+    if not found:
+        raise SinklabError(f"no such text file: {path[:60]}{'...' if len(path) > 60 else ''} (--text / text= names a file; to read a string, give it as --prompt / prompt=)")
     text = p.read_text(encoding="utf-8", errors="replace")
     check(text.strip() != "", f"the text file {path} holds no text (it is empty or only whitespace)")
     return text

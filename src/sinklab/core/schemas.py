@@ -1,0 +1,37 @@
+"""The JSON schema of each kind of ``summary.json`` (``sinklab/schemas/<kind>.json``): what a
+script reading run directories may rely on. The tests validate every run directory the suite
+writes against its kind's schema; :func:`validate` does the same for any summary (it needs the
+``jsonschema`` package)."""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from .errors import SinklabError, check
+
+
+def kinds() -> list[str]:
+    """Every kind with a schema."""
+    return sorted(path.name.removesuffix(".json") for path in resources.files("sinklab").joinpath("schemas").iterdir() if path.name.endswith(".json"))
+
+
+@lru_cache(maxsize=None)
+def schema_of(kind: str) -> dict:
+    """The JSON schema of a ``kind`` of summary."""
+    check(kind in kinds(), f"no schema for summaries of kind {kind!r}; kinds: {', '.join(kinds())}")
+    return json.loads(resources.files("sinklab").joinpath("schemas", f"{kind}.json").read_text())
+
+
+def validate(summary: dict) -> None:
+    """Raise :class:`SinklabError` naming the first place where ``summary`` breaks its kind's schema."""
+    try:
+        import jsonschema
+    except ImportError:
+        raise SinklabError("validating a summary needs the jsonschema package: pip install jsonschema") from None
+    check(isinstance(summary, dict) and isinstance(summary.get("kind"), str), "not a sinklab summary (no kind)")
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema_of(summary["kind"])).iter_errors(summary))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise SinklabError(f"a {summary['kind']} summary breaks its schema at {where}: {error.message[:300]}")

@@ -1,0 +1,243 @@
+"""One pipeline, two faces: every notebook function and its command give the same summary, apply the
+same run-directory policy and mark a failed check the same way; run.json has one writer; the
+notebook API is what a researcher would guess (dir(), load_model, load_result, frames that
+concatenate, the command's defaults)."""
+
+import ast
+import inspect
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import one_line_error
+
+import sinklab
+from sinklab import cli
+from sinklab.core import configs
+from sinklab.core.errors import NumericalCheckFailed, SinklabError
+from sinklab.core.results import CAPABILITIES
+from sinklab.core.runs import FAILED_CHECK, read_run_info
+from sinklab.intervene import MaskSelf, VarianceAmplify
+
+SRC = Path(sinklab.__file__).parent
+PROMPT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 3
+#: Summary keys that are wall-clock measurements: the only ones two runs of one configuration may differ in.
+TIMING = {"seconds", "measure_seconds", "train_seconds", "ms", "tokens_per_s", "ms_per_token_by_chunk"}
+
+
+def without_timing(value):
+    if isinstance(value, dict):
+        return {k: without_timing(v) for k, v in value.items() if k not in TIMING}
+    if isinstance(value, list):
+        return [without_timing(v) for v in value]
+    return value
+
+
+@pytest.fixture(scope="module")
+def folder(tiny_model_dir):
+    return str(tiny_model_dir("llama"))
+
+
+@pytest.fixture(scope="module")
+def loaded(folder):
+    """What sinklab.load_model returns for the tiny folder (the model's name is the folder, as on the command line)."""
+    return sinklab.load_model(folder)
+
+
+@pytest.fixture(scope="module")
+def prompt_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "prompt.txt"
+    path.write_text(PROMPT)
+    return path
+
+
+#: Per capability: the command's arguments and the notebook call's, for one configuration.
+FACES = {
+    "scan": (["scan", "--text", "{text}", "--tokens", "24", "--batch", "2"], lambda m, text: sinklab.scan_model(m, text=text, tokens=24, batch=2)),
+    "intervene": (["intervene", "--prompt", PROMPT, "--tokens", "24", "--mask-self", "5", "--amplify", "4", "--lam", "2"],
+                  lambda m, text: sinklab.intervene_model(m, None, [MaskSelf(5), VarianceAmplify(4, 2.0)], prompt=PROMPT, tokens=24)),
+    "stream": (["stream", "--corpus", "{text}", "--tokens", "64", "--sinks", "2", "--window", "14", "--policies", "dense,sink", "--chunk", "32", "--latency-steps", "2"],
+               lambda m, text: sinklab.stream_model(m, corpus=text, tokens=64, sinks=2, window=14, policies=("dense", "sink"), chunk=32, latency_steps=2)),
+    "adapt": (["adapt", "--tokens", "16", "--windows", "1", "--calibration", "1", "--quant", "w8a8"],
+              lambda m, text: sinklab.adapt_model(m, tokens=16, windows=1, calibration=1, schemes=("w8a8",))),
+}
+
+
+@pytest.mark.parametrize("kind", FACES)
+def test_the_notebook_function_and_the_command_give_one_summary(kind, folder, loaded, prompt_file, tmp_path):
+    """For one configuration, ``sinklab <command>`` and ``sinklab.<kind>_model`` give equal
+    summaries (timing aside). Mutations tried: the API defaulting batch to 1 again (scan's
+    summaries differ: no variance curve); stream_model passing bos as a bool again (the API's
+    summary says bos_prepended for a stream the command reads the same way, but the config
+    differs)."""
+    argv, call = FACES[kind]
+    out = tmp_path / "cli"
+    assert cli.main([argv[0], folder, *[a.replace("{text}", str(prompt_file)) for a in argv[1:]], "--out", str(out), "--quiet"]) == 0
+    from_cli = json.loads((out / "summary.json").read_text())
+    in_memory = call(loaded, str(prompt_file))
+    assert without_timing(in_memory.summary) == without_timing(from_cli)
+    assert sinklab.load_result(out).kind == kind
+
+
+def test_summary_is_the_same_dict_with_or_without_out(loaded, tmp_path):
+    """Mutation tried: the pipeline stamping the written files into the summary (the old
+    ``summary["figures"]``): the dicts differ."""
+    plain = sinklab.scan_model(loaded, prompt=PROMPT, tokens=24, batch=2)
+    kept = sinklab.scan_model(loaded, prompt=PROMPT, tokens=24, batch=2, out=tmp_path / "run")
+    assert without_timing(kept.summary) == without_timing(plain.summary)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == kept.summary
+    assert "figures" not in kept.summary and "first_token_mass.png" in read_run_info(tmp_path / "run")["files"]
+
+
+def test_out_of_another_configuration_is_refused_by_the_notebook_as_by_the_command(folder, loaded, tmp_path, capsys):
+    """The notebook's ``out=`` gets the command's policy: another configuration refused with the
+    same one line, the same configuration read back (with a warning), ``overwrite=True`` runs
+    it again. Mutation tried: api._run calling the capability's measure and write itself (the
+    old run_scan: no claim) lets the notebook write into the other run."""
+    out = tmp_path / "run"
+    assert cli.main(["scan", folder, "--prompt", PROMPT, "--tokens", "24", "--batch", "2", "--out", str(out), "--quiet"]) == 0
+    assert cli.main(["scan", folder, "--prompt", PROMPT, "--tokens", "20", "--batch", "2", "--out", str(out), "--quiet"]) == 2
+    from_cli = one_line_error(capsys).split("error: ", 1)[1]
+    with pytest.raises(SinklabError) as refused:
+        sinklab.scan_model(loaded, prompt=PROMPT, tokens=20, batch=2, out=out)
+    assert str(refused.value) == from_cli and "inputs.tokens: 24 there, 20 now" in from_cli
+    written = (out / "summary.json").stat().st_mtime_ns
+    with pytest.warns(UserWarning, match="already holds this run, finished"):
+        again = sinklab.scan_model(loaded, prompt=PROMPT, tokens=24, batch=2, out=out)
+    assert again.reused and (out / "summary.json").stat().st_mtime_ns == written
+    assert not sinklab.scan_model(loaded, prompt=PROMPT, tokens=20, batch=2, out=out, overwrite=True).reused
+
+
+def test_a_failed_check_in_the_notebook_marks_the_run_failed(loaded, prompt_file, tmp_path, monkeypatch, capsys):
+    """A stream whose one-pass check fails raises NumericalCheckFailed in the notebook too, its
+    results kept and run.json marked, so the command runs it again instead of calling it finished.
+    Mutation tried: the pipeline recording the run finished before checking (the command then
+    skips the failed run: exit 0 with "holds this run, finished")."""
+    from sinklab.stream import benchmark
+
+    monkeypatch.setattr(benchmark, "ONE_PASS_TOLERANCE", -1.0)
+    settings = dict(corpus=str(prompt_file), tokens=40, sinks=2, window=14, policies=("sink",), chunk=20, latency_steps=1)
+    with pytest.raises(NumericalCheckFailed, match="results kept in") as failed:
+        sinklab.stream_model(loaded, out=tmp_path / "run", **settings)
+    assert failed.value.run_dir == tmp_path / "run" and (tmp_path / "run" / "summary.json").exists()
+    assert read_run_info(tmp_path / "run")["status"] == FAILED_CHECK
+    monkeypatch.undo()
+    result = sinklab.stream_model(loaded, out=tmp_path / "run", **settings)
+    assert not result.reused and read_run_info(tmp_path / "run")["status"] == "finished"
+
+
+def _writes_run_json(node: ast.AST) -> bool:
+    """Whether a call writes a file named by RUN_INFO or "run.json"."""
+    if not isinstance(node, ast.Call):
+        return False
+    name = getattr(node.func, "attr", getattr(node.func, "id", ""))
+    named = any(isinstance(n, ast.Name) and n.id == "RUN_INFO" or isinstance(n, ast.Constant) and n.value == "run.json" for a in node.args for n in ast.walk(a))
+    return named and name in ("write_json", "atomic_path", "write_text", "open", "write_bytes")
+
+
+def test_run_json_has_one_writer():
+    """Nothing in sinklab writes run.json except core.runs._write_run_info. Mutation tried: the
+    launcher recording its settings with write_json(run_dir / RUN_INFO, ...) again."""
+    writers = []
+    for path in SRC.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))]:
+            body = function.body if isinstance(function, ast.FunctionDef) else [n for n in function.body if not isinstance(n, ast.FunctionDef)]
+            if any(_writes_run_json(n) for stmt in body for n in ast.walk(stmt)):
+                writers.append(f"{path.relative_to(SRC)}:{getattr(function, 'name', '<module>')}")
+    assert sorted(set(writers)) == ["core/runs.py:_write_run_info"], writers
+
+
+def test_dir_lists_the_api_and_subpackages_import_on_first_use():
+    """Mutations tried: no module __dir__ (dir() lists no function); intervene not among the
+    lazily imported subpackages (``sinklab.intervene.applied`` after a plain import fails)."""
+    listed = dir(sinklab)
+    for name in ("scan_model", "scan_models", "intervene_model", "stream_model", "adapt_model", "load_model", "load_result", "RunResult", "intervene", "scan"):
+        assert name in listed
+    code = "import sinklab; print(sinklab.intervene.applied.__name__, sinklab.stream.sink_cache.__name__)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["applied", "sink_cache"]
+
+
+@pytest.mark.parametrize("capability, function", [("scan", "scan_model"), ("intervene", "intervene_model"), ("stream", "stream_model"), ("adapt", "adapt_model")])
+def test_the_notebook_and_the_command_line_share_every_default(capability, function):
+    """Every setting the command line has is a keyword of the notebook function, with the same
+    default, both taken from the one config class. Mutation tried: a notebook signature with its
+    own default (batch=1, the old scan_model) fails."""
+    cls = CAPABILITIES[capability].config
+    parameters = inspect.signature(getattr(sinklab, function)).parameters
+    command = cli.build_parser()._subparsers._group_actions[0].choices[capability]
+    defaults = vars(command.parse_args([]))
+    for leaf in configs.leaves(cls):
+        if leaf.meta["cli"] and leaf.path[0] != "load":
+            assert parameters[leaf.name].default == leaf.default() == defaults[leaf.name], leaf.name
+
+
+def test_what_load_model_returns_every_function_takes_and_frames_concatenate(loaded, prompt_file):
+    """``sinklab.load_model`` (the tokenizer inside) goes straight into every notebook function;
+    tables carry the model, its dtype and device, so two scans concatenate into one frame.
+    Mutation tried: Subject.from_model refusing a LoadedModel (the old behaviour)."""
+    one = sinklab.scan_model(loaded, prompt=PROMPT, tokens=24, batch=2)
+    other = sinklab.scan_model(loaded, prompt=PROMPT, tokens=16, batch=2)
+    both = pd.concat([one.frame(), other.frame()])
+    assert list(both.columns[:3]) == ["model", "dtype", "device"] and set(both.dtype) == {"float32"} and len(both) == 2 * 3 * 4
+    for table in one.tables:
+        assert list(one.frame(table).columns[:3]) == ["model", "dtype", "device"], table
+    assert sinklab.intervene_model(loaded, None, [MaskSelf(5)], prompt=PROMPT, tokens=24).frame().device.unique().tolist() == ["cpu"]
+    with pytest.raises(SinklabError, match="has no table 'bogus'; its tables: heads, layers, massive_activations, super_neurons"):
+        one.frame("bogus")
+
+
+def test_several_models_from_the_notebook_by_name_or_object(folder, loaded, tmp_path):
+    """``sinklab.scan_models`` is ``sinklab scan A B``: labels as the user gave them, each model's
+    scan under out/models/ when out is given. Mutation tried: labels from the model's name
+    instead of the dict's keys."""
+    compared = sinklab.scan_models({"mine": loaded, "theirs": folder}, prompt=PROMPT, tokens=24, batch=2, out=tmp_path / "cmp")
+    frame = compared.frame()
+    assert compared.kind == "scan-compare" and list(frame.label.unique()) == ["mine", "theirs"] and set(frame.model) == {folder}
+    assert [e["run"] for e in compared.summary["models"]] == ["models/0-mine", "models/1-theirs"]
+    alone = sinklab.load_result(tmp_path / "cmp" / "models" / "1-theirs")
+    assert alone.summary["first_token_mass_by_layer"] == compared.summary["models"][1]["first_token_mass_by_layer"]
+    in_memory = sinklab.scan_models([loaded, loaded], prompt=PROMPT, tokens=24, batch=2)
+    assert [e["label"] for e in in_memory.summary["models"]] == [folder, folder]
+
+
+def test_a_notebook_argument_that_does_not_exist_is_one_line(loaded):
+    with pytest.raises(SinklabError, match="scan_model: unknown argument max_token; known: .*tokens"):
+        sinklab.scan_model(loaded, max_token=24)
+    with pytest.raises(SinklabError, match="give tokens= or its old spelling max_tokens=, not both"):
+        sinklab.scan_model(loaded, tokens=24, max_tokens=24)
+    with pytest.raises(SinklabError, match="no such text file: To be.*give it as --prompt / prompt="):
+        sinklab.scan_model(loaded, text=PROMPT)
+    with pytest.raises(SinklabError, match="not an intervention: .*give objects such as MaskSelf"):
+        sinklab.intervene_model(loaded, None, [{"mask_self": [5]}], prompt=PROMPT, tokens=24)
+
+
+def test_load_result_reads_every_kind_it_wrote(loaded, prompt_file, tmp_path):
+    """Every finished run directory comes back by its kind, with its data. Mutation tried:
+    read_data not registered for stream (``.data`` comes back empty)."""
+    sinklab.stream_model(loaded, corpus=str(prompt_file), tokens=48, sinks=2, window=14, policies=("dense", "sink"), chunk=24, latency_steps=1, out=tmp_path / "s")
+    back = sinklab.load_result(tmp_path / "s")
+    assert back.kind == "stream" and set(back.data["nll"]) == {"dense", "dense.positions", "sink", "sink.positions"} and not back.frame().empty
+    with pytest.raises(SinklabError, match="holds no finished run"):
+        sinklab.load_result(tmp_path)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "summary.json").write_text('{"kind": "bogus"}')
+    with pytest.raises(SinklabError, match="of kind 'bogus', which this sinklab cannot read"):
+        sinklab.load_result(tmp_path / "x")
+
+
+def test_a_notebook_without_ipywidgets_gets_text_progress_bars():
+    """tqdm.auto warns "IProgress not found" on every bar where ipywidgets is missing."""
+    import importlib.util
+
+    from sinklab.core import progress
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        progress.progress_bar(range(2), desc="x").close()
+    if importlib.util.find_spec("ipywidgets") is None:
+        assert progress.tqdm.__module__ == "tqdm.std"
