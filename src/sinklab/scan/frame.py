@@ -24,7 +24,7 @@ def head_rows(summary: dict) -> Iterator[dict]:
     columns = [key for key in HEAD_COLUMNS if summary.get(key) is not None]
     eps = summary["settings"]["eps"]
     rows = []
-    for layer in range(summary["layers"]):
+    for layer in recorded_layers(summary):
         for head in range(summary["heads"]):
             row = {"layer": layer, "head": head, **{key: summary[key][layer][head] for key in columns}}
             if "sink_alpha" in row:
@@ -38,7 +38,12 @@ def layer_rows(summary: dict) -> Iterator[dict]:
     the dominance ratio max|h| / mean|h| of the residual stream at position 0 and elsewhere; the
     largest |h| there; max|h| over the median |h|; the kurtosis of the residual stream)."""
     columns = [key for key in LAYER_COLUMNS if summary.get(key) is not None]
-    return table_rows(summary, ({"layer": layer, **{key: summary[key][layer] for key in columns}} for layer in range(summary["layers"])))
+    return table_rows(summary, ({"layer": layer, **{key: summary[key][layer] for key in columns}} for layer in recorded_layers(summary)))
+
+
+def recorded_layers(summary: dict) -> list[int]:
+    """The layers a scan recorded (``--layers``; every layer by default): the rows its tables have."""
+    return summary.get("recorded_layers") or list(range(summary["layers"]))
 
 
 def massive_rows(summary: dict) -> Iterator[dict]:

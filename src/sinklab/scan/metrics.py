@@ -43,18 +43,20 @@ def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
     """Gu et al. Sink_k^eps: the share of (layer, head) pairs whose alpha_k exceeds ``eps``.
 
     ``alpha``: (L, H) scores of one key position (:func:`sink_scores`; Gu et al. use the first
-    token, k = 1 in their 1-indexed notation).
+    token, k = 1 in their 1-indexed notation). Layers not recorded (NaN) are left out.
     """
-    return (alpha > eps).double().mean().item()
+    recorded = ~alpha.isnan()
+    return (alpha[recorded] > eps).double().mean().item()
 
 
 def secondary_sinks(alpha: torch.Tensor, top: int = 5, min_queries: int = 8, exclude: int = 1) -> list[tuple[int, float]]:
     """Key positions other than the first ``exclude`` with the largest alpha_k (mean over layers and heads).
 
     ``alpha``: (L, H, T). Positions with fewer than ``min_queries`` queries after them are skipped,
-    since alpha_k of the last keys averages over too few rows to mean anything.
+    since alpha_k of the last keys averages over too few rows to mean anything. Layers not recorded
+    (NaN) are left out.
     """
-    mean = alpha.double().mean(dim=(0, 1))  # (T,)
+    mean = alpha.double().nanmean(dim=(0, 1))  # (T,)
     usable = mean[exclude : max(exclude, mean.shape[0] - min_queries + 1)]
     if usable.numel() == 0:
         return []

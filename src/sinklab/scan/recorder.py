@@ -29,6 +29,7 @@ class RecordOptions:
     massive_absolute: float = 100.0
     massive_relative: float = 1000.0
     massive_limit: int = 100
+    layers: Optional[tuple[int, ...]] = None  # the layers recorded (None: every layer); the others' statistics are NaN
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Recorder:
     def __init__(self, n_layers: int, options: Optional[RecordOptions] = None) -> None:
         self.n_layers = n_layers
         self.options = options or RecordOptions()
+        self.layers = tuple(range(n_layers)) if self.options.layers is None else tuple(sorted(set(self.options.layers)))
         self.sequences = 0
         self._sums: dict[str, dict[int, torch.Tensor]] = defaultdict(dict)
         self._moments = [metrics.Moments() for _ in range(n_layers)]
@@ -92,7 +94,8 @@ class Recorder:
         ]
         if self.options.variance:
             probes.append(("attn.hook_z", self._on_z))
-        return [(hook_name("*", point), fn) for point, fn in probes]
+        where = ("*",) if self.options.layers is None else self.layers
+        return [(hook_name(layer, point), fn) for point, fn in probes for layer in where]
 
     def reserve(self, n_heads: int, positions: int, devices=None) -> None:
         """Allocate the running sums that live as long as the scan before the first forward pass.
@@ -103,7 +106,7 @@ class Recorder:
         the sums reserved. ``devices``: one device for every layer, or a list with each layer's
         (a model spread by a device map sums each layer's statistics where the layer runs)."""
         per_key = ["received", "own", *(f"column{k}" for k in self.options.key_columns if k < positions)]
-        for layer in range(self.n_layers):
+        for layer in self.layers:
             device = devices[layer] if isinstance(devices, (list, tuple)) else devices
             shapes = {**{key: (n_heads, positions) for key in per_key},
                       **{key: (positions,) for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs")}, "median_abs": ()}
@@ -202,13 +205,11 @@ class Recorder:
         mean = lambda key: self._stack(key, n)  # noqa: E731
         variance = None
         if self.options.variance and n >= 2:
-            variance = torch.stack(
-                [metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n).cpu() for i in range(self.n_layers)]
-            )
+            variance = self._by_layer({i: metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n) for i in self.layers})
         patterns, received = mean("patterns"), mean("received")
         return Record(
             sequences=n,
-            tokens=self._sums["received"][0].shape[-1],
+            tokens=self._sums["received"][self.layers[0]].shape[-1],
             columns={k: mean(f"column{k}") for k in self.options.key_columns if f"column{k}" in self._sums},
             received=received,
             own=mean("own"),
@@ -218,8 +219,8 @@ class Recorder:
             dominance=mean("dominance"),
             resid_norm=mean("resid_norm"),
             median_abs=mean("median_abs"),
-            max_abs=torch.stack([self._sums["max_abs"][i].cpu() for i in range(self.n_layers)]),
-            kurtosis=torch.tensor([m.kurtosis() for m in self._moments], dtype=torch.float64),
+            max_abs=self._by_layer(self._sums["max_abs"]),
+            kurtosis=torch.tensor([m.kurtosis() for m in self._moments], dtype=torch.float64),  # NaN for a layer not recorded
             massive=sorted(self._massive.values(), key=lambda e: (e["layer"], -abs(e["value"]))),
             act_first=mean("act_first"),
             act_rest=mean("act_rest"),
@@ -229,6 +230,10 @@ class Recorder:
 
     def _stack(self, key: str, n: int) -> Optional[torch.Tensor]:
         store = self._sums.get(key)
-        if not store:
-            return None
-        return torch.stack([store[i].cpu() for i in range(self.n_layers)]) / n  # sums stay on each layer's device until here
+        return self._by_layer(store) / n if store else None
+
+    def _by_layer(self, per_layer: dict[int, torch.Tensor]) -> torch.Tensor:
+        """(L, ...) from one tensor per recorded layer (they stay on each layer's device until here);
+        a layer not recorded is NaN."""
+        like = per_layer[self.layers[0]]
+        return torch.stack([per_layer[i].cpu() if i in per_layer else torch.full(like.shape, float("nan"), dtype=like.dtype) for i in range(self.n_layers)])

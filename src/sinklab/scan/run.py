@@ -46,6 +46,9 @@ class ScanConfig:
     settings: MetricSettings = field(default_factory=MetricSettings)
     variance: Optional[bool] = setting(None, help="the variance-by-position curve: auto (when the batch has at least 2 sequences), on or off",
                                        choices=("auto", "on", "off"), parse=lambda text: {"auto": None, "on": True, "off": False}[text], shown="auto")
+    layers: Optional[tuple[int, ...]] = setting(None, metavar="L[,L...]", shown="all",
+                                                help="record only these layers, indices from 0 (a large model's scan in less memory and time: the forward "
+                                                     "still runs every layer; the others' figures are null)")
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
     tokens_per_pass: int = setting(8192, help="tokens run through the model per forward pass", cli=False)
     load: LoadOptions = field(default_factory=LoadOptions)
@@ -96,7 +99,10 @@ def measure(cfg: ScanConfig, context: RunContext = RunContext()) -> RunResult:
     cfg.settings.check_tokens(inputs.tokens)
     variance = cfg.variance if cfg.variance is not None else inputs.ids.shape[0] >= 2
     check(not variance or inputs.ids.shape[0] >= 2, "the variance curve needs --batch of at least 2 sequences")
-    options = RecordOptions(variance=variance, patterns=inputs.tokens <= 256, massive_absolute=cfg.settings.massive_absolute, massive_relative=cfg.settings.massive_relative)
+    for layer in cfg.layers or ():
+        check(0 <= layer < subject.n_layers, f"--layers: layer {layer} does not exist (the model has {subject.n_layers} layers)")
+    options = RecordOptions(variance=variance, patterns=inputs.tokens <= 256, massive_absolute=cfg.settings.massive_absolute,
+                            massive_relative=cfg.settings.massive_relative, layers=cfg.layers)
     with clock.phase("record"):
         record, loss = record_subject(subject, inputs.ids, options, cfg.tokens_per_pass)
     with clock.phase("summarise"):
@@ -105,6 +111,7 @@ def measure(cfg: ScanConfig, context: RunContext = RunContext()) -> RunResult:
             "architecture": getattr(subject, "architecture", type(subject).__name__),
             **subject.facts(),
             "layers": subject.n_layers,
+            **({"recorded_layers": sorted(set(cfg.layers))} if cfg.layers else {}),
             "heads": record.first_column.shape[1],
             "tokens": inputs.tokens,
             "sequences": inputs.ids.shape[0],

@@ -76,8 +76,9 @@ class ScanContext:
 
     @cached_property
     def sink_share(self) -> torch.Tensor:
-        """(L,) share of heads whose alpha at the Sink_k key exceeds eps."""
-        return (self.alpha[..., self.settings.sink_k - 1] > self.settings.eps).double().mean(-1)
+        """(L,) share of heads whose alpha at the Sink_k key exceeds eps (NaN: a layer not recorded)."""
+        alpha = self.alpha[..., self.settings.sink_k - 1]
+        return (alpha > self.settings.eps).double().mean(-1).masked_fill(alpha.isnan().any(-1), float("nan"))
 
 
 SUMMARY_ENTRIES: dict[str, Callable[[ScanContext], Any]] = {}
@@ -204,6 +205,8 @@ def _super_neurons(c: ScanContext):
         return []
     found = []
     for layer in range(record.act_first.shape[0]):
+        if record.act_first[layer].isnan().any():  # not recorded
+            continue
         down = c.subject.down_proj_weight(layer)
         found += metrics.super_neurons(record.act_first[layer], record.act_rest[layer], down, layer, s.super_min_ratio, s.super_min_activation)
     return found
@@ -222,7 +225,8 @@ def _null_mass(c: ScanContext):
     n = c.subject.prefix_positions
     prefix = sum(c.record.columns[k][..., n:].mean(-1) for k in range(n)) if n else None
     mass = metrics.null_mass(c.record.row_mass, prefix)
-    return mass.tolist() if mass.abs().max().item() > ROW_MASS_TOLERANCE else OMIT
+    recorded = mass[~mass.isnan()]
+    return mass.tolist() if recorded.numel() and recorded.abs().max().item() > ROW_MASS_TOLERANCE else OMIT
 
 
 @entry("extreme_token_triad")
