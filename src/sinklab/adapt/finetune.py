@@ -28,12 +28,13 @@ from torch import nn
 
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import check
+from ..core.figures import save_images
 from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..core.runs import append_jsonl, atomic_path, prepare_run_dir, record_model, write_json
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
-from . import page, report
+from . import page, plots
 from .adapted import AdaptedModel
 from .evaluate import Condition, corpus_tokens, corpus_windows, prepend
 from .mitigations import MITIGATIONS, make_mitigation
@@ -118,7 +119,7 @@ def run_finetune(cfg: FinetuneConfig, model=None, resume: bool = False, progress
     with atomic_path(out / ADAPTER_FILE) as tmp:
         save_file({k: v.detach().cpu().contiguous() for k, v in mitigation.state_dict().items()}, str(tmp))
     bos_prefix.save(out / PREFIX_FILE, loaded.name)
-    summary["figures"] = [report.activation_figure(summary, out).name]
+    summary.update(save_images(plots.figures(summary, plots.read_data(out)), out).summary_entries())
     write_json(out / "summary.json", summary)
     page.write(out)
     check_exact(summary, out)

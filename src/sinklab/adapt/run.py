@@ -12,12 +12,13 @@ from typing import Optional
 import torch
 
 from ..core.errors import NumericalCheckFailed, SinklabError, check
+from ..core.figures import save_images
 from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..core.runs import PhaseClock, prepare_run_dir, record_model, write_json
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
-from . import page, report
+from . import page, plots
 from .evaluate import Condition, content_hidden, content_nll, corpus_windows, perplexity, prepend
 from .prefix import EXACT_EPS, SinkPrefix, bos_token, exact_tolerance
 from .quantize import QUANT_SCHEMES, check_scheme, quantized
@@ -94,7 +95,7 @@ def run_sink_prefix(cfg: PrefixConfig, model=None, progress: bool = True) -> dic
     summary["seconds"] = clock.seconds
     if out is not None:
         summary["files"] = [name for name in (PREFIX_FILE, CUSHION_FILE) if (out / name).exists()]
-        summary["figures"] = [report.activation_figure(summary, out).name]
+        summary.update(save_images(plots.figures(summary, plots.data_from()), out).summary_entries())
     summary = stamped("adapt", summary)
     if out is not None:
         write_json(out / "summary.json", summary)

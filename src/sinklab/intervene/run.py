@@ -12,15 +12,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional, Sequence
 
 import torch
-from safetensors.torch import save_file
 
 from ..core.errors import check
+from ..core.figures import save_images
 from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
+from ..core.runs import prepare_run_dir, record_model, write_json
 from ..models.hf import MODEL_FACTS, QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, scan_inputs
-from . import page, report
+from . import page, plots
 from .interventions import MU_DEFINITION, Experiment, Intervention, experiments_for, hooks_of, validate_all
 
 
@@ -116,20 +116,11 @@ def run_intervene(cfg: InterveneConfig, subject: Optional[Subject] = None) -> di
     write_json(out / "config.json", {**asdict(cfg), "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "mu": MU_DEFINITION})
     summary, base_record, records = measure_intervene(cfg, subject)
     record_model(out, **{key: summary[key] for key in MODEL_FACTS})
-    summary["figures"] = report.intervention_figures(summary, base_record, records, out)
-    _save_maps(out, base_record, {label: records[label] for label in report.strongest_per_kind(summary["results"])})
+    data = plots.data_from(base_record, records, summary)
+    summary.update(save_images(plots.figures(summary, data), out).summary_entries())
+    plots.save_data(out, data)
     write_json(out / "summary.json", summary)
     page.write(out)
     return summary
 
 
-MAPS_FILE = "maps.safetensors"
-
-
-def _save_maps(out, base: Record, shown: dict[str, Record]) -> None:
-    """Head-averaged attention (L, T, T) before (``baseline``) and after each shown experiment."""
-    if base.patterns is None:
-        return
-    maps = {"baseline": base.patterns.mean(1)} | {label: r.patterns.mean(1) for label, r in shown.items()}
-    with atomic_path(out / MAPS_FILE) as tmp:
-        save_file({k: v.half().contiguous() for k, v in maps.items()}, str(tmp))

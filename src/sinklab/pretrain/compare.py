@@ -7,8 +7,9 @@ import math
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..core.figures import save_images
 from ..core.runs import prepare_run_dir, write_json
-from . import page, report
+from . import page, plots
 from .results import load_run, run_row
 
 
@@ -18,13 +19,9 @@ def compare_runs(run_dirs: Sequence[str], target: Optional[float], out: str) -> 
         target = max(summary["final_val_loss"] for _, summary in runs.values())
     rows = [run_row(d, summary, metrics, target) for d, (metrics, summary) in runs.items()]
     out_dir = prepare_run_dir(out)
-    figures = [
-        report.loss_curves({Path(d).name: metrics for d, (metrics, _) in runs.items()}, out_dir / "val_loss.png").name,
-        report.first_token_mass_by_layer({Path(d).name: s["first_token_mass_by_layer"] for d, (_, s) in runs.items()}, out_dir / "first_token_mass_by_layer.png").name,
-        report.emergence({Path(d).name: metrics for d, (metrics, _) in runs.items()}, out_dir / "emergence.png").name,
-    ]
-    result = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows), "figures": figures,
-              "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}
+    figures = plots.compare_figures({Path(d).name: metrics for d, (metrics, _) in runs.items()}, {Path(d).name: s for d, (_, s) in runs.items()})
+    result = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows),
+              **save_images(figures, out_dir).summary_entries(), "run_dirs": [str(Path(d).resolve()) for d in run_dirs]}
     write_json(out_dir / "compare.json", result)
     page.write(out_dir)
     return result

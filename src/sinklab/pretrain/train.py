@@ -25,12 +25,13 @@ import torch.nn.functional as F
 from ..core.attention import AttentionSpec
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import SinklabError, check
+from ..core.figures import save_images
 from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..core.runs import append_jsonl, prepare_run_dir, read_jsonl, write_json
 from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
-from . import page, report
+from . import page, plots
 from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
 from .distributed import Dist, wrap_ddp
 from .results import sink_figures
@@ -336,7 +337,7 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         **scan_native(model, validation_windows(data, cfg), decode=data.decode),
     }
     summary.update(emergence_figures(summary))
-    summary["figures"] = [report.emergence({cfg.variant: rows}, out / "emergence.png").name]
+    summary.update(save_images(plots.run_figures(cfg.variant, rows), out).summary_entries())
     write_json(out / "summary.json", stamped("pretrain", summary))
     page.write(out)
     return summary

@@ -16,16 +16,14 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..core.errors import SinklabError, check
-from ..core.figures import save_figure, subplots
+from ..core.figures import save_images
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import stamped
 from ..core.runs import CONFIG, FINISHED, SUMMARY, claim_run_dir, prepare_run_dir, write_json
-from ..core.text import safe_text
 from . import compare_page
 from .run import ScanConfig, run_scan
 
 MODELS_DIR = "models"
-FIGURE = "first_token_mass_by_layer.png"
 DEFAULT_NAME = "default"  # the sub-directory name of the built-in default model (MODEL left out)
 
 
@@ -68,8 +66,8 @@ def run_compare(cfg: ScanConfig, models: Sequence[Optional[str]], workers: int =
     gpu = "cuda" if cfg.load.device_map is not None else cfg.load.device  # a device map spreads over GPUs
     summaries = launch(scan_one, configs, launcher.asking_gpu_for(gpu), out, workers, desc="models", label=lambda c: c.model or DEFAULT_NAME)
     entries = [model_entry(s, Path(c.out).relative_to(out)) for s, c in zip(summaries, configs)]
-    summary = stamped(compare_page.KIND, {"models": entries, "settings": asdict(cfg.settings), "inputs": asdict(cfg.inputs), "figures": [FIGURE]})
-    first_token_mass_figure(entries, out / FIGURE)
+    summary = stamped(compare_page.KIND, {"models": entries, "settings": asdict(cfg.settings), "inputs": asdict(cfg.inputs)})
+    summary.update(save_images(compare_page.figures(summary), out).summary_entries())
     write_json(out / SUMMARY, summary)
     compare_page.write(out)
     return summary
@@ -97,13 +95,3 @@ def model_entry(summary: dict, run_dir: Path) -> dict:
         "largest_massive_activation": largest_massive_activation(summary),
         "super_neurons": [{key: n[key] for key in ("layer", "neuron", "ratio")} for n in summary["super_neurons"]],
     }
-
-
-def first_token_mass_figure(entries: list[dict], path: Path) -> Path:
-    fig, ax = subplots(figsize=(7, 4))
-    for entry in entries:
-        ax.plot(entry["first_token_mass_by_layer"], marker="o", label=safe_text(entry["model"], 40))
-    ax.set(xlabel="layer", ylabel="mean first-token mass", ylim=(0, 1.05), title="first-token attention mass by layer")
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-

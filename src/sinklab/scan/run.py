@@ -14,17 +14,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
-from safetensors.torch import save_file
 
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.runs import PhaseClock, atomic_path, prepare_run_dir, record_model, write_json
+from ..core.figures import save_images
+from ..core.runs import PhaseClock, prepare_run_dir, record_model, write_json
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
-from . import page, report
+from . import page, plots
 from .inputs import Inputs, InputSpec, build_inputs
 from .recorder import Record, Recorder, RecordOptions
 from .summary import MetricSettings, summarise
@@ -124,15 +124,14 @@ def run_scan(cfg: ScanConfig, subject: Optional[Subject] = None) -> dict:
 def write_scan(out, summary: dict, record: Record, subject: Subject, ids: torch.Tensor) -> None:
     """Figures, the record, the token strings, summary.json and last the report page."""
     started = time.perf_counter()
-    summary["figures"] = report.scan_figures(summary, record, out)
-    _save_record(record, out)
-    write_json(out / TOKENS_FILE, scanned_tokens(subject, ids))
+    data = plots.data_from(record, scanned_tokens(subject, ids))
+    summary.update(save_images(plots.figures(summary, data), out).summary_entries())
+    plots.save_data(out, data)
     summary["seconds"]["write"] = round(time.perf_counter() - started, 3)  # the page is written last, so its own time is not in here
     write_json(out / "summary.json", summary)
     page.write(out)
 
 
-TOKENS_FILE = "tokens.json"
 TOKEN_ROWS = 4  # sequences whose token strings are kept for the report's axes and hovers
 
 
@@ -140,14 +139,6 @@ def scanned_tokens(subject: Subject, ids: torch.Tensor) -> dict:
     """The ids and token strings of the first sequences (what the report labels its axes with)."""
     rows = ids[:TOKEN_ROWS].tolist()
     return {"ids": rows, "strings": [subject.token_strings(row) for row in rows]}
-
-
-def _save_record(record: Record, out) -> None:
-    """The reduced tensors, for analyses beyond the summary (safetensors, no pickle)."""
-    tensors = {k: v.float().contiguous() for k, v in vars(record).items() if isinstance(v, torch.Tensor)}
-    tensors.update({f"column{k}": v.float().contiguous() for k, v in record.columns.items()})
-    with atomic_path(out / "record.safetensors") as tmp:
-        save_file(tensors, str(tmp))
 
 
 #: The entries a pretraining run's summary carries (the rest need a tokenizer or are plotted only).

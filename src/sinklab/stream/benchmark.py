@@ -29,17 +29,17 @@ from functools import partial
 from typing import Optional
 
 import torch
-from safetensors.torch import save_file
 
 from ..core.corpus import load_corpus
 from ..core.errors import NumericalCheckFailed, check
 from ..core.hooks import HookSet
 from ..core.progress import progress_bar
+from ..core.figures import save_images
 from ..core.results import stamped
-from ..core.runs import atomic_path, prepare_run_dir, record_model, write_json
+from ..core.runs import prepare_run_dir, record_model, write_json
 from ..models.hf import MODEL_FACTS, LoadOptions, input_device, instrument, model_facts, token_nll
 from ..models.subjects import transformers_model
-from . import page, report
+from . import page, plots
 from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
 from .kernel import sink_window_attention
 from .rope import RopeShift
@@ -294,8 +294,9 @@ def run_stream(cfg: StreamConfig, model=None) -> dict:
     write_json(out / "config.json", asdict(cfg))
     summary, curves = measure_stream(cfg, model)
     record_model(out, **{key: summary[key] for key in MODEL_FACTS})
-    summary["figures"] = report.stream_figures(curves, summary["policies"], summary, out)
-    _save_curves(curves, out)
+    data = plots.data_from(curves)
+    summary.update(save_images(plots.figures(summary, data), out).summary_entries())
+    plots.save_data(out, data)
     write_json(out / "summary.json", summary)
     page.write(out)
     check_one_pass(summary, out)
@@ -312,15 +313,3 @@ def check_one_pass(summary: dict, out=None) -> None:
             f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g}){kept}",
             out,
         )
-
-
-CURVES_FILE = "nll.safetensors"
-
-
-def _save_curves(curves: dict, out) -> None:
-    """Per-position NLL of every policy (``<policy>`` and ``<policy>.positions``), for the report."""
-    tensors = {}
-    for policy, (positions, nll) in curves.items():
-        tensors[policy], tensors[f"{policy}.positions"] = nll.float().contiguous(), positions.long().contiguous()
-    with atomic_path(out / CURVES_FILE) as tmp:
-        save_file(tensors, str(tmp))

@@ -13,7 +13,7 @@ from ..core.attention import EXTRA_NAMES, AttentionSpec
 from ..core.results import stamped
 from ..core.runs import prepare_run_dir, write_json
 from ..models.native import ModelConfig, Transformer
-from . import page, report
+from . import page
 from .config import TriggerConfig
 from .lab import cap_configs, run_lab, variant_configs
 from .task import TRIGGER, TriggerTask
@@ -58,7 +58,7 @@ def _mean_of(rows: list[dict], key: str) -> float:
 
 
 def cap_tradeoff(records: list[dict], out: Path) -> dict:
-    """Error reached against the BOS cap: the best (min over seeds) and the mean, plus a figure."""
+    """Error reached against the BOS cap: the best (min over seeds) and the mean (plotted as ``cap_tradeoff.png``)."""
     by_cap: dict[float, list[dict]] = {}
     for r in records:
         by_cap.setdefault(r["bos_cap"], []).append(r)
@@ -76,8 +76,7 @@ def cap_tradeoff(records: list[dict], out: Path) -> dict:
                 "n_seeds": len(rs),
             }
         )
-    figure = report.cap_tradeoff_figure(rows, out / "cap_tradeoff.png")
-    return {"cap_tradeoff": rows, "figures": [figure.name]}
+    return {"cap_tradeoff": rows}
 
 
 def run_cap_sweep(caps: Sequence[float], seeds: Sequence[int], base: TriggerConfig, out: str, **placement) -> dict:

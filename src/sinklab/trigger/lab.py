@@ -20,11 +20,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.figures import save_images
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import stamped
 from ..core.runs import atomic_path, prepare_run_dir, write_json
 from ..models.native import Transformer
-from . import page, report
+from . import page, plots
 from .config import TriggerConfig
 from .ensemble import Placement, check_memory, train_members
 from .evaluate import evaluate_trigger, summarise_seeds, trigger_record
@@ -96,10 +97,6 @@ def _save_tensors(path: Path, tensors: dict) -> None:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
 
 
-def load_maps(out: Path, key: str) -> dict[str, torch.Tensor]:
-    return load_file(str(out / "maps" / f"{key}.safetensors"))
-
-
 def load_trigger_model(out: Path, cfg: TriggerConfig) -> Transformer:
     """The trained model of ``cfg`` saved in lab run ``out`` (safetensors, no pickle)."""
     model = Transformer(cfg.model_config())
@@ -148,7 +145,7 @@ def run_lab(
 ) -> dict:
     """Train ``configs``, write records, summary and heatmaps into ``out``; return the summary.
 
-    Each analysis maps (records, run dir) to extra summary entries (tables, figures). ``workers``,
+    Each analysis maps (records, run dir) to extra summary entries (tables; :mod:`.plots` draws them). ``workers``,
     ``device`` and ``ensembles`` place the training (:class:`~.ensemble.Placement`), ``launcher``
     says which engine runs the jobs; jobs that would not fit in this machine's memory, where they
     run here, are refused before anything is written.
@@ -161,20 +158,16 @@ def run_lab(
     records = run_grid(configs, out_dir, placement, launcher)
     thresholds = sorted({c.sink_threshold for c in configs})
     across_seeds = summarise_seeds(records)
-    figures = report.trigger_figures(out_dir, configs, records, load_maps)
-    if report.several_seeds(across_seeds):
-        figures.append(report.seeds_figure(across_seeds, records, out_dir / "seeds.png").name)
     summary = {
         "sink_threshold": thresholds[0] if len(thresholds) == 1 else thresholds,
         "non_trigger_rows": "query rows 1..L-1 except the trigger",
         "runs": records,
         "across_seeds": across_seeds,
         "compile_fallbacks": {r["key"]: r["compile_fallback"] for r in records if r.get("compile_fallback")},
-        "figures": figures,
     }
     for analysis in analyses:
-        for key, value in analysis(records, out_dir).items():
-            summary[key] = summary.get(key, []) + value if key == "figures" else value
+        summary.update(analysis(records, out_dir))
+    summary.update(save_images(plots.figures(summary, out_dir), out_dir).summary_entries())
     write_json(out_dir / "summary.json", stamped("trigger", summary))
     page.write(out_dir)
     return summary
