@@ -48,6 +48,7 @@ def check_page(browser, report, screenshots, min_plots=1):
     seen = visit(browser, report)
     assert seen.problems() == []
     assert seen.unrendered_plots() == []
+    assert layout_problems(seen.page) == []
     assert seen.page.evaluate("document.querySelectorAll('.plot').length") >= min_plots
     seen.page.screenshot(path=str(screenshots / f"{report.parent.name}.png"), full_page=True)
     return seen

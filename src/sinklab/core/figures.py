@@ -32,7 +32,7 @@ from typing import Optional
 
 from .runs import atomic_path
 
-__all__ = ["LEGEND_BELOW", "Images", "layer_axis", "save_images", "styled", "title"]
+__all__ = ["GRID_TOP", "LEGEND_BELOW", "Images", "layer_axis", "save_images", "styled", "title"]
 
 #: Size of a PNG whose figure sets no width or height (pixels, scale 1).
 STATIC_WIDTH, STATIC_HEIGHT = 900, 450
@@ -42,8 +42,10 @@ START_TIMEOUT_S = 60.0
 BATCH_BASE_S, SECONDS_PER_FIGURE = 30.0, 5.0
 #: A legend in rows under the plot, clear of the x axis's title (plotly widens the bottom margin for it).
 LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0}
-#: The look of every figure, on the page and in its PNG.
-LOOK = {"template": "plotly_white", "margin": {"l": 60, "r": 20, "t": 80, "b": 50}}
+#: The look of every figure, on the page and in its PNG (a figure may set its own margins).
+TEMPLATE, MARGIN = "plotly_white", {"l": 60, "r": 20, "t": 80, "b": 50}
+#: The top margin of a grid of plots, whose subplot titles sit under the figure's two-line title.
+GRID_TOP = 115
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,8 @@ class Images:
 
 def styled(fig, height: Optional[int] = None):
     """``fig`` in the one look of sinklab's figures (``height`` in pixels, when given)."""
-    return fig.update_layout(**LOOK, **({"height": height} if height else {}))
+    margin = {side: value for side, value in MARGIN.items() if fig.layout.margin[side] is None}
+    return fig.update_layout(template=TEMPLATE, margin=margin, **({"height": height} if height else {}))
 
 
 def title(text: str, subtitle: Optional[str] = None) -> dict:

@@ -17,7 +17,7 @@ from typing import Optional
 from safetensors.torch import load_file, save_file
 
 from ..core import html
-from ..core.figures import layer_axis, title
+from ..core.figures import GRID_TOP, layer_axis, title
 from ..core.runs import atomic_path
 from ..core.text import html_text
 from ..scan import Record
@@ -127,6 +127,6 @@ def _before_after(before, after, label: str):
     fig = make_subplots(rows=2, cols=len(layers), subplot_titles=[f"{when}, layer {layer}" for when in ("before", "after") for layer in layers])
     for row, maps in enumerate((before, after)):
         for col, layer in enumerate(layers):
-            fig.add_trace(go.Heatmap(z=maps[layer, :n, :n].float().tolist(), coloraxis="coloraxis", hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=row + 1, col=col + 1)
+            fig.add_trace(go.Heatmap(z=maps[layer, :n, :n].float().numpy(), coloraxis="coloraxis", hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=row + 1, col=col + 1)
     fig.update_yaxes(autorange="reversed")
-    return fig.update_layout(title=title(html_text(label, 60), "head-averaged attention"), coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1), height=560)
+    return fig.update_layout(title=title(html_text(label, 60), "head-averaged attention"), coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1), height=600, margin_t=GRID_TOP)

@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core import html
-from ..core.figures import LEGEND_BELOW, layer_axis, title
+from ..core.figures import GRID_TOP, LEGEND_BELOW, layer_axis, title
 from ..core.runs import atomic_path, write_json
 from ..core.text import html_text
 from .recorder import Record
@@ -132,7 +132,7 @@ def _massive_activations(s: dict, data: dict):
     import plotly.graph_objects as go
 
     positions, peak = _binned(data["record"]["max_abs"].double(), "max")
-    fig = go.Figure(go.Heatmap(z=peak.clamp_min(1e-3).log10().tolist(), x=positions, colorscale="Magma", colorbar=dict(title="log10 max|h|"),
+    fig = go.Figure(go.Heatmap(z=peak.clamp_min(1e-3).log10().float().numpy(), x=positions, colorscale="Magma", colorbar=dict(title="log10 max|h|"),
                                hovertemplate="layer %{y}, position %{x}<br>log10 max|h| %{z:.2f}<extra></extra>"))
     hits, strings = s["massive_activations"], data["tokens"]["strings"]
     if hits:
@@ -178,10 +178,10 @@ def _attention(s: dict, data: dict):
     layers = sorted({0, 1, n // 2, n - 1} & set(range(n)))
     fig = make_subplots(1, len(layers), subplot_titles=[f"layer {layer}" for layer in layers], horizontal_spacing=0.06)
     for col, layer in enumerate(layers, start=1):
-        fig.add_trace(go.Heatmap(z=patterns[layer].mean(0).tolist(), coloraxis="coloraxis", hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), 1, col)
+        fig.add_trace(go.Heatmap(z=patterns[layer].mean(0).float().numpy(), coloraxis="coloraxis", hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), 1, col)
     fig.update_yaxes(autorange="reversed").update_yaxes(title_text="query", col=1).update_xaxes(title_text="key")
     return fig.update_layout(title=_title(s, "mean attention (heads averaged)"), coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1),
-                             width=max(900, 300 * len(layers)), height=380)
+                             width=max(900, 300 * len(layers)), height=420, margin_t=GRID_TOP)
 
 
 #: Every figure of a scan, by file name: ``build(summary, data)``, None where it does not apply.

@@ -13,7 +13,7 @@ from typing import Iterable
 from safetensors.torch import load_file
 
 from ..core.attention import EXTRA_NAMES, AttentionSpec
-from ..core.figures import title
+from ..core.figures import GRID_TOP, title
 from ..core.text import html_text
 from .evaluate import mean_bos_mass
 from .report import runs_of, seed_rows, several_seeds
@@ -72,29 +72,35 @@ def attention_grid(run_dir: Path, runs: list[dict], layers: int, heads: int, nam
         for layer in range(layers):
             for head in range(heads):
                 z = maps[r["key"]][stat][layer, head]
-                fig.add_trace(go.Heatmap(z=z.tolist(), coloraxis="coloraxis" if stat == "mean" else "coloraxis2",
+                fig.add_trace(go.Heatmap(z=z.float().numpy(), coloraxis="coloraxis" if stat == "mean" else "coloraxis2",
                                          hovertemplate=f"{html_text(r['attn'])} {stat}, layer {layer}, head {head}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}<extra></extra>"),
                               row=layer * heads + head + 1, col=c + 1)
     fig.update_yaxes(autorange="reversed")
     fig.update_annotations(font_size=10)
-    return fig.update_layout(title=title(html_text(name), "attention over the evaluation sequences"), height=170 * layers * heads + 140,
+    return fig.update_layout(title=title(html_text(name), "attention over the evaluation sequences"), height=170 * layers * heads + 150, margin_t=GRID_TOP,
                              width=max(900, 220 * len(cols)),
                              coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1, colorbar=dict(title="mean", x=1.02)),
                              coloraxis2=dict(colorscale="Magma", cmin=0, colorbar=dict(title="std", x=1.1)))
 
 
 def seeds_figure(across_seeds: list[dict], runs: list[dict]):
-    """Per configuration, every seed's mean BOS mass at non-trigger rows (hover: its steps and whether it solved the task)."""
+    """Per configuration, every seed's mean BOS mass at non-trigger rows, spread sideways (filled:
+    solved; hover: its seed and steps)."""
     import plotly.graph_objects as go
 
-    fig = go.Figure()
-    for row in seed_rows(across_seeds):
+    rows = seed_rows(across_seeds)
+    x, y, symbols, text = [], [], [], []
+    for i, row in enumerate(rows):
         seeds = runs_of(row, runs)
-        text = [f"seed {r['seed']}: {r['steps']} steps, {'solved' if r['converged'] else 'not solved'}" for r in seeds]
-        fig.add_trace(go.Box(y=[mean_bos_mass(r) for r in seeds], name=html_text(row["model"]), boxpoints="all", jitter=0.4, pointpos=0, text=text,
-                             hovertemplate="%{text}<br>BOS mass %{y:.3f}<extra></extra>"))
-    return fig.update_layout(title="Each seed's BOS mass, mean over heads", showlegend=False, height=380,
-                             yaxis=dict(title="BOS mass, non-trigger rows (mean over heads)", range=[-0.03, 1.03]))
+        for j, r in enumerate(seeds):
+            x.append(i + (j / max(1, len(seeds) - 1) - 0.5) * 0.35)
+            y.append(mean_bos_mass(r))
+            symbols.append("circle" if r["converged"] else "circle-open")
+            text.append(f"{html_text(row['model'])}, seed {r['seed']}: {r['steps']} steps, {'solved' if r['converged'] else 'not solved'}")
+    fig = go.Figure(go.Scatter(x=x, y=y, mode="markers", marker=dict(symbol=symbols, size=9), text=text, hovertemplate="%{text}<br>BOS mass %{y:.3f}<extra></extra>"))
+    return fig.update_layout(title="Each seed's BOS mass, mean over heads (filled: solved)", showlegend=False, height=380,
+                             xaxis=dict(tickvals=list(range(len(rows))), ticktext=[html_text(row["model"]) for row in rows], range=[-0.6, len(rows) - 0.4]),
+                             yaxis=dict(title="BOS mass, non-trigger rows", range=[-0.03, 1.03]))
 
 
 def cap_figure(rows: list[dict]):
