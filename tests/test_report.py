@@ -24,8 +24,9 @@ from sinklab.core import figures
 from sinklab.core.text import format_table, html_text, safe_text
 from sinklab.intervene import plots as intervene_plots
 from sinklab.pretrain import plots as pretrain_plots
-from sinklab.scan import ScanConfig, measure_scan
-from sinklab.scan import compare_page, page as scan_page, plots as scan_plots
+from sinklab.scan import ScanConfig, compare_page, measure_scan
+from sinklab.scan import page as scan_page
+from sinklab.scan import plots as scan_plots
 from sinklab.scan.inputs import InputSpec
 from sinklab.scan.run import scanned_tokens
 from sinklab.stream import plots as stream_plots

@@ -16,11 +16,11 @@ from typing import Optional
 import torch
 
 from ..core.errors import check
+from ..core.figures import save_images
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.progress import progress_bar
 from ..core.results import stamped
-from ..core.figures import save_images
 from ..core.runs import PhaseClock, prepare_run_dir, record_model, write_json
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject

@@ -32,9 +32,9 @@ import torch
 
 from ..core.corpus import load_corpus
 from ..core.errors import NumericalCheckFailed, check
+from ..core.figures import save_images
 from ..core.hooks import HookSet
 from ..core.progress import progress_bar
-from ..core.figures import save_images
 from ..core.results import stamped
 from ..core.runs import prepare_run_dir, record_model, write_json
 from ..models.hf import MODEL_FACTS, LoadOptions, input_device, instrument, model_facts, token_nll

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ..core.text import format_table
 
-
 STREAM_COLUMNS = [("policy", "policy", "s"), ("ppl", "ppl", ".2f"), ("ppl first chunk", "first", ".2f"),
                   ("ppl last chunk", "last", ".2f"), ("tokens/s", "tps", ".1f"), ("peak cache MiB", "cache", ".1f")]
 

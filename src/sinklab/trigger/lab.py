@@ -16,7 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
