@@ -3,6 +3,7 @@ the README screenshots (``python tests/browser.py REPORT.html OUT.png``)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from contextlib import contextmanager
@@ -29,6 +30,16 @@ class Visit:
         return self.page.evaluate("Array.from(document.querySelectorAll('.plot')).filter(p => !p.hidden && p.offsetParent !== null && !p.querySelector('.main-svg')).map(p => p.id)")
 
 
+def require_chromium() -> None:
+    """Skip a test that needs a browser where there is none, except on CI, which must run it."""
+    import pytest
+
+    if CHROMIUM is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the browser tests: `make test` installs Debian's chromium (apt-get install chromium)")
+        pytest.skip("no chromium on this machine: `make test` installs it where it may (apt-get install chromium)")
+
+
 @contextmanager
 def chromium():
     from playwright.sync_api import sync_playwright
@@ -53,6 +64,37 @@ def visit(browser, report: Path, width: int = 1300) -> Visit:
     page.wait_for_load_state("load")
     page.wait_for_timeout(300)
     return seen
+
+
+#: Pixels of slack in the layout checks (sub-pixel rounding of borders and fractional widths).
+SLACK = 1.5
+
+LAYOUT_JS = """(slack) => {
+  const box = e => e.getBoundingClientRect(), shown = e => e.offsetParent !== null && !e.closest('[hidden]');
+  const name = e => (e.id || e.className || e.tagName) + (e.closest('section') ? ' in "' + e.closest('section').querySelector('h2').textContent + '"' : '');
+  const inside = (a, b) => a.left >= b.left - slack && a.right <= b.right + slack && a.top >= b.top - slack && a.bottom <= b.bottom + slack;
+  const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > slack && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > slack;
+  const found = [], panels = Array.from(document.querySelectorAll('.run, section')).filter(shown);
+  panels.forEach((a, i) => panels.slice(i + 1).forEach(b => {
+    if (!a.contains(b) && !b.contains(a) && overlap(box(a), box(b))) found.push('overlap: ' + name(a) + ' and ' + name(b)); }));
+  document.querySelectorAll('section').forEach(s => { if (shown(s) && s.scrollWidth > s.clientWidth + slack) found.push('wider than its column: ' + name(s)); });
+  document.querySelectorAll('section > *, .selector .choice > *').forEach(e => {
+    if (shown(e) && !inside(box(e), box(e.closest('section')))) found.push('outside its section: ' + name(e)); });
+  document.querySelectorAll('.plot').forEach(p => {
+    if (!shown(p)) return;
+    const svg = p.querySelector('.main-svg');
+    if (svg && box(svg).width > box(p).width + slack) found.push('plot drawn wider than its box: ' + name(p));
+    p.querySelectorAll('.main-svg text').forEach(t => { const r = box(t);
+      if (r.width > 0 && t.textContent.trim() && !inside(r, box(p))) found.push('text cut off: "' + t.textContent + '" of ' + name(p)); });
+  });
+  return found;
+}"""
+
+
+def layout_problems(page) -> list[str]:
+    """Panels (run columns, sections) that overlap, content wider than its section, and plots
+    drawn wider than their box or with text (titles, legends, ticks) outside it, as laid out now."""
+    return page.evaluate(LAYOUT_JS, SLACK)
 
 
 def click_heatmap_cell(page, div_id: str, x: float, y: float) -> None:

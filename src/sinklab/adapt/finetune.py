@@ -34,7 +34,7 @@ from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import append_jsonl, atomic_path
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
-from . import page, report
+from . import page, plots
 from .adapted import AdaptedModel
 from .evaluate import Condition, Evaluation, corpus_tokens, corpus_windows, prepend
 from .frame import ADAPT_TABLES
@@ -125,16 +125,21 @@ KIND = "adapt-finetune"
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """The trained mitigation, BOS's prefix and the activation figure (metrics.jsonl and the
-    checkpoints are written while training)."""
+    """The trained mitigation and BOS's prefix (metrics.jsonl and the checkpoints are written while
+    training; the figures, summary.json and the page are the pipeline's)."""
     with atomic_path(out / ADAPTER_FILE) as tmp:
         save_file(result.data["adapter"], str(tmp))
     result.data["prefixes"][PREFIX].save(out / PREFIX_FILE, result.summary["model"])
-    return [ADAPTER_FILE, PREFIX_FILE, report.activation_figure(result.summary, out).name]
+    return [ADAPTER_FILE, PREFIX_FILE]
 
 
 def read_data(run_dir: Path) -> dict:
-    return {"adapter": load_file(str(run_dir / ADAPTER_FILE)), "prefixes": {PREFIX: SinkPrefix.load(run_dir / PREFIX_FILE)}}
+    return {"adapter": load_file(str(run_dir / ADAPTER_FILE)), "prefixes": {PREFIX: SinkPrefix.load(run_dir / PREFIX_FILE)}, **plots.read_data(run_dir)}
+
+
+def figures(result: RunResult) -> dict:
+    """The largest linear-layer inputs by layer and the training losses (from metrics.jsonl)."""
+    return plots.figures(result.summary, plots.read_data(result.out) if result.out is not None else {})
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -237,4 +242,4 @@ def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, 
 
 
 FINETUNE = register(Capability(KIND, FinetuneConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact,
-                               resumable=has_checkpoint, needs_run_dir=True))
+                               resumable=has_checkpoint, needs_run_dir=True, figures=figures, sections=plots.sections))

@@ -1,10 +1,7 @@
-"""Tables and figures of ``sinklab adapt`` runs."""
+"""Terminal tables of ``sinklab adapt`` runs (their figures are in :mod:`.plots`)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 
 CONDITION_LABELS = {
@@ -57,20 +54,6 @@ def headline(summary: dict) -> str:
         strings = ", ".join(repr(safe_text(s, 12)) for s in summary["search"]["strings"])
         lines.append(f"searched prefix: [{strings}] ({summary['search']['evaluated']} candidates tried in {summary['search']['seconds']:.0f} s)")
     return "\n".join(lines)
-
-
-def activation_figure(summary: dict, out: Path) -> Path:
-    """Largest |input| of the linear layers by layer, full precision, per condition (log scale)."""
-    fig, ax = subplots(figsize=(8, 4))
-    for condition, values in summary["max_abs_activation"]["fp"].items():
-        ax.plot(range(len(values)), values, marker="o", markersize=3, label=CONDITION_LABELS.get(condition, condition))
-    ax.set_yscale("log")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("largest |input| of its linear layers")
-    ax.set_title(f"{safe_text(summary['model'], 60)}: what the quantizer must cover", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, out / "max_activation_by_layer.png")
 
 
 def before_after_rows(summary: dict) -> list[dict]:

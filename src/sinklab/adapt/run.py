@@ -20,7 +20,7 @@ from ..core.runs import PhaseClock
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from ..scan import BOS_CHOICES
-from . import page, report
+from . import page, plots
 from .evaluate import Condition, Evaluation, content_hidden, content_nll, corpus_windows, perplexity, prepend
 from .frame import ADAPT_TABLES
 from .prefix import EXACT_EPS, SinkPrefix, bos_token, exact_tolerance
@@ -100,12 +100,10 @@ def measure(cfg: PrefixConfig, context: RunContext = RunContext()) -> RunResult:
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """The prefix files and the activation figure (summary.json and the page are the pipeline's)."""
-    files = []
+    """The prefix files (the figures, summary.json and the page are the pipeline's)."""
     for name, prefix in result.data["prefixes"].items():
         prefix.save(out / f"{name}.safetensors", result.summary["model"])
-        files.append(f"{name}.safetensors")
-    return [*files, report.activation_figure(result.summary, out).name]
+    return [f"{name}.safetensors" for name in result.data["prefixes"]]
 
 
 def read_data(run_dir: Path) -> dict:
@@ -176,4 +174,5 @@ def calibrate(model, calibration: torch.Tensor, condition: Condition) -> dict[st
     return dict(log.by_module)
 
 
-ADAPT = register(Capability("adapt", PrefixConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact))
+ADAPT = register(Capability("adapt", PrefixConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact,
+                            figures=lambda result: plots.figures(result.summary, {}), sections=plots.sections))

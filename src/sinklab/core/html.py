@@ -7,9 +7,12 @@ request. The library is embedded once per page; figures are JSON with every ``<`
 and users must reach plotly through :func:`sinklab.core.text.html_text` (plotly renders a subset
 of HTML in labels); page text is escaped here.
 
-A capability's ``report.py`` turns its run directory into :class:`Section` objects; this module
-lays them out under a header (command line, model, package versions, key figures) and writes the
-page atomically.
+A capability's ``plots.py`` turns a run (a summary and its data, in memory or read back from a run
+directory) into :class:`Section` objects, its figures the same plotly figures its PNG files are
+drawn from (:mod:`sinklab.core.figures`); this module lays them out under a header (command line,
+model, package versions, key figures) and writes the page atomically. :class:`RunPage` is the
+page of one capability: from a run directory (``sinklab report``, the end of a run) or from a
+result in memory.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
-from .runs import atomic_path, read_run_info
+from .errors import SinklabError
+from .figures import styled
+from .runs import SUMMARY, atomic_path, package_versions, read_run_info
 from .text import format_value, html_text
 
 REPORT_NAME = "report.html"
@@ -60,24 +65,28 @@ def _script_safe(text: str) -> str:
 
 
 def plot(fig, div_id: str, height: Optional[int] = None) -> str:
-    """A plotly figure as a div and the script that draws it (the library is on the page once)."""
+    """A plotly figure as a div and the script that draws it (the library is on the page once).
+    The plot fills its column: a width the figure sets is for its PNG only."""
     import plotly.io as pio
 
-    if height:
-        fig.update_layout(height=height)
-    fig.update_layout(margin=dict(l=60, r=20, t=50, b=50), template="plotly_white")
+    styled(fig, height).update_layout(width=None)
     spec = _script_safe(pio.to_json(fig, validate=False, engine="json"))
-    return (
-        f'<div class="plot" id="{esc(div_id)}"></div>'
-        f"<script>(function(){{var f={spec};Plotly.newPlot({script_json(div_id)},f.data,f.layout,{script_json(PLOT_CONFIG)});}})();</script>"
-    )
+    return f'<div class="plot" id="{esc(div_id)}"></div>' + when_laid_out(
+        f"var f={spec};Plotly.newPlot({script_json(div_id)},f.data,f.layout,{script_json(PLOT_CONFIG)});")
+
+
+def when_laid_out(js: str) -> str:
+    """A script that runs ``js`` once the whole page is parsed, in page order: a plot drawn while
+    the page still grows would take the width of a column that later columns narrow."""
+    return f"<script>sinklabLater(function(){{{js}}});</script>"
 
 
 def table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
-    """An HTML table; ``columns`` are (header, key, format spec) as for the terminal tables."""
+    """An HTML table; ``columns`` are (header, key, format spec) as for the terminal tables. A
+    table wider than its column scrolls inside it."""
     head = "".join(f"<th>{esc(h)}</th>" for h, _, _ in columns)
     body = "".join("<tr>" + "".join(f"<td>{esc(format_value(r.get(k), spec))}</td>" for _, k, spec in columns) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def key_figures(figures: dict) -> str:
@@ -104,23 +113,28 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .runs{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1.5em}
+.run,section{min-width:0} .wide{overflow-x:auto;max-width:100%} .plot{width:100%} code{overflow-wrap:anywhere} dd{overflow-wrap:anywhere;margin:0}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
 th{background:#f4f4f4} dl.keys{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}
 dt{font-weight:600} .meta{font-size:.8em;color:#555} code{background:#f4f4f4;padding:0 .2em} .note{font-size:.8em;color:#555}
 """
 
 SCRIPT = """
+var sinklabQueue=[];
+function sinklabLater(f){if(sinklabQueue)sinklabQueue.push(f);else f();}
+document.addEventListener('DOMContentLoaded',function(){var q=sinklabQueue;sinklabQueue=null;q.forEach(function(f){f();});});
 function sinklabChoose(sel){var box=sel.closest('.selector');
 box.querySelectorAll(':scope>.choice').forEach(function(d){d.hidden=(d.dataset.choice!==sel.value);
 if(!d.hidden){d.querySelectorAll('.plot').forEach(function(p){Plotly.Plots.resize(p);});}});}
 """
 
 
-def header(run_dir: Path, model: Optional[str], figures: dict) -> str:
-    """Where a run came from (command line, model, versions) and its key figures."""
-    info = read_run_info(run_dir)
+def header(model: Optional[str], figures: dict, run_dir: Optional[Path] = None) -> str:
+    """Where a run came from and its key figures: the run directory's command line and versions
+    (``run.json``), or, for a result in memory, the versions of this process."""
+    info = read_run_info(run_dir) if run_dir is not None else {"versions": package_versions()}
     versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
-    lines = [f"<div class='meta'>run directory <code>{esc(Path(run_dir).resolve())}</code></div>"]
+    lines = [f"<div class='meta'>run directory <code>{esc(Path(run_dir).resolve())}</code></div>" if run_dir is not None else "<div class='meta'>a result in memory</div>"]
     if info.get("command"):
         lines.append(f"<div class='meta'>command <code>{esc(' '.join(info['command']))}</code> ({esc(info.get('started', ''))})</div>")
     if model:
@@ -151,3 +165,59 @@ def write_page(path: Path, title: str, columns: Iterable[tuple[str, Sequence[Sec
 
 def report_path(run_dir: os.PathLike) -> Path:
     return Path(run_dir) / REPORT_NAME
+
+
+class StoredSummary(dict):
+    """A summary read from a run directory: a key it lacks is a damaged (or foreign) file, said in
+    one line, not a KeyError deep inside a page."""
+
+    path: Path
+
+    def __missing__(self, key):
+        raise SinklabError(f"{self.path} has no {key!r}: the file is damaged, or another sinklab version wrote it")
+
+
+def read_summary(run_dir: os.PathLike) -> Optional[dict]:
+    """``summary.json`` of a run directory (None when there is none); a file that is not a JSON
+    object (cut short, binary, a list) is a :class:`SinklabError`, and so is a key it lacks."""
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        return None
+
+    def stored(obj: dict) -> StoredSummary:
+        summary = StoredSummary(obj)
+        summary.path = path
+        return summary
+
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"), object_hook=stored)
+    except (OSError, ValueError) as exc:
+        raise SinklabError(f"{path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}): the file is damaged") from None
+    if not isinstance(summary, dict):
+        raise SinklabError(f"{path} holds a JSON {type(summary).__name__}, not a run's summary: the file is damaged")
+    return summary
+
+
+@dataclass(frozen=True)
+class RunPage:
+    """The report page of one capability: ``sections(summary, data, uid, run_dir)`` builds its
+    sections (the header reads ``run.json`` when ``run_dir`` is given) from a summary and the data
+    ``read_data(run_dir)`` reads back; ``command`` names the page and ``heading`` a run's column."""
+
+    command: str
+    heading: str
+    read_data: Callable[[Path], dict]
+    sections: Callable[..., list[Section]]
+
+    def columns(self, run_dirs: Sequence[Path]) -> list[tuple[str, list[Section]]]:
+        """One column per run directory."""
+        return [(f"{self.heading}: {d.name}", self.sections(read_summary(d), self.read_data(d), dom_id(d), d)) for d in map(Path, run_dirs)]
+
+    def write(self, run_dir: Path) -> Path:
+        """``run_dir``'s report.html, from what the run directory holds."""
+        return write_page(report_path(run_dir), f"sinklab {self.command} {Path(run_dir).name}", self.columns([run_dir]))
+
+    def write_result(self, path: os.PathLike, summary: dict, data: dict) -> Path:
+        """A page of a result in memory (``summary`` and its data), written to ``path``."""
+        heading = f"{self.heading}: {summary.get('model', '')}"
+        return write_page(Path(path), f"sinklab {self.command}", [(heading, self.sections(summary, data, dom_id(path)))])

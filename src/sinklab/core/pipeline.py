@@ -8,8 +8,8 @@ Without a run directory, :func:`run` measures and checks, and writes nothing. Wi
    resumes where the capability keeps checkpoints, else starts over;
 2. start it: ``run.json`` (command, versions, commit, launcher) and ``config.json``;
 3. measure (in memory; a capability that trains keeps its checkpoints in the directory);
-4. write: the model's facts into ``run.json``, the capability's data files and figures,
-   ``summary.json``, and the report page last;
+4. write: the model's facts into ``run.json``, the figures (PNGs of the report's own plotly
+   figures), the capability's data files, ``summary.json``, and the report page last;
 5. check: a failed numerical check marks the run failed in ``run.json`` (the same command runs
    it again) and raises :class:`~.errors.NumericalCheckFailed` with the results kept;
 6. record the run finished, with the files it wrote.
@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from . import configs
 from .errors import NumericalCheckFailed, check
+from .figures import Images, save_images
 from .results import Capability, RunContext, RunResult, load_result
 from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, finish_run, record_model, start_run, write_json
 
@@ -82,16 +83,18 @@ def _as_result(result: RunResult, capability: Capability, out: Optional[Path]) -
 
 
 def _write(capability: Capability, out: Path, result: RunResult) -> None:
-    """Steps 4 to 6: the files, then the check, then the record."""
+    """Steps 4 to 6: the files (figures as PNGs of the page's own plotly figures), then the check,
+    then the record (with why no figure could be drawn, where none could)."""
     summary = result.summary
     record_model(out, **{"name" if key == "model" else key: summary[key] for key in MODEL_FACTS if key in summary})
-    files = list(capability.write(out, result))
+    images = save_images(capability.figures(result), out) if capability.figures is not None else Images()
+    files = [*images.written, *capability.write(out, result)]
     write_json(out / SUMMARY, summary)
-    page = capability.write_page(out)
-    files = [*files, SUMMARY, page.name]
+    files += [SUMMARY, capability.write_page(out).name]
+    notes = {"figures_skipped": images.skipped} if images.skipped else {}
     try:
         capability.check(result)
     except NumericalCheckFailed as exc:
-        finish_run(out, files, failed_check=str(exc))
+        finish_run(out, files, failed_check=str(exc), **notes)
         raise NumericalCheckFailed(f"{exc}; results kept in {out / SUMMARY}", out) from None
-    finish_run(out, files)
+    finish_run(out, files, **notes)

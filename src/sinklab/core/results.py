@@ -64,9 +64,9 @@ class Capability:
     pipeline writes summary.json and the page); ``check(result)`` raises
     :class:`~.errors.NumericalCheckFailed` when the run's own check of its numbers failed;
     ``tables`` maps a table name to the function that turns a summary into rows (the first is
-    ``frame()``'s default); ``read_data(run_dir)`` reads the data back; ``figures(summary, data)``
-    and ``sections(summary, data, uid)`` draw it; ``write_page(run_dir)`` writes its report page
-    (last); ``resumable(run_dir)`` says whether an unfinished run there continues (None: such runs
+    ``frame()``'s default); ``read_data(run_dir)`` reads the data back; ``figures(result)`` builds
+    its plotly figures by file name (the pipeline writes them as PNGs) and ``sections(summary, data,
+    uid, run_dir)`` its report page's sections; ``write_page(run_dir)`` writes the page (last); ``resumable(run_dir)`` says whether an unfinished run there continues (None: such runs
     start over)."""
 
     kind: str
@@ -129,16 +129,17 @@ class RunResult:
         """Every figure of the run as plotly figures, by file name (what the run directory's PNGs show)."""
         capability = self._capability()
         check(capability.figures is not None, f"a {self.kind} result has no figures")
-        return capability.figures(self.summary, self.data)
+        return capability.figures(self)
 
     def page(self, path) -> Path:
-        """Write the run's interactive report page to ``path`` from memory; returns the path."""
+        """Write the run's interactive report page to ``path`` from memory (its header from run.json
+        when the result has a run directory); returns the path."""
         from . import html
 
         capability = self._capability()
-        check(capability.sections is not None, f"a {self.kind} result has no report page")
-        sections = capability.sections(self.summary, self.data, html.dom_id(Path(path)))
-        return html.write_page(Path(path), f"sinklab {self.kind}", [(f"{self.kind}: {self.summary.get('model', '')}", sections)])
+        check(capability.sections is not None, f"a {self.kind} result has no report page drawn from memory")
+        sections = capability.sections(self.summary, self.data, html.dom_id(Path(path)), self.out)
+        return html.write_page(Path(path), f"sinklab {self.kind}", [(f"{self.kind}: {html.esc(self.summary.get('model', ''))}", sections)])
 
     def _capability(self) -> Capability:
         capability = self.capability or CAPABILITIES.get(self.kind)

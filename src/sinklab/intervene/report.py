@@ -1,17 +1,14 @@
-"""Figures and tables of interventions: the share of attention at k before and after, the lam
-curves, attention maps before and after, and the trigger-model table."""
+"""Tables of interventions (their figures are in :mod:`.plots`): the share of attention at k and
+perplexity before and after, and the trigger-model table; which experiments the figures show."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from pathlib import Path
 from typing import Sequence
 
-from ..core.figures import save_figure, subplots
-from ..core.text import format_table, safe_text
+from ..core.text import format_table
 
 
-def _layer_mean(values: Sequence[float]) -> float:
+def layer_mean(values: Sequence[float]) -> float:
     return sum(values) / len(values)
 
 
@@ -32,10 +29,10 @@ def intervention_rows(summary: dict) -> list[dict]:
     return [
         {
             "label": r["label"],
-            "k_before": _layer_mean(base["share_at"][str(r["k"])]),
-            "k_after": _layer_mean(r["share_at_k"]),
-            "0_before": _layer_mean(base["share_at_0"]),
-            "0_after": _layer_mean(r["share_at_0"]),
+            "k_before": layer_mean(base["share_at"][str(r["k"])]),
+            "k_after": layer_mean(r["share_at_k"]),
+            "0_before": layer_mean(base["share_at_0"]),
+            "0_after": layer_mean(r["share_at_0"]),
             "ppl_before": base["ppl"],
             "ppl_after": r["ppl"],
         }
@@ -47,17 +44,6 @@ def intervention_table(summary: dict) -> str:
     return format_table(intervention_rows(summary), INTERVENTION_COLUMNS)
 
 
-def intervention_figures(summary: dict, maps: dict, out: Path) -> list[str]:
-    """Per-layer share at k against the baseline, the lam curves, and before/after heatmaps of the
-    head-averaged maps (L, T, T) kept for short inputs."""
-    paths = [_share_by_layer(summary, out / "share_by_layer.png")]
-    if any(r["lam"] is not None for r in summary["results"]):
-        paths.append(_lam_curves(summary, out / "lam_curve.png"))
-    for i, label in enumerate(label for label in maps if label != "baseline"):
-        paths.append(_before_after(maps["baseline"], maps[label], safe_text(label, 60), out / f"attention_{i}.png"))
-    return [p.name for p in paths]
-
-
 def strongest_per_kind(results: list[dict]) -> list[str]:
     """One label per intervention type: the largest lam of a sweep, else each setting."""
     best: dict[str, dict] = {}
@@ -66,55 +52,6 @@ def strongest_per_kind(results: list[dict]) -> list[str]:
         if kind not in best or (r["lam"] or 0) > (best[kind]["lam"] or 0):
             best[kind] = r
     return [r["label"] for r in best.values()]
-
-
-def _share_by_layer(summary: dict, path: Path) -> Path:
-    fig, ax = subplots(figsize=(8, 4))
-    base = summary["baseline"]
-    for label in strongest_per_kind(summary["results"]):
-        r = next(x for x in summary["results"] if x["label"] == label)
-        (line,) = ax.plot(r["share_at_k"], marker=".", label=safe_text(label, 50))
-        ax.plot(base["share_at"][str(r["k"])], linestyle=":", color=line.get_color(), label=f"baseline at k={r['k']}")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("mean attention from later queries to k")
-    ax.set_title(f"{safe_text(summary['model'], 60)}: share of attention at k, before (dotted) and after", fontsize=9)
-    ax.legend(fontsize=7)
-    return save_figure(fig, path)
-
-
-def _lam_curves(summary: dict, path: Path) -> Path:
-    fig, ax = subplots(figsize=(6, 4))
-    kinds: dict[str, list] = defaultdict(list)
-    for r in summary["results"]:
-        if r["lam"] is not None:
-            kinds[r["intervention"]["type"]].append((r["lam"], _layer_mean(r["share_at_k"]), r["k"]))
-    for kind, points in kinds.items():
-        points.sort()
-        ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{kind} (k={points[0][2]})")
-    base = summary["baseline"]
-    for k in sorted({p[2] for pts in kinds.values() for p in pts}):
-        ax.axhline(_layer_mean(base["share_at"][str(k)]), color="gray", linestyle=":", label=f"baseline at k={k}")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("lam")
-    ax.set_ylabel("sink score at k (mean over layers)")
-    ax.set_title("Mean-centred amplification vs plain scaling", fontsize=9)
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
-def _before_after(before, after, label: str, path: Path) -> Path:
-    n = before.shape[0]
-    layers = sorted({1, n // 3, 2 * n // 3, n - 1} & set(range(n)))
-    fig, axes = subplots(2, len(layers), figsize=(3 * len(layers), 6), squeeze=False)
-    for col, layer in enumerate(layers):
-        for row, (name, pat) in enumerate((("before", before), ("after", after))):
-            ax = axes[row][col]
-            ax.imshow(pat[layer].float().numpy(), cmap="viridis", vmin=0, vmax=1)
-            ax.set_title(f"{name}, layer {layer}", fontsize=8)
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig.suptitle(f"{label}: head-averaged attention", fontsize=9)
-    return save_figure(fig, path)
 
 
 TRIGGER_INTERVENTION_COLUMNS = [

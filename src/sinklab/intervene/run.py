@@ -14,16 +14,14 @@ from pathlib import Path
 from typing import ClassVar, Optional, Sequence
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import atomic_path
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, renamed_max_tokens, scan_inputs
-from . import page, report
+from . import page, plots
 from .frame import INTERVENE_TABLES
 from .interventions import MU_DEFINITION, Experiment, Intervention, hooks_of, interventions_for, validate_all
 
@@ -123,27 +121,14 @@ def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResu
         "baseline": baseline,
         "results": results,
     }
-    shown = report.strongest_per_kind(results) if base_record.patterns is not None else []
-    maps = {"baseline": base_record.patterns.mean(1)} | {label: records[label].patterns.mean(1) for label in shown} if shown else {}
-    return RunResult(stamped("intervene", summary), {"maps": maps})
+    return RunResult(stamped("intervene", summary), plots.data_from(base_record, records, summary))
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """The figures and the maps (summary.json and the page are the pipeline's)."""
-    maps = result.data["maps"]
-    figures = report.intervention_figures(result.summary, maps, out)
-    if not maps:
-        return figures
-    with atomic_path(out / MAPS_FILE) as tmp:
-        save_file({k: v.half().contiguous() for k, v in maps.items()}, str(tmp))
-    return [*figures, MAPS_FILE]
+    """The maps (the figures, summary.json and the page are the pipeline's)."""
+    plots.save_data(out, result.data)
+    return [plots.MAPS_FILE] if result.data["maps"] else []
 
 
-def read_data(run_dir: Path) -> dict:
-    path = run_dir / MAPS_FILE
-    return {"maps": {k: v.float() for k, v in load_file(str(path)).items()} if path.exists() else {}}
-
-
-MAPS_FILE = "maps.safetensors"
-
-INTERVENE = register(Capability("intervene", InterveneConfig, measure, write, tables=INTERVENE_TABLES, write_page=page.write, read_data=read_data))
+INTERVENE = register(Capability("intervene", InterveneConfig, measure, write, tables=INTERVENE_TABLES, write_page=page.write, read_data=plots.read_data,
+                                figures=lambda result: plots.figures(result.summary, result.data), sections=plots.sections))

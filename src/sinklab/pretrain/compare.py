@@ -11,7 +11,7 @@ from typing import Optional, Sequence
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from . import page, report
+from . import page, plots
 from .results import load_run, run_row
 
 
@@ -35,23 +35,20 @@ def measure(cfg: CompareRunsConfig, context: RunContext = RunContext()) -> RunRe
     target = cfg.target if cfg.target is not None else max(summary["final_val_loss"] for _, summary in runs.values())
     rows = [run_row(d, summary, metrics, target) for d, (metrics, summary) in runs.items()]
     summary = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows), "run_dirs": list(cfg.runs)}
-    data = {"metrics": {Path(d).name: metrics for d, (metrics, _) in runs.items()},
-            "first_token_mass_by_layer": {Path(d).name: s["first_token_mass_by_layer"] for d, (_, s) in runs.items()}}
+    data = {"metrics": {Path(d).name: metrics for d, (metrics, _) in runs.items()}, "summaries": {Path(d).name: s for d, (_, s) in runs.items()}}
     return RunResult(stamped(KIND, summary), data)
 
 
 KIND = "pretrain-compare"
 
 
-def write(out: Path, result: RunResult) -> list[str]:
-    metrics = result.data["metrics"]
-    return [report.loss_curves(metrics, out / "val_loss.png").name,
-            report.first_token_mass_by_layer(result.data["first_token_mass_by_layer"], out / "first_token_mass_by_layer.png").name,
-            report.emergence(metrics, out / "emergence.png").name]
+def figures(result: RunResult) -> dict:
+    """The loss and sink curves against the step and the first-token mass by layer, one line per run."""
+    return plots.compare_figures(result.data["metrics"], result.data["summaries"])
 
 
-COMPARE_RUNS = register(Capability(KIND, CompareRunsConfig, measure, write, tables={"runs": lambda s: s["rows"], "by_variant": lambda s: s["by_variant"]},
-                                   write_page=page.write))
+COMPARE_RUNS = register(Capability(KIND, CompareRunsConfig, measure, lambda out, result: [], tables={"runs": lambda s: s["rows"], "by_variant": lambda s: s["by_variant"]},
+                                   write_page=page.write, figures=figures))
 
 
 def by_variant(rows: Sequence[dict]) -> list[dict]:

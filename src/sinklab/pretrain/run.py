@@ -19,7 +19,7 @@ from ..core.checkpoint import latest_checkpoint
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, table_rows
 from ..core.runs import read_jsonl, read_run_info, record_model
-from . import page, report
+from . import page, plots
 from .distributed import Dist
 from .results import run_row
 from .sources import load_source
@@ -39,10 +39,9 @@ def measure(cfg: PretrainConfig, context: RunContext) -> RunResult:
     return RunResult(summary)
 
 
-def write(out: Path, result: RunResult) -> list[str]:
-    """The emergence figure (sink metrics against the step)."""
-    rows = read_jsonl(out / METRICS_FILE)
-    return [report.emergence({result.summary["variant"]: rows}, out / "emergence.png").name]
+def figures(result: RunResult) -> dict:
+    """The loss and the sink metrics against the step (from the run's metrics.jsonl)."""
+    return plots.run_figures(result.summary["variant"], read_jsonl(result.out / METRICS_FILE))
 
 
 def has_checkpoint(run_dir: Path) -> bool:
@@ -67,8 +66,8 @@ def metrics_rows(summary: dict):
     return table_rows(summary, [run_row("", summary)])
 
 
-PRETRAIN = register(Capability("pretrain", PretrainConfig, measure, write, tables={"summary": metrics_rows}, write_page=page.write,
-                               resumable=has_checkpoint, needs_run_dir=True))
+PRETRAIN = register(Capability("pretrain", PretrainConfig, measure, lambda out, result: [], tables={"summary": metrics_rows}, write_page=page.write,
+                               resumable=has_checkpoint, needs_run_dir=True, figures=figures))
 
 
 def train_lm(cfg: PretrainConfig, out: str | os.PathLike, resume: bool = False, overwrite: bool = False) -> RunResult:

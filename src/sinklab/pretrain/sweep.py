@@ -29,7 +29,6 @@ from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import run_differs
 from . import page
 from .compare import COMPARE_RUNS, CompareRunsConfig
-from .compare import write as write_comparison
 from .run import PRETRAIN
 from .train import PretrainConfig
 
@@ -125,8 +124,8 @@ def measure(cfg: SweepConfig, context: RunContext) -> RunResult:
 
 KIND = "pretrain-sweep"
 
-SWEEP = register(Capability(KIND, SweepConfig, measure, write_comparison, tables=COMPARE_RUNS.tables, write_page=page.write,
-                            resumable=lambda run_dir: True, needs_run_dir=True))
+SWEEP = register(Capability(KIND, SweepConfig, measure, lambda out, result: [], tables=COMPARE_RUNS.tables, write_page=page.write,
+                            resumable=lambda run_dir: True, needs_run_dir=True, figures=COMPARE_RUNS.figures))
 
 
 def run_sweep(cfg: SweepConfig, out: str | os.PathLike, launcher: Optional[LauncherSettings] = None, overwrite: bool = False) -> RunResult:

@@ -19,18 +19,15 @@ from typing import ClassVar, Optional
 from ..core import pipeline
 from ..core.configs import setting
 from ..core.errors import SinklabError, check
-from ..core.figures import save_figure, subplots
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import read_run_info
-from ..core.text import safe_text
 from . import compare_page
 from .frame import COMPARE_TABLES
 from .inputs import renamed_max_tokens
 from .run import SCAN, ScanConfig
 
 MODELS_DIR = "models"
-FIGURE = "first_token_mass_by_layer.png"
 DEFAULT_NAME = "default"  # the label of the built-in default model (MODEL left out)
 
 
@@ -113,11 +110,6 @@ def scan_loaded(job: ModelJob, subject) -> dict:
     return pipeline.run(SCAN, job.cfg, subject, out=job.out).summary
 
 
-def write(out: Path, result: RunResult) -> list[str]:
-    first_token_mass_figure(result.summary["models"], out / FIGURE)
-    return [FIGURE]
-
-
 def largest_massive_activation(summary: dict) -> Optional[dict]:
     """The massive activation of largest |value| in a scan summary (its list is ordered by layer,
     then |value|, so the first entry is only the first layer's largest): value, layer, dim, position."""
@@ -145,19 +137,10 @@ def model_entry(summary: dict, label: str, run: Optional[str]) -> dict:
     }
 
 
-def first_token_mass_figure(entries: list[dict], path: Path) -> Path:
-    fig, ax = subplots(figsize=(7, 4))
-    for entry in entries:
-        ax.plot(entry["first_token_mass_by_layer"], marker="o", label=safe_text(entry["label"], 40))
-    ax.set(xlabel="layer", ylabel="mean first-token mass", ylim=(0, 1.05), title="first-token attention mass by layer")
-    ax.legend(fontsize=8)
-    return save_figure(fig, path)
-
-
 def models_resumable(run_dir: Path) -> bool:
     """A comparison resumes: the models already scanned under ``OUT/models/`` are kept."""
     return (run_dir / MODELS_DIR).is_dir() and bool(read_run_info(run_dir))
 
 
-COMPARE = register(Capability(compare_page.KIND, CompareConfig, measure, write, tables=COMPARE_TABLES, write_page=compare_page.write,
-                              resumable=models_resumable))
+COMPARE = register(Capability(compare_page.KIND, CompareConfig, measure, lambda out, result: [], tables=COMPARE_TABLES, write_page=compare_page.write,
+                              resumable=models_resumable, figures=lambda result: compare_page.figures(result.summary)))

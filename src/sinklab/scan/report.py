@@ -1,13 +1,10 @@
-"""The scanner's figures and terminal tables; every model or token string goes through
-:func:`~sinklab.core.text.safe_text`."""
+"""The scanner's terminal tables (its figures are in :mod:`.plots`); every model or token string
+goes through :func:`~sinklab.core.text.safe_text`."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from pathlib import Path
-from typing import Sequence
 
-from ..core.figures import save_figure, subplots
 from ..core.text import format_table, safe_text
 
 
@@ -47,84 +44,6 @@ def scan_table(summary: dict) -> str:
             ("super neurons", "super", "s"),
         ],
     )
-
-
-def scan_figures(summary: dict, record: dict, out: Path) -> list[str]:
-    """Heatmap of first-token mass, per-layer sink share, massive-activation map, dominance and
-    variance curves (and the mean attention pattern of a few layers when it was kept)."""
-    name = safe_text(summary["model"], 60)
-    paths = [
-        _heatmap(summary["first_token_mass"], "head", "layer", f"{name}: first-token attention mass (T={summary['tokens']})", out / "first_token_mass.png", vmax=1.0),
-        _sink_share(summary, name, out / "sink_share.png"),
-        _heatmap(record["max_abs"].clamp_min(1e-3).log10().tolist(), "position", "layer", f"{name}: log10 max |h| of the residual stream", out / "massive_activations.png"),
-        _dominance(summary, name, out / "dominance_ratio.png"),
-    ]
-    if summary.get("variance_by_position"):
-        paths.append(_variance(summary["variance_by_position"], name, out / "variance_by_position.png"))
-    if "patterns" in record:
-        paths.append(attention_maps(record["patterns"], f"{name}: mean attention (heads averaged)", out / "attention.png"))
-    return [p.name for p in paths]
-
-
-def _heatmap(values, xlabel: str, ylabel: str, title: str, path: Path, vmax=None) -> Path:
-    fig, ax = subplots(figsize=(7, 5))
-    im = ax.imshow(values, aspect="auto", cmap="viridis", vmin=0 if vmax else None, vmax=vmax)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax)
-    return save_figure(fig, path)
-
-
-def _sink_share(summary: dict, name: str, path: Path) -> Path:
-    fig, ax = subplots(figsize=(7, 3.5))
-    layers = range(summary["layers"])
-    ax.bar(layers, summary["sink_share_by_layer"], alpha=0.6, label=f"share of heads with alpha_{summary['sink_rate']['k']} > {summary['sink_rate']['eps']:g}")
-    ax.plot(layers, summary["first_token_mass_by_layer"], color="k", marker=".", label="mean first-token mass")
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("layer")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{name}: Sink_{summary['sink_rate']['k']}^{summary['sink_rate']['eps']:g} = {summary['sink_rate']['value']:.2f}", fontsize=9)
-    return save_figure(fig, path)
-
-
-def _dominance(summary: dict, name: str, path: Path) -> Path:
-    fig, ax = subplots(figsize=(7, 3.5))
-    ax.plot(summary["dominance_ratio_first"], marker="o", label="first token")
-    ax.plot(summary["dominance_ratio_rest"], marker=".", label="other positions (mean)")
-    ax.set_yscale("log")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("max|h| / mean|h|")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{name}: dimension disparity (dominance ratio)", fontsize=9)
-    return save_figure(fig, path)
-
-
-def _variance(variance: list, name: str, path: Path) -> Path:
-    fig, ax = subplots(figsize=(7, 4))
-    n = len(variance)
-    for layer in sorted({0, n // 4, n // 2, 3 * n // 4, n - 1}):
-        ax.plot(variance[layer], label=f"layer {layer}")
-    ax.set_yscale("log")
-    ax.set_xlabel("position")
-    ax.set_ylabel("variance across sequences")
-    ax.legend(fontsize=8)
-    ax.set_title(f"{name}: variance of the attention output by position", fontsize=9)
-    return save_figure(fig, path)
-
-
-def attention_maps(patterns, title: str, path: Path, layers: Sequence[int] = ()) -> Path:
-    """Head-averaged attention patterns (L, H, T, T) of a few layers, side by side."""
-    n = patterns.shape[0]
-    layers = list(layers) or sorted({0, 1, n // 2, n - 1} & set(range(n)))
-    fig, axes = subplots(1, len(layers), figsize=(3.2 * len(layers), 3.2), squeeze=False)
-    for ax, layer in zip(axes[0], layers):
-        ax.imshow(patterns[layer].mean(0).float().numpy(), cmap="viridis", vmin=0, vmax=1)
-        ax.set_title(f"layer {layer}", fontsize=8)
-        ax.set_xlabel("key")
-        ax.set_ylabel("query")
-    fig.suptitle(title, fontsize=9)
-    return save_figure(fig, path)
 
 
 def scan_headline(summary: dict) -> str:

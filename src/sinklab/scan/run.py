@@ -9,14 +9,12 @@ for ``sinklab scan`` and ``sinklab.scan_model`` alike.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..core.configs import setting
 from ..core.errors import check
@@ -24,10 +22,10 @@ from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import PhaseClock, atomic_path, write_json
+from ..core.runs import PhaseClock
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
-from . import page, report
+from . import page, plots
 from .frame import SCAN_TABLES
 from .inputs import Inputs, InputSpec, build_inputs, renamed_max_tokens
 from .recorder import Record, Recorder, RecordOptions
@@ -123,26 +121,15 @@ def measure(cfg: ScanConfig, context: RunContext = RunContext()) -> RunResult:
             **summarise(record, cfg.settings, subject, inputs.ids),
         }
     summary["seconds"] = clock.seconds
-    return RunResult(stamped("scan", summary), {"record": record_tensors(record), "tokens": scanned_tokens(subject, inputs.ids)})
+    return RunResult(stamped("scan", summary), plots.data_from(record, scanned_tokens(subject, inputs.ids)))
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """The figures, the record and the token strings (summary.json and the page are the pipeline's)."""
-    figures = report.scan_figures(result.summary, result.data["record"], out)
-    with atomic_path(out / RECORD_FILE) as tmp:
-        save_file(result.data["record"], str(tmp))
-    write_json(out / TOKENS_FILE, result.data["tokens"])
-    return [*figures, RECORD_FILE, TOKENS_FILE]
+    """The record and the token strings (the figures, summary.json and the page are the pipeline's)."""
+    plots.save_data(out, result.data)
+    return [plots.RECORD_FILE, plots.TOKENS_FILE]
 
 
-def read_data(run_dir: Path) -> dict:
-    """A scan's data back from its run directory."""
-    tokens = run_dir / TOKENS_FILE
-    return {"record": load_file(str(run_dir / RECORD_FILE)), "tokens": json.loads(tokens.read_text()) if tokens.exists() else {"ids": [], "strings": []}}
-
-
-TOKENS_FILE = "tokens.json"
-RECORD_FILE = "record.safetensors"
 TOKEN_ROWS = 4  # sequences whose token strings are kept for the report's axes and hovers
 
 
@@ -150,14 +137,6 @@ def scanned_tokens(subject: Subject, ids: torch.Tensor) -> dict:
     """The ids and token strings of the first sequences (what the report labels its axes with)."""
     rows = ids[:TOKEN_ROWS].tolist()
     return {"ids": rows, "strings": [subject.token_strings(row) for row in rows]}
-
-
-def record_tensors(record: Record) -> dict[str, torch.Tensor]:
-    """The record's reduced tensors, float32, by name (``column<k>``: the weight every query gives key
-    k), for analyses beyond the summary: what ``record.safetensors`` holds."""
-    tensors = {k: v.float().contiguous() for k, v in vars(record).items() if isinstance(v, torch.Tensor)}
-    tensors.update({f"column{k}": v.float().contiguous() for k, v in record.columns.items()})
-    return tensors
 
 
 #: The entries a pretraining run's summary carries (the rest need a tokenizer or are plotted only).
@@ -186,4 +165,5 @@ class _Decoder:
         self.decode = fn
 
 
-SCAN = register(Capability("scan", ScanConfig, measure, write, tables=SCAN_TABLES, write_page=page.write, read_data=read_data))
+SCAN = register(Capability("scan", ScanConfig, measure, write, tables=SCAN_TABLES, write_page=page.write, read_data=plots.read_data,
+                           figures=lambda result: plots.figures(result.summary, result.data), sections=plots.sections))

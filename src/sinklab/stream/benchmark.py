@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 import torch
-from safetensors.torch import load_file, save_file
 
 from ..core.configs import setting
 from ..core.corpus import load_corpus
@@ -38,11 +37,10 @@ from ..core.errors import NumericalCheckFailed, check
 from ..core.hooks import HookSet
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import atomic_path
 from ..models.hf import LoadOptions, input_device, instrument, model_facts, token_nll
 from ..models.subjects import transformers_model
 from ..scan import BOS_CHOICES
-from . import page, report
+from . import page, plots
 from .caches import POLICIES, cache_bytes, check_sizes, make_sink_cache
 from .frame import STREAM_TABLES
 from .kernel import sink_window_attention
@@ -300,19 +298,13 @@ def measure(cfg: StreamConfig, context: RunContext = RunContext()) -> RunResult:
         summary["ablation"] = {
             str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
         }
-    return RunResult(stamped("stream", summary), {"nll": curve_tensors(curves)})
+    return RunResult(stamped("stream", summary), plots.data_from(curves))
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """The figures and the NLL curves (summary.json and the page are the pipeline's)."""
-    figures = report.stream_figures(result.data["nll"], result.summary["policies"], result.summary, out)
-    with atomic_path(out / CURVES_FILE) as tmp:
-        save_file(result.data["nll"], str(tmp))
-    return [*figures, CURVES_FILE]
-
-
-def read_data(run_dir: Path) -> dict:
-    return {"nll": load_file(str(run_dir / CURVES_FILE))}
+    """The NLL curves (the figures, summary.json and the page are the pipeline's)."""
+    plots.save_data(out, result.data)
+    return [plots.CURVES_FILE]
 
 
 def check_one_pass(result: RunResult) -> None:
@@ -325,15 +317,5 @@ def check_one_pass(result: RunResult) -> None:
         )
 
 
-CURVES_FILE = "nll.safetensors"
-
-
-def curve_tensors(curves: dict) -> dict[str, torch.Tensor]:
-    """Per-position NLL of every policy (``<policy>``) and its positions (``<policy>.positions``)."""
-    tensors = {}
-    for policy, (positions, nll) in curves.items():
-        tensors[policy], tensors[f"{policy}.positions"] = nll.float().contiguous(), positions.long().contiguous()
-    return tensors
-
-
-STREAM = register(Capability("stream", StreamConfig, measure, write, tables=STREAM_TABLES, write_page=page.write, read_data=read_data, check=check_one_pass))
+STREAM = register(Capability("stream", StreamConfig, measure, write, tables=STREAM_TABLES, write_page=page.write, read_data=plots.read_data, check=check_one_pass,
+                             figures=lambda result: plots.figures(result.summary, result.data), sections=plots.sections))

@@ -16,7 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
-import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
@@ -92,10 +91,6 @@ def _load_record(out: Path, cfg: TriggerConfig) -> Optional[dict]:
 def _save_tensors(path: Path, tensors: dict) -> None:
     with atomic_path(path) as tmp:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp))
-
-
-def load_maps(out: Path, key: str) -> dict[str, torch.Tensor]:
-    return load_file(str(out / "maps" / f"{key}.safetensors"))
 
 
 def load_trigger_model(out: Path, cfg: TriggerConfig) -> Transformer:

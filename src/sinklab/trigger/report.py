@@ -1,18 +1,13 @@
-"""Figures and tables of the trigger lab: attention heatmaps (variants side by side), the run
-table, statistics over seeds and the BOS-cap trade-off curve."""
+"""Tables of the trigger lab (its figures are in :mod:`.plots`): the run table, statistics over
+seeds, the BOS-cap trade-off and the variants."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Sequence
 
 from ..core.attention import EXTRA_NAMES, AttentionSpec
-from ..core.figures import save_figure, subplots
-from ..core.text import format_table, safe_text
+from ..core.text import format_table
 from .evaluate import mean_bos_mass
-
-MAP_SEEDS = 4  # attention heatmaps are drawn for the first few seeds of each configuration
 
 VARIANT_COLUMNS = [
     ("shape", "shape", "s"),
@@ -84,24 +79,6 @@ def several_seeds(across_seeds: Sequence[dict]) -> bool:
     return any(row["n_seeds"] > 1 for row in across_seeds)
 
 
-def seeds_figure(rows: Sequence[dict], records: Sequence[dict], path: Path) -> Path:
-    """Per configuration, every seed's mean BOS mass at non-trigger rows (filled: solved)."""
-    models = [r["model"] for r in seed_rows(rows)]
-    fig, ax = subplots(figsize=(max(5, 0.9 * len(models) + 2), 3.8))
-    for x, row in enumerate(rows):
-        runs = runs_of(row, records)
-        for i, r in enumerate(runs):
-            bos = mean_bos_mass(r)
-            jitter = (i / max(1, len(runs) - 1) - 0.5) * 0.35
-            ax.scatter(x + jitter, bos, s=18, color="C0" if r["converged"] else "white", edgecolors="C0")
-    ax.set_xticks(range(len(models)), [safe_text(m) for m in models], rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("BOS mass, non-trigger rows", fontsize=9)
-    ax.set_ylim(-0.03, 1.03)
-    ax.set_title("Each seed's BOS mass, mean over heads (filled: solved)", fontsize=10)
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
-
-
 def runs_of(row: dict, records: Sequence[dict]) -> list[dict]:
     """The run records of one configuration row of ``across_seeds``."""
     keys = (*EXTRA_NAMES, "attn", "layers", "heads", "bos_cap")
@@ -129,60 +106,3 @@ def trigger_rows(records: Sequence[dict]) -> list[dict]:
 def trigger_table(records: Sequence[dict]) -> str:
     """One line per trained trigger model."""
     return format_table(trigger_rows(records), TRIGGER_COLUMNS)
-
-
-def trigger_figures(out: Path, configs, records, load_maps: Callable) -> list[str]:
-    """Mean and std attention heatmaps, every layer and head, attention variants side by side,
-    for the first ``MAP_SEEDS`` seeds."""
-    groups: dict[tuple, list] = defaultdict(list)
-    drawn = map_seeds(c.seed for c in configs)
-    for cfg in configs:  # one figure per shape, extras, cap and seed; the normalisations side by side
-        if cfg.seed in drawn:
-            groups[(cfg.layers, cfg.heads, cfg.attention.extras, cfg.bos_cap, cfg.seed)].append(cfg)
-    paths = []
-    for (layers, heads, extras, cap, seed), cfgs in groups.items():
-        suffix = "".join(f"+{e}" for e in extras) + (f"_cap{cap:g}" if cap else "")
-        name = f"attention_{layers}x{heads}{suffix}_seed{seed}.png"
-        fig = _attention_grid([(c.attention.attn, load_maps(out, c.key)) for c in cfgs], layers, heads)
-        fig.suptitle(f"{layers} layer(s) x {heads} head(s){suffix}, seed {seed}: attention over 1,000 eval sequences (trigger at 0-indexed 7)")
-        paths.append(str(save_figure(fig, out / name).name))
-    return paths
-
-
-def map_seeds(seeds: Iterable[int]) -> list[int]:
-    """The seeds whose attention maps are drawn."""
-    return sorted(set(seeds))[:MAP_SEEDS]
-
-
-def _attention_grid(variants: list[tuple[str, dict]], layers: int, heads: int):
-    n_rows, n_cols = layers * heads, 2 * len(variants)
-    fig, axes = subplots(n_rows, n_cols, figsize=(2.3 * n_cols, 2.2 * n_rows), squeeze=False)
-    for v, (attn, maps) in enumerate(variants):
-        for stat_i, stat in enumerate(("mean", "std")):
-            col = 2 * v + stat_i
-            for layer in range(layers):
-                for head in range(heads):
-                    ax = axes[layer * heads + head][col]
-                    data = maps[stat][layer, head].numpy()
-                    im = ax.imshow(data, cmap="viridis" if stat == "mean" else "magma", vmin=0)
-                    ax.set_title(f"{safe_text(attn)} {stat} L{layer} H{head}", fontsize=7)
-                    ax.set_xticks([])
-                    ax.set_yticks([])
-                    fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02).ax.tick_params(labelsize=5)
-    return fig
-
-
-def cap_tradeoff_figure(rows: Sequence[dict], path: Path) -> Path:
-    """Best evaluation error reached against the BOS-mass cap (log scale)."""
-    fig, ax = subplots(figsize=(5, 3.5))
-    caps = [r["bos_cap"] for r in rows]
-    ax.plot(caps, [r["best_eval_mse"] for r in rows], marker="o", label="best over seeds")
-    ax.errorbar(caps, [r["eval_mse_mean"] for r in rows], yerr=[r["eval_mse_std"] for r in rows], marker=".", capsize=3, alpha=0.6, label="mean +- std")
-    ax.legend(fontsize=8)
-    ax.set_yscale("log")
-    ax.set_xlabel("cap on BOS attention at query rows >= 1")
-    ax.set_ylabel("best evaluation MSE")
-    ax.set_title("One-layer softmax: error falls only as BOS mass -> 1")
-    ax.grid(alpha=0.3)
-    return save_figure(fig, path)
-

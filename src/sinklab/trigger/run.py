@@ -18,12 +18,12 @@ from ..core.configs import setting
 from ..core.errors import NumericalCheckFailed, check
 from ..core.launchers import LOCAL, LauncherSettings
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from . import page, report
+from . import page, plots
 from .analyses import cap_tradeoff, check_relu_construction, variant_table
 from .config import TriggerConfig
 from .ensemble import Placement, check_memory
 from .evaluate import summarise_seeds
-from .lab import load_maps, run_grid
+from .lab import run_grid
 from .task import TriggerTask
 
 #: What a lab ends with: the analysis of its records, by name.
@@ -85,22 +85,13 @@ def measure(cfg: LabConfig, context: RunContext) -> RunResult:
     }
     if ANALYSES[cfg.analysis] is not None:
         summary.update(ANALYSES[cfg.analysis](records))
-    return RunResult(stamped("trigger", summary), {"configs": cfg.configs})
+    return RunResult(stamped("trigger", summary))
 
 
-def write(out: Path, result: RunResult) -> list[str]:
-    """The attention heatmaps of the first seeds, the seeds figure and the cap trade-off."""
-    summary = result.summary
-    figures = report.trigger_figures(out, result.data["configs"], summary["runs"], load_maps)
-    if report.several_seeds(summary["across_seeds"]):
-        figures.append(report.seeds_figure(summary["across_seeds"], summary["runs"], out / "seeds.png").name)
-    if "cap_tradeoff" in summary:
-        figures.append(report.cap_tradeoff_figure(summary["cap_tradeoff"], out / "cap_tradeoff.png").name)
-    return figures
-
-
-def read_data(run_dir: Path) -> dict:
-    return {}
+def figures(result: RunResult) -> dict:
+    """The attention heatmaps of the first seeds (read from the lab's maps), the seeds figure and
+    the cap trade-off."""
+    return plots.figures(result.summary, result.out)
 
 
 def trained(run_dir: Path) -> bool:
@@ -113,8 +104,8 @@ def run_rows(summary: dict):
     return [{k: v for k, v in r.items() if k != "heads_detail"} for r in summary["runs"]]
 
 
-LAB = register(Capability("trigger", LabConfig, measure, write, tables={"runs": run_rows, "across_seeds": lambda s: s["across_seeds"]},
-                          write_page=page.write, read_data=read_data, resumable=trained, needs_run_dir=True))
+LAB = register(Capability("trigger", LabConfig, measure, lambda out, result: [], tables={"runs": run_rows, "across_seeds": lambda s: s["across_seeds"]},
+                          write_page=page.write, resumable=trained, needs_run_dir=True, figures=figures))
 
 
 def run_lab(configs: Sequence[TriggerConfig], out: str | os.PathLike, analysis: str = "grid", workers: Optional[int] = None, device: str = "cpu",

@@ -1,0 +1,85 @@
+"""Pretraining's plots, each defined once (the PNG files of a run or a ``sinklab compare`` directory
+and the report page draw the same traces): the sink metrics and the loss against the step (one line
+per run, one colour per run in every panel), and the first-token mass by layer at the end of
+training."""
+
+from __future__ import annotations
+
+from ..core.figures import LEGEND_BELOW, layer_axis
+from ..core.text import html_text
+
+#: Curves against the step (metrics.jsonl key -> label), in the order they are plotted.
+CURVES = {
+    "val_loss": "validation loss",
+    "val_loss_gap": "gap to the optimum (bb)",
+    "first_token_mass_mean": "first-token mass",
+    "sink_rate_value": "Sink_1^0.3",
+    "sink_head_bos_mass_nontrigger": "sink head: BOS mass, non-trigger rows (bb)",
+    "sink_head_bos_mass_trigger": "sink head: BOS mass, trigger rows (bb)",
+    "null_mass_mean": "null mass (slot or sink tokens)",
+    "value_drain_max": "value drain (max over layers)",
+    "residual_peak_max": "residual peak (max over layers)",
+    "dominance_first_max": "largest dominance ratio at position 0",
+}
+PANEL_COLUMNS = 3
+
+
+def run_figures(name: str, rows: list[dict]) -> dict:
+    """The static figures of one training run (``rows``: its metrics.jsonl), by file name."""
+    return {"emergence.png": emergence_figure({name: rows})}
+
+
+def compare_figures(metrics_by_run: dict[str, list[dict]], summaries: dict[str, dict]) -> dict:
+    """The static figures of ``sinklab compare``, by file name: runs by name, their metrics.jsonl
+    rows and their summaries."""
+    return {"val_loss.png": curve_figure(metrics_by_run, "val_loss"), "first_token_mass_by_layer.png": by_layer_figure(summaries),
+            "emergence.png": emergence_figure(metrics_by_run)}
+
+
+def present_curves(metrics_by_run: dict[str, list[dict]]) -> list[str]:
+    """The keys of :data:`CURVES` some run recorded."""
+    return [key for key in CURVES if any(key in row for rows in metrics_by_run.values() for row in rows)]
+
+
+def _traces(metrics_by_run: dict[str, list[dict]], key: str, legend: bool = True) -> list:
+    """One line per run of metric ``key`` against the step; run i has the i-th colour wherever it is drawn."""
+    import plotly.graph_objects as go
+    from plotly.colors import qualitative
+
+    palette = qualitative.Plotly
+    return [go.Scatter(x=[r["step"] for r in rows if key in r], y=[r[key] for r in rows if key in r], mode="lines+markers", name=html_text(name, 50),
+                       legendgroup=html_text(name, 50), showlegend=legend, line=dict(color=palette[i % len(palette)]))
+            for i, (name, rows) in enumerate(metrics_by_run.items())]
+
+
+def curve_figure(metrics_by_run: dict[str, list[dict]], key: str):
+    """Metric ``key`` against the step, one line per run."""
+    import plotly.graph_objects as go
+
+    title = CURVES[key]
+    return go.Figure(_traces(metrics_by_run, key)).update_layout(title=title[0].upper() + title[1:] + " against the step", xaxis_title="step",
+                                                                  yaxis_title=title, height=360)
+
+
+def emergence_figure(metrics_by_run: dict[str, list[dict]]):
+    """Every recorded metric against the step, a panel each (Gu et al. Fig. 4 style)."""
+    from plotly.subplots import make_subplots
+
+    keys = present_curves(metrics_by_run)
+    rows = max(1, -(-len(keys) // PANEL_COLUMNS))
+    fig = make_subplots(rows=rows, cols=PANEL_COLUMNS, subplot_titles=[CURVES[k] for k in keys], vertical_spacing=0.5 / max(rows, 1))
+    for i, key in enumerate(keys):
+        for trace in _traces(metrics_by_run, key, legend=i == 0):
+            fig.add_trace(trace, row=i // PANEL_COLUMNS + 1, col=i % PANEL_COLUMNS + 1)
+    fig.update_xaxes(title_text="step", title_font_size=10).update_annotations(font_size=11)
+    return fig.update_layout(title="Sink metrics against the step", width=1200, height=280 * rows + 140, legend={**LEGEND_BELOW, "y": -0.4 / rows})
+
+
+def by_layer_figure(summaries: dict[str, dict]):
+    """First-token mass per layer at the end of training, one line per run."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure([go.Scatter(y=s["first_token_mass_by_layer"], mode="lines+markers", name=html_text(name, 50)) for name, s in summaries.items()])
+    layers = max((len(s["first_token_mass_by_layer"]) for s in summaries.values()), default=1)
+    return fig.update_layout(title="Attention on the first position, per layer", xaxis=layer_axis(layers),
+                             yaxis=dict(range=[0, 1.02], title="first-token mass"), height=360)
