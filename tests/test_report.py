@@ -27,11 +27,10 @@ from sinklab.core.text import format_table, html_text, safe_text
 from sinklab.intervene import page as intervene_page
 from sinklab.intervene import plots as intervene_plots
 from sinklab.pretrain import plots as pretrain_plots
-from sinklab.scan import ScanConfig, compare_page, measure_scan
+from sinklab.scan import SCAN, ScanConfig, compare_page
 from sinklab.scan import page as scan_page
 from sinklab.scan import plots as scan_plots
 from sinklab.scan.inputs import InputSpec
-from sinklab.scan.run import scanned_tokens
 from sinklab.stream import page as stream_page
 from sinklab.stream import plots as stream_plots
 
@@ -112,7 +111,7 @@ def test_every_figure_escapes_model_token_label_and_run_names(scan_run):
         **{f"stream {k}": v for k, v in stream_plots.figures(*stream).items()},
         **{f"adapt {k}": v for k, v in adapt_plots.figures(*adapt).items()},
         **{f"pretrain {k}": v for k, v in pretrain_plots.compare_figures(metrics, {HOSTILE: {"first_token_mass_by_layer": [0.1, 0.9]}}).items()},
-        **{f"compare {k}": v for k, v in compare_page.figures({"models": [{"model": HOSTILE, "layers": 2, "first_token_mass_by_layer": [0.1, 0.9]}]}).items()},
+        **{f"compare {k}": v for k, v in compare_page.figures({"models": [{"label": HOSTILE, "model": HOSTILE, "layers": 2, "first_token_mass_by_layer": [0.1, 0.9]}]}).items()},
     }
     assert len(built) == 17
     assert _unescaped(built) == []
@@ -212,10 +211,10 @@ def test_scan_data_round_trips_and_a_page_draws_from_memory(tiny_model_dir, tmp_
     """The data a scan keeps (its record's tensors and the first sequences' tokens) is what its
     run directory gives back, and a page of a result in memory needs no run directory. Mutation
     caught: save_data writing the record in float16 (read_data no longer gives the same tensors)."""
-    cfg = ScanConfig(model=str(tiny_model_dir("llama")), inputs=InputSpec(random_tokens=True, max_tokens=16, batch=2), out=None)
-    summary, record, subject, ids = measure_scan(cfg)
-    data = scan_plots.data_from(record, scanned_tokens(subject, ids))
-    assert data["record"]["column0"].shape == (3, 4, 16) and data["tokens"]["ids"] == ids[:4].tolist()
+    cfg = ScanConfig(model=str(tiny_model_dir("llama")), inputs=InputSpec(random_tokens=True, tokens=16, batch=2))
+    result = SCAN.measure(cfg)
+    summary, data = result.summary, result.data
+    assert data["record"]["column0"].shape == (3, 4, 16) and len(data["tokens"]["ids"]) == 2 and len(data["tokens"]["ids"][0]) == 16
     scan_plots.save_data(tmp_path, data)
     back = scan_plots.read_data(tmp_path)
     assert back["tokens"] == data["tokens"] and back["record"].keys() == data["record"].keys()

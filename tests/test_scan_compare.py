@@ -63,13 +63,14 @@ def test_the_page_shows_both_models_escaped(compared):
 
 
 def test_the_page_escapes_a_hostile_model_name(compared):
-    """A model name is text in the table and in the plot's legend (plotly renders some markup).
+    """A model's label (the name a user gave it) is text in the table and in the plot's legend
+    (plotly renders some markup).
     Mutation tried: dropping html_text from the legend names in compare_page._mass_by_layer."""
     from sinklab.scan import compare_page
 
     _, out, summary = compared
     hostile = "<script>alert(1)</script>"
-    entries = [{**summary["models"][0], "model": hostile}, summary["models"][1]]
+    entries = [{**summary["models"][0], "label": hostile}, summary["models"][1]]
     run, table, plot = (section.body for section in compare_page.sections(out, {**summary, "models": entries}))
     assert html.escape(hostile, quote=False) in table and hostile not in table
     assert "\\u0026lt;script\\u0026gt;" in plot and "\\u003cscript" not in plot
