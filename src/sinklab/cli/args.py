@@ -4,19 +4,17 @@ dataclasses through :func:`option`, so no default is typed twice."""
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from ..core import configs, html, pipeline
 from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
+from ..core.configs import seed_ranges
 from ..core.errors import SinklabError, check
 from ..core.launchers import LAUNCHERS, LauncherSettings, check_launcher, read_launcher_config
 from ..core.runs import SUMMARY, read_run_info
 from ..models.hf import LoadOptions
 from ..scan import BOS_CHOICES
-
-MAX_SEEDS = 100_000  # a bound on the configs built in memory; the memory estimate checks the rest
 
 
 def _parsed_list(text: str, convert: Callable[[str], Any], what: str) -> list:
@@ -44,21 +42,7 @@ def int_list(text: str) -> list[int]:
 
 def seed_list(text: str) -> list[int]:
     """Comma-separated seeds and inclusive ranges, e.g. ``0-31`` or ``0-7,10``; each seed once."""
-    seeds: list[int] = []
-    for part in (t.strip() for t in text.split(",")):
-        first, dash, last = part.partition("-")
-        if not (first.isdigit() and (not dash or last.isdigit())):
-            raise argparse.ArgumentTypeError(f"expected seeds like 0-7,10 (non-negative integers and ranges), got {text!r}")
-        low, high = int(first), int(last or first)
-        if high < low:
-            raise argparse.ArgumentTypeError(f"the seed range {part} is empty: write it low-high")
-        if len(seeds) + high - low + 1 > MAX_SEEDS:
-            raise argparse.ArgumentTypeError(f"{text!r} asks for more than {MAX_SEEDS:,} seeds")
-        seeds.extend(range(low, high + 1))
-    repeated = [seed for seed, count in Counter(seeds).items() if count > 1]
-    if repeated:
-        raise argparse.ArgumentTypeError(f"seed {repeated[0]} is given more than once in {text!r}")
-    return seeds
+    return list(argument_type(seed_ranges)(text))
 
 
 def float_list(text: str) -> list[float]:

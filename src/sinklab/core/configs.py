@@ -28,6 +28,7 @@ import dataclasses
 import inspect
 import types
 import typing
+from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
@@ -188,6 +189,22 @@ def comma_list(convert: Callable[[str], Any], what: str, choices: Optional[Seque
 
 
 _SCALARS = {int: "integers", float: "numbers", str: "names"}
+MAX_SEEDS = 100_000  # a bound on the configs built in memory; the memory estimate checks the rest
+
+
+def seed_ranges(text: str) -> tuple[int, ...]:
+    """Comma-separated seeds and inclusive ranges, e.g. ``0-31`` or ``0-7,10``; each seed once."""
+    seeds: list[int] = []
+    for part in (t.strip() for t in text.split(",")):
+        first, dash, last = part.partition("-")
+        check(first.isdigit() and (not dash or last.isdigit()), f"expected seeds like 0-7,10 (non-negative integers and ranges), got {text!r}")
+        low, high = int(first), int(last or first)
+        check(high >= low, f"the seed range {part} is empty: write it low-high")
+        check(len(seeds) + high - low + 1 <= MAX_SEEDS, f"{text!r} asks for more than {MAX_SEEDS:,} seeds")
+        seeds.extend(range(low, high + 1))
+    repeated = sorted(seed for seed, count in Counter(seeds).items() if count > 1)
+    check(not repeated, f"seed {repeated[0] if repeated else ''} is given more than once in {text!r}")
+    return tuple(seeds)
 
 
 def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:

@@ -22,7 +22,7 @@ from typing import ClassVar, Optional
 
 from ..core import pipeline
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.configs import setting
+from ..core.configs import seed_ranges, setting
 from ..core.errors import SinklabError, check
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -52,7 +52,8 @@ class SweepConfig:
     VERSION: ClassVar[int] = 1
 
     corpus: str = setting("shakespeare", choices=tuple(PLANS), help="shakespeare (every normalisation and extra) or bb (the mitigation sweep)")
-    seeds: tuple[int, ...] = setting((), metavar="S[,S...]", shown="0,1 for text, 0,1,2 for bb", help="seeds of every variant")
+    seeds: tuple[int, ...] = setting((), metavar="SEEDS", shown="0,1 for text, 0,1,2 for bb", parse=seed_ranges,
+                                     help="seeds of every variant, e.g. 0-7 or 0,2,5")
     variants: tuple[str, ...] = setting((), metavar="V[,V...]", shown="all", help="the variants to train, e.g. softmax,softmax+gate")
     steps: Optional[int] = setting(None, help="the training budget of every run", shown="the corpus default")
     settings: dict = setting(help="a training setting of every run, KEY=VALUE (repeatable), e.g. lr=3e-3 positions=learned",
