@@ -124,6 +124,25 @@ def test_variance_by_position_matches_a_direct_computation(tiny_model_dir):
     torch.testing.assert_close(record.variance[1], z.var(0).mean(-1), atol=1e-8, rtol=1e-6)
 
 
+def test_a_bfloat16_models_residual_norms_are_not_rounded_to_bfloat16(tiny_model_dir):
+    """The residual norms (and the residual peak built on them) of a bfloat16 model equal the
+    float64 norms of its bfloat16 stream; a norm taken in bfloat16 keeps 8 bits, about 0.4 % off.
+    Mutation tried: ``_on_resid`` taking the norm in the model's dtype (no ``.float()``)."""
+    subject = HFSubject(load_model(str(tiny_model_dir("llama")), dtype="bfloat16"))
+    ids = torch.randint(2, subject.vocab_size, (3, 20), generator=torch.Generator().manual_seed(0))
+    streams = {}
+
+    def keep(h, point):
+        streams.setdefault(point.layer, []).append(h.detach().clone())
+
+    record, _ = record_subject(subject, ids, RecordOptions(), extra_hooks=[("blocks.*.hook_resid_post", keep)], progress=False)
+    assert all(h.dtype == torch.bfloat16 for chunks in streams.values() for h in chunks)
+    norms = torch.stack([torch.cat(streams[layer]).double().norm(dim=-1).mean(0) for layer in range(subject.n_layers)])
+    torch.testing.assert_close(record.resid_norm, norms, atol=0, rtol=1e-6)
+    triad = summarise(record, MetricSettings(), subject, ids, keys=("extreme_token_triad",))["extreme_token_triad"]
+    torch.testing.assert_close(torch.tensor(triad["residual_peak"], dtype=torch.float64), metrics.norm_ratio_first(norms), atol=0, rtol=1e-6)
+
+
 def test_inputs_text_prompt_random_and_bos(tokenizer, tmp_path):
     text = tmp_path / "t.txt"
     text.write_text("Now is the winter of our discontent")
