@@ -50,11 +50,12 @@ def test_a_compiled_member_is_bit_identical_to_its_seed_trained_alone(base, seed
     Bit-identity needs the same summation order, and with several threads MKL does not give it: a
     model trained alone gets its weight gradients (sums of batch x length = 2,048 terms) from one
     SGEMM run on every thread, the stack from one SGEMM_BATCH, and the two agree bit for bit in one
-    thread but not in two (measured on these shapes with plain torch.mm and torch.bmm). On a 2-core Intel Xeon (AVX-512), two threads: the gradients differ by up to 6e-11 from
-    step 1, and Adam carries that to 1.7e-4 in the one-layer weights by convergence (the same
-    steps; the last error equal to 3 significant digits). The test passed in two threads on an AMD
-    EPYC, where MKL presumably split neither reduction (not checked). Pool workers train in one
-    thread (``core.jobs``)."""
+    thread but not in two (measured on these shapes with plain torch.mm and torch.bmm). On a
+    2-core Intel Xeon (AVX-512) in two threads, the gradients differ by up to 6e-11 from step 1,
+    and Adam carries that to 1.7e-4 in the one-layer weights by convergence (the same steps; the
+    last error equal to 3 significant digits). The test passed in two threads on an AMD EPYC,
+    where MKL presumably split neither reduction (not checked). Pool workers train in one thread
+    (``core.jobs``)."""
     configs = seeds_of(base, seeds)
     members = Ensemble(configs).train()
     steps = set()
