@@ -73,8 +73,14 @@ def tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer):
-    """A factory: the folder of a saved tiny random model of the given architecture."""
+    """A factory: the folder of a saved tiny random model of the given architecture.
+
+    The first test to ask for an architecture builds it inside its own body, so saving prints
+    nothing (transformers' "Writing model shards" bar would land in that test's captured stderr
+    and make its output depend on the order the tests run in)."""
     from transformers import AutoModelForCausalLM
+
+    from sinklab.cli import quiet
 
     made = {}
 
@@ -83,7 +89,8 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
             torch.manual_seed(0)
             model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tokenizer)))
             path = tmp_path_factory.mktemp(f"tiny-{arch}")
-            model.save_pretrained(path)
+            with quiet(True):
+                model.save_pretrained(path)
             tokenizer.save_pretrained(path)
             made[arch] = path
         return made[arch]

@@ -228,7 +228,10 @@ def test_per_tensor_w8a8_pays_for_the_outlier_only_with_bos_in_the_stream(outlie
     """What the adapt tables rest on. Mutations: the input hook returning None (activations never
     quantized) fails the logits assertion; w8a8 mapped to per-token scales in
     QUANT_SCHEMES fails the w8a8 perplexity assertion; measure() calibrating static scales under
-    BOS in the stream for every condition fails the w8a8_static one."""
+    BOS in the stream for every condition fails the w8a8_static one; measure() dropping the cached
+    prefix under every quantized setting (the content alone: perplexity 188.5 to 189.6 against
+    151.0 in full precision) fails the comparison with full precision, which a comparison of two
+    quantized settings, both without it, let pass."""
     model, conditions, evaluation, calibration = outlier
     with torch.no_grad():
         logits = {}
@@ -236,10 +239,11 @@ def test_per_tensor_w8a8_pays_for_the_outlier_only_with_bos_in_the_stream(outlie
             with quantized(model, QUANT_SCHEMES[name]):
                 logits[name] = conditions[1].prefix.logits(model, evaluation)
     assert (logits["w8a8"] - logits["w8"]).abs().max() > 1e-3  # activations are quantized, even without the outlier
-    ppl = measure_ppl(model, conditions, evaluation, calibration, ("w8", "w8a8", "w8a8_static"))["ppl"]
+    ppl = measure_ppl(model, conditions, evaluation, calibration, ("fp", "w8", "w8a8", "w8a8_static"))["ppl"]
     for scheme in ("w8a8", "w8a8_static"):
         assert ppl[scheme]["bos"] > 1.1 * ppl[scheme]["prefix"], scheme
-        assert ppl[scheme]["prefix"] < 1.02 * ppl["w8"]["prefix"], scheme  # with the prefix, 8-bit activations cost little
+    for scheme in ("w8", "w8a8", "w8a8_static"):  # measured within 0.6 % of full precision
+        assert ppl[scheme]["prefix"] < 1.02 * ppl["fp"]["prefix"], scheme  # with the prefix, 8 bits cost little
 
 
 def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, corpus):

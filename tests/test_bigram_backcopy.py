@@ -1,17 +1,20 @@
 """The Bigram-Backcopy task: exact generator statistics, the optimum-loss formula, determinism,
-a short run in which the sink already starts to form, and bad input."""
+a short run in which the sink already starts to form, what benchmarks/bb_copy_head.py reads from
+such a run (and the runs it refuses), and bad input."""
 
 import math
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
-from conftest import benchmark_module
+from conftest import SAMPLE_TEXT, benchmark_module
 
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint
 from sinklab.core.errors import SinklabError
 from sinklab.models.native import ModelConfig, Transformer
-from sinklab.pretrain import PretrainConfig, train_lm
+from sinklab.pretrain import PretrainConfig, load_trained, train_lm
 from sinklab.pretrain.bigram_backcopy import BigramBackcopy, normalise
 from sinklab.pretrain.train import SCAN_SEED, VALIDATION_SEED, step_batch, training_seed, validation_batches, validation_windows
 from sinklab.scan import scan_native
@@ -20,6 +23,16 @@ from sinklab.scan import scan_native
 @pytest.fixture(scope="module")
 def bb():
     return BigramBackcopy()
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """A 150-step run of one layer of two heads, in which the sink starts to form: (its
+    configuration, its run directory, its summary). Read, never written, by the tests that take it."""
+    cfg = PretrainConfig(corpus="bb", n_layers=1, d_model=64, n_heads=2, seq_len=64, batch=16, steps=150, lr=3e-3,
+                         eval_every=150, eval_batches=2, checkpoint_every=150)
+    out = tmp_path_factory.mktemp("short") / "run"
+    return cfg, out, train_lm(cfg, out).summary
 
 
 def test_vocabulary_and_triggers(bb):
@@ -94,20 +107,17 @@ def attention_by_row_kind(model, bb, batches) -> dict[str, torch.Tensor]:
     return {key: torch.cat(rows).mean(0) for key, rows in pooled.items()}
 
 
-def test_a_short_run_starts_to_sink_on_bos_where_there_is_nothing_to_copy(tmp_path):
+def test_a_short_run_starts_to_sink_on_bos_where_there_is_nothing_to_copy(short_run, bb):
     """The per-head BOS masses of the summary equal those recomputed from the saved model, and the
     head picked as the sink head is the copy head: at trigger rows it looks at the token to copy
     and not at BOS, elsewhere it starts to rest on BOS. Mutation caught: trigger and non-trigger
     rows swapped in ``task_metrics`` (the pick then fell on the other head, which passed the
     non-trigger > 2 x trigger check on the swapped numbers)."""
-    cfg = PretrainConfig(corpus="bb", n_layers=1, d_model=64, n_heads=2, seq_len=64, batch=16, steps=150, lr=3e-3,
-                         eval_every=150, eval_batches=2, checkpoint_every=150)
-    summary = train_lm(cfg, tmp_path / "run").summary
+    cfg, out, summary = short_run
     assert summary["copy_accuracy"] > 0.9
     assert 0 < summary["val_loss_gap"] < 0.5
-    bb = BigramBackcopy()
     model = Transformer(cfg.model_config(bb.vocab_size)).eval()
-    load_checkpoint(latest_checkpoint(tmp_path / "run"), model, None)
+    load_checkpoint(latest_checkpoint(out), model, None)
     seen = attention_by_row_kind(model, bb, validation_batches(bb, cfg))
     for kind in ("nontrigger", "trigger"):
         torch.testing.assert_close(torch.tensor(summary[f"bos_mass_{kind}"]), seen[f"bos_{kind}"], atol=1e-5, rtol=0)
@@ -115,6 +125,49 @@ def test_a_short_run_starts_to_sink_on_bos_where_there_is_nothing_to_copy(tmp_pa
     assert summary["sink_head_bos_mass_nontrigger"] == pytest.approx(seen["bos_nontrigger"][head].item(), abs=1e-5)
     assert seen["previous_trigger"][head] > 0.5 and seen["bos_trigger"][head] < 0.01  # it copies at triggers
     assert seen["bos_nontrigger"][head] > 0.05  # about 0.1 after 150 steps: the sink is only starting
+
+
+def test_copy_head_measures_the_runs_sink_head_on_the_batches_it_was_scored_on(short_run, bb):
+    """benchmarks/bb_copy_head.py's ``measure``: the head the summary names, with the run's final
+    weights, on the run's validation batches. Its trigger rows start at position 2, and a first
+    character is never a trigger, so they are the rows :func:`attention_by_row_kind` pools from
+    position 1: their BOS and previous-token shares must equal those recomputed here. Mutations
+    caught: the other head read (``head`` as ``1 - head``), the untrained model measured (the
+    checkpoint not loaded), batches drawn with another seed than the run's validation batches."""
+    cfg, out, summary = short_run
+    with benchmark_module("bb_copy_head") as copy_head:
+        got = copy_head.measure(out, bb)
+    assert got["sink_head"] == summary["sink_head"]
+    assert (got["positions"], got["lr"], got["steps"], got["seed"]) == (cfg.positions, cfg.lr, cfg.steps, cfg.seed)
+    head = (summary["sink_head"]["layer"], summary["sink_head"]["head"])
+    seen = attention_by_row_kind(load_trained(out)[0], bb, validation_batches(bb, cfg))
+    assert got["trigger"]["bos"] == pytest.approx(seen["bos_trigger"][head].item(), rel=1e-5, abs=1e-9)
+    assert got["trigger"]["previous"] == pytest.approx(seen["previous_trigger"][head].item(), rel=1e-5)
+    assert got["trigger"]["previous"] > 0.5 and got["nontrigger"]["bos"] > 0.05  # the copy head, starting to sink
+
+
+def test_copy_head_refuses_a_run_with_sink_tokens_a_text_run_and_an_unfinished_run(tmp_path, short_run):
+    """``load_run`` takes only finished Bigram-Backcopy runs without sink tokens: learned sink
+    tokens come before BOS, so key 0 would be a sink token and every key index off by their count;
+    a text run has no triggers. Mutations caught: the sink-token condition removed from
+    ``load_run`` (the run then loads), the corpus condition removed."""
+    tiny = dict(d_model=16, n_layers=1, n_heads=2, seq_len=8, batch=2, steps=2, eval_every=2, eval_batches=1, checkpoint_every=2)
+    train_lm(PretrainConfig(corpus="bb", sink_tokens=1, **tiny), tmp_path / "sink")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for i in range(8):
+        (corpus / f"doc{i}.txt").write_text(SAMPLE_TEXT[i * 40 :] + SAMPLE_TEXT[: i * 40])
+    train_lm(PretrainConfig(corpus=str(corpus), tokenizer="bytes", **tiny), tmp_path / "text")
+    shutil.copytree(short_run[1], tmp_path / "unfinished")
+    (tmp_path / "unfinished" / "summary.json").unlink()
+    with benchmark_module("bb_copy_head") as copy_head:
+        for run in ("sink", "text"):
+            with pytest.raises(SystemExit, match="a --corpus bb run without sink tokens is needed"):
+                copy_head.load_run(tmp_path / run)
+        with pytest.raises(SinklabError, match="has not finished"):
+            copy_head.load_run(tmp_path / "unfinished")
+        model, cfg, summary = copy_head.load_run(Path(short_run[0].out))
+    assert cfg == short_run[0] and summary["sink_head"] == short_run[1]["sink_head"] and not model.training
 
 
 def test_null_mass_counts_attention_on_learned_sink_tokens():

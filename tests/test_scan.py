@@ -77,7 +77,7 @@ def test_layout_table_and_generic_fallback_agree(tiny_model_dir):
 
 def test_instrumenting_changes_no_logit_and_leaves_nothing_behind(tiny_model_dir):
     subject = HFSubject(load_model(str(tiny_model_dir("llama"))))
-    ids = torch.randint(2, subject.vocab_size, (2, 16))
+    ids = torch.randint(2, subject.vocab_size, (2, 16), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         before = subject.model(input_ids=ids).logits
     with subject.session():
@@ -93,8 +93,9 @@ def test_hooks_are_removed_when_the_run_raises(tiny_model_dir):
     def explode(t, p):
         raise RuntimeError("boom")
 
+    ids = torch.randint(2, 50, (1, 8), generator=torch.Generator().manual_seed(0))
     with pytest.raises(RuntimeError, match="boom"):
-        record_subject(subject, torch.randint(2, 50, (1, 8)), RecordOptions(), extra_hooks=[("blocks.1.attn.hook_z", explode)], progress=False)
+        record_subject(subject, ids, RecordOptions(), extra_hooks=[("blocks.1.attn.hook_z", explode)], progress=False)
     assert not subject.hooks and not any(m._forward_hooks for m in subject.model.modules())
 
 
@@ -113,7 +114,7 @@ def test_native_model_scans_with_the_same_code():
 
 def test_variance_by_position_matches_a_direct_computation(tiny_model_dir):
     subject = HFSubject(load_model(str(tiny_model_dir("llama"))))
-    ids = torch.randint(2, subject.vocab_size, (6, 10))
+    ids = torch.randint(2, subject.vocab_size, (6, 10), generator=torch.Generator().manual_seed(0))
     zs = {}
 
     def keep(z, p):
@@ -122,6 +123,26 @@ def test_variance_by_position_matches_a_direct_computation(tiny_model_dir):
     record, _ = record_subject(subject, ids, RecordOptions(variance=True), extra_hooks=[("blocks.*.attn.hook_z", keep)], progress=False)
     z = zs[1].transpose(1, 2).reshape(6, 10, -1).double()  # (B, T, H*D)
     torch.testing.assert_close(record.variance[1], z.var(0).mean(-1), atol=1e-8, rtol=1e-6)
+
+
+def test_a_bfloat16_models_residual_norms_are_not_rounded_to_bfloat16(tiny_model_dir):
+    """The residual norms (and the residual peak built on them) of a bfloat16 model equal the
+    float64 norms of its bfloat16 stream; a norm taken in bfloat16 keeps 8 bits, about 0.4 % off.
+    Mutation tried: ``_on_resid`` taking the norm in the model's dtype (no ``.float()``)."""
+    subject = HFSubject(load_model(str(tiny_model_dir("llama")), dtype="bfloat16"))
+    ids = torch.randint(2, subject.vocab_size, (3, 20), generator=torch.Generator().manual_seed(0))
+    streams = {}
+
+    def keep(h, point):
+        streams.setdefault(point.layer, []).append(h.detach().clone())
+
+    record, _ = record_subject(subject, ids, RecordOptions(), extra_hooks=[("blocks.*.hook_resid_post", keep)], progress=False)
+    assert all(h.dtype == torch.bfloat16 for chunks in streams.values() for h in chunks)
+    norms = torch.stack([torch.cat(streams[layer]).double().norm(dim=-1).mean(0) for layer in range(subject.n_layers)])
+    torch.testing.assert_close(record.resid_norm, norms, atol=0, rtol=1e-6)
+    triad = summarise(record, MetricSettings(), subject, ids, keys=("extreme_token_triad",))["extreme_token_triad"]
+    peak = torch.tensor(triad["residual_peak"], dtype=torch.float64)
+    torch.testing.assert_close(peak, metrics.norm_ratio_first(norms), atol=0, rtol=1e-6)
 
 
 def test_inputs_text_prompt_random_and_bos(tokenizer, tmp_path):
