@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from sinklab.core.runs import append_jsonl, machine_info
+from sinklab.core.runs import append_jsonl
 
 ROOT = Path(__file__).parent.parent
 RESULTS = Path(__file__).parent / "results"
@@ -62,3 +63,26 @@ def record(name: str, row: dict) -> dict:
     append_jsonl(RESULTS / f"{name}.jsonl", full)
     print(json.dumps(row, indent=2)[:4000])
     return full
+
+
+def machine_info() -> dict:
+    """The machine and library versions, recorded next to every measured number."""
+    import torch
+
+    info = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name()
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        pass
+    return info

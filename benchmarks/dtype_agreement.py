@@ -19,7 +19,7 @@ from sinklab.scan import largest_massive_activation
 
 
 def scan(model, tokenizer, tokens: int, batch: int) -> dict:
-    return sinklab.scan_model(model, tokenizer, max_tokens=tokens, batch=batch).summary
+    return sinklab.scan_model(model, tokenizer, tokens=tokens, batch=batch).summary
 
 
 def agreement(reference: dict, other: dict) -> dict:

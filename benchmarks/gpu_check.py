@@ -64,12 +64,12 @@ def half_split(n_layers: int, first: str, second: str) -> dict:
 
 def device_map(device: str, smoke: bool) -> dict:
     single = load_model(None, device=device)
-    reference = sinklab.scan_model(single.model, single.tokenizer, max_tokens=32 if smoke else 128, batch=2).summary
+    reference = sinklab.scan_model(single.model, single.tokenizer, tokens=32 if smoke else 128, batch=2).summary
     n_layers = single.model.config.num_hidden_layers
     del single
     mapping = half_split(n_layers, "cpu" if device == "cpu" else "cuda:0", "cpu")
     split = load_model(None, device_map=json.dumps(mapping))
-    spread = sinklab.scan_model(split.model, split.tokenizer, max_tokens=32 if smoke else 128, batch=2).summary
+    spread = sinklab.scan_model(split.model, split.tokenizer, tokens=32 if smoke else 128, batch=2).summary
     gap = (torch.tensor(reference["first_token_mass"]) - torch.tensor(spread["first_token_mass"])).abs().max().item()
     return {"devices": spread["device_map"], "first_token_mass_max_abs_diff": gap, "loss": [reference["loss"], spread["loss"]],
             "sink_rate": [reference["sink_rate"]["value"], spread["sink_rate"]["value"]]}

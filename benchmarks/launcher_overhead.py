@@ -18,13 +18,12 @@ import argparse
 import json
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from common import RUNS, record
-from pretrain_sweep import sweep_configs, train_one
 
 from sinklab.core.launchers import LauncherSettings, launch
+from sinklab.pretrain.sweep import SweepConfig, SweepJob, run_dir, train_one
 
 LAUNCHERS = {
     "local": LauncherSettings(),
@@ -38,11 +37,11 @@ def sweep_wall(settings: LauncherSettings, configs: list, root: Path, workers: i
     validation loss by run name."""
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    configs = [replace(cfg, out=str(root / f"{cfg.variant}-seed{cfg.seed}")) for cfg in configs]
+    jobs = [SweepJob(cfg, str(run_dir(root, cfg)), False) for cfg in configs]
     start = time.perf_counter()
-    runs = launch(train_one, configs, settings, root, workers, desc="sweep", label=lambda c: Path(c.out).name)
+    summaries = launch(train_one, jobs, settings, root, workers, desc="sweep", label=lambda job: Path(job.out).name)
     wall = time.perf_counter() - start
-    return wall, {Path(run).name: json.loads((Path(run) / "summary.json").read_text())["final_val_loss"] for run in runs}
+    return wall, {Path(job.out).name: summary["final_val_loss"] for job, summary in zip(jobs, summaries)}
 
 
 def noop(job: int) -> int:
@@ -75,7 +74,8 @@ def main() -> None:
     args = parser.parse_args()
     steps, variants, seeds, noop_jobs = (4, 1, "0", 4) if args.smoke else (args.steps, args.variants, args.seeds, args.noop_jobs)
     seed_list = [int(s) for s in seeds.split(",")]
-    configs = sweep_configs("bb", seed_list, steps, [c.variant for c in sweep_configs("bb", [0])[:variants]])
+    variant_names = tuple(c.variant for c in SweepConfig(corpus="bb", seeds=(0,)).runs()[:variants])
+    configs = SweepConfig(corpus="bb", seeds=tuple(seed_list), steps=steps, variants=variant_names).runs()
     root = RUNS / "launcher-overhead"
     walls, losses = {}, {}
     for name, settings in LAUNCHERS.items():

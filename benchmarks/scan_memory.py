@@ -74,7 +74,7 @@ def measure(method: str, tokens: int) -> dict:
     from sinklab.scan import InputSpec, RecordOptions, metrics, record_subject, scan_inputs
 
     subject = HFSubject(load_model(None))
-    ids = scan_inputs(subject, InputSpec(corpus="shakespeare", max_tokens=tokens, batch=1)).ids
+    ids = scan_inputs(subject, InputSpec(corpus="shakespeare", tokens=tokens, batch=1)).ids
     loaded_mb = peak_rss_mb()
     start = time.perf_counter()
     if method == "recorder":

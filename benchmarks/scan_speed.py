@@ -7,7 +7,7 @@ For each length T (batch 1, the default model, T tokens of the shipped corpus), 
   (and its next-token loss).
 
 Rounds alternate the two, reversing the order each round so neither always runs warm; the verdict
-is the ratio of the medians. Then one ``run_scan`` end to end per length reports the fixed costs a
+is the ratio of the medians. Then one ``sinklab scan`` run (the pipeline) end to end per length reports the fixed costs a
 user waits for (load, record, summarise, figures, write, page).
 
 ``--random-llama-1b --device cuda`` runs the timing part on a randomly initialised Llama of the
@@ -26,9 +26,10 @@ import time
 import torch
 from common import record
 
+from sinklab.core import pipeline
 from sinklab.models.hf import LoadedModel, load_model
 from sinklab.models.subjects import HFSubject
-from sinklab.scan import InputSpec, RecordOptions, ScanConfig, record_subject, run_scan, scan_inputs
+from sinklab.scan import SCAN, InputSpec, RecordOptions, ScanConfig, record_subject, scan_inputs
 
 LLAMA_1B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
                 vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True)
@@ -90,10 +91,10 @@ def compare(subject: HFSubject, ids: torch.Tensor, rounds: int, device: str) -> 
 
 
 def end_to_end(tokens: int) -> dict:
-    """``sinklab scan --batch 1 --max-tokens T`` in-process: its phases and the page it writes last."""
+    """``sinklab scan --batch 1 --tokens T`` in-process: its phases and the files and page written after them."""
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        summary = run_scan(ScanConfig(inputs=InputSpec(max_tokens=tokens, batch=1), out=out))
+        summary = pipeline.run(SCAN, ScanConfig(inputs=InputSpec(tokens=tokens, batch=1)), out=out).summary
         total = time.perf_counter() - start
     phases = summary["seconds"]
     return {"tokens": tokens, "total_s": round(total, 2), **phases, "page": round(total - sum(phases.values()), 3)}
@@ -113,7 +114,7 @@ def main() -> None:
         inputs = [torch.randint(0, LLAMA_1B["vocab_size"], (1, t), device=args.device) for t in lengths]
     else:
         subject = HFSubject(load_model(None))
-        inputs = [scan_inputs(subject, InputSpec(max_tokens=t, batch=1)).ids for t in lengths]
+        inputs = [scan_inputs(subject, InputSpec(tokens=t, batch=1)).ids for t in lengths]
     rows = []
     for ids in inputs:
         rows.append(compare(subject, ids, args.rounds, args.device))

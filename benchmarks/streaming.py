@@ -11,7 +11,8 @@ import argparse
 
 from common import RUNS, record
 
-from sinklab.stream import StreamConfig, report, run_stream
+from sinklab.core import pipeline
+from sinklab.stream import STREAM, StreamConfig, report
 
 
 def main() -> None:
@@ -20,8 +21,8 @@ def main() -> None:
     parser.add_argument("--recompute-every", type=int, default=128)
     parser.add_argument("--out", default=str(RUNS / "stream-benchmark"))
     args = parser.parse_args()
-    cfg = StreamConfig(tokens=args.tokens, sinks=4, window=1020, recompute_every=args.recompute_every, ablation=(0, 1, 2, 4, 8), out=args.out)
-    summary = run_stream(cfg)
+    cfg = StreamConfig(tokens=args.tokens, sinks=4, window=1020, recompute_every=args.recompute_every, ablation=(0, 1, 2, 4, 8))
+    summary = pipeline.run(STREAM, cfg, out=args.out, overwrite=True).summary
     print(report.stream_table(summary))
     record("streaming", {k: summary[k] for k in ("model", "max_positions", "tokens", "sinks", "window", "policies", "ablation", "one_pass_check")})
 

@@ -36,7 +36,7 @@ def timed_lab(configs, name: str, ensembles: bool) -> dict:
     out = RUNS / f"bench-ensemble-{name}"
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
-    summary = run_lab(configs, str(out), ensembles=ensembles)
+    summary = run_lab(configs, out, ensembles=ensembles).summary
     return {
         "wall_seconds": round(time.perf_counter() - start, 1),
         "steps": {r["key"]: r["steps"] for r in summary["runs"]},

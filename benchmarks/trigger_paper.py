@@ -30,7 +30,7 @@ def main() -> None:
     configs = paper_configs(seeds, TriggerConfig())
     shutil.rmtree(args.out, ignore_errors=True)
     start = time.perf_counter()
-    summary = run_lab(configs, args.out, workers=args.workers)
+    summary = run_lab(configs, args.out, workers=args.workers).summary
     seconds = time.perf_counter() - start
     record(
         "trigger_paper",

@@ -401,7 +401,8 @@ def test_finetuning_fails_on_its_exact_check_after_writing_results(tmp_path, tin
     assert FAILED_CHECK in json.loads((tmp_path / "tune" / "run.json").read_text())
 
 
-def test_bad_input_gets_one_line_errors(tiny_model_dir, corpus, capsys):
+def test_bad_input_gets_one_line_errors(tiny_model_dir, corpus, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out, runs/adapt(-finetune), is relative
     model = str(tiny_model_dir("llama"))
     with pytest.raises(SystemExit):
         cli.main(["adapt", model, "--to", "bogus"])

@@ -171,13 +171,13 @@ def test_a_failed_numerical_check_exits_3_and_is_run_again(tmp_path, monkeypatch
 )
 def test_old_spellings_are_aliases(command, old, new, dest, value):
     """Mutation tried: dropping ``*aliases`` from option()'s add_argument (--layers becomes an
-    unknown option) or from configs.add_flag's (--max-tokens does)."""
+    unknown option) or from flags.add_flag's (--max-tokens does)."""
     parse = cli.build_parser().parse_args
     assert getattr(parse([command, *old]), dest) == getattr(parse([command, *new]), dest) == value
 
 
 def test_every_alias_says_so_and_bos_has_one_form():
-    """Mutation tried: an empty alias note in configs.add_flag (the help stops naming the old spelling)."""
+    """Mutation tried: an empty alias note in flags.add_flag (the help stops naming the old spelling)."""
     for name, command in subparsers().items():
         for action in command._actions:
             long_flags = [flag for flag in action.option_strings if flag.startswith("--")]

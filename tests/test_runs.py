@@ -11,7 +11,7 @@ from typing import ClassVar
 import pytest
 
 import sinklab
-from sinklab.core.configs import record, setting
+from sinklab.core.configs import setting
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import (
     FAILED_CHECK,
@@ -19,6 +19,7 @@ from sinklab.core.runs import (
     NEW,
     RESUME,
     claim_run_dir,
+    config_record,
     finish_run,
     read_run_info,
     record_model,
@@ -54,7 +55,7 @@ CONFIG = Config()
 def run_dir(path: Path, config=CONFIG, finished: bool = False) -> Path:
     """A run folder as the pipeline leaves it: run.json, config.json, maybe summary.json."""
     start_run(path)
-    write_json(path / "config.json", record(config) if not isinstance(config, dict) else config)
+    write_json(path / "config.json", config_record(config))
     if finished:
         write_json(path / "summary.json", {"ppl": 1.0})
     return path
@@ -101,7 +102,7 @@ def test_an_older_config_is_migrated_before_it_is_compared(tmp_path):
     assert claim_run_dir(old, CONFIG) == FINISHED
     with pytest.raises(SinklabError, match="inputs.tokens: 64 there, 32 now"):
         claim_run_dir(old, replace(CONFIG, inputs=Inputs(tokens=32)))
-    newer = run_dir(tmp_path / "newer", {**record(CONFIG), "config_version": 2}, finished=True)
+    newer = run_dir(tmp_path / "newer", {**config_record(CONFIG), "config_version": 2}, finished=True)
     with pytest.raises(SinklabError, match="newer sinklab"):
         claim_run_dir(newer, CONFIG)
 

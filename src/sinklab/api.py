@@ -23,8 +23,7 @@ from .core.results import Capability, RunResult, load_result
 from .intervene import INTERVENE, InterveneConfig
 from .models.hf import load_model
 from .models.subjects import Subject
-from .scan import COMPARE, SCAN, CompareConfig, ScanConfig
-from .scan.compare import label_of
+from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
 from .stream import STREAM, StreamConfig
 
 __all__ = ["adapt_model", "intervene_model", "load_model", "load_result", "scan_model", "scan_models", "stream_model"]

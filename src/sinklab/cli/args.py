@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from ..core import configs, html, pipeline
 from ..core.attention import EXTRA_NAMES, HEAD_EXTRAS
-from ..core.configs import seed_ranges
 from ..core.errors import SinklabError, check
+from ..core.flags import add_flag, from_args, seed_ranges
 from ..core.launchers import LAUNCHERS, LauncherSettings, check_launcher, read_launcher_config
 from ..core.runs import SUMMARY, read_run_info
 from ..models.hf import LoadOptions
@@ -125,7 +125,7 @@ def add_config_arguments(p: argparse.ArgumentParser, cls: type, skip: Sequence[s
         group = leaf.path[0] if len(leaf.path) > 1 else None
         if group is not None and group not in made:
             made[group] = p.add_argument_group(GROUP_TITLES.get(group, group))
-        configs.add_flag(made[group] if group is not None else p, leaf, leaf.default())
+        add_flag(made[group] if group is not None else p, leaf, leaf.default())
 
 
 def config_from(cls: type, args: argparse.Namespace, launcher: Optional[LauncherSettings] = None, **given: Any) -> Any:
@@ -133,7 +133,7 @@ def config_from(cls: type, args: argparse.Namespace, launcher: Optional[Launcher
     load options are resolved on this machine (what config.json records and the --out policy
     compares: ``--device auto`` and ``--device cpu`` on a CPU are one configuration), unless the
     jobs run elsewhere (a cluster's nodes resolve them)."""
-    cfg = configs.from_args(cls, args, **given)
+    cfg = from_args(cls, args, **given)
     load = cfg if isinstance(cfg, LoadOptions) else getattr(cfg, "load", None)
     if not isinstance(load, LoadOptions) or (launcher is not None and not launcher.runs_here):
         return cfg

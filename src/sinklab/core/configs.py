@@ -5,8 +5,7 @@ them: the inputs, the metric thresholds, the load options). Each field is declar
 :func:`setting`, which holds its help and, where the command line spells it differently, its
 flag, old spellings and parser. From that one declaration:
 
-* the command line's flags (:func:`add_arguments`, :func:`from_args`), so a default or a help
-  text is never typed twice;
+* the command line's flags (:mod:`.flags`), so a default or a help text is never typed twice;
 * the notebook functions' keyword arguments (:func:`from_kwargs`, :func:`signature`): the same
   names, flat, with the same defaults;
 * whether two runs are the same run (:func:`first_difference`): every field decides it except
@@ -18,17 +17,17 @@ flag, old spellings and parser. From that one declaration:
 
 argparse is kept rather than tyro or simple-parsing: the documented flags (``--tokens`` for a
 field named ``tokens`` in three configs, ``--text FILE``, comma lists such as ``--lam 1,2,4``,
-old spellings kept as aliases) are a contract those libraries would rename.
+old spellings kept as aliases) are a contract those libraries would rename. The same reading of a
+saved config.json (strict, versioned) is sixty lines here, where pydantic would be a dependency
+and a second description of the classes.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import inspect
 import types
 import typing
-from collections import Counter
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import lru_cache
 from typing import Any, Callable, Optional, Sequence
@@ -90,6 +89,15 @@ class Leaf:
         if self.field.default_factory is not MISSING:
             return self.field.default_factory()
         return MISSING
+
+
+def base_type(kind: Any) -> tuple[Any, bool]:
+    """(the type inside Optional[...], whether None is allowed)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return (rest[0] if len(rest) == 1 else kind), True
+    return kind, False
 
 
 def _hints(cls: type) -> dict:
@@ -159,120 +167,6 @@ def flat(cfg: Any) -> dict:
     return values
 
 
-# --------------------------------------------------------------------------- the command line
-
-
-def _base(kind: Any) -> tuple[Any, bool]:
-    """(the type inside Optional[...], whether None is allowed)."""
-    args = typing.get_args(kind)
-    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
-        rest = [a for a in args if a is not type(None)]
-        return (rest[0] if len(rest) == 1 else kind), True
-    return kind, False
-
-
-def comma_list(convert: Callable[[str], Any], what: str, choices: Optional[Sequence[str]] = None) -> Callable[[str], tuple]:
-    """A parser of comma-separated values (``1,2,4``); with ``choices``, an error listing them."""
-
-    def parse(text: str) -> tuple:
-        items = [t.strip() for t in text.split(",") if t.strip()]
-        if choices is not None:
-            unknown = [t for t in items if t not in choices]
-            if unknown or not items:
-                raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or repr(text)}; choose from: {', '.join(choices)}")
-        try:
-            return tuple(convert(t) for t in items)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
-
-    return parse
-
-
-_SCALARS = {int: "integers", float: "numbers", str: "names"}
-MAX_SEEDS = 100_000  # a bound on the configs built in memory; the memory estimate checks the rest
-
-
-def seed_ranges(text: str) -> tuple[int, ...]:
-    """Comma-separated seeds and inclusive ranges, e.g. ``0-31`` or ``0-7,10``; each seed once."""
-    seeds: list[int] = []
-    for part in (t.strip() for t in text.split(",")):
-        first, dash, last = part.partition("-")
-        check(first.isdigit() and (not dash or last.isdigit()), f"expected seeds like 0-7,10 (non-negative integers and ranges), got {text!r}")
-        low, high = int(first), int(last or first)
-        check(high >= low, f"the seed range {part} is empty: write it low-high")
-        check(len(seeds) + high - low + 1 <= MAX_SEEDS, f"{text!r} asks for more than {MAX_SEEDS:,} seeds")
-        seeds.extend(range(low, high + 1))
-    repeated = sorted(seed for seed, count in Counter(seeds).items() if count > 1)
-    check(not repeated, f"seed {repeated[0] if repeated else ''} is given more than once in {text!r}")
-    return tuple(seeds)
-
-
-def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:
-    if x.meta["parse"] is not None:
-        return x.meta["parse"]
-    base, _ = _base(x.kind)
-    if typing.get_origin(base) is tuple:
-        item = typing.get_args(base)[0]
-        return comma_list(item, _SCALARS.get(item, "values"), x.meta["choices"])
-    return base if base in (int, float, str) else None
-
-
-def add_arguments(parser, cls: type, only: Optional[Sequence[str]] = None, skip: Sequence[str] = (), defaults: Optional[Any] = None) -> None:
-    """One flag per setting of ``cls`` (those in ``only``, none in ``skip``), default and help from
-    the field (``defaults``: an instance whose values the flags default to instead)."""
-    values = flat(defaults) if defaults is not None else {}
-    for x in leaves(cls):
-        if not x.meta["cli"] or x.name in skip or (only is not None and x.name not in only):
-            continue
-        add_flag(parser, x, values.get(x.name, x.default()))
-
-
-def add_flag(parser, x: Leaf, default: Any) -> None:
-    meta, base = x.meta, _base(x.kind)[0]
-    aliases = meta["aliases"]
-    note = f"; {', '.join(aliases)}: the old spelling, kept as an alias" if aliases else ""
-    if base is bool and not meta["choices"]:
-        if meta["negate"]:
-            flag = meta["flag"] or f"--no-{x.name.replace('_', '-')}"
-            parser.add_argument(flag, *aliases, dest=x.name, action="store_false", default=default, help=f"{meta['help']}{note}")
-        else:
-            parser.add_argument(x.flag, *aliases, dest=x.name, action="store_true", default=default, help=f"{meta['help']}{note}")
-        return
-    shown = meta["shown"] if meta["shown"] is not None else _shown(default)
-    kw = {"type": _parser(x), "default": default, "dest": x.name, "metavar": meta["metavar"] or x.flag.lstrip("-").replace("-", "_").upper()}
-    if meta["choices"] and typing.get_origin(base) is not tuple:
-        if meta["parse"] is None:
-            kw["choices"] = list(meta["choices"])
-            del kw["metavar"]
-        else:  # argparse checks choices after converting; check the text first
-            kw["type"], kw["metavar"] = _one_of(meta["choices"], meta["parse"]), "{" + ",".join(meta["choices"]) + "}"
-    default_note = f" (default {shown})" if default is not None or meta["shown"] is not None else ""
-    parser.add_argument(x.flag, *aliases, help=f"{meta['help']}{default_note}{note}", **kw)
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value) if value else "none"
-    return str(value)
-
-
-def _one_of(choices: Sequence[str], parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    def checked(text: str) -> Any:
-        if text not in choices:
-            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(choices)})")
-        return parse(text)
-
-    return checked
-
-
-def from_args(cls: type, args: argparse.Namespace, **given: Any) -> Any:
-    """``cls`` from parsed flags (settings the command line did not define keep their defaults;
-    ``given`` sets settings the command works out itself)."""
-    values = {x.name: getattr(args, x.name) for x in leaves(cls) if x.meta["cli"] and hasattr(args, x.name)}
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    return build(cls, {**values, **given})
-
-
 # --------------------------------------------------------------------------- the notebook
 
 
@@ -302,9 +196,16 @@ def signature(cls: type, leading: Sequence[inspect.Parameter], trailing: Sequenc
     return inspect.Signature([*leading, *settings, *trailing])
 
 
+def shown_default(value: Any) -> str:
+    """A default as help texts show it (a tuple as a comma list)."""
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "none"
+    return str(value)
+
+
 def settings_doc(cls: type, skip: Sequence[str] = ()) -> str:
     """The settings of ``cls`` as a docstring block (name, default, help)."""
-    return "\n".join(f"    ``{x.name}`` ({_shown(x.default())}): {x.meta['help']}" for x in leaves(cls) if x.name not in skip and x.meta["help"])
+    return "\n".join(f"    ``{x.name}`` ({shown_default(x.default())}): {x.meta['help']}" for x in leaves(cls) if x.name not in skip and x.meta["help"])
 
 
 # --------------------------------------------------------------------------- saved configurations
@@ -315,13 +216,6 @@ def not_result_paths(cls: Optional[type]) -> frozenset[str]:
     if cls is None:
         return frozenset()
     return frozenset(".".join(x.path) for x in leaves(cls) if not x.meta["result"])
-
-
-def record(cfg: Any) -> dict:
-    """What ``config.json`` holds: the config's settings, nested as the class nests them, and its version."""
-    from .runs import jsonable
-
-    return {CONFIG_VERSION_KEY: getattr(type(cfg), "VERSION", 0), **jsonable(cfg)} if is_dataclass(cfg) else jsonable(cfg)
 
 
 def migrate(cls: type, saved: dict) -> dict:
@@ -377,7 +271,7 @@ def from_dict(cls: type, data: dict, what: str) -> Any:
 
 
 def _value(kind: Any, value: Any, what: str) -> Any:
-    base, optional = _base(kind)
+    base, optional = base_type(kind)
     if value is None:
         check(optional or base is Any, f"{what} is null")
         return None

@@ -24,11 +24,10 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
-from . import configs
 from .errors import NumericalCheckFailed, check
 from .figures import Images, save_images
 from .results import Capability, RunContext, RunResult, load_result
-from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, finish_run, record_model, start_run, write_json
+from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, config_record, finish_run, record_model, start_run, write_json
 
 #: The summary keys that say which model ran, where and how; run.json's ``model`` entry records them
 #: too (the summary's ``model``, the model's name, as ``name``).
@@ -59,6 +58,7 @@ def run(
         capability.check(result)
         return _as_result(result, capability, None)
     out = Path(out)
+    capability.preflight(cfg, RunContext(subject, out, launcher))
     if resume:
         check(capability.resumable is not None and capability.resumable(out), f"nothing to resume in {out}: it holds no checkpoint")
     state = claim_run_dir(out, cfg, overwrite=overwrite, resumable=capability.resumable or (lambda run_dir: False), remove=main_process)
@@ -69,7 +69,7 @@ def run(
     if main_process:
         start_run(out, launcher)
         if state != RESUME:
-            write_json(out / CONFIG, configs.record(cfg))
+            write_json(out / CONFIG, config_record(cfg))
     context = RunContext(subject, out, launcher, resume=state == RESUME)
     result = _as_result(capability.measure(cfg, context), capability, out)
     if main_process:

@@ -59,15 +59,17 @@ class Capability:
     """A kind of run, as the pipeline (:mod:`.pipeline`) runs it and :class:`RunResult` reads it.
 
     ``measure(cfg, context)`` computes in memory (:class:`RunContext`: the model the caller holds,
-    where checkpoints go, the launcher) and returns a :class:`RunResult`;
-    ``write(out, result)`` writes its data files and figures and returns the names written (the
-    pipeline writes summary.json and the page); ``check(result)`` raises
-    :class:`~.errors.NumericalCheckFailed` when the run's own check of its numbers failed;
-    ``tables`` maps a table name to the function that turns a summary into rows (the first is
-    ``frame()``'s default); ``read_data(run_dir)`` reads the data back; ``figures(result)`` builds
-    its plotly figures by file name (the pipeline writes them as PNGs) and ``sections(summary, data,
-    uid, run_dir)`` its report page's sections; ``write_page(run_dir)`` writes the page (last); ``resumable(run_dir)`` says whether an unfinished run there continues (None: such runs
-    start over)."""
+    the run directory, the launcher) and returns a :class:`RunResult`; ``write(out, result)``
+    writes its data files and returns their names (the pipeline writes the figures, summary.json
+    and the page); ``check(result)`` raises :class:`~.errors.NumericalCheckFailed` when the run's
+    own check of its numbers failed; ``tables`` maps a table name to the function that turns a
+    summary into rows (the first is ``frame()``'s default); ``read_data(run_dir)`` reads the data
+    back; ``figures(result)`` builds its plotly figures by file name (the pipeline writes them as
+    PNGs) and ``sections(summary, data, uid, run_dir)`` its report page's sections from memory;
+    ``write_page(run_dir)`` writes the page (last); ``resumable(run_dir)`` says whether an
+    unfinished run there continues (None: such runs start over); ``needs_run_dir`` refuses a run
+    without one (it keeps checkpoints while it works); ``preflight(cfg, context)`` refuses, before
+    anything is written, what the run could not do (a lab that would not fit in memory)."""
 
     kind: str
     config: type
@@ -81,6 +83,7 @@ class Capability:
     sections: Optional[Callable[..., list]] = None
     resumable: Optional[Callable[[Path], bool]] = None
     needs_run_dir: bool = False
+    preflight: Callable[[Any, "RunContext"], None] = lambda cfg, context: None
 
 
 CAPABILITIES: dict[str, Capability] = {}

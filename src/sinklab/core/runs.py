@@ -26,6 +26,7 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
+from .configs import CONFIG_VERSION_KEY, first_difference, migrate, not_result_paths
 from .errors import SinklabError, check
 
 RUN_INFO = "run.json"
@@ -268,8 +269,6 @@ def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
     same run or ``out`` holds no configuration. Its ``config.json`` is brought to today's version by
     the config's migrations first, and every setting is compared except those declared
     ``result=False``."""
-    from .configs import first_difference, migrate, not_result_paths, record
-
     try:
         saved = json.loads((Path(out) / CONFIG).read_text())
     except FileNotFoundError:
@@ -279,7 +278,13 @@ def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
     cls = type(config) if is_dataclass(config) else None
     if cls is not None and isinstance(saved, dict):
         saved = migrate(cls, saved)
-    return first_difference(saved, json.loads(json.dumps(record(config))), not_result_paths(cls))
+    return first_difference(saved, json.loads(json.dumps(config_record(config))), not_result_paths(cls))
+
+
+def config_record(cfg: Any) -> dict:
+    """What ``config.json`` holds: a config's settings, nested as its class nests them, and its
+    version (:mod:`.configs`); a plain dict as it is."""
+    return {CONFIG_VERSION_KEY: getattr(type(cfg), "VERSION", 0), **jsonable(cfg)} if is_dataclass(cfg) else jsonable(cfg)
 
 
 def _remove_run_dir(path: Path) -> None:
@@ -323,26 +328,3 @@ def package_versions() -> dict:
         except PackageNotFoundError:
             continue
     return found
-
-
-def machine_info() -> dict:
-    """The machine and library versions, recorded next to every measured number."""
-    import torch
-
-    info = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-    }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
-    try:
-        import transformers
-
-        info["transformers"] = transformers.__version__
-    except ImportError:
-        pass
-    return info

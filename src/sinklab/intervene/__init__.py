@@ -5,23 +5,19 @@ them around any forward, ``generate`` or backward pass of a model the user holds
 ``sinklab.intervene_model`` (``sinklab intervene``) runs each against a baseline."""
 
 from .applied import applied
+from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, validate_all
 from .frame import intervene_rows
 from .interventions import (
-    DEFAULT_LAMS,
     INTERVENTIONS,
     DropFirst,
-    Experiment,
     Intervention,
     MaskSelf,
     PlainScale,
     ScoreBias,
     ValueZero,
     VarianceAmplify,
-    hooks_of,
-    interventions_for,
     register,
     suppress_sink,
-    validate_all,
 )
 from .run import INTERVENE, InterveneConfig, apply_interventions, share_at
 from .trigger_models import TRIGGER_EDITS, TriggerEditConfig

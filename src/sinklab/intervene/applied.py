@@ -18,7 +18,8 @@ from ..core.hooks import HookPoint, HookSet, hook_name
 from ..models.hf import QUERY_CHUNK, LoadedModel, evicted_tokens
 from ..models.native import Transformer
 from ..models.subjects import HFSubject, NativeSubject, Subject
-from .interventions import Intervention, hooks_of, validate_all
+from .experiments import hooks_of, validate_all
+from .interventions import Intervention
 
 
 @contextmanager

@@ -22,8 +22,9 @@ from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, renamed_max_tokens, scan_inputs
 from . import page, plots
+from .experiments import Experiment, hooks_of, interventions_for, validate_all
 from .frame import INTERVENE_TABLES
-from .interventions import MU_DEFINITION, Experiment, Intervention, hooks_of, interventions_for, validate_all
+from .interventions import MU_DEFINITION, Intervention
 
 
 def apply_interventions(

@@ -14,7 +14,8 @@ from ..core.errors import SinklabError
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..trigger import PAPER_ATTNS, TriggerConfig, evaluate_trigger, load_trigger_model, train_trigger
 from . import page
-from .interventions import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, suppress_sink, validate_all
+from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, validate_all
+from .interventions import suppress_sink
 from .run import InterveneConfig
 
 

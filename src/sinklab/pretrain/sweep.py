@@ -22,8 +22,9 @@ from typing import ClassVar, Optional
 
 from ..core import pipeline
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.configs import seed_ranges, setting
+from ..core.configs import setting
 from ..core.errors import SinklabError, check
+from ..core.flags import seed_ranges
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import run_differs

@@ -5,7 +5,7 @@ reduces while recording, the metric settings and summary, and the scan capabilit
 ``COMPARE``) that the one pipeline runs.
 """
 
-from .compare import COMPARE, CompareConfig, largest_massive_activation
+from .compare import COMPARE, CompareConfig, label_of, largest_massive_activation
 from .frame import SCAN_TABLES, compare_rows, head_rows
 from .inputs import BOS_CHOICES, Inputs, InputSpec, build_inputs, renamed_max_tokens
 from .metrics import sink_rate, super_neurons
@@ -30,6 +30,7 @@ __all__ = [
     "build_inputs",
     "compare_rows",
     "head_rows",
+    "label_of",
     "largest_massive_activation",
     "record_subject",
     "renamed_max_tokens",

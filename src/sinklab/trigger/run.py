@@ -67,14 +67,17 @@ class LabConfig:
         return Placement(self.workers, self.device, self.ensembles)
 
 
+def fits_in_memory(cfg: LabConfig, context: RunContext) -> None:
+    """Jobs that would not fit in this machine's memory, where they run here, are refused before
+    anything is written."""
+    if (context.launcher or LOCAL).runs_here:
+        check_memory(cfg.placement.jobs(list(cfg.configs)), cfg.placement.processes, cfg.placement.device)
+
+
 def measure(cfg: LabConfig, context: RunContext) -> RunResult:
     """Train every model not already in the run directory (jobs on ``context.launcher``), then
-    summarise their records; jobs that would not fit in this machine's memory, where they run here,
-    are refused before any is started."""
-    launcher = context.launcher or LOCAL
-    if launcher.runs_here:
-        check_memory(cfg.placement.jobs(list(cfg.configs)), cfg.placement.processes, cfg.placement.device)
-    records = run_grid(cfg.configs, context.workdir, cfg.placement, launcher)
+    summarise their records."""
+    records = run_grid(cfg.configs, context.workdir, cfg.placement, context.launcher or LOCAL)
     thresholds = sorted({c.sink_threshold for c in cfg.configs})
     summary = {
         "sink_threshold": thresholds[0] if len(thresholds) == 1 else thresholds,
@@ -105,7 +108,7 @@ def run_rows(summary: dict):
 
 
 LAB = register(Capability("trigger", LabConfig, measure, lambda out, result: [], tables={"runs": run_rows, "across_seeds": lambda s: s["across_seeds"]},
-                          write_page=page.write, resumable=trained, needs_run_dir=True, figures=figures))
+                          write_page=page.write, resumable=trained, needs_run_dir=True, figures=figures, preflight=fits_in_memory))
 
 
 def run_lab(configs: Sequence[TriggerConfig], out: str | os.PathLike, analysis: str = "grid", workers: Optional[int] = None, device: str = "cpu",
