@@ -122,8 +122,8 @@ def pool_sweep(sweep, tmp_path_factory):
 
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
 def test_a_bigram_backcopy_sweep_through_an_engine_equals_the_local_pool(engine, sweep, pool_sweep, tmp_path):
-    """Mutation tried: PortableJob leaving sys.path alone (the workers cannot import the sweep
-    script whose train_one the jobs run) fails both engines."""
+    """The workers import the sweep script whose train_one the jobs run. Mutations tried:
+    PortableJob leaving sys.path alone fails submitit; no PYTHONPATH in Ray's runtime_env fails Ray."""
     result = sweep.run_sweep(tiny_bb_configs(sweep), tmp_path, workers=2, launcher=LauncherSettings(**ENGINES[engine]))
     assert sweep_rows(result) == pool_sweep
 
@@ -142,9 +142,10 @@ def fail_two_jobs(x: int) -> int:
 def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, tmp_path):
     """Every engine, the pool included: each failed job named with its log (a SinklabError by its
     own one line, another error by its type and first line), the others' results handed to
-    on_result and kept. Mutations tried: the pool raising at its first failure (as it did) loses
-    job 3's result; failure_line writing SinklabError's type (as other errors) fails every engine;
-    _error_line keeping the module path of the exception's type fails submitit."""
+    on_result and kept. Mutations tried: the pool raising at its first failure (as it did), or
+    in-process, loses job 3's result; failure_line writing SinklabError's type (as other errors)
+    fails the pool and Ray, _error_line doing so fails submitit; _error_line taking the trace's last
+    line ("second line") fails submitit."""
     settings, workers = EVERY_ENGINE[engine]
     saved = {}
     with pytest.raises(SinklabError) as failure:
@@ -162,7 +163,7 @@ def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, t
 
 
 def test_a_pool_without_a_run_directory_names_failures_without_a_log():
-    """Mutation tried: writing the log into the working directory when no run_dir is given."""
+    """Mutation tried: writing the log into the working directory's launcher/ when no run_dir is given."""
     with pytest.raises(SinklabError, match=r"^1 of 2 jobs failed .*: 2: ValueError: job 2 fails on purpose$"):
         launch(fail_two_jobs, [0, 2], workers=1)
     assert not Path(LOG_DIR).exists()
@@ -187,8 +188,8 @@ def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, t
     in this process as each job finishes. Mutations tried: storing each result at its finishing
     position (``results[bar.n]`` in launch) returns them reversed on every engine; the pool
     yielding its finishing count as the job's index does too (no other test runs the pool with
-    jobs that finish out of order); handing the results to on_result only at the end leaves every
-    job but the last waiting for it (TimeoutError)."""
+    jobs that finish out of order; it times out, as on_result saves the wrong job); on_result not
+    called from the jobs' loop leaves every job but the last waiting for it (TimeoutError)."""
     settings, _ = EVERY_ENGINE[engine]
     jobs = [(i, 2, str(tmp_path)) for i in range(3)]
     saved = []
@@ -314,19 +315,23 @@ def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
 
 def test_a_submitit_launch_gives_the_program_its_own_sigterm_handler_back(tmp_path):
     """launch() unwinds on SIGTERM only while submitit's jobs run: a program's own handler (a
-    script's clean-up) is back afterwards, whether the jobs succeeded or failed. Mutations tried:
-    restoring the default handler instead of the previous one; restoring it only when no job
-    failed (outside the ``finally``)."""
+    script's clean-up) is back afterwards, whether launch() returned or was left by an error (here
+    on_result failing, as a full disk would). Mutations tried: restoring the default handler
+    instead of the previous one; restoring it only when the jobs' loop ends (outside the
+    ``finally``)."""
 
     def own(signum, frame):
         pass
+
+    def disk_full(job, result):
+        raise OSError("no space left on device")
 
     previous = signal.signal(signal.SIGTERM, own)
     try:
         assert launch(square, [2, 3], LauncherSettings(**SUBMITIT_LOCAL), tmp_path / "ok", workers=2) == [4, 9]
         assert signal.getsignal(signal.SIGTERM) is own
-        with pytest.raises(SinklabError, match="1 of 1 jobs failed"):
-            launch(fail_two_jobs, [2], LauncherSettings(**SUBMITIT_LOCAL), tmp_path / "failed", workers=2)
+        with pytest.raises(OSError, match="no space left"):
+            launch(square, [2], LauncherSettings(**SUBMITIT_LOCAL), tmp_path / "left", workers=2, on_result=disk_full)
         assert signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -407,7 +412,8 @@ def test_bad_launcher_settings_are_one_line_before_any_job(flags, settings, need
 def test_flags_override_the_launcher_config_file(file_says, flag, tmp_path):
     """submitit's own name or the old spelling, in the file and on the command line alike.
     Mutations tried: applying the file after the flags keeps the file's time limit; renaming the
-    file's old spelling after the flags are merged refuses the file ("gives both")."""
+    file's old spelling after the flags are merged (in from_dict) refuses the file ("gives both");
+    not renaming it refuses it too (unknown setting); no alias note in the help."""
     parser = argparse.ArgumentParser()
     add_launcher_arguments(parser)
     file = config_file(tmp_path, {"launcher": "slurm", "partition": "cpu", file_says: 5, "slurm_extra": {"account": "lab"}})
