@@ -313,12 +313,14 @@ def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
             os.kill(pid, signal.SIGINT)
 
 
-def test_a_submitit_launch_gives_the_program_its_own_sigterm_handler_back(tmp_path):
-    """launch() unwinds on SIGTERM only while submitit's jobs run: a program's own handler (a
-    script's clean-up) is back afterwards, whether launch() returned or was left by an error (here
-    on_result failing, as a full disk would). Mutations tried: restoring the default handler
-    instead of the previous one; restoring it only when the jobs' loop ends (outside the
-    ``finally``)."""
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path):
+    """launch() changes SIGTERM's handler only while an engine's jobs run (submitit: to unwind and
+    cancel them; ray.init: its own, never given back): a program's own handler (a script's
+    clean-up) is back afterwards, whether launch() returned or was left by an error (here on_result
+    failing, as a full disk would). Mutations tried: restoring the default handler instead of the
+    previous one, never restoring it, or restoring it outside the ``finally`` (submitit); not
+    restoring it after ray.shutdown (Ray)."""
 
     def own(signum, frame):
         pass
@@ -326,12 +328,13 @@ def test_a_submitit_launch_gives_the_program_its_own_sigterm_handler_back(tmp_pa
     def disk_full(job, result):
         raise OSError("no space left on device")
 
+    settings = LauncherSettings(**ENGINES[engine])
     previous = signal.signal(signal.SIGTERM, own)
     try:
-        assert launch(square, [2, 3], LauncherSettings(**SUBMITIT_LOCAL), tmp_path / "ok", workers=2) == [4, 9]
+        assert launch(square, [2, 3], settings, tmp_path / "ok", workers=2) == [4, 9]
         assert signal.getsignal(signal.SIGTERM) is own
         with pytest.raises(OSError, match="no space left"):
-            launch(square, [2], LauncherSettings(**SUBMITIT_LOCAL), tmp_path / "left", workers=2, on_result=disk_full)
+            launch(square, [2], settings, tmp_path / "left", workers=2, on_result=disk_full)
         assert signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, previous)

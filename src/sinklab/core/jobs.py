@@ -187,13 +187,20 @@ def _terminate_unwinds() -> Iterator[Callable[[], None]]:
     try:
         yield armed
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        _restore_sigterm(previous)
         if held and not armed_yet:
             signal.raise_signal(signal.SIGTERM)
 
 
 def _exit_on_terminate(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    """Give SIGTERM back the handler ``signal.getsignal`` or ``signal.signal`` reported (None: one
+    set outside Python, restored as the default)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def submitit_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, cluster: str,
@@ -239,10 +246,12 @@ def _error_line(report: str) -> str:
 def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict) -> Iterator[Outcome]:
     """One Ray task per job (its ``options``, and this process's ``sys.path`` as the worker's
     PYTHONPATH), as they finish; when no Ray is running here, one is started with ``ray.init(**init)``
-    and shut down at the end."""
+    and shut down at the end, and the program's SIGTERM handler, which ``ray.init`` replaces with its
+    own for good, comes back."""
     import ray
 
     started = not ray.is_initialized()
+    own_handler = signal.getsignal(signal.SIGTERM)
     if started:
         ray.init(**init)
     pending: list = []
@@ -266,6 +275,7 @@ def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: 
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()
+            _restore_sigterm(own_handler)
 
 
 def _worker_pythonpath() -> str:
