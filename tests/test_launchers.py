@@ -340,12 +340,18 @@ def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_pat
         signal.signal(signal.SIGTERM, previous)
 
 
+def square_and_niceness(x: int) -> tuple[int, int]:
+    return x * x, os.nice(0)
+
+
 @NEEDS_RAY
 def test_without_an_address_ray_starts_here_whatever_the_environment_names(tmp_path, monkeypatch):
-    """Mutation tried: ray.init without address="local" joins the dead cluster RAY_ADDRESS names
-    and fails (Ray reads RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one)."""
+    """A Ray started here, whatever RAY_ADDRESS names, runs its jobs at the pool's priority.
+    Mutations tried: ray.init without address="local" joins the dead cluster RAY_ADDRESS names and
+    fails (Ray reads RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one); without
+    RAY_worker_niceness=0 the jobs run at Ray's niceness 15."""
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
-    assert launch(square, [2, 3], LauncherSettings(launcher="ray"), tmp_path, workers=2) == [4, 9]
+    assert launch(square_and_niceness, [2, 3], LauncherSettings(launcher="ray"), tmp_path, workers=2) == [(4, 0), (9, 0)]
 
 
 def square(x: int) -> int:

@@ -243,11 +243,12 @@ def _error_line(report: str) -> str:
     return message if isinstance(raised, type) and issubclass(raised, SinklabError) else f"{short}{sep}{message}"
 
 
-def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict) -> Iterator[Outcome]:
-    """One Ray task per job (its ``options``, and this process's ``sys.path`` as the worker's
-    PYTHONPATH), as they finish; when no Ray is running here, one is started with ``ray.init(**init)``
-    and shut down at the end, and the program's SIGTERM handler, which ``ray.init`` replaces with its
-    own for good, comes back."""
+def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict,
+                 env_vars: dict) -> Iterator[Outcome]:
+    """One Ray task per job (its ``options``; its worker's environment ``env_vars`` and this
+    process's ``sys.path`` as PYTHONPATH), as they finish; when no Ray is running here, one is
+    started with ``ray.init(**init)`` and shut down at the end, and the program's SIGTERM handler,
+    which ``ray.init`` replaces with its own for good, comes back."""
     import ray
 
     started = not ray.is_initialized()
@@ -256,7 +257,8 @@ def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: 
         ray.init(**init)
     pending: list = []
     try:
-        task = ray.remote(_logged).options(**options, runtime_env={"env_vars": {"PYTHONPATH": _worker_pythonpath()}})
+        worker_env = {**env_vars, "PYTHONPATH": _worker_pythonpath()}
+        task = ray.remote(_logged).options(**options, runtime_env={"env_vars": worker_env})
         shared = ray.put(job_fn)
         logs = [log_dir / f"ray-job-{i}.log" for i in range(len(jobs))]
         refs = {task.remote(shared, job, str(log)): i for i, (job, log) in enumerate(zip(jobs, logs))}
