@@ -1,6 +1,7 @@
 """``--launcher``: the many-job commands hand their jobs to submitit (its local cluster runs them as
 subprocesses through the same pickling path as Slurm) or to a local Ray of 2 CPUs, and get the
-local pool's results back: the same records, the same resume rule, failures that keep the others."""
+local pool's results back: the same records, the same resume rule, and on every engine, the pool
+included, failures that keep the others."""
 
 import argparse
 import importlib.util
@@ -20,14 +21,20 @@ from conftest import one_line_error
 from sinklab import cli
 from sinklab.cli.args import add_launcher_arguments, config_from, launcher_settings
 from sinklab.core.errors import SinklabError
-from sinklab.core.launchers import LOG_DIR, LauncherSettings, PortableJob, launch
+from sinklab.core.jobs import PortableJob
+from sinklab.core.launchers import LOG_DIR, LauncherSettings, launch
 from sinklab.models.hf import LoadOptions
 from sinklab.pretrain import SweepConfig, run_sweep
 
-NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here")
-SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "time": 10}
+NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here")
+SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "timeout_min": 10}
 ENGINES = {"submitit-local": SUBMITIT_LOCAL, "ray": {"launcher": "ray"}}
 ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) for name in ENGINES]
+#: Every engine, the pool included: (settings, workers); the pool with one worker runs the jobs in this process.
+EVERY_ENGINE = {"pool": ({"launcher": "local"}, 2), "pool-in-process": ({"launcher": "local"}, 1),
+                **{name: (settings, 2) for name, settings in ENGINES.items()}}
+EVERY_ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) for name in EVERY_ENGINE]
 #: Softmax 1x1 on a small task: seeds 1-3 stop at different steps before the budget, seed 0 at it.
 TRIGGER = ["trigger", "--n-layers", "1", "--n-heads", "1", "--attn", "softmax", "--seeds", "0-3", "--n", "4", "--length", "6",
            "--eval-trigger", "3", "--max-steps", "1500", "--eval-sequences", "100", "--workers", "2", "--quiet"]
@@ -81,7 +88,8 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
         (out / sub / f"softmax_1x1_seed2.{suffix}").unlink()
     (out / "summary.json").unlink()
     kept = {path.name: path.stat().st_mtime_ns for path in (out / "records").iterdir()}
-    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config_file(tmp_path, SUBMITIT_LOCAL), "--cpus-per-job", "1"]) == 0
+    config = config_file(tmp_path, SUBMITIT_LOCAL)
+    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config, "--cpus-per-job", "1"]) == 0
     assert len(list((out / LOG_DIR).glob("*_submitted.pkl"))) == 1
     assert all((out / "records" / name).stat().st_mtime_ns == mtime for name, mtime in kept.items())
     assert records(out) == pool_trigger[1]
@@ -113,41 +121,79 @@ def test_a_bigram_backcopy_sweep_through_an_engine_equals_the_local_pool(engine,
     assert sweep_rows(result) == pool_sweep
 
 
-def square_unless_two(x: int) -> int:
-    """Job 2 fails at once; the others take a second, so they finish after it."""
+def fail_two_jobs(x: int) -> int:
+    """Jobs 1 and 2 fail at once (a user mistake, a bug); the others take a second, so they finish after them."""
+    if x == 1:
+        raise SinklabError("job 1: no such file, on purpose")
     if x == 2:
-        raise ValueError("job 2 fails on purpose")
+        raise ValueError("job 2 fails on purpose\nsecond line")
     time.sleep(1)
     return x * x
 
 
-@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+@pytest.mark.parametrize("engine", EVERY_ENGINE_PARAMS)
 def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, tmp_path):
-    """Mutation tried: raising at the first failure (as the pool does) loses job 3's result."""
+    """Every engine, the pool included: each failed job named with its log (a SinklabError by its
+    own one line, another error by its type and first line), the others' results handed to
+    on_result and kept. Mutations tried: the pool raising at its first failure (as it did), or
+    in-process, loses job 3's result; failure_line writing SinklabError's type (as other errors)
+    fails the pool and Ray, _error_line doing so fails submitit; _error_line taking the trace's last
+    line ("second line") fails submitit."""
+    settings, workers = EVERY_ENGINE[engine]
     saved = {}
     with pytest.raises(SinklabError) as failure:
-        launch(square_unless_two, [0, 1, 2, 3], LauncherSettings(**ENGINES[engine]), tmp_path, workers=2, label=lambda x: f"job{x}",
+        launch(fail_two_jobs, [0, 1, 2, 3], LauncherSettings(**settings), tmp_path, workers=workers, label=lambda x: f"job{x}",
                on_result=saved.__setitem__)
-    assert saved == {0: 0, 1: 1, 3: 9}
+    assert saved == {0: 0, 3: 9}
     message = str(failure.value)
-    assert "\n" not in message and message.startswith("1 of 4 jobs failed") and "job2: ValueError: job 2 fails on purpose (log: " in message
-    log = Path(message.rsplit("(log: ", 1)[1].rstrip(")"))
-    assert log.parent == tmp_path / LOG_DIR and "ValueError: job 2 fails on purpose" in log.read_text()
+    assert "\n" not in message and message.startswith("2 of 4 jobs failed")
+    assert "job1: job 1: no such file, on purpose (log: " in message
+    assert "job2: ValueError: job 2 fails on purpose (log: " in message
+    logs = [Path(part.split(")")[0]) for part in message.split("(log: ")[1:]]
+    assert len(logs) == 2 and all(log.parent == tmp_path / LOG_DIR for log in logs)
+    assert any("ValueError: job 2 fails on purpose" in log.read_text() for log in logs)
+    assert any("job 1: no such file, on purpose" in log.read_text() for log in logs)
 
 
-def slowest_first(x: int) -> int:
-    """Job 0 finishes last and job 3 first."""
-    time.sleep(0.5 * (3 - x))
-    return x * x
+def test_a_pool_without_a_run_directory_names_failures_without_a_log():
+    """Mutation tried: writing the log into the working directory's launcher/ when no run_dir is given."""
+    with pytest.raises(SinklabError, match=r"^1 of 2 jobs failed .*: 2: ValueError: job 2 fails on purpose$"):
+        launch(fail_two_jobs, [0, 2], workers=1)
+    assert not Path(LOG_DIR).exists()
 
 
-@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def finish_after_the_next_is_saved(job: tuple) -> int:
+    """Job i finishes only once job i + 1's result has been handed to on_result (which marks it
+    saved), the last job at once: they finish last job first, whatever order they start in, and
+    only if on_result runs as each job finishes. All must run at once."""
+    i, last, folder = job
+    deadline = time.monotonic() + 300
+    while i < last and not Path(folder, f"saved{i + 1}").exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job {i + 1}'s result never reached on_result: do the jobs run at once?")
+        time.sleep(0.05)
+    return i * i
+
+
+@pytest.mark.parametrize("engine", [name for name in EVERY_ENGINE_PARAMS if name.values[0] != "pool-in-process"])
 def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, tmp_path):
-    """Mutation tried: storing each result at its finishing position (``results[bar.n]``) returns
-    them reversed (the sweep tests above passed under it on submitit: their jobs finish in order)."""
-    finished = []
-    results = launch(slowest_first, [0, 1, 2, 3], LauncherSettings(**ENGINES[engine]), tmp_path, workers=4, on_result=lambda job, _: finished.append(job))
-    assert results == [0, 1, 4, 9] and sorted(finished) == [0, 1, 2, 3]
+    """More workers than jobs, the last job finishing first: results in job order, and on_result
+    in this process as each job finishes. Mutations tried: storing each result at its finishing
+    position (``results[bar.n]`` in launch) returns them reversed on every engine; the pool
+    yielding its finishing count as the job's index does too (no other test runs the pool with
+    jobs that finish out of order; it times out, as on_result saves the wrong job); on_result not
+    called from the jobs' loop leaves every job but the last waiting for it (TimeoutError)."""
+    settings, _ = EVERY_ENGINE[engine]
+    jobs = [(i, 2, str(tmp_path)) for i in range(3)]
+    saved = []
+
+    def save(job: tuple, result: int) -> None:
+        saved.append(job[0])
+        Path(tmp_path, f"saved{job[0]}").touch()
+
+    results = launch(finish_after_the_next_is_saved, jobs, LauncherSettings(**settings), tmp_path, workers=len(jobs),
+                     on_result=save)
+    assert results == [0, 1, 4] and saved == [2, 1, 0]
 
 
 LINGERING = """
@@ -164,13 +210,38 @@ if __name__ == "__main__":
 """
 
 
-def start_lingering_jobs(tmp_path: Path, launcher: dict) -> tuple[subprocess.Popen, list[int]]:
-    """A command whose two jobs write their pid and sleep; returns it and the jobs' pids once both run."""
+#: Patches the command's submitit so that a SIGTERM comes while the array is being submitted: after
+#: each job's controller starts (its pid recorded), before map_array has returned any handle.
+TERMINATED_WHILE_SUBMITTING = """
+import signal
+import submitit.local.local as local
+
+submit = local.LocalExecutor._submit_command
+
+def submit_then_terminate(self, command):
+    job = submit(self, command)
+    Path(os.environ["LINGER_DIR"], f"controller{job.job_id}").touch()
+    os.kill(os.getpid(), signal.SIGTERM)
+    return job
+
+local.LocalExecutor._submit_command = submit_then_terminate
+"""
+
+
+def lingering_command(tmp_path: Path, launcher: dict, patch: str = "") -> subprocess.Popen:
+    """A command whose two jobs write their pid and sleep (``patch`` runs before it launches them)."""
     script = tmp_path / "lingering.py"
-    script.write_text(LINGERING.replace("{launcher}", repr(launcher)))
-    command = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "LINGER_DIR": str(tmp_path)})
+    script.write_text(LINGERING.replace("{launcher}", repr(launcher)).replace("if __name__", patch + "\nif __name__"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "LINGER_DIR": str(tmp_path)}
+    return subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
+
+
+def start_lingering_jobs(tmp_path: Path, launcher: dict) -> tuple[subprocess.Popen, list[int]]:
+    """A lingering command and its jobs' pids, once both jobs run (starting them took up to 69 s
+    at a load average of 15-20 on 2 cores)."""
+    command = lingering_command(tmp_path, launcher)
     pid_files = [tmp_path / f"job{i}.pid" for i in range(2)]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not all(f.exists() and f.read_text() for f in pid_files):
         assert command.poll() is None and time.monotonic() < deadline, "the jobs never started"
         time.sleep(0.2)
@@ -199,22 +270,85 @@ def test_a_killed_command_leaves_no_job_running(launcher, kill, status, tmp_path
     command, jobs = start_lingering_jobs(tmp_path, launcher)
     try:
         command.send_signal(kill)
-        assert command.wait(timeout=60) == status or status is None
-        deadline = time.monotonic() + 30
-        while any(running(pid) for pid in jobs) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not any(running(pid) for pid in jobs)
+        assert command.wait(timeout=120) == status or status is None
+        assert not still_running(jobs, seconds=30)
     finally:  # a failure leaves no job sleeping on
         for pid in filter(running, jobs):
             os.kill(pid, signal.SIGKILL)
 
 
+def still_running(pids: list[int], seconds: float) -> list[int]:
+    """Those of ``pids`` still running after up to ``seconds`` of waiting for them to end."""
+    deadline = time.monotonic() + seconds
+    while any(running(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return [pid for pid in pids if running(pid)]
+
+
+def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
+    """A SIGTERM inside submitit's map_array, when no handle exists yet to cancel, is held until
+    the handles are in place, then cancels every job: the command ends with 143 and no job runs on.
+    Mutations tried: arming the unwinding handler before map_array (its SystemExit leaves
+    map_array with job 0 started and no handle: job 0 sleeps on); no handler during the
+    submission (the command dies at once, -15, both jobs sleep on)."""
+    command = lingering_command(tmp_path, SUBMITIT_LOCAL, TERMINATED_WHILE_SUBMITTING)
+
+    def controllers() -> list[int]:
+        return [int(path.name.removeprefix("controller")) for path in tmp_path.glob("controller*")]
+
+    try:
+        assert command.wait(timeout=120) == 128 + signal.SIGTERM
+        assert len(controllers()) == 2 and not still_running(controllers(), seconds=30)
+        jobs = [int(path.read_text() or 0) for path in tmp_path.glob("job*.pid")]
+        assert not [pid for pid in jobs if pid and running(pid)]
+    finally:  # a failure leaves no job sleeping on: submitit's controller ends its job on SIGINT
+        for pid in filter(running, controllers()):
+            os.kill(pid, signal.SIGINT)
+
+
+@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path):
+    """launch() changes SIGTERM's handler only while an engine's jobs run (submitit: to unwind and
+    cancel them; ray.init: its own, never given back): a program's own handler (a script's
+    clean-up) is back afterwards, whether launch() returned or was left by an error (here on_result
+    failing, as a full disk would). Mutations tried: restoring the default handler instead of the
+    previous one, never restoring it, or restoring it outside the ``finally`` (submitit); not
+    restoring it after ray.shutdown (Ray)."""
+
+    def own(signum, frame):
+        pass
+
+    def disk_full(job, result):
+        raise OSError("no space left on device")
+
+    settings = LauncherSettings(**ENGINES[engine])
+    previous = signal.signal(signal.SIGTERM, own)
+    try:
+        assert launch(square, [2, 3], settings, tmp_path / "ok", workers=2) == [4, 9]
+        assert signal.getsignal(signal.SIGTERM) is own
+        with pytest.raises(OSError, match="no space left"):
+            launch(square, [2], settings, tmp_path / "left", workers=2, on_result=disk_full)
+        assert signal.getsignal(signal.SIGTERM) is own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def square_and_niceness(x: int) -> tuple[int, int]:
+    return x * x, os.nice(0)
+
+
 @NEEDS_RAY
 def test_without_an_address_ray_starts_here_whatever_the_environment_names(tmp_path, monkeypatch):
-    """Mutation tried: ray.init without address="local" joins the dead cluster RAY_ADDRESS names
-    and fails (Ray reads RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one)."""
+    """A Ray started here, whatever RAY_ADDRESS names, runs its jobs at the pool's priority.
+    Mutations tried: ray.init without address="local" joins the dead cluster RAY_ADDRESS names and
+    fails (Ray reads RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one); without
+    RAY_worker_niceness=0 the jobs run at Ray's niceness 15."""
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
-    assert launch(slowest_first, [2, 3], LauncherSettings(launcher="ray"), tmp_path, workers=2) == [4, 9]
+    assert launch(square_and_niceness, [2, 3], LauncherSettings(launcher="ray"), tmp_path, workers=2) == [(4, 0), (9, 0)]
+
+
+def square(x: int) -> int:
+    return x * x
 
 
 def visible_gpus(_) -> str:
@@ -226,7 +360,8 @@ def test_a_job_on_cuda_asks_the_engine_for_a_gpu(tmp_path):
     Slurm allots them. Mutation tried: gpus_per_node=0 in _submitit_outcomes hides the GPU."""
     settings = LauncherSettings(**SUBMITIT_LOCAL)
     assert launch(visible_gpus, ["cuda", "cpu"], settings.asking_gpu_for("cuda"), tmp_path, workers=2) == ["0", "0"]
-    assert settings.asking_gpu_for("cpu") == settings and replace(settings, gpus_per_job=2).asking_gpu_for("cuda:1").gpus_per_job == 2
+    assert settings.asking_gpu_for("cpu") == settings
+    assert replace(settings, gpus_per_job=2).asking_gpu_for("cuda:1").gpus_per_job == 2
 
 
 def working_directory(_) -> str:
@@ -250,11 +385,13 @@ def test_a_portable_job_runs_in_the_submitting_directory(tmp_path, monkeypatch):
     [
         ([], {"launcher": "pbs"}, "unknown launcher 'pbs'; choose from: local, slurm, ray"),
         ([], {"launcher": "slurm", "queue": "gpu"}, "unknown launcher setting queue"),
-        ([], {"launcher": "slurm", "time": "60"}, "launcher setting time must be a whole number, got '60'"),
+        ([], {"launcher": "slurm", "time": "60"}, "launcher setting timeout_min must be a whole number, got '60'"),
+        ([], {"time": 5, "timeout_min": 5}, "gives both timeout_min and its old spelling time; keep timeout_min"),
         (["--launcher", "ray", "--ray-address", "127.0.0.1:9"], {}, "--ray-address 127.0.0.1:9: nothing answers there"),
-        (["--launcher", "slurm", "--time", "0"], {}, "--time must be at least 1, got 0"),
+        (["--launcher", "slurm", "--timeout-min", "0"], {}, "--timeout-min must be at least 1, got 0"),
         (["--launcher", "slurm"], "no-submitit", "--launcher slurm needs the submitit package, which is not installed"),
-        (["--launcher", "ray"], "no-ray", "--launcher ray needs the ray package, which is not installed: pip install 'sinklab[ray]'"),
+        (["--launcher", "ray"], "no-ray",
+         "--launcher ray needs the ray package, which is not installed: pip install 'sinklab[ray]'"),
         (["--partition", "gpu"], {}, "--partition do(es) not apply to --launcher local: --partition is for --launcher slurm"),
         (["--launcher", "slurm", "--ray-address", "auto"], {}, "--ray-address is for --launcher ray"),
     ],
@@ -273,13 +410,20 @@ def test_bad_launcher_settings_are_one_line_before_any_job(flags, settings, need
     assert not out.exists()
 
 
-def test_flags_override_the_launcher_config_file(tmp_path):
-    """Mutation tried: applying the file after the flags keeps the file's time limit."""
+@pytest.mark.parametrize("file_says, flag", [("timeout_min", "--timeout-min"), ("time", "--time")])
+def test_flags_override_the_launcher_config_file(file_says, flag, tmp_path):
+    """submitit's own name or the old spelling, in the file and on the command line alike.
+    Mutations tried: applying the file after the flags keeps the file's time limit; renaming the
+    file's old spelling after the flags are merged (in from_dict) refuses the file ("gives both");
+    not renaming it refuses it too (unknown setting); no alias note in the help."""
     parser = argparse.ArgumentParser()
     add_launcher_arguments(parser)
-    file = config_file(tmp_path, {"launcher": "slurm", "partition": "cpu", "time": 5, "slurm_extra": {"account": "lab"}})
-    args = parser.parse_args(["--launcher-config", file, "--time", "7", "--slurm-extra", "mem=16G", "--gpus-per-job", "1"])
-    assert launcher_settings(args) == LauncherSettings(launcher="slurm", partition="cpu", time=7, gpus_per_job=1, slurm_extra={"account": "lab", "mem": "16G"})
+    file = config_file(tmp_path, {"launcher": "slurm", "partition": "cpu", file_says: 5, "slurm_extra": {"account": "lab"}})
+    args = parser.parse_args(["--launcher-config", file, flag, "7", "--slurm-extra", "mem=16G", "--gpus-per-job", "1"])
+    expected = LauncherSettings(launcher="slurm", partition="cpu", timeout_min=7, gpus_per_job=1,
+                                slurm_extra={"account": "lab", "mem": "16G"})
+    assert launcher_settings(args) == expected
+    assert "--time: the old spelling, kept as an alias" in " ".join(parser.format_help().split())
 
 
 def test_load_flags_of_jobs_that_run_elsewhere_are_resolved_there(monkeypatch):

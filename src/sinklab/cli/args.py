@@ -155,16 +155,20 @@ def written(result) -> str:
     return f"{result.out}/: " + ", ".join(info.get("files", [])) if info.get("files") else f"{result.out}/"
 
 
-#: The launcher flags: LauncherSettings field -> (flag, type, metavar, the engines it applies to, help).
+#: The launcher flags: LauncherSettings field -> (flag and its old spellings, type, metavar, the engines it applies to, help).
 #: None (not given) keeps the --launcher-config file's value, else the field's default.
 SLURM, RAY = ("slurm",), ("ray",)
 LAUNCHER_FLAGS = {
-    "partition": ("--partition", str, "NAME", SLURM, "slurm: the partition (default: the cluster's)"),
-    "time": ("--time", int, "MINUTES", SLURM, f"slurm: each job's time limit (default {LauncherSettings().time})"),
-    "gpus_per_job": ("--gpus-per-job", int, "N", SLURM + RAY, "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)"),
-    "cpus_per_job": ("--cpus-per-job", int, "N", SLURM + RAY, "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)"),
-    "array_parallelism": ("--array-parallelism", int, "N", SLURM, "slurm: jobs of the array running at once (default: all)"),
-    "ray_address": ("--ray-address", str, "ADDRESS", RAY, "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
+    "partition": (("--partition",), str, "NAME", SLURM, "slurm: the partition (default: the cluster's)"),
+    "timeout_min": (("--timeout-min", "--time"), int, "MINUTES", SLURM,
+                    f"slurm: each job's time limit, submitit's timeout_min (default {LauncherSettings().timeout_min})"),
+    "gpus_per_job": (("--gpus-per-job",), int, "N", SLURM + RAY,
+                     "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)"),
+    "cpus_per_job": (("--cpus-per-job",), int, "N", SLURM + RAY,
+                     "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)"),
+    "array_parallelism": (("--array-parallelism",), int, "N", SLURM, "slurm: jobs of the array running at once (default: all)"),
+    "ray_address": (("--ray-address",), str, "ADDRESS", RAY,
+                    "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
 }
 
 
@@ -173,13 +177,17 @@ def add_launcher_arguments(p) -> None:
     (:class:`~sinklab.core.launchers.LauncherSettings`); flags override the file."""
     g = p.add_argument_group("where the jobs run")
     g.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                   help="local: this machine's process pool; slurm: a Slurm job array through submitit; ray: a Ray cluster (pip install 'sinklab[ray]') "
-                        f"(default {LauncherSettings().launcher}). Finished jobs are never rerun, whichever launcher ran them")
-    g.add_argument("--launcher-config", metavar="FILE", help="a JSON (or .toml) object of launcher settings: launcher, partition, time, gpus_per_job, "
-                                                               "cpus_per_job, array_parallelism, slurm_extra, ray_address, cluster (submitit's: local runs the slurm path here); flags override it")
-    for flag, kind, metavar, _, help in LAUNCHER_FLAGS.values():
-        g.add_argument(flag, type=kind, metavar=metavar, default=None, help=help)
-    g.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE", default=None, help="slurm: another sbatch option, e.g. account=lab or mem=16G (repeatable)")
+                   help="local: this machine's process pool; slurm: a Slurm job array through submitit; ray: a Ray cluster "
+                        f"(pip install 'sinklab[ray]') (default {LauncherSettings().launcher}). Finished jobs are never rerun, "
+                        "whichever launcher ran them; a failed job is named with its log and does not lose the others")
+    g.add_argument("--launcher-config", metavar="FILE",
+                   help="a JSON (or .toml) object of launcher settings: launcher, partition, timeout_min (old spelling: "
+                        "time), gpus_per_job, cpus_per_job, array_parallelism, slurm_extra, ray_address, cluster (submitit's: "
+                        "local runs the slurm path here); flags override it")
+    for name, (flags, kind, metavar, _, help) in LAUNCHER_FLAGS.items():
+        g.add_argument(*flags, dest=name, type=kind, metavar=metavar, default=None, help=help + alias_note(flags[1:]))
+    g.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE", default=None,
+                   help="slurm: another sbatch option, e.g. account=lab or mem=16G (repeatable)")
 
 
 def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
@@ -194,8 +202,10 @@ def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
         check(all(key and eq for key, eq, _ in pairs), f"--slurm-extra expects KEY=VALUE, got {args.slurm_extra}")
         given["slurm_extra"] = {**given.get("slurm_extra", {}), **{key: value for key, _, value in pairs}}
     settings = LauncherSettings.from_dict(given)
-    given_flags = [(flag, engines) for name, (flag, _, _, engines, _) in LAUNCHER_FLAGS.items() if getattr(args, name) is not None]
-    foreign = [(flag, engines) for flag, engines in given_flags + ([("--slurm-extra", SLURM)] if args.slurm_extra else []) if settings.launcher not in engines]
+    given_flags = [(flags[0], engines) for name, (flags, *_, engines, _) in LAUNCHER_FLAGS.items()
+                   if getattr(args, name) is not None]
+    given_flags += [("--slurm-extra", SLURM)] if args.slurm_extra else []
+    foreign = [(flag, engines) for flag, engines in given_flags if settings.launcher not in engines]
     check(not foreign, f"{', '.join(flag for flag, _ in foreign)} do(es) not apply to --launcher {settings.launcher}: "
                        + "; ".join(f"{flag} is for --launcher {' or '.join(engines)}" for flag, engines in foreign))
     check_launcher(settings)

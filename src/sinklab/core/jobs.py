@@ -1,4 +1,7 @@
-"""Run independent CPU jobs in parallel worker processes with a progress bar.
+"""The engines that run a many-job command's jobs, each yielding every job's :data:`Outcome` as it
+finishes: sinklab's own process pool (:func:`pool_outcomes`), a submitit job array
+(:func:`submitit_outcomes`) and Ray tasks (:func:`ray_outcomes`). :func:`~.launchers.launch` picks
+one from the user's settings; a failed job is an outcome like any other, never a stop.
 
 Small models do not speed up with more intra-op threads, but independent models train in
 parallel almost perfectly: one single-threaded worker per core.
@@ -6,33 +9,28 @@ parallel almost perfectly: one single-threaded worker per core.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import os
 import signal
+import site
 import sys
+import threading
+import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, Callable, Optional, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, Sequence
 
-from .progress import progress_bar
+from .errors import SinklabError, check
 
 PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its parent dies
+POLL_SECONDS = 0.5  # how often submitit's jobs are asked whether they finished
 
-
-def _pool_worker(parent: int) -> None:
-    """A pool worker: one torch thread, and (on Linux) it ends with the command that started it,
-    even one killed by SIGKILL; otherwise a killed sweep's workers would finish their jobs
-    unseen and race a restarted sweep for the same run directories. PR_SET_PDEATHSIG fires when the
-    *thread* that started the worker ends: ProcessPoolExecutor (CPython 3.10 to 3.13, spawn) starts
-    workers in ``submit``, i.e. in :func:`run_jobs`'s thread, which stays in the pool's ``with``
-    until they are joined (only ``max_tasks_per_child``, not used here, starts them elsewhere)."""
-    import torch
-
-    torch.set_num_threads(1)
-    if sys.platform == "linux":
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != parent:  # the command died before the call above
-            os._exit(1)
+#: What an engine yields as each job ends: (job index, result or None, failure or None), the
+#: failure being one line that names the error and the job's log.
+Outcome = tuple
 
 
 def default_workers() -> int:
@@ -43,44 +41,258 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def run_jobs(
-    fn: Callable[[Any], Any],
-    jobs: Sequence[Any],
-    workers: Optional[int] = None,
-    desc: str = "jobs",
-    label: Callable[[Any], str] = str,
-    on_result: Optional[Callable[[Any, Any], None]] = None,
-) -> list:
-    """Apply ``fn`` to every job, in ``workers`` processes (1: in this process), in job order.
-
-    Jobs are submitted in the given order, so put the longest first. ``on_result(job, result)``
-    runs in this process as each job finishes (e.g. to save it, so a killed run can resume).
-    """
-    workers = default_workers() if workers is None else workers
-    results: list = [None] * len(jobs)
-    bar = progress_bar(total=len(jobs), desc=desc, unit="job")
+def pool_outcomes(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, log_dir: Optional[Path]) -> Iterator[Outcome]:
+    """Apply ``fn`` to every job in ``workers`` processes (1, or one job: in this process), as the
+    jobs finish. A failed job's traceback goes to ``log_dir/pool-job-<index>.log`` (when a log
+    folder is given). Jobs are submitted in the given order, so put the longest first. Leaving
+    early (an error while handling a result, Ctrl-C) cancels the jobs not yet started; those
+    running finish unsaved."""
+    if workers <= 1 or len(jobs) <= 1:
+        for i, job in enumerate(jobs):
+            try:
+                result = fn(job)
+            except Exception as exc:
+                yield i, None, _pool_failure(exc, i, log_dir)
+            else:
+                yield i, result, None
+        return
+    context = mp.get_context("spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_pool_worker, initargs=(os.getpid(),))
     try:
-        if workers <= 1 or len(jobs) <= 1:
-            for i, job in enumerate(jobs):
-                bar.set_postfix_str(label(job))
-                results[i] = fn(job)
-                _finish(i, job, results, on_result, bar)
-            return results
-        ctx = mp.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_pool_worker, initargs=(os.getpid(),)) as pool:
-            futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-            for future in as_completed(futures):
-                i = futures[future]
-                results[i] = future.result()
-                bar.set_postfix_str(f"done {label(jobs[i])}")
-                _finish(i, jobs[i], results, on_result, bar)
-        return results
+        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            i, error = futures[future], future.exception()
+            yield (i, future.result(), None) if error is None else (i, None, _pool_failure(error, i, log_dir))
     finally:
-        bar.close()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _finish(i: int, job: Any, results: list, on_result, bar) -> None:
-    if on_result is not None:
-        on_result(job, results[i])
-    bar.update(1)
+def _pool_worker(parent: int) -> None:
+    """A pool worker: one torch thread, and (on Linux) it ends with the command that started it,
+    even one killed by SIGKILL; otherwise a killed sweep's workers would finish their jobs
+    unseen and race a restarted sweep for the same run directories. PR_SET_PDEATHSIG fires when the
+    *thread* that started the worker ends: ProcessPoolExecutor (CPython 3.10 to 3.13, spawn) starts
+    workers in ``submit``, i.e. in the thread that runs :func:`pool_outcomes`, which stays in the
+    pool's ``try`` until they are joined (only ``max_tasks_per_child``, not used here, starts them
+    elsewhere)."""
+    import torch
 
+    torch.set_num_threads(1)
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the command died before the call above
+            os._exit(1)
+
+
+def _pool_failure(error: BaseException, index: int, log_dir: Optional[Path]) -> str:
+    """A failed pool job's line, its traceback (a worker's comes as the error's cause) in its log."""
+    if log_dir is None:
+        return failure_line(error)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"pool-job-{index}.log"
+    log.write_text("".join(traceback.format_exception(error)))
+    return f"{failure_line(error)} (log: {log})"
+
+
+def failure_line(error: BaseException) -> str:
+    """One line for a failed job: a :class:`SinklabError` keeps its own message (the line a user
+    acts on), any other error is its type and the first line of its message."""
+    if isinstance(error, SinklabError):
+        return str(error)
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+
+
+@dataclass(frozen=True)
+class PortableJob:
+    """A job function as a pool worker runs it, for an engine's worker: torch on ``threads``
+    threads, in the submitting directory ``cwd`` (relative paths mean the same), with this process's
+    ``sys.path`` (a script's or a test's module imports there as here).
+
+    What the engines carry themselves, and why the rest travels here:
+
+    - ``sys.path``: Ray starts its workers with it (``runtime_env`` ``env_vars`` PYTHONPATH, see
+      :func:`ray_outcomes`; ``sys_path`` is empty there). submitit hands a job this process's
+      environment, not its ``sys.path``; its ``setup`` commands could export PYTHONPATH, but on its
+      local cluster they run the job under /bin/sh, which alone gets the SIGINT of
+      ``LocalJob.cancel``: a cancelled job would run on. So the path travels here, and ``fn``
+      travels pickled, to be unpickled once the path is in place.
+    - the working directory: submitit's jobs start there (sbatch's default; the local cluster's
+      subprocesses inherit it), except that Slurm runs a job in /tmp where the directory is missing
+      on its node (refused here in one line). Ray's one means, ``runtime_env`` ``working_dir``,
+      uploads a copy and runs the jobs in it: relative run directories would be written into the
+      copy. So the job moves to ``cwd`` itself.
+    """
+
+    payload: bytes
+    cwd: str
+    threads: int
+    sys_path: tuple = ()
+
+    @classmethod
+    def of(cls, fn: Callable[[Any], Any], threads: int, carry_path: bool = True) -> "PortableJob":
+        import cloudpickle
+
+        return cls(cloudpickle.dumps(fn), os.getcwd(), threads, submitting_path() if carry_path else ())
+
+    def __call__(self, job: Any) -> Any:
+        import cloudpickle
+        import torch
+
+        sys.path[:0] = [p for p in self.sys_path if p not in sys.path]
+        need = "sinklab's jobs need the submitting machine's files"
+        check(os.path.isdir(self.cwd), f"the job's working directory {self.cwd} is missing on this machine: {need}")
+        os.chdir(self.cwd)
+        torch.set_num_threads(self.threads)
+        return cloudpickle.loads(self.payload)(job)
+
+
+def submitting_path() -> tuple:
+    """This process's ``sys.path``, each entry absolute (an empty entry is the working directory)."""
+    return tuple(os.path.abspath(p) for p in sys.path)
+
+
+@contextlib.contextmanager
+def _terminate_unwinds() -> Iterator[Callable[[], None]]:
+    """Within it, SIGTERM (``kill``, ``scancel`` of the batch job running this command) exits through
+    the normal unwinding, so submitit's clean-up cancels the jobs not yet finished. Python's default
+    ends the process on the spot and leaves them running, to race a restarted command for the same
+    run directories. (Ray needs none: it ends a dead driver's tasks itself, tested.)
+
+    It yields ``armed``, to call once the jobs' handles are where the clean-up finds them: a SIGTERM
+    before that (during the submission, when there is nothing yet to cancel) is held and ends the
+    command in that call. Held, not blocked: a signal blocked with ``pthread_sigmask`` stays blocked
+    in every process the submission starts, so submitit's local jobs would never see a SIGTERM.
+    Only the main thread may set a handler; elsewhere nothing changes.
+
+    On leaving, the handler Python knows of comes back (nested uses, SIG_IGN, a Python handler); a
+    disposition set outside Python, which ``signal.signal`` cannot see, comes back as what Python
+    last recorded (usually the default). A SIGTERM held through a submission that failed goes to
+    that handler then. A second SIGTERM while the jobs are being cancelled ends the command at once
+    (the previous handler is back by then)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    held: list[int] = []
+    armed_yet = False
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: held.append(signum))
+
+    def armed() -> None:
+        nonlocal armed_yet
+        armed_yet = True
+        signal.signal(signal.SIGTERM, _exit_on_terminate)
+        if held:
+            _exit_on_terminate(held[0], None)
+
+    try:
+        yield armed
+    finally:
+        _restore_sigterm(previous)
+        if held and not armed_yet:
+            signal.raise_signal(signal.SIGTERM)
+
+
+def _exit_on_terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    """Give SIGTERM back the handler ``signal.getsignal`` or ``signal.signal`` reported (None: one
+    set outside Python, restored as the default)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def submitit_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, cluster: str,
+                      parameters: dict) -> Iterator[Outcome]:
+    """One submitit job array on ``cluster`` with the executor's ``parameters``, as its jobs finish;
+    whatever ends this early (SIGTERM, an error, Ctrl-C) cancels the jobs not yet finished."""
+    import submitit
+
+    executor = submitit.AutoExecutor(folder=log_dir, cluster=cluster)
+    executor.update_parameters(**parameters)
+    submitted: list = []
+    try:
+        with _terminate_unwinds() as armed:
+            submitted = executor.map_array(job_fn, jobs)
+            armed()
+            index = {id(job): i for i, job in enumerate(submitted)}
+            for job in submitit.helpers.as_completed(submitted, poll_frequency=POLL_SECONDS):
+                error = job.exception()
+                failure = None if error is None else f"{_error_line(str(error))} (log: {job.paths.stderr})"
+                yield index[id(job)], None if failure else job.result(), failure
+    finally:
+        for job in submitted:
+            if not job.done():
+                job.cancel(check=False)
+
+
+def _error_line(report: str) -> str:
+    """The exception's own line from submitit's failure report (its trace sits between two rules
+    of dashes; the line follows the last, indented, frame line), as :func:`failure_line` writes
+    it; else the report's first line (a job killed, timed out or never started)."""
+    lines = [line for line in report.splitlines() if line.strip()]
+    rules = [i for i, line in enumerate(lines) if set(line.strip()) == {"-"}]
+    if not (len(rules) >= 2 and rules[1] - rules[0] > 1):
+        return lines[0] if lines else "no report"
+    trace = lines[rules[0] + 1 : rules[1]]
+    after_frames = max((k for k, line in enumerate(trace) if line.startswith(" ")), default=-1) + 1
+    name, sep, message = trace[min(after_frames, len(trace) - 1)].strip().partition(": ")  # "module.Type: message"
+    module, _, short = name.rpartition(".")
+    raised = getattr(sys.modules.get(module or "builtins"), short, None)
+    return message if isinstance(raised, type) and issubclass(raised, SinklabError) else f"{short}{sep}{message}"
+
+
+def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict,
+                 env_vars: dict) -> Iterator[Outcome]:
+    """One Ray task per job (its ``options``; its worker's environment ``env_vars`` and this
+    process's ``sys.path`` as PYTHONPATH), as they finish; when no Ray is running here, one is
+    started with ``ray.init(**init)`` and shut down at the end, and the program's SIGTERM handler,
+    which ``ray.init`` replaces with its own for good, comes back."""
+    import ray
+
+    started = not ray.is_initialized()
+    own_handler = signal.getsignal(signal.SIGTERM)
+    if started:
+        ray.init(**init)
+    pending: list = []
+    try:
+        worker_env = {**env_vars, "PYTHONPATH": _worker_pythonpath()}
+        task = ray.remote(_logged).options(**options, runtime_env={"env_vars": worker_env})
+        shared = ray.put(job_fn)
+        logs = [log_dir / f"ray-job-{i}.log" for i in range(len(jobs))]
+        refs = {task.remote(shared, job, str(log)): i for i, (job, log) in enumerate(zip(jobs, logs))}
+        pending = list(refs)
+        while pending:
+            (ref,), pending = ray.wait(pending, num_returns=1)
+            i = refs[ref]
+            try:
+                yield i, ray.get(ref), None
+            except ray.exceptions.RayError as exc:
+                cause = getattr(exc, "cause", None)
+                what = failure_line(cause) if isinstance(cause, BaseException) else str(exc).splitlines()[0]
+                yield i, None, f"{what} (log: {logs[i]})"
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+            _restore_sigterm(own_handler)
+
+
+def _worker_pythonpath() -> str:
+    """This process's ``sys.path`` as a worker's PYTHONPATH, less the site-packages folders: a worker
+    of the same interpreter has them anyway, and ahead of the standard library (where PYTHONPATH
+    goes) an installed package could shadow a module of it."""
+    installed = {os.path.abspath(p) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    return os.pathsep.join(p for p in submitting_path() if p not in installed)
+
+
+def _logged(job_fn: PortableJob, job: Any, log: str) -> Any:
+    """Run a job in a Ray worker with its output and any traceback in its own log file."""
+    with open(log, "w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            return job_fn(job)
+        except BaseException:
+            traceback.print_exc()
+            raise
