@@ -4,7 +4,6 @@ such a run (and the runs it refuses), and bad input."""
 
 import math
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
@@ -166,8 +165,8 @@ def test_copy_head_refuses_a_run_with_sink_tokens_a_text_run_and_an_unfinished_r
                 copy_head.load_run(tmp_path / run)
         with pytest.raises(SinklabError, match="has not finished"):
             copy_head.load_run(tmp_path / "unfinished")
-        model, cfg, summary = copy_head.load_run(Path(short_run[0].out))
-    assert cfg == short_run[0] and summary["sink_head"] == short_run[1]["sink_head"] and not model.training
+        model, cfg, summary = copy_head.load_run(short_run[1])
+    assert cfg == short_run[0] and summary["sink_head"] == short_run[2]["sink_head"] and not model.training
 
 
 def test_null_mass_counts_attention_on_learned_sink_tokens():
