@@ -14,12 +14,34 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# PNG figures only where a test asks for them (``with_images``, or ``images_on()`` in a shared
+# fixture): each costs about 0.2 s a figure and 2 s a process's browser start, and the same plots
+# are on every report page the tests read. SINKLAB_IMAGES=on runs the whole suite with them.
+os.environ.setdefault("SINKLAB_IMAGES", "off")
 
 SAMPLE_TEXT = (
     "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings "
     "and arrows of outrageous fortune, or to take arms against a sea of troubles and by opposing end them. "
     "Now is the winter of our discontent made glorious summer by this sun of York. "
 ) * 4
+
+
+@contextmanager
+def images_on():
+    """PNG figures written inside this block (the suite runs with SINKLAB_IMAGES=off)."""
+    saved = os.environ.pop("SINKLAB_IMAGES", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["SINKLAB_IMAGES"] = saved
+
+
+@pytest.fixture
+def with_images():
+    """A test that checks the PNG figures a run writes."""
+    with images_on():
+        yield
 
 
 def make_tokenizer():
@@ -127,8 +149,9 @@ def stream_run(tmp_path_factory, tiny_model_dir):
     path = tmp_path_factory.mktemp("stream")
     corpus = path / "text.txt"
     corpus.write_text("To be, or not to be, that is the question. " * 60)
-    code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2", "--window", "14",
-                     "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(path / "run")])
+    with images_on():  # its contract test checks the PNGs
+        code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2", "--window", "14",
+                         "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(path / "run")])
     assert code == 0
     return path / "run"
 
@@ -148,6 +171,17 @@ def benchmark_module(name: str):
     finally:
         mp.undo()
         sys.modules.pop(name, None)
+
+
+def numbers_close(value, rel: float = 1e-5):
+    """``value`` with every float replaced by ``pytest.approx`` (for ``==`` against another run's
+    summary): a job in another process may sum in another order (torch's threads, its kernels'
+    blocking) and differ in the last digits; everything else must be equal."""
+    if isinstance(value, dict):
+        return {k: numbers_close(v, rel) for k, v in value.items()}
+    if isinstance(value, list):
+        return [numbers_close(v, rel) for v in value]
+    return pytest.approx(value, rel=rel) if isinstance(value, float) else value
 
 
 def one_line_error(capsys, *needles) -> str:

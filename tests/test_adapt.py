@@ -246,7 +246,7 @@ def test_per_tensor_w8a8_pays_for_the_outlier_only_with_bos_in_the_stream(outlie
         assert ppl[scheme]["prefix"] < 1.02 * ppl["fp"]["prefix"], scheme  # with the prefix, 8 bits cost little
 
 
-def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, corpus):
+def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, corpus, with_images):
     loaded = load_model(str(tiny_model_dir("llama")))
     cfg = build(PrefixConfig, dict(corpus=corpus, tokens=16, windows=2, calibration=1, prefix_tokens=1, search_seconds=30, candidates=4))
     s = pipeline.run(ADAPT, cfg, loaded, out=tmp_path / "run").summary

@@ -167,7 +167,7 @@ def test_bad_positions_layers_and_heads_are_clear_errors(iv, message):
         apply_interventions(subject, torch.randint(0, 40, (1, 10)), [iv], RecordOptions())
 
 
-def test_run_directory_contract(tiny_model_dir, tmp_path):
+def test_run_directory_contract(tiny_model_dir, tmp_path, with_images):
     subject = HFSubject(load_model(str(tiny_model_dir("llama"))))
     asked = interventions_for({"mask_self": (5,), "amplify": 5, "scale": 5, "suppress_sink": True, "drop_first": 2}, lams=(1.0, 4.0))
     cfg = InterveneConfig(interventions=tuple(asked), inputs=InputSpec(random_tokens=True, tokens=16, batch=2))

@@ -34,7 +34,8 @@ ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) fo
 #: Every engine, the pool included: (settings, workers); the pool with one worker runs the jobs in this process.
 EVERY_ENGINE = {"pool": ({"launcher": "local"}, 2), "pool-in-process": ({"launcher": "local"}, 1),
                 **{name: (settings, 2) for name, settings in ENGINES.items()}}
-EVERY_ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) for name in EVERY_ENGINE]
+#: Those that start their own engine in every test: Ray's tests share one (TestOnARunningRay, at the end).
+OWN_ENGINE_PARAMS = [name for name in EVERY_ENGINE if name != "ray"]
 #: Softmax 1x1 on a small task: seeds 1-3 stop at different steps before the budget, seed 0 at it.
 TRIGGER = ["trigger", "--n-layers", "1", "--n-heads", "1", "--attn", "softmax", "--seeds", "0-3", "--n", "4", "--length", "6",
            "--eval-trigger", "3", "--max-steps", "1500", "--eval-sequences", "100", "--workers", "2", "--quiet"]
@@ -66,14 +67,15 @@ def pool_trigger(tmp_path_factory):
     return out, found
 
 
-@pytest.mark.parametrize("engine", ENGINE_PARAMS)
-def test_a_trigger_sweep_through_an_engine_equals_the_local_pool(engine, pool_trigger, tmp_path):
-    """Mutation tried: handing each result to ``on_result`` with the next job
-    (``jobs[(i + 1) % len(jobs)]``) saves seeds under each other's keys and fails both engines."""
+def test_a_trigger_sweep_through_submitit_equals_the_local_pool(pool_trigger, tmp_path):
+    """The trigger sweep through submitit, the Bigram-Backcopy sweep through Ray (below): each engine
+    runs one real sweep (each takes 10-15 s here), and launch() is one path for both.
+    Mutation tried: handing each result to ``on_result`` with the next job
+    (``jobs[(i + 1) % len(jobs)]``) saves seeds under each other's keys and fails both sweeps."""
     out = tmp_path / "run"
-    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config_file(tmp_path, ENGINES[engine])]) == 0
+    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config_file(tmp_path, SUBMITIT_LOCAL)]) == 0
     assert records(out) == pool_trigger[1]
-    assert json.loads((out / "run.json").read_text())["launcher"]["launcher"] == ENGINES[engine]["launcher"]
+    assert json.loads((out / "run.json").read_text())["launcher"]["launcher"] == "slurm"
     assert any((out / LOG_DIR).iterdir())  # every job's log under the run directory
 
 
@@ -112,15 +114,6 @@ def pool_sweep(tmp_path_factory):
     return sweep_rows(result)
 
 
-@pytest.mark.parametrize("engine", ENGINE_PARAMS)
-def test_a_bigram_backcopy_sweep_through_an_engine_equals_the_local_pool(engine, pool_sweep, tmp_path):
-    """``sinklab sweep``'s runs as jobs of each engine give the local pool's rows. Mutation tried:
-    the sweep handing its jobs to LOCAL instead of its launcher (no submitit job file, no Ray log)
-    passes the rows but not the engines' own tests below; here the rows must match."""
-    result = run_sweep(TINY_BB, tmp_path, LauncherSettings(**ENGINES[engine]))
-    assert sweep_rows(result) == pool_sweep
-
-
 def fail_two_jobs(x: int) -> int:
     """Jobs 1 and 2 fail at once (a user mistake, a bug); the others take a second, so they finish after them."""
     if x == 1:
@@ -131,7 +124,7 @@ def fail_two_jobs(x: int) -> int:
     return x * x
 
 
-@pytest.mark.parametrize("engine", EVERY_ENGINE_PARAMS)
+@pytest.mark.parametrize("engine", OWN_ENGINE_PARAMS)
 def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, tmp_path):
     """Every engine, the pool included: each failed job named with its log (a SinklabError by its
     own one line, another error by its type and first line), the others' results handed to
@@ -140,9 +133,13 @@ def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, t
     fails the pool and Ray, _error_line doing so fails submitit; _error_line taking the trace's last
     line ("second line") fails submitit."""
     settings, workers = EVERY_ENGINE[engine]
+    check_failures_are_collected(LauncherSettings(**settings), workers, tmp_path)
+
+
+def check_failures_are_collected(settings: LauncherSettings, workers: int, tmp_path: Path) -> None:
     saved = {}
     with pytest.raises(SinklabError) as failure:
-        launch(fail_two_jobs, [0, 1, 2, 3], LauncherSettings(**settings), tmp_path, workers=workers, label=lambda x: f"job{x}",
+        launch(fail_two_jobs, [0, 1, 2, 3], settings, tmp_path, workers=workers, label=lambda x: f"job{x}",
                on_result=saved.__setitem__)
     assert saved == {0: 0, 3: 9}
     message = str(failure.value)
@@ -175,7 +172,7 @@ def finish_after_the_next_is_saved(job: tuple) -> int:
     return i * i
 
 
-@pytest.mark.parametrize("engine", [name for name in EVERY_ENGINE_PARAMS if name.values[0] != "pool-in-process"])
+@pytest.mark.parametrize("engine", [name for name in OWN_ENGINE_PARAMS if name != "pool-in-process"])
 def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, tmp_path):
     """More workers than jobs, the last job finishing first: results in job order, and on_result
     in this process as each job finishes. Mutations tried: storing each result at its finishing
@@ -183,7 +180,10 @@ def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, t
     yielding its finishing count as the job's index does too (no other test runs the pool with
     jobs that finish out of order; it times out, as on_result saves the wrong job); on_result not
     called from the jobs' loop leaves every job but the last waiting for it (TimeoutError)."""
-    settings, _ = EVERY_ENGINE[engine]
+    check_job_order(LauncherSettings(**EVERY_ENGINE[engine][0]), tmp_path)
+
+
+def check_job_order(settings: LauncherSettings, tmp_path: Path) -> None:
     jobs = [(i, 2, str(tmp_path)) for i in range(3)]
     saved = []
 
@@ -191,7 +191,7 @@ def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, t
         saved.append(job[0])
         Path(tmp_path, f"saved{job[0]}").touch()
 
-    results = launch(finish_after_the_next_is_saved, jobs, LauncherSettings(**settings), tmp_path, workers=len(jobs),
+    results = launch(finish_after_the_next_is_saved, jobs, settings, tmp_path, workers=len(jobs),
                      on_result=save)
     assert results == [0, 1, 4] and saved == [2, 1, 0]
 
@@ -306,14 +306,24 @@ def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
             os.kill(pid, signal.SIGINT)
 
 
+def square_and_niceness(x: int) -> tuple[int, int]:
+    return x * x, os.nice(0)
+
+
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
-def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path):
+def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path, monkeypatch):
     """launch() changes SIGTERM's handler only while an engine's jobs run (submitit: to unwind and
     cancel them; ray.init: its own, never given back): a program's own handler (a script's
     clean-up) is back afterwards, whether launch() returned or was left by an error (here on_result
     failing, as a full disk would). Mutations tried: restoring the default handler instead of the
     previous one, never restoring it, or restoring it outside the ``finally`` (submitit); not
-    restoring it after ray.shutdown (Ray)."""
+    restoring it after ray.shutdown (Ray).
+
+    The same launches check that a Ray started here, whatever RAY_ADDRESS names, runs its jobs at
+    the pool's priority (one Ray start fewer: each costs 5-7 s here). Mutations tried: ray.init
+    without address="local" joins the dead cluster RAY_ADDRESS names and fails (Ray reads
+    RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one); without
+    RAY_worker_niceness=0 the jobs run at Ray's niceness 15."""
 
     def own(signum, frame):
         pass
@@ -321,30 +331,18 @@ def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_pat
     def disk_full(job, result):
         raise OSError("no space left on device")
 
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
     settings = LauncherSettings(**ENGINES[engine])
     previous = signal.signal(signal.SIGTERM, own)
+    here = os.nice(0)  # the pool's jobs run at the submitting program's priority
     try:
-        assert launch(square, [2, 3], settings, tmp_path / "ok", workers=2) == [4, 9]
+        assert launch(square_and_niceness, [2, 3], settings, tmp_path / "ok", workers=2) == [(4, here), (9, here)]
         assert signal.getsignal(signal.SIGTERM) is own
         with pytest.raises(OSError, match="no space left"):
             launch(square, [2], settings, tmp_path / "left", workers=2, on_result=disk_full)
         assert signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def square_and_niceness(x: int) -> tuple[int, int]:
-    return x * x, os.nice(0)
-
-
-@NEEDS_RAY
-def test_without_an_address_ray_starts_here_whatever_the_environment_names(tmp_path, monkeypatch):
-    """A Ray started here, whatever RAY_ADDRESS names, runs its jobs at the pool's priority.
-    Mutations tried: ray.init without address="local" joins the dead cluster RAY_ADDRESS names and
-    fails (Ray reads RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one); without
-    RAY_worker_niceness=0 the jobs run at Ray's niceness 15."""
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
-    assert launch(square_and_niceness, [2, 3], LauncherSettings(launcher="ray"), tmp_path, workers=2) == [(4, 0), (9, 0)]
 
 
 def square(x: int) -> int:
@@ -436,3 +434,41 @@ def test_load_flags_of_jobs_that_run_elsewhere_are_resolved_there(monkeypatch):
     assert config_from(LoadOptions, args, LauncherSettings(launcher="slurm")).device == "cuda"
     with pytest.raises(SinklabError, match="no GPU|not available|sees no"):
         config_from(LoadOptions, args)
+
+
+@pytest.fixture(scope="class")
+def running_ray():
+    """One local Ray for the tests of its class (a start costs 5-7 s here), as a notebook that
+    called ray.init() has: launch() then sends its tasks there and leaves it running. Three CPU
+    slots: the job-order test needs its three jobs running at once."""
+    import ray
+
+    handler = signal.getsignal(signal.SIGTERM)
+    ray.init(address="local", num_cpus=3, include_dashboard=False)
+    yield
+    ray.shutdown()
+    signal.signal(signal.SIGTERM, handler)
+
+
+@NEEDS_RAY
+@pytest.mark.usefixtures("running_ray")
+class TestOnARunningRay:
+    """The failure rule, the job order and a real sweep on a Ray this program already runs (the
+    engine's own start and shutdown are tested above: the SIGTERM handler, the niceness)."""
+
+    def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(self, tmp_path):
+        check_failures_are_collected(LauncherSettings(launcher="ray"), 2, tmp_path)
+
+    def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(self, tmp_path):
+        check_job_order(LauncherSettings(launcher="ray"), tmp_path)
+
+    def test_a_bigram_backcopy_sweep_equals_the_local_pool(self, pool_sweep, tmp_path):
+        """``sinklab sweep``'s runs as Ray jobs give the local pool's rows, and their logs are Ray's.
+        Mutation tried: the sweep handing its jobs to LOCAL instead of its launcher gives the rows
+        but no job log under the run directory."""
+        import ray
+
+        result = run_sweep(TINY_BB, tmp_path, LauncherSettings(launcher="ray"))
+        assert sweep_rows(result) == pool_sweep
+        assert any((tmp_path / LOG_DIR).iterdir())
+        assert ray.is_initialized()  # launch() left the program's Ray running

@@ -83,7 +83,7 @@ def test_the_notebook_function_and_the_command_give_one_summary(kind, folder, lo
     assert sinklab.load_result(out).kind == kind
 
 
-def test_summary_is_the_same_dict_with_or_without_out(loaded, tmp_path):
+def test_summary_is_the_same_dict_with_or_without_out(loaded, tmp_path, with_images):
     """Mutation tried: the pipeline stamping the written files into the summary (the old
     ``summary["figures"]``): the dicts differ."""
     plain = sinklab.scan_model(loaded, prompt=PROMPT, tokens=24, batch=2)

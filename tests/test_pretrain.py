@@ -230,7 +230,7 @@ def test_resume_refuses_an_incompatible_or_corrupt_checkpoint(corpus, tmp_path):
     assert train_lm(tiny(corpus, steps=4), out, overwrite=True).summary["final_val_loss"] == finished.summary["final_val_loss"]
 
 
-def test_compare_table_and_plots(corpus, tmp_path, capsys):
+def test_compare_table_and_plots(corpus, tmp_path, capsys, with_images):
     runs = []
     for attn in ("softmax", "softmax1"):
         out = tmp_path / attn

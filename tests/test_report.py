@@ -131,7 +131,7 @@ def _reset_browser(monkeypatch):
     monkeypatch.setattr(figures, "_unavailable", None)
 
 
-def test_save_images_writes_pngs_of_the_figures_size(tmp_path, monkeypatch):
+def test_save_images_writes_pngs_of_the_figures_size(tmp_path, monkeypatch, with_images):
     """One batch, each file atomically: a figure that sets its size gets it, one that does not
     gets the default. Mutation caught: the opts width taken from STATIC_WIDTH always (the wide
     figure comes out 900 px)."""
@@ -146,7 +146,7 @@ def test_save_images_writes_pngs_of_the_figures_size(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.png", "wide.png"]  # no temporary file left
 
 
-def test_a_run_without_a_browser_finishes_warns_once_and_records_why(scan_run, tmp_path, monkeypatch):
+def test_a_run_without_a_browser_finishes_warns_once_and_records_why(scan_run, tmp_path, monkeypatch, with_images):
     """No browser where BROWSER_PATH points: the scan still exits 0 with its page, its run.json
     lists no figure and says why, one warning is shown, and a second export does not try again.
     Mutations caught: ChromeNotFoundError let through (the run fails with a traceback); the
@@ -166,7 +166,20 @@ def test_a_run_without_a_browser_finishes_warns_once_and_records_why(scan_run, t
     assert (tmp_path / "run" / "report.html").exists() and not list((tmp_path / "run").glob("*.png"))
 
 
-def test_a_hung_browser_is_given_up_and_killed(tmp_path, monkeypatch):
+def test_images_turned_off_start_no_browser_and_say_why(tmp_path, monkeypatch):
+    """SINKLAB_IMAGES=off: no PNG, no browser started (none is needed), the reason returned for
+    the run's records. Mutation tried: checking the variable after the browser starts."""
+    _reset_browser(monkeypatch)
+    monkeypatch.setenv("SINKLAB_IMAGES", "Off ")
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-browser"))  # starting one would fail and say so
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        images = figures.save_images({"x.png": go.Figure()}, tmp_path)
+    assert images == figures.Images([], "PNG figures turned off (SINKLAB_IMAGES=Off )") and figures._browser is None
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_hung_browser_is_given_up_and_killed(tmp_path, monkeypatch, with_images):
     """A "browser" that starts and never answers, then a real one that does not draw in time: each
     is given up after its timeout, with the reason, and no process of the hung one is left.
     Mutations caught: no timeout on the start (the fake's own exit 30 s later is reported as a

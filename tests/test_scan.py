@@ -214,7 +214,7 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path, monkeypatch):
         load_model(str(bad))
 
 
-def test_scan_run_directory_contract(tiny_model_dir, tmp_path, capsys):
+def test_scan_run_directory_contract(tiny_model_dir, tmp_path, capsys, with_images):
     code = cli.main(["scan", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "24", "--batch", "4", "--out", str(tmp_path)])
     assert code == 0
     s = json.loads((tmp_path / "summary.json").read_text())

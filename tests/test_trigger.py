@@ -184,7 +184,7 @@ def test_nan_stops_training_with_a_clear_message(monkeypatch):
         train_trigger(TriggerConfig(max_steps=5))
 
 
-def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
+def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch, with_images):
     configs = lab.paper_configs([0, 1], TriggerConfig(max_steps=20, eval_sequences=50), shapes=[(1, 1)])
     summary = run_lab(configs, tmp_path, workers=1).summary
     saved = json.loads((tmp_path / "summary.json").read_text())
@@ -210,7 +210,7 @@ def test_lab_run_directory_contract_and_resume(tmp_path, monkeypatch):
     assert isinstance(model, Transformer)
 
 
-def test_cap_sweep_error_falls_as_the_cap_approaches_one(tmp_path):
+def test_cap_sweep_error_falls_as_the_cap_approaches_one(tmp_path, with_images):
     base = TriggerConfig(max_steps=500, eval_sequences=200)
     summary = run_lab(lab.cap_configs([0.5, 0.9, 1.0], [0], base), tmp_path, "cap_sweep", workers=1).summary
     errors = [row["best_eval_mse"] for row in summary["cap_tradeoff"]]

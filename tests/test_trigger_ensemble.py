@@ -220,7 +220,7 @@ def test_statistics_over_seeds_count_the_paper_pattern_per_seed():
     assert row["steps_std"] == pytest.approx(100)
 
 
-def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch):
+def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch, with_images):
     configs = lab.paper_configs(range(3), TriggerConfig(max_steps=30, eval_sequences=20), shapes=[(1, 1)], attns=("softmax",))
     summary = run_lab(configs, tmp_path, workers=1, ensembles=True).summary
     assert [r["step_mode"] for r in summary["runs"]] == ["ensemble-fused"] * 3

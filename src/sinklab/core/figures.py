@@ -13,6 +13,9 @@ does not answer within :data:`START_TIMEOUT_S` (or a batch that does not finish 
 :func:`batch_timeout`), no image is written: the run goes on, a warning says why (once per
 process, which then stops trying), and :attr:`Images.skipped` holds the reason for the run's
 records. The page has every plot either way.
+
+``SINKLAB_IMAGES=off`` in the environment turns the PNGs off (no browser is started): for a
+cluster without Chrome, or many small runs whose pages are enough. The run records why.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from .runs import atomic_path
 
 __all__ = ["GRID_TOP", "LEGEND_BELOW", "Images", "layer_axis", "save_images", "styled", "title"]
 
+#: The environment variable that turns PNG figures off (``off``, ``0``, ``no`` or ``false``).
+IMAGES_ENV = "SINKLAB_IMAGES"
 #: Size of a PNG whose figure sets no width or height (pixels, scale 1).
 STATIC_WIDTH, STATIC_HEIGHT = 900, 450
 #: A browser that has not started within this many seconds is taken as hung.
@@ -94,6 +99,8 @@ def save_images(figures: dict, out: str | os.PathLike) -> Images:
     global _unavailable, _browser
     if not figures:
         return Images()
+    if images_turned_off():
+        return Images(skipped=f"PNG figures turned off ({IMAGES_ENV}={os.environ[IMAGES_ENV]})")
     if _unavailable is None:
         try:
             _write_batch(figures, Path(out))
@@ -105,6 +112,10 @@ def save_images(figures: dict, out: str | os.PathLike) -> Images:
                 _browser = None
             warnings.warn(f"no PNG figures written: {exc}; report.html still shows every plot", stacklevel=2)
     return Images(skipped=_unavailable)
+
+
+def images_turned_off() -> bool:
+    return os.environ.get(IMAGES_ENV, "").strip().lower() in ("off", "0", "no", "false")
 
 
 def _write_batch(figures: dict, out: Path) -> None:
