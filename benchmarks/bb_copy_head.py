@@ -62,8 +62,16 @@ def measure(run_dir: Path, data: BigramBackcopy) -> dict:
     model, cfg, summary = load_run(run_dir)
     layer, head = summary["sink_head"]["layer"], summary["sink_head"]["head"]
     targets = head_targets(model, data, validation_batches(data, cfg), layer, head)
-    return {"run": str(run_dir), "variant": cfg.variant, "positions": cfg.positions, "lr": cfg.lr, "steps": cfg.steps, "seed": cfg.seed,
-            "sink_head": {"layer": layer, "head": head}, **targets}
+    return {
+        "run": str(run_dir),
+        "variant": cfg.variant,
+        "positions": cfg.positions,
+        "lr": cfg.lr,
+        "steps": cfg.steps,
+        "seed": cfg.seed,
+        "sink_head": {"layer": layer, "head": head},
+        **targets,
+    }
 
 
 def main() -> None:
@@ -72,8 +80,15 @@ def main() -> None:
     args = parser.parse_args()
     data = BigramBackcopy()
     results = [measure(run, data) for run in args.runs]
-    table = [{"run": r["run"], "positions": r["positions"], "head": f"{r['sink_head']['layer']}.{r['sink_head']['head']}",
-              **{f"{kind[:3]} {stat}": r[kind][stat] for kind in ROWS for stat in STATS}} for r in results]
+    table = [
+        {
+            "run": r["run"],
+            "positions": r["positions"],
+            "head": f"{r['sink_head']['layer']}.{r['sink_head']['head']}",
+            **{f"{kind[:3]} {stat}": r[kind][stat] for kind in ROWS for stat in STATS},
+        }
+        for r in results
+    ]
     columns = [("run", "run", "s"), ("positions", "positions", "s"), ("head", "head", "s")]
     columns += [(key, key, ".2f") for key in table[0] if key not in ("run", "positions", "head")]
     print(format_table(table, columns))

@@ -41,7 +41,9 @@ def flops_per_token(cfg: PretrainConfig, params: int) -> float:
 
 def computing_params(model: Transformer) -> int:
     """Parameters a token's forward multiplies by: all but the input embedding, plus the tied output layer."""
-    return sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + model.cfg.vocab_size * model.cfg.d_model
+    return (
+        sum(p.numel() for name, p in model.named_parameters() if "embed" not in name) + model.cfg.vocab_size * model.cfg.d_model
+    )
 
 
 def cpu_step(cfg: PretrainConfig, steps: int) -> tuple[float, int]:
@@ -69,7 +71,12 @@ def h200_small_model_rate() -> dict:
     softmax = next(v for v in row["by_variant"] if v["variant"] == "softmax")
     cfg = PretrainConfig(corpus="shakespeare")
     params = computing_params(Transformer(cfg.model_config(TEXT_SWEEP_VOCAB)))
-    return {"git": row["git"], "tokens_per_s": softmax["tokens_per_s"], "params": params, "flops_per_s": softmax["tokens_per_s"] * flops_per_token(cfg, params)}
+    return {
+        "git": row["git"],
+        "tokens_per_s": softmax["tokens_per_s"],
+        "params": params,
+        "flops_per_s": softmax["tokens_per_s"] * flops_per_token(cfg, params),
+    }
 
 
 def main() -> None:
@@ -88,16 +95,31 @@ def main() -> None:
     total_flops = jobs * tokens * per_token
     cpu_rate = cfg.batch * cfg.seq_len * per_token / seconds
     gpu = h200_small_model_rate()
-    rates = {"this CPU (measured, 2 cores)": cpu_rate, "H200 at the small model's measured rate (floor)": gpu["flops_per_s"],
-             f"H100 at an assumed {ASSUMED_MFU:.0%} of bf16 peak": ASSUMED_MFU * H100_BF16_PEAK}
+    rates = {
+        "this CPU (measured, 2 cores)": cpu_rate,
+        "H200 at the small model's measured rate (floor)": gpu["flops_per_s"],
+        f"H100 at an assumed {ASSUMED_MFU:.0%} of bf16 peak": ASSUMED_MFU * H100_BF16_PEAK,
+    }
     hours = {name: total_flops / rate / 3600 for name, rate in rates.items()}
     print(f"{jobs} jobs x {tokens:.3g} tokens of a {params / 1e6:.0f}M-parameter model: {total_flops:.3g} FLOPs in all")
     print(f"CPU step ({cfg.batch} x {cfg.seq_len} tokens): {seconds:.2f} s = {cfg.batch * cfg.seq_len / seconds:.0f} tokens/s")
     for name, h in hours.items():
         print(f"  {name}: {rates[name] / 1e12:.3g} TFLOP/s -> {h:,.0f} device-hours in all, {h / jobs:,.1f} per job")
-    record("cluster_cost", {"model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "seq_len": 1024, "vocab": VOCAB, "params": params},
-                            "jobs": jobs, "tokens_per_run": tokens, "flops_per_token": per_token, "total_flops": total_flops,
-                            "cpu_step_seconds": seconds, "cpu_batch": cfg.batch, "h200_small_model": gpu, "rates_flops_per_s": rates, "device_hours": hours})
+    record(
+        "cluster_cost",
+        {
+            "model": {"d_model": 768, "n_layers": 12, "n_heads": 12, "seq_len": 1024, "vocab": VOCAB, "params": params},
+            "jobs": jobs,
+            "tokens_per_run": tokens,
+            "flops_per_token": per_token,
+            "total_flops": total_flops,
+            "cpu_step_seconds": seconds,
+            "cpu_batch": cfg.batch,
+            "h200_small_model": gpu,
+            "rates_flops_per_s": rates,
+            "device_hours": hours,
+        },
+    )
 
 
 if __name__ == "__main__":

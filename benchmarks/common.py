@@ -50,7 +50,9 @@ def flagged_dirty(revision: str, why: str) -> str:
     """``revision`` flagged ``-dirty`` where ``SINKLAB_BENCH_ALLOW_DIRTY=1``; else exits, saying why."""
     if os.environ.get("SINKLAB_BENCH_ALLOW_DIRTY") == "1":
         return revision + DIRTY
-    sys.exit(f"benchmarks record only from a clean tree; {why} (commit them, or set SINKLAB_BENCH_ALLOW_DIRTY=1 to flag the row {DIRTY})")
+    sys.exit(
+        f"benchmarks record only from a clean tree; {why} (commit them, or set SINKLAB_BENCH_ALLOW_DIRTY=1 to flag the row {DIRTY})"
+    )
 
 
 REVISION = measured_revision()  # checked when a benchmark starts, not after an hour of measuring

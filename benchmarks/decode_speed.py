@@ -53,7 +53,9 @@ def copy_bandwidth_gbs(n_bytes: int = 2**30, repeats: int = 5) -> float:
 
 
 def weight_bytes(model) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters()) + sum(b.numel() * b.element_size() for b in model.buffers())
+    return sum(p.numel() * p.element_size() for p in model.parameters()) + sum(
+        b.numel() * b.element_size() for b in model.buffers()
+    )
 
 
 def kv_bytes(model, length: int) -> int:
@@ -131,11 +133,18 @@ def paired_decode(model, ids: torch.Tensor, length: int, steps: int) -> dict:
             model(input_ids=ids[None, t : t + 1], cache=caches[name], use_cache=True, logits_to_keep=1)
             times[name].append(time.perf_counter() - begin)
     ratios = [s / d for s, d in zip(times["sink"], times["dense"])]
-    ms = {name: {"median": round(1000 * statistics.median(v), 2), "mean": round(1000 * statistics.mean(v), 2)} for name, v in times.items()}
+    ms = {
+        name: {"median": round(1000 * statistics.median(v), 2), "mean": round(1000 * statistics.mean(v), 2)}
+        for name, v in times.items()
+    }
     quartiles = statistics.quantiles(ratios, n=4)
-    return {"steps": steps, "ms": ms, "sink_over_dense": round(statistics.median(ratios), 3),
-            "sink_over_dense_quartiles": [round(quartiles[0], 3), round(quartiles[2], 3)],
-            "sink_over_dense_of_means": round(ms["sink"]["mean"] / ms["dense"]["mean"], 3)}
+    return {
+        "steps": steps,
+        "ms": ms,
+        "sink_over_dense": round(statistics.median(ratios), 3),
+        "sink_over_dense_quartiles": [round(quartiles[0], 3), round(quartiles[2], 3)],
+        "sink_over_dense_of_means": round(ms["sink"]["mean"] / ms["dense"]["mean"], 3),
+    }
 
 
 class CompiledDecode:
@@ -159,7 +168,13 @@ class CompiledDecode:
         times = []
         for t in range(start, start + self.steps):
             begin = time.perf_counter()
-            self.forward(input_ids=self.ids[None, t : t + 1], cache=self.cache, use_cache=True, logits_to_keep=1, cache_position=torch.tensor([t]))
+            self.forward(
+                input_ids=self.ids[None, t : t + 1],
+                cache=self.cache,
+                use_cache=True,
+                logits_to_keep=1,
+                cache_position=torch.tensor([t]),
+            )
             times.append(time.perf_counter() - begin)
         if self.compile_s is None:
             self.compile_s = times[0]
@@ -228,7 +243,12 @@ def one_pass_speed(model, ids: torch.Tensor, rounds: int) -> dict:
     }
     result = alternate(measures, rounds)
     plain, mine = result["plain forward"]["median"], result["one-pass sink scorer"]["median"]
-    return {"tokens": len(ids), "seconds": result, "tokens_per_s": {"plain": len(ids) / plain, "one_pass": len(ids) / mine}, "ratio": round(plain / mine, 3)}
+    return {
+        "tokens": len(ids),
+        "seconds": result,
+        "tokens_per_s": {"plain": len(ids) / plain, "one_pass": len(ids) / mine},
+        "ratio": round(plain / mine, 3),
+    }
 
 
 def _seconds(fn) -> float:
@@ -249,7 +269,9 @@ def main() -> None:
     loaded = load_model(None)
     model = loaded.model
     lengths = [int(n) for n in args.lengths.split(",")]
-    ids = torch.randint(0, model.config.vocab_size, (max(lengths + [args.one_pass_tokens]) + SINKS + max(args.steps, args.paired_steps) + 1,))
+    ids = torch.randint(
+        0, model.config.vocab_size, (max(lengths + [args.one_pass_tokens]) + SINKS + max(args.steps, args.paired_steps) + 1,)
+    )
     bandwidth = copy_bandwidth_gbs()
     floor = 1000 * weight_bytes(model) / (bandwidth * 1e9)
     decode = []
@@ -257,9 +279,17 @@ def main() -> None:
         result = paired_decode(model, ids, length, args.paired_steps)
         dense, sink = result["ms"]["dense"]["median"], result["ms"]["sink"]["median"]
         floor_with_cache = 1000 * (weight_bytes(model) + kv_bytes(model, length)) / (bandwidth * 1e9)
-        decode.append({"cache_length": length, **result, "dense_over_floor": round(dense / floor, 2), "sink_over_floor": round(sink / floor, 2),
-                       "floor_with_cache_ms": round(floor_with_cache, 2), "dense_over_floor_with_cache": round(dense / floor_with_cache, 2),
-                       "sink_over_floor_with_cache": round(sink / floor_with_cache, 2)})
+        decode.append(
+            {
+                "cache_length": length,
+                **result,
+                "dense_over_floor": round(dense / floor, 2),
+                "sink_over_floor": round(sink / floor, 2),
+                "floor_with_cache_ms": round(floor_with_cache, 2),
+                "dense_over_floor_with_cache": round(dense / floor_with_cache, 2),
+                "sink_over_floor_with_cache": round(sink / floor_with_cache, 2),
+            }
+        )
         print(decode[-1], flush=True)
     middle = lengths[len(lengths) // 2]
     row = {

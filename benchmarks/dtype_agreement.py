@@ -30,7 +30,9 @@ def agreement(reference: dict, other: dict) -> dict:
         "first_token_mass_mean_abs_diff": gap.mean().item(),
         "sink_rate": other["sink_rate"]["value"],
         "largest_massive": largest_massive_activation(other),
-        "max_abs_first_by_layer_max_rel_diff": max(abs(a - b) / max(abs(a), 1e-9) for a, b in zip(reference["max_abs_first"], other["max_abs_first"])),
+        "max_abs_first_by_layer_max_rel_diff": max(
+            abs(a - b) / max(abs(a), 1e-9) for a, b in zip(reference["max_abs_first"], other["max_abs_first"])
+        ),
         "seconds_record": other["seconds"]["record"],
     }
 
@@ -45,9 +47,17 @@ def compare(device: str, dtypes: list[str], tokens: int, batch: int) -> dict:
         loaded = load_model(None, device=device, dtype=dtype)
         rows[dtype] = agreement(reference, scan(loaded.model, loaded.tokenizer, tokens, batch))
         del loaded
-    return {"device": device, "tokens": tokens, "batch": batch,
-            "reference": {"sink_rate": reference["sink_rate"]["value"], "largest_massive": largest_massive_activation(reference), "seconds_record": reference["seconds"]["record"]},
-            "by_dtype": rows}
+    return {
+        "device": device,
+        "tokens": tokens,
+        "batch": batch,
+        "reference": {
+            "sink_rate": reference["sink_rate"]["value"],
+            "largest_massive": largest_massive_activation(reference),
+            "seconds_record": reference["seconds"]["record"],
+        },
+        "by_dtype": rows,
+    }
 
 
 def main() -> None:

@@ -46,7 +46,15 @@ def scan_1b(device: str, smoke: bool) -> dict:
     from sinklab.models.subjects import HFSubject
 
     if smoke:
-        shape = dict(LLAMA_1B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, vocab_size=512)
+        shape = dict(
+            LLAMA_1B,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=512,
+        )
         subject, tokens = HFSubject(random_llama_1b(device, shape)), 64
     else:
         subject, tokens = HFSubject(random_llama_1b(device)), 8192
@@ -71,8 +79,12 @@ def device_map(device: str, smoke: bool) -> dict:
     split = load_model(None, device_map=json.dumps(mapping))
     spread = sinklab.scan_model(split.model, split.tokenizer, tokens=32 if smoke else 128, batch=2).summary
     gap = (torch.tensor(reference["first_token_mass"]) - torch.tensor(spread["first_token_mass"])).abs().max().item()
-    return {"devices": spread["device_map"], "first_token_mass_max_abs_diff": gap, "loss": [reference["loss"], spread["loss"]],
-            "sink_rate": [reference["sink_rate"]["value"], spread["sink_rate"]["value"]]}
+    return {
+        "devices": spread["device_map"],
+        "first_token_mass_max_abs_diff": gap,
+        "loss": [reference["loss"], spread["loss"]],
+        "sink_rate": [reference["sink_rate"]["value"], spread["sink_rate"]["value"]],
+    }
 
 
 def sink_cache(device: str, smoke: bool) -> dict:
@@ -107,9 +119,17 @@ def sink_cache(device: str, smoke: bool) -> dict:
         exact = fresh.layers[0].keys.float()
         kept_keys = layer.keys_in_cache().float()
     ratios = sorted(s / d for s, d in zip(times["sink"], times["dense"]))
-    row = {"dtype": dtype, "steps": steps, "window": window, "sink_ms_median": 1000 * statistics.median(times["sink"]),
-           "dense_ms_median": 1000 * statistics.median(times["dense"]), "sink_over_dense_median_of_pairs": ratios[len(ratios) // 2],
-           "kept_keys": len(kept), "kept_key_max_abs_error": (kept_keys - exact).abs().max().item(), "key_max_abs": exact.abs().max().item()}
+    row = {
+        "dtype": dtype,
+        "steps": steps,
+        "window": window,
+        "sink_ms_median": 1000 * statistics.median(times["sink"]),
+        "dense_ms_median": 1000 * statistics.median(times["dense"]),
+        "sink_over_dense_median_of_pairs": ratios[len(ratios) // 2],
+        "kept_keys": len(kept),
+        "kept_key_max_abs_error": (kept_keys - exact).abs().max().item(),
+        "key_max_abs": exact.abs().max().item(),
+    }
     if device == "cuda":
         tokens = decode_without_host_sync(model, make_sink_cache(model, n_sink, window), ids[:, :fill], 64)
         row["decode_steps_without_host_sync"] = tokens.shape[1]
@@ -120,17 +140,30 @@ def trigger_paper(device: str, smoke: bool) -> dict:
     from sinklab.trigger import TriggerConfig, paper_configs, run_lab
 
     seeds = range(1 if smoke else 32)
-    configs = paper_configs(seeds, TriggerConfig(max_steps=20), shapes=((1, 1),)) if smoke else paper_configs(seeds, TriggerConfig())
+    configs = (
+        paper_configs(seeds, TriggerConfig(max_steps=20), shapes=((1, 1),)) if smoke else paper_configs(seeds, TriggerConfig())
+    )
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         summary = run_lab(configs, out, workers=1 if smoke else None, device=device).summary
         seconds = time.perf_counter() - start
     runs = summary["runs"]
-    return {"seeds": len(seeds), "wall_seconds": round(seconds, 1), "target_seconds": 120, "runs": len(runs),
-            "converged": sum(bool(r["converged"]) for r in runs)}
+    return {
+        "seeds": len(seeds),
+        "wall_seconds": round(seconds, 1),
+        "target_seconds": 120,
+        "runs": len(runs),
+        "converged": sum(bool(r["converged"]) for r in runs),
+    }
 
 
-SECTIONS = {"dtype_agreement": dtype_agreement, "scan_1b": scan_1b, "device_map": device_map, "sink_cache": sink_cache, "trigger_paper": trigger_paper}
+SECTIONS = {
+    "dtype_agreement": dtype_agreement,
+    "scan_1b": scan_1b,
+    "device_map": device_map,
+    "sink_cache": sink_cache,
+    "trigger_paper": trigger_paper,
+}
 
 
 def run_sections(device: str, smoke: bool, names=tuple(SECTIONS)) -> dict:
@@ -141,7 +174,11 @@ def run_sections(device: str, smoke: bool, names=tuple(SECTIONS)) -> dict:
         try:
             results[name] = {"ok": True, **SECTIONS[name](device, smoke)}
         except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the others' rows
-            results[name] = {"ok": False, "error": f"{type(exc).__name__}: {exc}", "where": traceback.format_exc().strip().splitlines()[-3:]}
+            results[name] = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}",
+                "where": traceback.format_exc().strip().splitlines()[-3:],
+            }
         results[name]["section_seconds"] = round(time.perf_counter() - start, 1)
         print(name, json.dumps(results[name])[:600], flush=True)
     return results
@@ -156,7 +193,10 @@ def main() -> None:
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: PyTorch sees no GPU here; run it on a GPU machine, or --smoke for the CPU rehearsal")
     results = run_sections(device, args.smoke, args.only.split(","))
-    record("gpu_check_smoke" if args.smoke else "gpu_check", {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "sections": results})
+    record(
+        "gpu_check_smoke" if args.smoke else "gpu_check",
+        {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "sections": results},
+    )
 
 
 if __name__ == "__main__":

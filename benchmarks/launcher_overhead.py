@@ -65,7 +65,9 @@ def ray_scheduling(jobs: int, workers: int, root: Path) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=100, help="training steps per run (default 100; the sweep's budget is 1,200)")
+    parser.add_argument(
+        "--steps", type=int, default=100, help="training steps per run (default 100; the sweep's budget is 1,200)"
+    )
     parser.add_argument("--variants", type=int, default=4, help="the sweep's first N variants (default 4)")
     parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
     parser.add_argument("--workers", type=int, default=2, help="jobs at a time for the pool and Ray (default 2)")
@@ -82,9 +84,19 @@ def main() -> None:
         walls[name], losses[name] = sweep_wall(settings, configs, root / name, args.workers)
     pool = walls["local"]
     row = {
-        "steps": steps, "variants": variants, "seeds": seed_list, "jobs": len(configs), "workers": args.workers,
-        "launchers": {name: {"wall_s": round(wall, 3), "overhead_s_per_job": round((wall - pool) / len(configs), 3), "same_results": losses[name] == losses["local"]}
-                      for name, wall in walls.items()},
+        "steps": steps,
+        "variants": variants,
+        "seeds": seed_list,
+        "jobs": len(configs),
+        "workers": args.workers,
+        "launchers": {
+            name: {
+                "wall_s": round(wall, 3),
+                "overhead_s_per_job": round((wall - pool) / len(configs), 3),
+                "same_results": losses[name] == losses["local"],
+            }
+            for name, wall in walls.items()
+        },
         **ray_scheduling(noop_jobs, args.workers, root / "noop"),
     }
     if args.smoke:

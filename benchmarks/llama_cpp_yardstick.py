@@ -40,7 +40,9 @@ THREADS = 2
 def open_llama(n_ctx: int):
     import llama_cpp
 
-    return llama_cpp.Llama(model_path=str(default_gguf_path()), n_ctx=n_ctx, n_batch=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False)
+    return llama_cpp.Llama(
+        model_path=str(default_gguf_path()), n_ctx=n_ctx, n_batch=512, n_threads=THREADS, n_threads_batch=THREADS, verbose=False
+    )
 
 
 class Engine:
@@ -71,7 +73,9 @@ class Engine:
 
     def last_logits(self) -> np.ndarray:
         pointer = self.lib.llama_get_logits_ith(self.ctx, -1)
-        return np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(self.n_vocab,)).astype(np.float64)
+        return np.ctypeslib.as_array(ctypes.cast(pointer, ctypes.POINTER(ctypes.c_float)), shape=(self.n_vocab,)).astype(
+            np.float64
+        )
 
     def evict_one(self) -> None:
         """Context shift by one: drop the token after the kept ones, move the later ones down."""
@@ -148,8 +152,18 @@ def main() -> None:
         "mean_abs_nll_difference": float(np.abs(llama_nll - sinklab_nll).mean()),
     }
     print(stream, flush=True)
-    record("llama_cpp_yardstick", {"llama_cpp_python": llama_cpp.__version__, "threads": THREADS, "cache_length": capacity,
-                                   "steps": args.steps, "rounds": args.rounds, "decode_ms": decode, "stream": stream})
+    record(
+        "llama_cpp_yardstick",
+        {
+            "llama_cpp_python": llama_cpp.__version__,
+            "threads": THREADS,
+            "cache_length": capacity,
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "decode_ms": decode,
+            "stream": stream,
+        },
+    )
 
 
 if __name__ == "__main__":

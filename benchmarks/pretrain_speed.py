@@ -37,7 +37,11 @@ class PlainBlock(nn.Module):
         self.heads = heads
         self.n1, self.n2 = nn.RMSNorm(d), nn.RMSNorm(d)
         self.qkv, self.o = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
-        self.gate, self.up, self.down = nn.Linear(d, hidden, bias=False), nn.Linear(d, hidden, bias=False), nn.Linear(hidden, d, bias=False)
+        self.gate, self.up, self.down = (
+            nn.Linear(d, hidden, bias=False),
+            nn.Linear(d, hidden, bias=False),
+            nn.Linear(hidden, d, bias=False),
+        )
 
     def forward(self, x, cos, sin):
         B, T, d = x.shape
@@ -96,7 +100,13 @@ def ratio_row(name: str, per_round: list[float]) -> dict:
     """Median and spread of a per-round speed ratio; "tie" when the spread holds 1."""
     low, high = min(per_round), max(per_round)
     verdict = "tie" if low <= 1.0 <= high else ("faster" if low > 1.0 else "slower")
-    return {"model": name, "median": round(statistics.median(per_round), 3), "min": round(low, 3), "max": round(high, 3), "verdict": verdict}
+    return {
+        "model": name,
+        "median": round(statistics.median(per_round), 3),
+        "min": round(low, 3),
+        "max": round(high, 3),
+        "verdict": verdict,
+    }
 
 
 def main() -> None:
@@ -117,16 +127,21 @@ def main() -> None:
     tokens = cfg.batch * cfg.seq_len
     tps = {name: tokens / statistics.median(t) for name, t in times.items()}
     versus_softmax = [ratio_row(name, [s / t for s, t in zip(times["softmax"], ts)]) for name, ts in times.items()]
-    record("pretrain_speed", {
-        "config": {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "seq_len", "batch")},
-        "vocab": VOCAB,
-        "threads": torch.get_num_threads(),
-        "rounds": args.rounds,
-        "step": "forward, backward, clip_grad_norm_, AdamW (make_optimizer)",
-        "softmax_vs_plain": ratio_row("softmax vs plain sdpa", [p / s for p, s in zip(times["plain sdpa"], times["softmax"])]),
-        "tokens_per_s": {name: round(v) for name, v in tps.items()},
-        "vs_softmax": versus_softmax,
-    })
+    record(
+        "pretrain_speed",
+        {
+            "config": {k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "seq_len", "batch")},
+            "vocab": VOCAB,
+            "threads": torch.get_num_threads(),
+            "rounds": args.rounds,
+            "step": "forward, backward, clip_grad_norm_, AdamW (make_optimizer)",
+            "softmax_vs_plain": ratio_row(
+                "softmax vs plain sdpa", [p / s for p, s in zip(times["plain sdpa"], times["softmax"])]
+            ),
+            "tokens_per_s": {name: round(v) for name, v in tps.items()},
+            "vs_softmax": versus_softmax,
+        },
+    )
 
 
 if __name__ == "__main__":

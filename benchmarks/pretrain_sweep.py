@@ -46,7 +46,9 @@ def check_provenance(cfg: SweepConfig, root: Path, revision: str) -> None:
     for run in (run_dir(root, c) for c in cfg.runs()):
         why = stale_reason(run, revision) if run.is_dir() else None
         if why and not cfg.rerun_stale:
-            raise SinklabError(f"{run} holds a run this row cannot use: {why}; pass --rerun-stale to train it again, or give the sweep its own --root")
+            raise SinklabError(
+                f"{run} holds a run this row cannot use: {why}; pass --rerun-stale to train it again, or give the sweep its own --root"
+            )
         if why:
             shutil.rmtree(run)
 
@@ -54,7 +56,11 @@ def check_provenance(cfg: SweepConfig, root: Path, revision: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", default=None, help="the sweep's directory (default: runs/sweep, runs/sweep-bb)")
-    parser.add_argument("--record", default=None, help="the results file: results/NAME.jsonl (default pretrain_sweep, or pretrain_sweep_bb for --corpus bb)")
+    parser.add_argument(
+        "--record",
+        default=None,
+        help="the results file: results/NAME.jsonl (default pretrain_sweep, or pretrain_sweep_bb for --corpus bb)",
+    )
     ours, rest = parser.parse_known_args()
     args = cli.build_parser().parse_args(["sweep", *rest])
     try:
@@ -65,9 +71,20 @@ def main() -> None:
         summary = run_sweep(cfg, root, launcher).summary
     except SinklabError as exc:
         sys.exit(f"pretrain_sweep: {exc}")
-    record(ours.record or "pretrain_sweep" + ("_bb" if cfg.corpus == "bb" else ""),
-           {"corpus": cfg.corpus, "steps": summary["steps"], "overrides": cfg.settings, "variants": list(cfg.variants) or None, "launcher": launcher.launcher,
-            "target": summary["target"], "by_variant": summary["by_variant"], "paired": summary["paired"], "rows": summary["rows"]})
+    record(
+        ours.record or "pretrain_sweep" + ("_bb" if cfg.corpus == "bb" else ""),
+        {
+            "corpus": cfg.corpus,
+            "steps": summary["steps"],
+            "overrides": cfg.settings,
+            "variants": list(cfg.variants) or None,
+            "launcher": launcher.launcher,
+            "target": summary["target"],
+            "by_variant": summary["by_variant"],
+            "paired": summary["paired"],
+            "rows": summary["rows"],
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -41,9 +41,21 @@ def main() -> None:
     result = next((out / f for f in ("summary.json", "compare.json") if (out / f).exists()), None)
     if result is None:
         sys.exit(f"{out} holds no summary.json or compare.json; nothing recorded")
-    sizes = {str(f.relative_to(out)): f.stat().st_size for f in sorted(out.rglob("*")) if f.is_file() and f.suffix in (".json", ".html", ".png")}
-    record(args.name, {"command": shlex.join(command), "wall_seconds": round(seconds, 1), "result_file": result.name,
-                       "result": json.loads(result.read_text()), "file_bytes": sizes})
+    sizes = {
+        str(f.relative_to(out)): f.stat().st_size
+        for f in sorted(out.rglob("*"))
+        if f.is_file() and f.suffix in (".json", ".html", ".png")
+    }
+    record(
+        args.name,
+        {
+            "command": shlex.join(command),
+            "wall_seconds": round(seconds, 1),
+            "result_file": result.name,
+            "result": json.loads(result.read_text()),
+            "file_bytes": sizes,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -48,7 +48,12 @@ def key_drift(rotary, inv_freq: torch.Tensor, dtype: torch.dtype, evictions: int
     def error(x):
         return {"max_abs": (x.float() - direct).abs().max().item(), "norm_ratio": (x.float().norm() / direct.norm()).item()}
 
-    return {"dtype": str(dtype).removeprefix("torch."), "evictions": evictions, "step_by_step": error(stepwise), "one_move": error(once)}
+    return {
+        "dtype": str(dtype).removeprefix("torch."),
+        "evictions": evictions,
+        "step_by_step": error(stepwise),
+        "one_move": error(once),
+    }
 
 
 def absolute_positions(rotary, config, start: int, steps: int = 1100, n_sink: int = 4, window: int = 1020) -> dict:
@@ -79,7 +84,10 @@ def absolute_positions(rotary, config, start: int, steps: int = 1100, n_sink: in
     old = rotate(in_cache, *rotation(offset * inv_freq.double()))
     return {
         "start": start,
-        "model_angle_drift_rad": (rope_angles(torch.tensor([start + steps]), inv_freq)[0] - (start + steps) * inv_freq.double()).abs().max().item(),
+        "model_angle_drift_rad": (rope_angles(torch.tensor([start + steps]), inv_freq)[0] - (start + steps) * inv_freq.double())
+        .abs()
+        .max()
+        .item(),
         "max_abs_key_error_now": (presented - dense).abs().max().item(),
         "max_abs_key_error_old": (old - dense).abs().max().item(),
     }

@@ -113,7 +113,9 @@ def run_child(method: str, tokens: int, limit_gb: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tokens", default="2048,4096")
-    parser.add_argument("--limit-gb", type=float, default=22.0, help="address-space cap per child, so a baseline that does not fit fails cleanly")
+    parser.add_argument(
+        "--limit-gb", type=float, default=22.0, help="address-space cap per child, so a baseline that does not fit fails cleanly"
+    )
     args = parser.parse_args()
     sys.path.insert(0, "benchmarks")
     from common import record
@@ -132,8 +134,14 @@ def ratios(rows: list[dict]) -> list[dict]:
     for tokens in sorted({r["tokens"] for r in rows}):
         mine = next(r for r in rows if r["tokens"] == tokens and r["method"] == "recorder")
         for base in (r for r in rows if r["tokens"] == tokens and r["method"] in BASELINES and "failed" not in r):
-            out.append({"tokens": tokens, "baseline": base["method"], "memory_above_model": round(mine["peak_above_model_mb"] / max(base["peak_above_model_mb"], 1), 3),
-                        "seconds": round(mine["seconds"] / base["seconds"], 3)})
+            out.append(
+                {
+                    "tokens": tokens,
+                    "baseline": base["method"],
+                    "memory_above_model": round(mine["peak_above_model_mb"] / max(base["peak_above_model_mb"], 1), 3),
+                    "seconds": round(mine["seconds"] / base["seconds"], 3),
+                }
+            )
     return out
 
 

@@ -31,8 +31,17 @@ from sinklab.models.hf import LoadedModel, load_model
 from sinklab.models.subjects import HFSubject
 from sinklab.scan import SCAN, InputSpec, RecordOptions, ScanConfig, record_subject, scan_inputs
 
-LLAMA_1B = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8,
-                vocab_size=128256, max_position_embeddings=131072, rope_theta=500000.0, tie_word_embeddings=True)
+LLAMA_1B = dict(
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    rope_theta=500000.0,
+    tie_word_embeddings=True,
+)
 
 
 def random_llama_1b(device: str, shape: dict = LLAMA_1B) -> LoadedModel:
@@ -105,7 +114,9 @@ def main() -> None:
     parser.add_argument("--tokens", default="512,2048,4096")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    parser.add_argument("--random-llama-1b", action="store_true", help="a randomly initialised 1B-class Llama instead of the default model")
+    parser.add_argument(
+        "--random-llama-1b", action="store_true", help="a randomly initialised 1B-class Llama instead of the default model"
+    )
     args = parser.parse_args()
     lengths = [int(t) for t in args.tokens.split(",")]
     torch.manual_seed(0)
@@ -120,7 +131,9 @@ def main() -> None:
         rows.append(compare(subject, ids, args.rounds, args.device))
         print(rows[-1], flush=True)
     phases = [] if args.random_llama_1b else [end_to_end(t) for t in lengths]
-    record("scan_speed", {"model": subject.name, "device": args.device, "rounds": args.rounds, "forward": rows, "end_to_end": phases})
+    record(
+        "scan_speed", {"model": subject.name, "device": args.device, "rounds": args.rounds, "forward": rows, "end_to_end": phases}
+    )
 
 
 if __name__ == "__main__":

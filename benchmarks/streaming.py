@@ -24,7 +24,13 @@ def main() -> None:
     cfg = StreamConfig(tokens=args.tokens, sinks=4, window=1020, recompute_every=args.recompute_every, ablation=(0, 1, 2, 4, 8))
     summary = pipeline.run(STREAM, cfg, out=args.out, overwrite=True).summary
     print(report.stream_table(summary))
-    record("streaming", {k: summary[k] for k in ("model", "max_positions", "tokens", "sinks", "window", "policies", "ablation", "one_pass_check")})
+    record(
+        "streaming",
+        {
+            k: summary[k]
+            for k in ("model", "max_positions", "tokens", "sinks", "window", "policies", "ablation", "one_pass_check")
+        },
+    )
 
 
 if __name__ == "__main__":

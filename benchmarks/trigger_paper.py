@@ -39,7 +39,19 @@ def main() -> None:
             "workers": args.workers or default_workers(),
             "wall_seconds": round(seconds, 1),
             "runs": [
-                {k: r[k] for k in ("key", "steps", "converged", "train_seconds", "eval_mse", "eval_max_abs_error", "step_mode", "compile_fallback")}
+                {
+                    k: r[k]
+                    for k in (
+                        "key",
+                        "steps",
+                        "converged",
+                        "train_seconds",
+                        "eval_mse",
+                        "eval_max_abs_error",
+                        "step_mode",
+                        "compile_fallback",
+                    )
+                }
                 | {"bos_mass_nontrigger": [round(h["bos_mass_nontrigger"], 4) for h in r["heads_detail"]]}
                 for r in summary["runs"]
             ],

@@ -27,7 +27,9 @@ class Visit:
 
     def unrendered_plots(self) -> list[str]:
         """Ids of plot elements with no drawn plotly SVG."""
-        return self.page.evaluate("Array.from(document.querySelectorAll('.plot')).filter(p => !p.hidden && p.offsetParent !== null && !p.querySelector('.main-svg')).map(p => p.id)")
+        return self.page.evaluate(
+            "Array.from(document.querySelectorAll('.plot')).filter(p => !p.hidden && p.offsetParent !== null && !p.querySelector('.main-svg')).map(p => p.id)"
+        )
 
 
 def require_chromium() -> None:
@@ -119,7 +121,9 @@ def screenshot_sections(report: Path, png: Path, sections: list[int], width: int
             return [Math.min(...s.map(r => r.left)), Math.min(...s.map(r => r.top)) + window.scrollY, Math.max(...s.map(r => r.right)), Math.max(...s.map(r => r.bottom)) + window.scrollY]; }""",
             sections,
         )
-        seen.page.screenshot(path=str(png), full_page=True, clip={"x": box[0], "y": box[1], "width": box[2] - box[0], "height": box[3] - box[1]})
+        seen.page.screenshot(
+            path=str(png), full_page=True, clip={"x": box[0], "y": box[1], "width": box[2] - box[0], "height": box[3] - box[1]}
+        )
         return seen.problems()
 
 

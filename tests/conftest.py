@@ -52,7 +52,9 @@ def make_tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<bos>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([SAMPLE_TEXT], trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>")
 
@@ -64,7 +66,9 @@ def tiny_config(arch: str, vocab_size: int):
     import transformers as t
 
     common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    decoder = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128, **common)
+    decoder = dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128, **common
+    )
     gqa = dict(decoder, num_key_value_heads=2)
     configs = {
         "llama": lambda: t.LlamaConfig(**{**gqa, "num_hidden_layers": 3}),
@@ -76,8 +80,18 @@ def tiny_config(arch: str, vocab_size: int):
         "phi": lambda: t.PhiConfig(**decoder),
         "gpt2": lambda: t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **common),
         "gpt_neox": lambda: t.GPTNeoXConfig(**decoder),
-        "opt": lambda: t.OPTConfig(hidden_size=32, ffn_dim=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128, word_embed_proj_dim=32, **common),
-        "gpt_oss": lambda: t.GptOssConfig(**{**gqa, "intermediate_size": 32}, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=8),
+        "opt": lambda: t.OPTConfig(
+            hidden_size=32,
+            ffn_dim=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            max_position_embeddings=128,
+            word_embed_proj_dim=32,
+            **common,
+        ),
+        "gpt_oss": lambda: t.GptOssConfig(
+            **{**gqa, "intermediate_size": 32}, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=8
+        ),
     }
     if arch not in configs:
         raise ValueError(arch)
@@ -150,8 +164,30 @@ def stream_run(tmp_path_factory, tiny_model_dir):
     corpus = path / "text.txt"
     corpus.write_text("To be, or not to be, that is the question. " * 60)
     with images_on():  # its contract test checks the PNGs
-        code = cli.main(["stream", str(tiny_model_dir("llama")), "--corpus", str(corpus), "--tokens", "80", "--sinks", "2", "--window", "14",
-                         "--recompute-every", "10", "--chunk", "40", "--latency-steps", "2", "--ablation", "0,1", "--out", str(path / "run")])
+        code = cli.main(
+            [
+                "stream",
+                str(tiny_model_dir("llama")),
+                "--corpus",
+                str(corpus),
+                "--tokens",
+                "80",
+                "--sinks",
+                "2",
+                "--window",
+                "14",
+                "--recompute-every",
+                "10",
+                "--chunk",
+                "40",
+                "--latency-steps",
+                "2",
+                "--ablation",
+                "0,1",
+                "--out",
+                str(path / "run"),
+            ]
+        )
     assert code == 0
     return path / "run"
 
@@ -206,7 +242,11 @@ def every_summary_matches_its_schema(tmp_path_factory):
     checked, broken = 0, []
     for summary in tmp_path_factory.getbasetemp().rglob("summary.json"):
         info = summary.parent / "run.json"
-        if not info.exists() or info.stat().st_mtime_ns < summary.stat().st_mtime_ns or '"status": "finished"' not in info.read_text():
+        if (
+            not info.exists()
+            or info.stat().st_mtime_ns < summary.stat().st_mtime_ns
+            or '"status": "finished"' not in info.read_text()
+        ):
             continue
         checked += 1
         try:

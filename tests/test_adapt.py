@@ -75,7 +75,9 @@ def test_prefix_is_exact_on_every_architecture(arch):
     with torch.no_grad():
         in_sequence = model(input_ids=torch.cat([torch.zeros(2, 1, dtype=torch.long), ids], 1)).logits[:, 1:]
         cached = prefix.logits(model, ids)
-        offset_forgotten = model(input_ids=ids, cache=prefix.cache(model, 2), use_cache=True, position_ids=torch.arange(24)[None].expand(2, -1)).logits
+        offset_forgotten = model(
+            input_ids=ids, cache=prefix.cache(model, 2), use_cache=True, position_ids=torch.arange(24)[None].expand(2, -1)
+        ).logits
     tolerance = exact_tolerance(in_sequence, torch.float32)
     assert (in_sequence - cached).abs().max() < tolerance
     assert (offset_forgotten - in_sequence).abs().max() > 100 * tolerance
@@ -119,7 +121,9 @@ def test_a_saved_prefix_is_refused_by_a_same_shape_model_and_follows_the_model_d
     legacy = {f"{kind}.{i}": t for kind, ts in (("keys", prefix.keys), ("values", prefix.values)) for i, t in enumerate(ts)}
     from safetensors.torch import save_file
 
-    save_file(legacy, str(tmp_path / "old.safetensors"), metadata={"format": "sinklab-sink-prefix/1", "token_ids": "[0]", "model": ""})
+    save_file(
+        legacy, str(tmp_path / "old.safetensors"), metadata={"format": "sinklab-sink-prefix/1", "token_ids": "[0]", "model": ""}
+    )
     with pytest.raises(SinklabError, match="no fingerprint"):
         SinkPrefix.load(tmp_path / "old.safetensors")
 
@@ -134,7 +138,9 @@ def test_fake_quant_follows_its_formula_on_hand_made_tensors():
     assert fake_quant(torch.tensor([10.0, 1.0]), 8, torch.tensor(2.0)).tolist() == pytest.approx([2.0, 2.0 * 64 / 127])
     x = torch.tensor([[100.0, 1.0], [1.0, 0.5]])
     # per token, each row has its own scale; per tensor, the outlier's scale s = 100 / 127 rounds every small value to s
-    assert quantize_activation(x, "token").flatten().tolist() == pytest.approx([100.0, 100 / 127, 1.0, 64 / 127])  # 63.5 rounds to 64
+    assert quantize_activation(x, "token").flatten().tolist() == pytest.approx(
+        [100.0, 100 / 127, 1.0, 64 / 127]
+    )  # 63.5 rounds to 64
     assert quantize_activation(x, "tensor").flatten().tolist() == pytest.approx([100.0, 100 / 127, 100 / 127, 100 / 127])
 
 
@@ -248,7 +254,9 @@ def test_per_tensor_w8a8_pays_for_the_outlier_only_with_bos_in_the_stream(outlie
 
 def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, corpus, with_images):
     loaded = load_model(str(tiny_model_dir("llama")))
-    cfg = build(PrefixConfig, dict(corpus=corpus, tokens=16, windows=2, calibration=1, prefix_tokens=1, search_seconds=30, candidates=4))
+    cfg = build(
+        PrefixConfig, dict(corpus=corpus, tokens=16, windows=2, calibration=1, prefix_tokens=1, search_seconds=30, candidates=4)
+    )
     s = pipeline.run(ADAPT, cfg, loaded, out=tmp_path / "run").summary
     assert s["exact_check"] < s["exact_check_tolerance"] < 1e-4
     assert set(s["ppl"]) == {"fp", *QUANT_SCHEMES}
@@ -274,7 +282,23 @@ def test_a_prefix_that_forgets_its_offset_fails_the_run_with_status_3(tmp_path, 
 
     monkeypatch.setattr(SinkPrefix, "logits", offset_forgotten)
     out = tmp_path / "run"
-    args = ["adapt", str(folder), "--corpus", corpus, "--tokens", "16", "--windows", "1", "--calibration", "1", "--quant", "w8a8", "--out", str(out), "--quiet"]
+    args = [
+        "adapt",
+        str(folder),
+        "--corpus",
+        corpus,
+        "--tokens",
+        "16",
+        "--windows",
+        "1",
+        "--calibration",
+        "1",
+        "--quant",
+        "w8a8",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert cli.main(args) == 3
     summary = json.loads((out / "summary.json").read_text())
     assert summary["exact_check"] > 100 * summary["exact_check_tolerance"]
@@ -341,8 +365,21 @@ def test_every_mitigation_starts_as_the_original_model(arch, name, tiny_model_di
 
 def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, corpus):
     def run(out: Path, resume: bool = False):
-        cfg = build(FinetuneConfig, dict(mitigation="gate", steps=4, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",),
-                                         checkpoint_every=2, corpus=corpus))
+        cfg = build(
+            FinetuneConfig,
+            dict(
+                mitigation="gate",
+                steps=4,
+                seq_len=12,
+                batch=2,
+                tokens=16,
+                windows=1,
+                calibration=1,
+                schemes=("w8a8",),
+                checkpoint_every=2,
+                corpus=corpus,
+            ),
+        )
         return pipeline.run(FINETUNE, cfg, load_model(str(tiny_model_dir("llama"))), out=out, resume=resume).summary
 
     whole = run(tmp_path / "whole")
@@ -376,7 +413,20 @@ def test_finetuning_also_measures_text_outside_its_corpus(tmp_path, tiny_model_d
     """The step-0 baseline (BOS as a cached prefix) and every condition again on Python's
     documentation. Mutations: measuring the outside part on the fine-tuning windows makes the two
     tables equal; a prefix that is not BOS's cache moves the prefix row off the BOS row."""
-    cfg = build(FinetuneConfig, dict(mitigation="kv_bias", steps=1, seq_len=12, batch=2, tokens=16, windows=2, calibration=1, schemes=("w8a8",), corpus=corpus))
+    cfg = build(
+        FinetuneConfig,
+        dict(
+            mitigation="kv_bias",
+            steps=1,
+            seq_len=12,
+            batch=2,
+            tokens=16,
+            windows=2,
+            calibration=1,
+            schemes=("w8a8",),
+            corpus=corpus,
+        ),
+    )
     loaded = load_model(str(tiny_model_dir("llama")))
     s = pipeline.run(FINETUNE, cfg, loaded, out=tmp_path / "tune").summary
     assert s["outside_corpus"] == "pydoc" and set(s["ppl_outside"]) == {"fp", "w8a8"}
@@ -384,8 +434,13 @@ def test_finetuning_also_measures_text_outside_its_corpus(tmp_path, tiny_model_d
         assert s[part]["fp"]["prefix"] == pytest.approx(s[part]["fp"]["bos"], rel=1e-4)  # the prefix is BOS's exact cache
     assert s["ppl_outside"]["fp"]["bos"] != pytest.approx(s["ppl"]["fp"]["bos"], rel=1e-3)
     windows = corpus_windows("pydoc", loaded.tokenizer, 16, 2, held_out=True)
-    assert s["ppl_outside"]["fp"]["bos"] == pytest.approx(perplexity(content_nll(loaded.model, windows, Condition("bos", lead=(0,)))), rel=1e-5)
-    assert "another domain (pydoc)" in adapt_report.ppl_table(s) and "another domain" in (tmp_path / "tune" / "report.html").read_text()
+    assert s["ppl_outside"]["fp"]["bos"] == pytest.approx(
+        perplexity(content_nll(loaded.model, windows, Condition("bos", lead=(0,)))), rel=1e-5
+    )
+    assert (
+        "another domain (pydoc)" in adapt_report.ppl_table(s)
+        and "another domain" in (tmp_path / "tune" / "report.html").read_text()
+    )
 
 
 def test_finetuning_fails_on_its_exact_check_after_writing_results(tmp_path, tiny_model_dir, corpus, monkeypatch):
@@ -394,7 +449,12 @@ def test_finetuning_fails_on_its_exact_check_after_writing_results(tmp_path, tin
     import sinklab.adapt.finetune as finetune
 
     monkeypatch.setattr(finetune, "exact_tolerance", lambda reference, dtype: -1.0)
-    cfg = build(FinetuneConfig, dict(mitigation="gate", steps=1, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",), corpus=corpus))
+    cfg = build(
+        FinetuneConfig,
+        dict(
+            mitigation="gate", steps=1, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",), corpus=corpus
+        ),
+    )
     with pytest.raises(NumericalCheckFailed, match="tolerance -1") as failed:
         pipeline.run(FINETUNE, cfg, load_model(str(tiny_model_dir("llama"))), out=tmp_path / "tune")
     assert failed.value.run_dir == tmp_path / "tune" and (tmp_path / "tune" / "summary.json").exists()
@@ -439,9 +499,15 @@ def test_a_model_without_bos(tmp_path, tiny_model_dir, corpus):
     loaded.model.config.bos_token_id = None
     with pytest.raises(SinklabError, match="defines no BOS token"):
         pipeline.run(ADAPT, build(PrefixConfig, dict(corpus=corpus, bos="yes")), loaded, out=tmp_path / "yes")
-    s = pipeline.run(ADAPT, build(PrefixConfig, dict(corpus=corpus, tokens=16, windows=1, calibration=1, schemes=("w8a8",), candidates=3)), loaded).summary
+    s = pipeline.run(
+        ADAPT,
+        build(PrefixConfig, dict(corpus=corpus, tokens=16, windows=1, calibration=1, schemes=("w8a8",), candidates=3)),
+        loaded,
+    ).summary
     assert set(s["ppl"]["w8a8"]) == {"no_bos", "cushion"} and len(s["search"]["tokens"]) == 1
-    assert s["exact_check"] < s["exact_check_tolerance"] and tuple(s["exact_check_tokens"]) == tuple(s["search"]["tokens"])  # the searched prefix is exact too
+    assert s["exact_check"] < s["exact_check_tolerance"] and tuple(s["exact_check_tokens"]) == tuple(
+        s["search"]["tokens"]
+    )  # the searched prefix is exact too
     with pytest.raises(SinklabError, match="needs a model with a fixed BOS"):
         pipeline.run(FINETUNE, build(FinetuneConfig, dict(corpus=corpus)), loaded, out=tmp_path / "tune")
 

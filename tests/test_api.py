@@ -62,7 +62,13 @@ def test_bfloat16_scan_stays_close_to_float32(tiny, tokenizer):
 def test_a_device_map_loads_and_gives_the_single_device_figures(tiny_model_dir, tokenizer, tmp_path):
     folder = str(tiny_model_dir("llama"))
     single = sinklab.scan_model(load_model(folder).model, tokenizer, prompt=TEXT, tokens=24).summary
-    mapping = {"model.embed_tokens": "cpu", **{f"model.layers.{i}": "cpu" for i in range(3)}, "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    mapping = {
+        "model.embed_tokens": "cpu",
+        **{f"model.layers.{i}": "cpu" for i in range(3)},
+        "model.norm": "cpu",
+        "model.rotary_emb": "cpu",
+        "lm_head": "cpu",
+    }
     (tmp_path / "map.json").write_text(json.dumps(mapping))
     for given in (json.dumps(mapping), str(tmp_path / "map.json"), "auto"):
         spread = sinklab.scan_model(load_model(folder, device_map=given).model, tokenizer, prompt=TEXT, tokens=24).summary
@@ -74,8 +80,12 @@ def test_intervene_stream_and_adapt_return_tables(tiny, tokenizer):
     frame = inter.frame()
     assert inter.kind == "intervene" and set(frame.experiment) == {"mask_self k=5", "amplify k=4 lam=2"} and len(frame) == 2 * 3
     assert {"layer", "share_at_k", "share_at_k_before", "share_at_0", "loss"} <= set(frame.columns)
-    stream = sinklab.stream_model(tiny, tokenizer, tokens=64, sinks=2, window=14, policies=("dense", "sink"), chunk=32, latency_steps=2)
-    assert stream.kind == "stream" and set(stream.frame().policy) == {"dense", "sink"} and stream.summary["one_pass_check"]["passed"]
+    stream = sinklab.stream_model(
+        tiny, tokenizer, tokens=64, sinks=2, window=14, policies=("dense", "sink"), chunk=32, latency_steps=2
+    )
+    assert (
+        stream.kind == "stream" and set(stream.frame().policy) == {"dense", "sink"} and stream.summary["one_pass_check"]["passed"]
+    )
     adapted = sinklab.adapt_model(tiny, tokenizer, tokens=32, windows=2, calibration=1, schemes=("w8a8",))
     rows = adapted.frame()
     assert adapted.kind == "adapt" and set(rows.setting) == {"fp", "w8a8"} and {"bos", "prefix", "no_bos"} <= set(rows.condition)
@@ -143,8 +153,13 @@ def test_statistics_of_a_bfloat16_model_are_summed_in_float32(tiny, tokenizer):
     def keep(tensor, where):
         seen[(where.layer, where.point)] = tensor.detach().double()
 
-    record, _ = record_subject(subject, ids, RecordOptions(), extra_hooks=[(f"blocks.*.{p}", keep) for p in ("attn.hook_k", "attn.hook_v", "mlp.hook_post")],
-                               progress=False)
+    record, _ = record_subject(
+        subject,
+        ids,
+        RecordOptions(),
+        extra_hooks=[(f"blocks.*.{p}", keep) for p in ("attn.hook_k", "attn.hook_v", "mlp.hook_post")],
+        progress=False,
+    )
     for layer in range(subject.n_layers):
         k, v, a = (seen[(layer, p)] for p in ("attn.hook_k", "attn.hook_v", "mlp.hook_post"))
         torch.testing.assert_close(record.key_norm[layer], k.norm(dim=-1).mean(1).sum(0) / 2, rtol=1e-5, atol=0)

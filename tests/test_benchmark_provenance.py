@@ -40,8 +40,21 @@ def trained(tmp_path_factory):
     (root / "corpus").mkdir()
     for i in range(4):
         (root / "corpus" / f"doc{i}.txt").write_text(" ".join(f"word{(i * 7 + j) % 13}" for j in range(1500)))
-    settings = dict(corpus=str(root / "corpus"), tokenizer="bytes", d_model=16, n_layers=1, n_heads=2, seq_len=16, batch=4, warmup=1, eval_every=2, eval_batches=1,
-                    checkpoint_every=2, scan_tokens=8, scan_batch=2)
+    settings = dict(
+        corpus=str(root / "corpus"),
+        tokenizer="bytes",
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        seq_len=16,
+        batch=4,
+        warmup=1,
+        eval_every=2,
+        eval_batches=1,
+        checkpoint_every=2,
+        scan_tokens=8,
+        scan_batch=2,
+    )
     run = PretrainConfig(**settings, attention=AttentionSpec("softmax"), steps=4)
     train_lm(run, run_dir(root / "sweep", run))
     set_git(run_dir(root / "sweep", run), {"commit": COMMIT, "uncommitted_changes": False})
@@ -80,7 +93,11 @@ def test_a_run_of_the_commit_the_row_is_stamped_with_is_kept(sweep, run, revisio
     [
         (None, "bbbbbbb", "it was trained at commit aaaaaaa, and this tree is at bbbbbbb"),
         (None, "unknown-dirty", "it was trained at commit aaaaaaa, and this tree is at unknown"),
-        ({"commit": COMMIT, "uncommitted_changes": True}, COMMIT[:7], "it was trained with uncommitted changes, and this row would be stamped clean"),
+        (
+            {"commit": COMMIT, "uncommitted_changes": True},
+            COMMIT[:7],
+            "it was trained with uncommitted changes, and this row would be stamped clean",
+        ),
         ("none", COMMIT[:7], "its run.json records no git commit"),
     ],
     ids=["other-commit", "git-failed", "uncommitted-run", "no-commit"],
@@ -104,7 +121,11 @@ def test_a_run_of_another_commit_is_refused_with_the_reason_or_trained_again(swe
 
 @pytest.mark.parametrize(
     "change, reason",
-    [({"lr": 1e-2}, r"lr: 0.003 there, 0.01 now"), ({"seq_len": 8}, r"seq_len: 16 there, 8 now"), ({"seed": 1}, r"seed: 0 there, 1 now")],
+    [
+        ({"lr": 1e-2}, r"lr: 0.003 there, 0.01 now"),
+        ({"seq_len": 8}, r"seq_len: 16 there, 8 now"),
+        ({"seed": 1}, r"seed: 0 there, 1 now"),
+    ],
     ids=["lr", "length", "seed"],
 )
 def test_the_sweep_refuses_a_run_of_another_configuration_or_trains_it_again(run, monkeypatch, change, reason):
@@ -112,18 +133,27 @@ def test_the_sweep_refuses_a_run_of_another_configuration_or_trains_it_again(run
     is refused naming the setting, and --rerun-stale trains it anew. Mutation tried: train_one
     ignoring rerun_stale (the last call is refused)."""
     cfg, path = run
-    assert train_one(SweepJob(cfg, str(path), False))["final_val_loss"] == json.loads((path / "summary.json").read_text())["final_val_loss"]
+    assert (
+        train_one(SweepJob(cfg, str(path), False))["final_val_loss"]
+        == json.loads((path / "summary.json").read_text())["final_val_loss"]
+    )
     with pytest.raises(SinklabError, match=f"another configuration \\({reason}\\).*--rerun-stale"):
         train_one(SweepJob(replace(cfg, **change), str(path), False))
     trained = []
-    monkeypatch.setattr(pretrain_run, "train", lambda cfg, out, resume, world, data: trained.append(resume) or (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(
+        pretrain_run,
+        "train",
+        lambda cfg, out, resume, world, data: trained.append(resume) or (_ for _ in ()).throw(KeyboardInterrupt),
+    )
     with pytest.raises(KeyboardInterrupt):
         train_one(SweepJob(replace(cfg, **change), str(path), True))
     assert trained == [False] and not (path / "summary.json").exists()  # the old run removed, the new one not resumed from it
 
 
 def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @pytest.fixture()
@@ -181,16 +211,41 @@ def test_sweep_settings_reach_every_run_and_bad_ones_are_one_line_errors(capsys)
     from sinklab.cli.args import config_from
     from sinklab.pretrain.sweep import parse_setting
 
-    args = cli.build_parser().parse_args(["sweep", "--corpus", "bb", "--seeds", "0,1", "--steps", "2500", "--variants", "softmax,softmax+gate",
-                                          "--set", "lr=3e-3", "--set", "positions=learned", "--set", "tie_embeddings=false", "--set", "n_layers=3"])
+    args = cli.build_parser().parse_args(
+        [
+            "sweep",
+            "--corpus",
+            "bb",
+            "--seeds",
+            "0,1",
+            "--steps",
+            "2500",
+            "--variants",
+            "softmax,softmax+gate",
+            "--set",
+            "lr=3e-3",
+            "--set",
+            "positions=learned",
+            "--set",
+            "tie_embeddings=false",
+            "--set",
+            "n_layers=3",
+        ]
+    )
     cfg = config_from(SweepConfig, args, settings=dict(args.settings))
     assert cfg.settings == {"lr": 0.003, "positions": "learned", "tie_embeddings": False, "n_layers": 3}
     runs = cfg.runs()
     assert len(runs) == 4
     for run in runs:
         assert (run.lr, run.positions, run.tie_embeddings, run.n_layers, run.steps) == (0.003, "learned", False, 3, 2500)
-    bad_settings = [("seed=3", "KEY one of"), ("max_seq_len=300", "KEY one of"), ("lr", "KEY=VALUE"), ("lr=fast", "takes float values"),
-                    ("n_layers=2.5", "takes int values"), ("n_layers=true", "takes int values")]
+    bad_settings = [
+        ("seed=3", "KEY one of"),
+        ("max_seq_len=300", "KEY one of"),
+        ("lr", "KEY=VALUE"),
+        ("lr=fast", "takes float values"),
+        ("n_layers=2.5", "takes int values"),
+        ("n_layers=true", "takes int values"),
+    ]
     for bad, message in bad_settings:
         with pytest.raises(SinklabError, match=message):
             parse_setting(bad)

@@ -28,8 +28,19 @@ def bb():
 def short_run(tmp_path_factory):
     """A 150-step run of one layer of two heads, in which the sink starts to form: (its
     configuration, its run directory, its summary). Read, never written, by the tests that take it."""
-    cfg = PretrainConfig(corpus="bb", n_layers=1, d_model=64, n_heads=2, seq_len=64, batch=16, steps=150, lr=3e-3,
-                         eval_every=150, eval_batches=2, checkpoint_every=150)
+    cfg = PretrainConfig(
+        corpus="bb",
+        n_layers=1,
+        d_model=64,
+        n_heads=2,
+        seq_len=64,
+        batch=16,
+        steps=150,
+        lr=3e-3,
+        eval_every=150,
+        eval_batches=2,
+        checkpoint_every=150,
+    )
     out = tmp_path_factory.mktemp("short") / "run"
     return cfg, out, train_lm(cfg, out).summary
 
@@ -77,7 +88,9 @@ def test_no_training_step_draws_an_evaluation_batch(bb):
     for seed, step in [(0, VALIDATION_SEED), (0, SCAN_SEED), (0, 1)]:
         batch = step_batch(bb, PretrainConfig(corpus="bb", batch=2, seq_len=16, seed=seed), step)
         assert not any(torch.equal(batch[:, : e.shape[1]], e) for e in evaluation), (seed, step)
-    seeds = {training_seed(s, t) % (1 << 32) for s in (0, 1, 2047) for t in (*range(0, 5000, 7), (1 << 20) - 1)}  # a CPU generator reads 32 bits
+    seeds = {
+        training_seed(s, t) % (1 << 32) for s in (0, 1, 2047) for t in (*range(0, 5000, 7), (1 << 20) - 1)
+    }  # a CPU generator reads 32 bits
     assert not seeds & {VALIDATION_SEED, SCAN_SEED} and len(seeds) == 3 * (len(range(0, 5000, 7)) + 1)
 
 
@@ -171,8 +184,22 @@ def test_copy_head_refuses_a_run_with_sink_tokens_a_text_run_and_an_unfinished_r
 
 def test_null_mass_counts_attention_on_learned_sink_tokens():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=16, n_layers=2, n_heads=2, vocab_size=30, mlp=True, norm=True, rope=True, residual=True,
-                                    scale_scores=True, sink_tokens=1, attention=AttentionSpec(), max_seq_len=20))
+    model = Transformer(
+        ModelConfig(
+            d_model=16,
+            n_layers=2,
+            n_heads=2,
+            vocab_size=30,
+            mlp=True,
+            norm=True,
+            rope=True,
+            residual=True,
+            scale_scores=True,
+            sink_tokens=1,
+            attention=AttentionSpec(),
+            max_seq_len=20,
+        )
+    )
     ids = torch.randint(0, 30, (3, 12))
     scan = scan_native(model, ids)
     _, weights = model(ids, need_weights=True)

@@ -39,7 +39,10 @@ def test_scan_refuses_inputs_too_short_for_the_metrics(prompt, tiny_model_dir, t
 
 
 def test_every_intervention_and_extra_has_its_flag():
-    help_text = {name: cli.build_parser()._subparsers._group_actions[0].choices[name].format_help() for name in ("intervene", "pretrain", "trigger")}
+    help_text = {
+        name: cli.build_parser()._subparsers._group_actions[0].choices[name].format_help()
+        for name in ("intervene", "pretrain", "trigger")
+    }
     for option in INTERVENTIONS:
         assert f"--{option.replace('_', '-')}" in help_text["intervene"]
     for extra in EXTRA_NAMES:

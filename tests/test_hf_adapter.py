@@ -211,7 +211,9 @@ def test_zero_queries_attend_uniformly():
     def keep(w, point):
         pattern["w"] = w
 
-    zeroed = fire_all(model, ids, [("blocks.0.attn.hook_q", lambda q, point: torch.zeros_like(q)), ("blocks.0.attn.hook_pattern", keep)])
+    zeroed = fire_all(
+        model, ids, [("blocks.0.attn.hook_q", lambda q, point: torch.zeros_like(q)), ("blocks.0.attn.hook_pattern", keep)]
+    )
     visible = torch.tril(torch.ones(T, T))
     torch.testing.assert_close(pattern["w"], (visible / visible.sum(-1, keepdim=True)).expand(2, 4, T, T))
     assert (zeroed - fire_all(model, ids, [])).abs().max() > 1e-4
@@ -222,6 +224,7 @@ def test_an_instrumentation_inside_another_gives_the_outer_one_back_its_hooks():
     model = eager_model("llama")
     ids = torch.randint(2, 300, (1, T))
     outer, inner, fired = HookSet(), HookSet(), []
+
     def mark(z, point):
         fired.append("outer")
 

@@ -46,7 +46,20 @@ def at(point="attn.hook_z", q_start=0):
 
 def native_subject():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=16, n_layers=2, n_heads=2, vocab_size=40, mlp=True, norm=True, rope=True, residual=True, scale_scores=True, max_seq_len=32))
+    model = Transformer(
+        ModelConfig(
+            d_model=16,
+            n_layers=2,
+            n_heads=2,
+            vocab_size=40,
+            mlp=True,
+            norm=True,
+            rope=True,
+            residual=True,
+            scale_scores=True,
+            max_seq_len=32,
+        )
+    )
     return NativeSubject(model)
 
 
@@ -73,7 +86,14 @@ def test_mask_self_keeps_only_the_diagonal_of_row_k():
     assert torch.equal(edited[0, 0, [0, 1, 2, 4, 5]], mask[0, 0, [0, 1, 2, 4, 5]])
     # a chunk of rows that starts after k is untouched; one that contains it is shifted correctly
     assert torch.equal(MaskSelf(k=3).edit(mask[..., 4:, :], at("attn.hook_mask", 4)), mask[..., 4:, :])
-    assert MaskSelf(k=3).edit(mask[..., 2:, :], at("attn.hook_mask", 2))[0, 0, 1].tolist() == [False, False, False, True, False, False]
+    assert MaskSelf(k=3).edit(mask[..., 2:, :], at("attn.hook_mask", 2))[0, 0, 1].tolist() == [
+        False,
+        False,
+        False,
+        True,
+        False,
+        False,
+    ]
 
 
 def test_variance_amplify_and_plain_scale_on_hand_checkable_values():
@@ -112,7 +132,10 @@ def test_head_selection_edits_only_those_heads():
     def keep(w, p):
         seen[p.layer] = w.detach().clone()
 
-    with subject.session(), subject.hooks.attached([*MaskSelf(k=5, heads=(1,), layers=(0,)).hooks(2), ("blocks.*.attn.hook_pattern", keep)]):
+    with (
+        subject.session(),
+        subject.hooks.attached([*MaskSelf(k=5, heads=(1,), layers=(0,)).hooks(2), ("blocks.*.attn.hook_pattern", keep)]),
+    ):
         subject.logits(ids)
     w = seen[0][0]  # (H, T, T)
     assert w[1, 5, 5] == pytest.approx(1.0) and w[1, 5, :5].sum() == 0
@@ -169,7 +192,9 @@ def test_bad_positions_layers_and_heads_are_clear_errors(iv, message):
 
 def test_run_directory_contract(tiny_model_dir, tmp_path, with_images):
     subject = HFSubject(load_model(str(tiny_model_dir("llama"))))
-    asked = interventions_for({"mask_self": (5,), "amplify": 5, "scale": 5, "suppress_sink": True, "drop_first": 2}, lams=(1.0, 4.0))
+    asked = interventions_for(
+        {"mask_self": (5,), "amplify": 5, "scale": 5, "suppress_sink": True, "drop_first": 2}, lams=(1.0, 4.0)
+    )
     cfg = InterveneConfig(interventions=tuple(asked), inputs=InputSpec(random_tokens=True, tokens=16, batch=2))
     pipeline.run(INTERVENE, cfg, subject, out=tmp_path)
     s = json.loads((tmp_path / "summary.json").read_text())
@@ -184,7 +209,19 @@ def test_run_directory_contract(tiny_model_dir, tmp_path, with_images):
 
 
 def test_cli_bad_position_is_one_line(tiny_model_dir, tmp_path, capsys):
-    code = cli.main(["intervene", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "8", "--mask-self", "20", "--out", str(tmp_path)])
+    code = cli.main(
+        [
+            "intervene",
+            str(tiny_model_dir("llama")),
+            "--random-tokens",
+            "--max-tokens",
+            "8",
+            "--mask-self",
+            "20",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert code == 2
     assert "position 20 is beyond the input" in capsys.readouterr().err
 
@@ -272,7 +309,11 @@ def test_applied_restores_the_model_after_the_block_and_after_an_error():
     torch.testing.assert_close(model(input_ids=ids).logits, clean, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("edits", [[MaskSelf(9)], [ScoreBias((1,), -2.0)], [ValueZero((2,))], [DropFirst(2)], [PlainScale(8, 3.0, layers=(1,))]], ids=lambda e: type(e[0]).__name__)
+@pytest.mark.parametrize(
+    "edits",
+    [[MaskSelf(9)], [ScoreBias((1,), -2.0)], [ValueZero((2,))], [DropFirst(2)], [PlainScale(8, 3.0, layers=(1,))]],
+    ids=lambda e: type(e[0]).__name__,
+)
 def test_generate_under_applied_equals_rerunning_the_whole_sequence_each_step(edits):
     """Greedy decoding with a dense KV cache (Tq = 1 < Tk) edits absolute position k as a full
     forward does: the logits of every step equal those of the whole sequence re-run without a
@@ -297,7 +338,11 @@ def test_variance_amplify_refuses_a_decoding_step_it_cannot_average():
     """Its mu is a mean over positions 0..T-1; a cached step holds only the new row. Mutation
     tried: no check (the one-row mean makes the edit a silent no-op)."""
     model, prompt = sharp_model(), random_ids(1, 6)
-    with pytest.raises(SinklabError, match="VarianceAmplify at position 8 needs"), applied(model, [VarianceAmplify(8, 4.0)]), torch.no_grad():
+    with (
+        pytest.raises(SinklabError, match="VarianceAmplify at position 8 needs"),
+        applied(model, [VarianceAmplify(8, 4.0)]),
+        torch.no_grad(),
+    ):
         model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, min_new_tokens=4, do_sample=False)
     with applied(model, [VarianceAmplify(3, 4.0)]), torch.no_grad():  # in the prompt: edited at prefill
         model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=4, min_new_tokens=4, do_sample=False)
@@ -328,7 +373,10 @@ def test_applied_checks_layers_on_entry_positions_on_exit_and_the_model_kind():
         model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=5, min_new_tokens=5, do_sample=False)
     with pytest.raises(SinklabError, match="not Linear"), applied(torch.nn.Linear(2, 2), []):
         pass
-    with pytest.raises(SinklabError, match="pass query_chunk=None"), applied(HFSubject(LoadedModel(model, None, "s", "local"), None), []):
+    with (
+        pytest.raises(SinklabError, match="pass query_chunk=None"),
+        applied(HFSubject(LoadedModel(model, None, "s", "local"), None), []),
+    ):
         pass
 
 
@@ -342,7 +390,11 @@ def test_whole_patterns_with_query_chunk_none():
 
     for chunk in (None, 4):
         calls.clear()
-        with applied(model, [], query_chunk=chunk) as hooks, hooks.attached([("blocks.*.attn.hook_pattern", keep)]), torch.no_grad():
+        with (
+            applied(model, [], query_chunk=chunk) as hooks,
+            hooks.attached([("blocks.*.attn.hook_pattern", keep)]),
+            torch.no_grad(),
+        ):
             model(input_ids=ids)
         if chunk is None:
             assert calls[0] == [((2, 4, 12, 12), 0)] and len(calls) == 3
@@ -375,6 +427,8 @@ def test_applied_refuses_a_cache_that_dropped_tokens():
 
     model, prompt = sharp_model(), random_ids(1, 7)
     with pytest.raises(SinklabError, match="dropped .* token"), applied(model, [MaskSelf(7)]):
-        model.generate(prompt, cache=make_sink_cache(model, 2, 6), max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=1)
+        model.generate(
+            prompt, cache=make_sink_cache(model, 2, 6), max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=1
+        )
     with applied(model, [MaskSelf(7)]):  # a cache that keeps every token is fine
         model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=1)

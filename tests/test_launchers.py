@@ -26,19 +26,46 @@ from sinklab.core.launchers import LOG_DIR, LauncherSettings, launch
 from sinklab.models.hf import LoadOptions
 from sinklab.pretrain import SweepConfig, run_sweep
 
-NEEDS_RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
-                               reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here")
+NEEDS_RAY = pytest.mark.skipif(
+    importlib.util.find_spec("ray") is None,
+    reason="ray is not installed (pip install 'sinklab[ray]'): its launcher is untested here",
+)
 SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "timeout_min": 10}
 ENGINES = {"submitit-local": SUBMITIT_LOCAL, "ray": {"launcher": "ray"}}
 ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) for name in ENGINES]
 #: Every engine, the pool included: (settings, workers); the pool with one worker runs the jobs in this process.
-EVERY_ENGINE = {"pool": ({"launcher": "local"}, 2), "pool-in-process": ({"launcher": "local"}, 1),
-                **{name: (settings, 2) for name, settings in ENGINES.items()}}
+EVERY_ENGINE = {
+    "pool": ({"launcher": "local"}, 2),
+    "pool-in-process": ({"launcher": "local"}, 1),
+    **{name: (settings, 2) for name, settings in ENGINES.items()},
+}
 #: Those that start their own engine in every test: Ray's tests share one (TestOnARunningRay, at the end).
 OWN_ENGINE_PARAMS = [name for name in EVERY_ENGINE if name != "ray"]
 #: Softmax 1x1 on a small task: seeds 1-3 stop at different steps before the budget, seed 0 at it.
-TRIGGER = ["trigger", "--n-layers", "1", "--n-heads", "1", "--attn", "softmax", "--seeds", "0-3", "--n", "4", "--length", "6",
-           "--eval-trigger", "3", "--max-steps", "1500", "--eval-sequences", "100", "--workers", "2", "--quiet"]
+TRIGGER = [
+    "trigger",
+    "--n-layers",
+    "1",
+    "--n-heads",
+    "1",
+    "--attn",
+    "softmax",
+    "--seeds",
+    "0-3",
+    "--n",
+    "4",
+    "--length",
+    "6",
+    "--eval-trigger",
+    "3",
+    "--max-steps",
+    "1500",
+    "--eval-sequences",
+    "100",
+    "--workers",
+    "2",
+    "--quiet",
+]
 TIMING = ("train_seconds", "tokens_per_s")  # wall-clock figures: the only fields allowed to differ
 
 
@@ -98,9 +125,26 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
 
 
 #: The Bigram-Backcopy sweep's own softmax and relu runs (seed 0) on a tiny model, 4 steps.
-TINY_BB = SweepConfig(corpus="bb", seeds=(0,), variants=("softmax", "relu"), steps=4, workers=2,
-                      settings=dict(d_model=16, n_layers=1, n_heads=2, seq_len=16, batch=4, warmup=1, eval_every=2, eval_batches=1, checkpoint_every=2,
-                                    scan_tokens=8, scan_batch=2))
+TINY_BB = SweepConfig(
+    corpus="bb",
+    seeds=(0,),
+    variants=("softmax", "relu"),
+    steps=4,
+    workers=2,
+    settings=dict(
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        seq_len=16,
+        batch=4,
+        warmup=1,
+        eval_every=2,
+        eval_batches=1,
+        checkpoint_every=2,
+        scan_tokens=8,
+        scan_batch=2,
+    ),
+)
 
 
 def sweep_rows(result) -> list:
@@ -139,8 +183,15 @@ def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, t
 def check_failures_are_collected(settings: LauncherSettings, workers: int, tmp_path: Path) -> None:
     saved = {}
     with pytest.raises(SinklabError) as failure:
-        launch(fail_two_jobs, [0, 1, 2, 3], settings, tmp_path, workers=workers, label=lambda x: f"job{x}",
-               on_result=saved.__setitem__)
+        launch(
+            fail_two_jobs,
+            [0, 1, 2, 3],
+            settings,
+            tmp_path,
+            workers=workers,
+            label=lambda x: f"job{x}",
+            on_result=saved.__setitem__,
+        )
     assert saved == {0: 0, 3: 9}
     message = str(failure.value)
     assert "\n" not in message and message.startswith("2 of 4 jobs failed")
@@ -191,8 +242,7 @@ def check_job_order(settings: LauncherSettings, tmp_path: Path) -> None:
         saved.append(job[0])
         Path(tmp_path, f"saved{job[0]}").touch()
 
-    results = launch(finish_after_the_next_is_saved, jobs, settings, tmp_path, workers=len(jobs),
-                     on_result=save)
+    results = launch(finish_after_the_next_is_saved, jobs, settings, tmp_path, workers=len(jobs), on_result=save)
     assert results == [0, 1, 4] and saved == [2, 1, 0]
 
 
@@ -255,11 +305,14 @@ def running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("launcher, kill, status", [
-    (SUBMITIT_LOCAL, signal.SIGTERM, 128 + signal.SIGTERM),
-    pytest.param({"launcher": "ray"}, signal.SIGTERM, None, marks=NEEDS_RAY),  # Ray's own exit status
-    ({"launcher": "local"}, signal.SIGKILL, -signal.SIGKILL),
-])
+@pytest.mark.parametrize(
+    "launcher, kill, status",
+    [
+        (SUBMITIT_LOCAL, signal.SIGTERM, 128 + signal.SIGTERM),
+        pytest.param({"launcher": "ray"}, signal.SIGTERM, None, marks=NEEDS_RAY),  # Ray's own exit status
+        ({"launcher": "local"}, signal.SIGKILL, -signal.SIGKILL),
+    ],
+)
 def test_a_killed_command_leaves_no_job_running(launcher, kill, status, tmp_path):
     """Killing the submitting command (``kill``, a cancelled batch job) ends its jobs still running,
     instead of leaving them to race a restarted command for the same run directories: an engine's
@@ -388,8 +441,11 @@ def test_a_portable_job_runs_in_the_submitting_directory(tmp_path, monkeypatch):
         (["--launcher", "ray", "--ray-address", "127.0.0.1:9"], {}, "--ray-address 127.0.0.1:9: nothing answers there"),
         (["--launcher", "slurm", "--timeout-min", "0"], {}, "--timeout-min must be at least 1, got 0"),
         (["--launcher", "slurm"], "no-submitit", "--launcher slurm needs the submitit package, which is not installed"),
-        (["--launcher", "ray"], "no-ray",
-         "--launcher ray needs the ray package, which is not installed: pip install 'sinklab[ray]'"),
+        (
+            ["--launcher", "ray"],
+            "no-ray",
+            "--launcher ray needs the ray package, which is not installed: pip install 'sinklab[ray]'",
+        ),
         (["--partition", "gpu"], {}, "--partition do(es) not apply to --launcher local: --partition is for --launcher slurm"),
         (["--launcher", "slurm", "--ray-address", "auto"], {}, "--ray-address is for --launcher ray"),
     ],
@@ -418,8 +474,9 @@ def test_flags_override_the_launcher_config_file(file_says, flag, tmp_path):
     add_launcher_arguments(parser)
     file = config_file(tmp_path, {"launcher": "slurm", "partition": "cpu", file_says: 5, "slurm_extra": {"account": "lab"}})
     args = parser.parse_args(["--launcher-config", file, flag, "7", "--slurm-extra", "mem=16G", "--gpus-per-job", "1"])
-    expected = LauncherSettings(launcher="slurm", partition="cpu", timeout_min=7, gpus_per_job=1,
-                                slurm_extra={"account": "lab", "mem": "16G"})
+    expected = LauncherSettings(
+        launcher="slurm", partition="cpu", timeout_min=7, gpus_per_job=1, slurm_extra={"account": "lab", "mem": "16G"}
+    )
     assert launcher_settings(args) == expected
     assert "--time: the old spelling, kept as an alias" in " ".join(parser.format_help().split())
 

@@ -162,8 +162,11 @@ def test_a_mistyped_folder_offline_fails_at_once_naming_both_readings(tmp_path, 
     transformers, as before: its message names neither reading)."""
     monkeypatch.chdir(tmp_path)
     assert cli.main(["scan", "my-model-dir"]) == 2
-    one_line_error(capsys, "no such folder ./my-model-dir, and no Hub model 'my-model-dir' in the local Hugging Face cache",
-                   "HF_HUB_OFFLINE is set")
+    one_line_error(
+        capsys,
+        "no such folder ./my-model-dir, and no Hub model 'my-model-dir' in the local Hugging Face cache",
+        "HF_HUB_OFFLINE is set",
+    )
 
 
 class _FakeHub(BaseHTTPRequestHandler):

@@ -30,7 +30,9 @@ def test_sink_scores_average_the_queries_after_each_key():
 def test_a_key_s_unbounded_weight_on_itself_is_no_sink():
     """ReLU-like rows need not sum to one: row 0's weight on itself (40) must not make key 0 a sink.
     Mutation: keeping the own row (subtracting nothing) gives alpha_0 = 41 / 4 > 0.3."""
-    A = torch.tensor([[40.0, 0, 0, 0], [0.1, 0.5, 0, 0], [0.0, 0.2, 0.3, 0], [0.2, 0.1, 0.1, 0.2]], dtype=torch.float64)  # (query, key)
+    A = torch.tensor(
+        [[40.0, 0, 0, 0], [0.1, 0.5, 0, 0], [0.0, 0.2, 0.3, 0], [0.2, 0.1, 0.1, 0.2]], dtype=torch.float64
+    )  # (query, key)
     alpha = metrics.sink_scores(A.sum(0), A.diagonal())
     assert alpha[0].item() == pytest.approx(0.1) and metrics.sink_rate(alpha[:1], 0.3) == 0.0
     assert alpha[0].item() == pytest.approx(metrics.first_token_mass(A[:, 0], 1).item())  # k = 0: the first-token mass
@@ -115,7 +117,11 @@ def test_norm_ratio_first_is_the_first_over_the_mean_of_the_rest():
 
 def test_every_summary_entry_is_computed_or_omitted_on_a_native_model():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=16, n_layers=2, n_heads=2, vocab_size=40, mlp=True, norm=True, rope=True, residual=True, scale_scores=True))
+    model = Transformer(
+        ModelConfig(
+            d_model=16, n_layers=2, n_heads=2, vocab_size=40, mlp=True, norm=True, rope=True, residual=True, scale_scores=True
+        )
+    )
     subject = NativeSubject(model)
     ids = torch.randint(0, 40, (3, 10))
     record, _ = record_subject(subject, ids, RecordOptions(variance=True), progress=False)

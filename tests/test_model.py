@@ -10,7 +10,18 @@ from sinklab.models.native import KVCache, ModelConfig, Transformer, attention_o
 
 
 def lm_config(attn="softmax", gate=False, head_norm=False, **kw):
-    base = dict(d_model=32, n_layers=2, n_heads=4, vocab_size=50, mlp=True, norm=True, rope=True, residual=True, scale_scores=True, max_seq_len=64)
+    base = dict(
+        d_model=32,
+        n_layers=2,
+        n_heads=4,
+        vocab_size=50,
+        mlp=True,
+        norm=True,
+        rope=True,
+        residual=True,
+        scale_scores=True,
+        max_seq_len=64,
+    )
     base.update(kw)
     return ModelConfig(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm), **base)
 
@@ -18,7 +29,9 @@ def lm_config(attn="softmax", gate=False, head_norm=False, **kw):
 @pytest.mark.parametrize("attn", list(ATTN_NORMS))
 def test_merged_circuits_equal_reference_path_and_gradients(attn):
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=8, n_layers=3, n_heads=2, head_dim=8, attention=AttentionSpec(attn), residual=True, init_std=0.15))
+    model = Transformer(
+        ModelConfig(d_model=8, n_layers=3, n_heads=2, head_dim=8, attention=AttentionSpec(attn), residual=True, init_std=0.15)
+    )
     x = torch.randn(4, 9, 8)
     fast = attention_only_forward(model, x)
     ref, _ = model(x, need_weights=True)
@@ -102,7 +115,10 @@ def test_wrong_input_kind_is_a_clear_error():
         Transformer(ModelConfig(d_model=8))(torch.zeros(1, 4, dtype=torch.long))
 
 
-@pytest.mark.parametrize("kwargs, message", [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads"), ({"rope": True, "learned_positions": True}, "not both")])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [({"n_layers": 0}, "layers"), ({"n_heads": 0}, "heads"), ({"rope": True, "learned_positions": True}, "not both")],
+)
 def test_bad_config_is_a_clear_error(kwargs, message):
     with pytest.raises(SinklabError, match=message):
         ModelConfig(**kwargs)

@@ -57,13 +57,40 @@ def prompt_file(tmp_path_factory):
 
 #: Per capability: the command's arguments and the notebook call's, for one configuration.
 FACES = {
-    "scan": (["scan", "--text", "{text}", "--tokens", "24", "--batch", "2"], lambda m, text: sinklab.scan_model(m, text=text, tokens=24, batch=2)),
-    "intervene": (["intervene", "--prompt", PROMPT, "--tokens", "24", "--mask-self", "5", "--amplify", "4", "--lam", "2"],
-                  lambda m, text: sinklab.intervene_model(m, None, [MaskSelf(5), VarianceAmplify(4, 2.0)], prompt=PROMPT, tokens=24)),
-    "stream": (["stream", "--corpus", "{text}", "--tokens", "64", "--sinks", "2", "--window", "14", "--policies", "dense,sink", "--chunk", "32", "--latency-steps", "2"],
-               lambda m, text: sinklab.stream_model(m, corpus=text, tokens=64, sinks=2, window=14, policies=("dense", "sink"), chunk=32, latency_steps=2)),
-    "adapt": (["adapt", "--tokens", "16", "--windows", "1", "--calibration", "1", "--quant", "w8a8"],
-              lambda m, text: sinklab.adapt_model(m, tokens=16, windows=1, calibration=1, schemes=("w8a8",))),
+    "scan": (
+        ["scan", "--text", "{text}", "--tokens", "24", "--batch", "2"],
+        lambda m, text: sinklab.scan_model(m, text=text, tokens=24, batch=2),
+    ),
+    "intervene": (
+        ["intervene", "--prompt", PROMPT, "--tokens", "24", "--mask-self", "5", "--amplify", "4", "--lam", "2"],
+        lambda m, text: sinklab.intervene_model(m, None, [MaskSelf(5), VarianceAmplify(4, 2.0)], prompt=PROMPT, tokens=24),
+    ),
+    "stream": (
+        [
+            "stream",
+            "--corpus",
+            "{text}",
+            "--tokens",
+            "64",
+            "--sinks",
+            "2",
+            "--window",
+            "14",
+            "--policies",
+            "dense,sink",
+            "--chunk",
+            "32",
+            "--latency-steps",
+            "2",
+        ],
+        lambda m, text: sinklab.stream_model(
+            m, corpus=text, tokens=64, sinks=2, window=14, policies=("dense", "sink"), chunk=32, latency_steps=2
+        ),
+    ),
+    "adapt": (
+        ["adapt", "--tokens", "16", "--windows", "1", "--calibration", "1", "--quant", "w8a8"],
+        lambda m, text: sinklab.adapt_model(m, tokens=16, windows=1, calibration=1, schemes=("w8a8",)),
+    ),
 }
 
 
@@ -76,7 +103,9 @@ def test_the_notebook_function_and_the_command_give_one_summary(kind, folder, lo
     differs)."""
     argv, call = FACES[kind]
     out = tmp_path / "cli"
-    assert cli.main([argv[0], folder, *[a.replace("{text}", str(prompt_file)) for a in argv[1:]], "--out", str(out), "--quiet"]) == 0
+    assert (
+        cli.main([argv[0], folder, *[a.replace("{text}", str(prompt_file)) for a in argv[1:]], "--out", str(out), "--quiet"]) == 0
+    )
     from_cli = json.loads((out / "summary.json").read_text())
     in_memory = call(loaded, str(prompt_file))
     assert without_timing(in_memory.summary) == without_timing(from_cli)
@@ -135,7 +164,11 @@ def _writes_run_json(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call):
         return False
     name = getattr(node.func, "attr", getattr(node.func, "id", ""))
-    named = any(isinstance(n, ast.Name) and n.id == "RUN_INFO" or isinstance(n, ast.Constant) and n.value == "run.json" for a in node.args for n in ast.walk(a))
+    named = any(
+        isinstance(n, ast.Name) and n.id == "RUN_INFO" or isinstance(n, ast.Constant) and n.value == "run.json"
+        for a in node.args
+        for n in ast.walk(a)
+    )
     return named and name in ("write_json", "atomic_path", "write_text", "open", "write_bytes")
 
 
@@ -146,7 +179,11 @@ def test_run_json_has_one_writer():
     for path in SRC.rglob("*.py"):
         tree = ast.parse(path.read_text())
         for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.Module))]:
-            body = function.body if isinstance(function, ast.FunctionDef) else [n for n in function.body if not isinstance(n, ast.FunctionDef)]
+            body = (
+                function.body
+                if isinstance(function, ast.FunctionDef)
+                else [n for n in function.body if not isinstance(n, ast.FunctionDef)]
+            )
             if any(_writes_run_json(n) for stmt in body for n in ast.walk(stmt)):
                 writers.append(f"{path.relative_to(SRC)}:{getattr(function, 'name', '<module>')}")
     assert sorted(set(writers)) == ["core/runs.py:_write_run_info"], writers
@@ -156,13 +193,30 @@ def test_dir_lists_the_api_and_subpackages_import_on_first_use():
     """Mutations tried: no module __dir__ (dir() lists no function); intervene not among the
     lazily imported subpackages (``sinklab.intervene.applied`` after a plain import fails)."""
     listed = dir(sinklab)
-    for name in ("scan_model", "scan_models", "intervene_model", "stream_model", "adapt_model", "load_model", "load_result", "RunResult", "intervene", "scan"):
+    for name in (
+        "scan_model",
+        "scan_models",
+        "intervene_model",
+        "stream_model",
+        "adapt_model",
+        "load_model",
+        "load_result",
+        "RunResult",
+        "intervene",
+        "scan",
+    ):
         assert name in listed
     code = "import sinklab; print(sinklab.intervene.applied.__name__, sinklab.stream.sink_cache.__name__)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == ["applied", "sink_cache"]
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [
+        "applied",
+        "sink_cache",
+    ]
 
 
-@pytest.mark.parametrize("capability, function", [("scan", "scan_model"), ("intervene", "intervene_model"), ("stream", "stream_model"), ("adapt", "adapt_model")])
+@pytest.mark.parametrize(
+    "capability, function",
+    [("scan", "scan_model"), ("intervene", "intervene_model"), ("stream", "stream_model"), ("adapt", "adapt_model")],
+)
 def test_the_notebook_and_the_command_line_share_every_default(capability, function):
     """Every setting the command line has is a keyword of the notebook function, with the same
     default, both taken from the one config class. Mutation tried: a notebook signature with its
@@ -186,7 +240,9 @@ def test_what_load_model_returns_every_function_takes_and_frames_concatenate(loa
     assert list(both.columns[:3]) == ["model", "dtype", "device"] and set(both.dtype) == {"float32"} and len(both) == 2 * 3 * 4
     for table in one.tables:
         assert list(one.frame(table).columns[:3]) == ["model", "dtype", "device"], table
-    assert sinklab.intervene_model(loaded, None, [MaskSelf(5)], prompt=PROMPT, tokens=24).frame().device.unique().tolist() == ["cpu"]
+    assert sinklab.intervene_model(loaded, None, [MaskSelf(5)], prompt=PROMPT, tokens=24).frame().device.unique().tolist() == [
+        "cpu"
+    ]
     with pytest.raises(SinklabError, match="has no table 'bogus'; its tables: heads, layers, massive_activations, super_neurons"):
         one.frame("bogus")
 
@@ -219,9 +275,23 @@ def test_a_notebook_argument_that_does_not_exist_is_one_line(loaded):
 def test_load_result_reads_every_kind_it_wrote(loaded, prompt_file, tmp_path):
     """Every finished run directory comes back by its kind, with its data. Mutation tried:
     read_data not registered for stream (``.data`` comes back empty)."""
-    sinklab.stream_model(loaded, corpus=str(prompt_file), tokens=48, sinks=2, window=14, policies=("dense", "sink"), chunk=24, latency_steps=1, out=tmp_path / "s")
+    sinklab.stream_model(
+        loaded,
+        corpus=str(prompt_file),
+        tokens=48,
+        sinks=2,
+        window=14,
+        policies=("dense", "sink"),
+        chunk=24,
+        latency_steps=1,
+        out=tmp_path / "s",
+    )
     back = sinklab.load_result(tmp_path / "s")
-    assert back.kind == "stream" and set(back.data["nll"]) == {"dense", "dense.positions", "sink", "sink.positions"} and not back.frame().empty
+    assert (
+        back.kind == "stream"
+        and set(back.data["nll"]) == {"dense", "dense.positions", "sink", "sink.positions"}
+        and not back.frame().empty
+    )
     with pytest.raises(SinklabError, match="holds no finished run"):
         sinklab.load_result(tmp_path)
     (tmp_path / "x").mkdir()

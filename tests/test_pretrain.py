@@ -42,8 +42,23 @@ def corpus(tmp_path, monkeypatch):
 
 
 def tiny(corpus, attn="softmax", gate=False, head_norm=False, **kw):
-    base = dict(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm), corpus=corpus, tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32, batch=4, steps=12, warmup=2,
-                eval_every=4, eval_batches=2, checkpoint_every=4, scan_tokens=16, scan_batch=2)
+    base = dict(
+        attention=AttentionSpec(attn, gate=gate, head_norm=head_norm),
+        corpus=corpus,
+        tokenizer="bytes",
+        d_model=32,
+        n_layers=2,
+        n_heads=2,
+        seq_len=32,
+        batch=4,
+        steps=12,
+        warmup=2,
+        eval_every=4,
+        eval_batches=2,
+        checkpoint_every=4,
+        scan_tokens=16,
+        scan_batch=2,
+    )
     base.update(kw)
     return PretrainConfig(**base)
 
@@ -70,10 +85,14 @@ def test_compact_vocabulary_decodes_with_the_cached_tokenizer_copy(corpus, token
     assert (data.root / lmdata.TOKENIZER_DIR / "tokenizer.json").exists()
     monkeypatch.setattr(lmdata, "default_tokenizer", lambda: pytest.fail("decode must not need the model's tokenizer"))
     first_val = load_corpus(corpus)[2].text  # doc2 is the first validation document with val_every=4
-    assert lmdata.decode(data, [int(t) for t in data.val[:50]]) == tokenizer.decode(tokenizer(first_val, add_special_tokens=False)["input_ids"][:50])
+    assert lmdata.decode(data, [int(t) for t in data.val[:50]]) == tokenizer.decode(
+        tokenizer(first_val, add_special_tokens=False)["input_ids"][:50]
+    )
 
 
-@pytest.mark.parametrize("variant", [{"attn": a} for a in ATTN_NORMS] + [{e: True} for e in EXTRA_NAMES] + [{"sink_tokens": 2}], ids=str)
+@pytest.mark.parametrize(
+    "variant", [{"attn": a} for a in ATTN_NORMS] + [{e: True} for e in EXTRA_NAMES] + [{"sink_tokens": 2}], ids=str
+)
 def test_every_variant_trains_with_finite_gradients(variant, corpus, tmp_path):
     cfg = tiny(corpus, **variant)
     data = load_token_data(corpus, "bytes")
@@ -155,14 +174,52 @@ def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, m
 
 
 def test_two_process_ddp_matches_one_process(corpus, tmp_path):
-    common = ["pretrain", "--corpus", corpus, "--tokenizer", "bytes", "--d-model", "32", "--n-layers", "2", "--n-heads", "2",
-              "--seq-len", "32", "--batch", "8", "--steps", "6", "--warmup", "1", "--eval-every", "3", "--eval-batches", "2",
-              "--checkpoint-every", "3", "--device", "cpu"]  # gloo on CPU, whatever the machine has
+    common = [
+        "pretrain",
+        "--corpus",
+        corpus,
+        "--tokenizer",
+        "bytes",
+        "--d-model",
+        "32",
+        "--n-layers",
+        "2",
+        "--n-heads",
+        "2",
+        "--seq-len",
+        "32",
+        "--batch",
+        "8",
+        "--steps",
+        "6",
+        "--warmup",
+        "1",
+        "--eval-every",
+        "3",
+        "--eval-batches",
+        "2",
+        "--checkpoint-every",
+        "3",
+        "--device",
+        "cpu",
+    ]  # gloo on CPU, whatever the machine has
     single = tmp_path / "single"
     assert cli.main([*common, "--out", str(single)]) == 0
     double = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "sinklab", *common, "--out", str(double)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "sinklab",
+        *common,
+        "--out",
+        str(double),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     a, b = read_jsonl(single / "metrics.jsonl"), read_jsonl(double / "metrics.jsonl")
@@ -265,7 +322,9 @@ def test_paired_comparison_pairs_seeds_and_flips_signs_exactly():
 
     base = {0: 0.9, 1: 0.5, 2: 0.7, 3: 0.2, 9: 0.0}
     rows = [{"variant": "softmax", "seed": s, "first_token_mass_mean": v} for s, v in base.items()]
-    rows += [{"variant": "gate", "seed": s, "first_token_mass_mean": base[s] - d} for s, d in [(3, 0.1), (2, 0.3), (1, 0.2), (0, 0.4)]]
+    rows += [
+        {"variant": "gate", "seed": s, "first_token_mass_mean": base[s] - d} for s, d in [(3, 0.1), (2, 0.3), (1, 0.2), (0, 0.4)]
+    ]
     rows += [{"variant": "gate", "seed": 5, "first_token_mass_mean": 0.0}]
     (entry,) = paired_comparison(rows, keys=("first_token_mass_mean",))
     stats = entry["first_token_mass_mean"]
@@ -307,7 +366,10 @@ def test_positions_choose_the_model_encoding_and_older_checkpoints_mean_rope(cor
     tiny(corpus, d_model=30, n_heads=10, positions="learned")
     older = {k: v for k, v in record(tiny(corpus)).items() if k not in ("positions", "adam_beta2", "config_version")}
     assert first_difference(migrate(PretrainConfig, older), record(tiny(corpus))) is None
-    assert first_difference(migrate(PretrainConfig, older), record(tiny(corpus, positions="learned"))) == "positions: 'rope' there, 'learned' now"
+    assert (
+        first_difference(migrate(PretrainConfig, older), record(tiny(corpus, positions="learned")))
+        == "positions: 'rope' there, 'learned' now"
+    )
     with pytest.raises(SinklabError, match="lacks .*d_model"):  # only the new keys get a default
         from_dict(PretrainConfig, migrate(PretrainConfig, {"positions": "rope"}), "config.json")
 
@@ -316,8 +378,39 @@ def test_positions_flag_reaches_the_trained_model(tmp_path):
     """``sinklab pretrain --positions learned`` trains a model with learned positions and no rotary
     embeddings. Mutation caught: the CLI not passing --positions on (the run is then rope)."""
     out = tmp_path / "run"
-    assert cli.main(["pretrain", "--corpus", "bb", "--positions", "learned", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
-                     "--batch", "2", "--steps", "2", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "pretrain",
+                "--corpus",
+                "bb",
+                "--positions",
+                "learned",
+                "--d-model",
+                "16",
+                "--n-layers",
+                "1",
+                "--n-heads",
+                "2",
+                "--tokens",
+                "8",
+                "--batch",
+                "2",
+                "--steps",
+                "2",
+                "--eval-every",
+                "2",
+                "--eval-batches",
+                "1",
+                "--checkpoint-every",
+                "2",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     config, architecture = json.loads((out / "config.json").read_text()), architecture_of(out)
     assert config["positions"] == "learned" and architecture["learned_positions"] and not architecture["rope"]
 
@@ -328,8 +421,36 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
     batches is the last one metrics.jsonl recorded. Mutations caught: the checkpoint not loaded
     (a fresh model), the architecture re-derived with rotary positions, a saved key dropped."""
     out = tmp_path / "run"
-    cli.main(["pretrain", "--corpus", "bb", "--positions", "learned", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
-              "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
+    cli.main(
+        [
+            "pretrain",
+            "--corpus",
+            "bb",
+            "--positions",
+            "learned",
+            "--d-model",
+            "16",
+            "--n-layers",
+            "1",
+            "--n-heads",
+            "2",
+            "--tokens",
+            "8",
+            "--batch",
+            "2",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--eval-batches",
+            "1",
+            "--checkpoint-every",
+            "2",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
     model, cfg = load_trained(out)
     assert not model.training and cfg.positions == "learned" and model.positions is not None
     saved = json.loads((out / "config.json").read_text())
@@ -337,7 +458,9 @@ def test_load_trained_gives_back_the_model_that_was_scored(tmp_path):
     data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
     recorded = read_jsonl(out / "metrics.jsonl")[-1]
     assert recorded["step"] == cfg.steps
-    assert pretrain.validation_loss(model, pretrain.validation_batches(data, cfg)) == pytest.approx(recorded["val_loss"], rel=1e-6)
+    assert pretrain.validation_loss(model, pretrain.validation_batches(data, cfg)) == pytest.approx(
+        recorded["val_loss"], rel=1e-6
+    )
     with pytest.raises(SinklabError, match="is not a pretraining run"):
         load_trained(tmp_path)
     (tmp_path / "fresh").mkdir()
@@ -357,12 +480,40 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     (the older run refused), the warning removed, the device not resolved first (torch's
     RuntimeError for "gpu"), the unknown model key check removed (a TypeError)."""
     out = tmp_path / "run"
-    cli.main(["pretrain", "--corpus", "bb", "--d-model", "16", "--n-layers", "1", "--n-heads", "2", "--tokens", "8",
-              "--batch", "2", "--steps", "4", "--eval-every", "2", "--eval-batches", "1", "--checkpoint-every", "2", "--quiet", "--out", str(out)])
+    cli.main(
+        [
+            "pretrain",
+            "--corpus",
+            "bb",
+            "--d-model",
+            "16",
+            "--n-layers",
+            "1",
+            "--n-heads",
+            "2",
+            "--tokens",
+            "8",
+            "--batch",
+            "2",
+            "--steps",
+            "4",
+            "--eval-every",
+            "2",
+            "--eval-batches",
+            "1",
+            "--checkpoint-every",
+            "2",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
     rows = {row["step"]: row["val_loss"] for row in read_jsonl(out / "metrics.jsonl")}
 
     def scored(model, cfg):
-        return pretrain.validation_loss(model, pretrain.validation_batches(load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers), cfg))
+        return pretrain.validation_loss(
+            model, pretrain.validation_batches(load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers), cfg)
+        )
 
     def rewritten(name, edit, architecture_in_config=False):
         shutil.copytree(out, tmp_path / name)
@@ -375,7 +526,9 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
         (tmp_path / name / "run.json").write_text(json.dumps(info))
         return tmp_path / name
 
-    older = rewritten("older", lambda c, a: [c.pop("positions"), c.pop("adam_beta2"), a.pop("learned_positions")], architecture_in_config=True)
+    older = rewritten(
+        "older", lambda c, a: [c.pop("positions"), c.pop("adam_beta2"), a.pop("learned_positions")], architecture_in_config=True
+    )
     model, cfg = load_trained(older)
     assert (cfg.positions, cfg.adam_beta2, model.cfg.rope) == ("rope", 0.95, True)
     assert scored(model, cfg) == pytest.approx(rows[4], rel=1e-6)

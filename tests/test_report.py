@@ -56,7 +56,12 @@ def test_format_table_aligns_and_marks_missing_values():
 def scan_run(tiny_model_dir, tmp_path_factory):
     """One finished ``sinklab scan`` of the tiny Llama (record, tokens, figures, page)."""
     out = tmp_path_factory.mktemp("scan") / "run"
-    assert cli.main(["scan", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "16", "--batch", "2", "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            ["scan", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "16", "--batch", "2", "--out", str(out)]
+        )
+        == 0
+    )
     return out
 
 
@@ -95,22 +100,49 @@ def test_every_figure_escapes_model_token_label_and_run_names(scan_run):
     data["tokens"]["strings"] = [[HOSTILE] * len(row) for row in data["tokens"]["strings"]]
     summary["massive_activations"] = [{"layer": 0, "position": 1, "dim": 3, "value": 500.0, "sequences": 2}]
     maps = torch.rand(3, 8, 8)
-    intervene = ({"model": HOSTILE, "layers": 3, "baseline": {"share_at": {"2": [0.1, 0.2, 0.3]}},
-                  "results": [{"label": HOSTILE, "lam": None, "k": 2, "share_at_k": [0.3, 0.2, 0.1], "intervention": {"type": "mask_self"}}]},
-                 {"maps": {"baseline": maps, HOSTILE: maps}})
-    stream = ({"model": HOSTILE, "tokens": 20, "sinks": 2, "window": 6, "max_positions": 10, "ablation": {"0": {"ppl": 3.0}, "2": {"ppl": 2.0}},
-               "policies": {"sink": {"ms_per_token_by_chunk": [{"start": 0, "ms": 1.0}]}}},
-              {"nll": {"sink": torch.rand(19), "sink.positions": torch.arange(1, 20)}})
-    adapt = ({"model": HOSTILE, "max_abs_activation": {"fp": {"bos": [1.0, 9.0]}, "w8a8": {"prefix": [1.0, 2.0]}}},
-             {"metrics": [{"step": 1, "kl": 0.5, "lm": 2.0, "ramp": 0.5}]})
+    intervene = (
+        {
+            "model": HOSTILE,
+            "layers": 3,
+            "baseline": {"share_at": {"2": [0.1, 0.2, 0.3]}},
+            "results": [
+                {"label": HOSTILE, "lam": None, "k": 2, "share_at_k": [0.3, 0.2, 0.1], "intervention": {"type": "mask_self"}}
+            ],
+        },
+        {"maps": {"baseline": maps, HOSTILE: maps}},
+    )
+    stream = (
+        {
+            "model": HOSTILE,
+            "tokens": 20,
+            "sinks": 2,
+            "window": 6,
+            "max_positions": 10,
+            "ablation": {"0": {"ppl": 3.0}, "2": {"ppl": 2.0}},
+            "policies": {"sink": {"ms_per_token_by_chunk": [{"start": 0, "ms": 1.0}]}},
+        },
+        {"nll": {"sink": torch.rand(19), "sink.positions": torch.arange(1, 20)}},
+    )
+    adapt = (
+        {"model": HOSTILE, "max_abs_activation": {"fp": {"bos": [1.0, 9.0]}, "w8a8": {"prefix": [1.0, 2.0]}}},
+        {"metrics": [{"step": 1, "kl": 0.5, "lm": 2.0, "ramp": 0.5}]},
+    )
     metrics = {HOSTILE: [{"step": 10, "val_loss": 3.0, "first_token_mass_mean": 0.5}]}
     built = {
         **scan_plots.figures(summary, data),
         **{f"intervene {k}": v for k, v in intervene_plots.figures(*intervene).items()},
         **{f"stream {k}": v for k, v in stream_plots.figures(*stream).items()},
         **{f"adapt {k}": v for k, v in adapt_plots.figures(*adapt).items()},
-        **{f"pretrain {k}": v for k, v in pretrain_plots.compare_figures(metrics, {HOSTILE: {"first_token_mass_by_layer": [0.1, 0.9]}}).items()},
-        **{f"compare {k}": v for k, v in compare_page.figures({"models": [{"label": HOSTILE, "model": HOSTILE, "layers": 2, "first_token_mass_by_layer": [0.1, 0.9]}]}).items()},
+        **{
+            f"pretrain {k}": v
+            for k, v in pretrain_plots.compare_figures(metrics, {HOSTILE: {"first_token_mass_by_layer": [0.1, 0.9]}}).items()
+        },
+        **{
+            f"compare {k}": v
+            for k, v in compare_page.figures(
+                {"models": [{"label": HOSTILE, "model": HOSTILE, "layers": 2, "first_token_mass_by_layer": [0.1, 0.9]}]}
+            ).items()
+        },
     }
     assert len(built) == 17
     assert _unescaped(built) == []
@@ -157,12 +189,17 @@ def test_a_run_without_a_browser_finishes_warns_once_and_records_why(scan_run, t
     model = json.loads((scan_run / "config.json").read_text())["model"]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert cli.main(["scan", model, "--random-tokens", "--max-tokens", "16", "--batch", "2", "--out", str(tmp_path / "run")]) == 0
+        assert (
+            cli.main(["scan", model, "--random-tokens", "--max-tokens", "16", "--batch", "2", "--out", str(tmp_path / "run")])
+            == 0
+        )
         again = figures.save_images({"x.png": go.Figure()}, tmp_path)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert not [f for f in info["files"] if f.endswith(".png")] and "no-such-browser" in info["figures_skipped"]
     assert again == figures.Images([], info["figures_skipped"])
-    assert [str(w.message) for w in caught if "PNG" in str(w.message)] == [f"no PNG figures written: {info['figures_skipped']}; report.html still shows every plot"]
+    assert [str(w.message) for w in caught if "PNG" in str(w.message)] == [
+        f"no PNG figures written: {info['figures_skipped']}; report.html still shows every plot"
+    ]
     assert (tmp_path / "run" / "report.html").exists() and not list((tmp_path / "run").glob("*.png"))
 
 
@@ -226,7 +263,9 @@ def test_scan_data_round_trips_and_a_page_draws_from_memory(tiny_model_dir, tmp_
     cfg = ScanConfig(model=str(tiny_model_dir("llama")), inputs=InputSpec(random_tokens=True, tokens=16, batch=2))
     result = SCAN.measure(cfg)
     summary, data = result.summary, result.data
-    assert data["record"]["column0"].shape == (3, 4, 16) and len(data["tokens"]["ids"]) == 2 and len(data["tokens"]["ids"][0]) == 16
+    assert (
+        data["record"]["column0"].shape == (3, 4, 16) and len(data["tokens"]["ids"]) == 2 and len(data["tokens"]["ids"][0]) == 16
+    )
     scan_plots.save_data(tmp_path, data)
     back = scan_plots.read_data(tmp_path)
     assert back["tokens"] == data["tokens"] and back["record"].keys() == data["record"].keys()
@@ -243,15 +282,48 @@ def test_intervene_stream_and_adapt_data_round_trip_and_draw_from_memory(tmp_pat
     stream positions left out of nll.safetensors."""
     maps = torch.rand(3, 4, 8, 8)
     records = {"baseline": SimpleNamespace(patterns=maps), "mask_self k=2": SimpleNamespace(patterns=maps.flip(-1))}
-    results = [{"label": "mask_self k=2", "lam": None, "k": 2, "share_at_k": [0.3, 0.2, 0.1], "share_at_0": [0.5] * 3, "ppl": 9.0,
-                "intervention": {"type": "mask_self"}}]
-    intervene = {"model": "m", "layers": 3, "tokens": 8, "sequences": 2, "results": results,
-                 "baseline": {"share_at": {"2": [0.1, 0.2, 0.3]}, "share_at_0": [0.5] * 3, "ppl": 8.0}}
-    stream = {"model": "m", "tokens": 20, "sinks": 2, "window": 6, "max_positions": 10,
-              "policies": {"sink": {"ppl": 3.0, "ppl_by_chunk": [{"ppl": 3.0}], "ms_per_token_by_chunk": [{"start": 0, "ms": 1.0}]}}}
-    adapt = {"model": "m", "method": "sink_prefix", "exact_check": 0.0, "ppl": {"fp": {"bos": 10.0}}, "max_abs_activation": {"fp": {"bos": [1.0, 9.0]}}}
+    results = [
+        {
+            "label": "mask_self k=2",
+            "lam": None,
+            "k": 2,
+            "share_at_k": [0.3, 0.2, 0.1],
+            "share_at_0": [0.5] * 3,
+            "ppl": 9.0,
+            "intervention": {"type": "mask_self"},
+        }
+    ]
+    intervene = {
+        "model": "m",
+        "layers": 3,
+        "tokens": 8,
+        "sequences": 2,
+        "results": results,
+        "baseline": {"share_at": {"2": [0.1, 0.2, 0.3]}, "share_at_0": [0.5] * 3, "ppl": 8.0},
+    }
+    stream = {
+        "model": "m",
+        "tokens": 20,
+        "sinks": 2,
+        "window": 6,
+        "max_positions": 10,
+        "policies": {"sink": {"ppl": 3.0, "ppl_by_chunk": [{"ppl": 3.0}], "ms_per_token_by_chunk": [{"start": 0, "ms": 1.0}]}},
+    }
+    adapt = {
+        "model": "m",
+        "method": "sink_prefix",
+        "exact_check": 0.0,
+        "ppl": {"fp": {"bos": 10.0}},
+        "max_abs_activation": {"fp": {"bos": [1.0, 9.0]}},
+    }
     cases = [
-        (intervene_page, intervene_plots, intervene, intervene_plots.data_from(records["baseline"], {"mask_self k=2": records["mask_self k=2"]}, intervene), 2),
+        (
+            intervene_page,
+            intervene_plots,
+            intervene,
+            intervene_plots.data_from(records["baseline"], {"mask_self k=2": records["mask_self k=2"]}, intervene),
+            2,
+        ),
         (stream_page, stream_plots, stream, stream_plots.data_from({"sink": (torch.arange(1, 20), torch.rand(19))}), 2),
         (adapt_page, adapt_plots, adapt, adapt_plots.data_from([{"step": 1, "kl": 0.5, "lm": 2.0, "ramp": 0.5, "loss": 1.0}]), 1),
     ]
@@ -284,12 +356,15 @@ def damaged(scan_run, tmp_path_factory):
     return make
 
 
-@pytest.mark.parametrize("name, content, needle", [
-    ("truncated", b'{"kind": "scan", "model": "x", "lay', "cannot be read"),
-    ("list", b"[]", "holds a JSON list"),
-    ("kind-only", b'{"kind": "scan"}', "has no 'model'"),
-    ("binary", bytes(range(128, 192)) + b"\xff\xfe", "cannot be read"),  # fixed bytes: test ids must not change between runs
-])
+@pytest.mark.parametrize(
+    "name, content, needle",
+    [
+        ("truncated", b'{"kind": "scan", "model": "x", "lay', "cannot be read"),
+        ("list", b"[]", "holds a JSON list"),
+        ("kind-only", b'{"kind": "scan"}', "has no 'model'"),
+        ("binary", bytes(range(128, 192)) + b"\xff\xfe", "cannot be read"),  # fixed bytes: test ids must not change between runs
+    ],
+)
 def test_report_on_a_damaged_summary_is_one_line(damaged, capsys, name, content, needle):
     """``sinklab report`` on a damaged summary.json: exit status 2 and one line naming the file.
     Mutations caught: json.loads without the object hook that makes a missing key one line (the

@@ -20,7 +20,6 @@ from sinklab.trigger import CONSTRUCT, ConstructConfig, TriggerConfig, TriggerTa
 MARKUP = "</script><script>alert(1)</script>"
 
 
-
 @pytest.fixture(scope="module")
 def browser():
     """Headless Chromium; its absence skips a test, except on CI, which must run them."""
@@ -67,7 +66,9 @@ def test_scan_report_click_and_escaping(markup_model, browser, tmp_path):
     click_heatmap_cell(page, mass_id, 0, 2)
     assert page.evaluate(f"document.getElementById('{map_id}').layout.title.text").startswith("layer 2, head 0")
     ticks = page.evaluate(f"Array.from(document.querySelectorAll('#{map_id} .xtick text')).map(t => t.textContent)")
-    assert any(MARKUP[:20] in t for t in ticks), "the markup token is not shown literally on the map's axis (labels are cut at 24 characters)"
+    assert any(MARKUP[:20] in t for t in ticks), (
+        "the markup token is not shown literally on the map's axis (labels are cut at 24 characters)"
+    )
     assert MARKUP in page.inner_text("body")  # the token table shows it whole
     written = (tmp_path / "scan" / "report.html").read_text()
     assert page.evaluate("document.querySelectorAll('script').length") == written.count("<script>")  # the token added no element
@@ -83,13 +84,32 @@ def test_trigger_lab_report_with_seed_selector(browser, tmp_path):
     seen.page.wait_for_timeout(200)
     assert seen.unrendered_plots() == [] and seen.problems() == []
     pipeline.run(CONSTRUCT, ConstructConfig(TriggerTask()), out=tmp_path / "construction")
-    assert "max_abs_error" in check_page(browser, tmp_path / "construction" / "report.html", tmp_path, min_plots=0).page.inner_text("body")
+    assert "max_abs_error" in check_page(
+        browser, tmp_path / "construction" / "report.html", tmp_path, min_plots=0
+    ).page.inner_text("body")
 
 
 def test_intervene_report(tiny_model_dir, browser, tmp_path):
     out = tmp_path / "intervene"
-    code = cli.main(["intervene", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "16", "--batch", "2",
-                     "--mask-self", "5", "--amplify", "5", "--lam", "1,4", "--out", str(out)])
+    code = cli.main(
+        [
+            "intervene",
+            str(tiny_model_dir("llama")),
+            "--random-tokens",
+            "--max-tokens",
+            "16",
+            "--batch",
+            "2",
+            "--mask-self",
+            "5",
+            "--amplify",
+            "5",
+            "--lam",
+            "1,4",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     check_page(browser, out / "report.html", tmp_path)
 
@@ -103,8 +123,25 @@ def test_pretrain_reports_and_runs_side_by_side(browser, tmp_path, monkeypatch):
     runs = []
     for attn in ("softmax", "relu"):
         out = tmp_path / attn
-        train_lm(PretrainConfig(attention=AttentionSpec(attn), corpus=str(corpus), tokenizer="bytes", d_model=32, n_layers=2, n_heads=2, seq_len=32,
-                                batch=4, steps=8, eval_every=4, eval_batches=2, checkpoint_every=8, scan_tokens=16, scan_batch=2), out)
+        train_lm(
+            PretrainConfig(
+                attention=AttentionSpec(attn),
+                corpus=str(corpus),
+                tokenizer="bytes",
+                d_model=32,
+                n_layers=2,
+                n_heads=2,
+                seq_len=32,
+                batch=4,
+                steps=8,
+                eval_every=4,
+                eval_batches=2,
+                checkpoint_every=8,
+                scan_tokens=16,
+                scan_batch=2,
+            ),
+            out,
+        )
         runs.append(out)
     rows = [json.loads(line) for line in (runs[0] / "metrics.jsonl").read_text().splitlines()]
     assert {"first_token_mass_mean", "sink_rate_value", "dominance_first_max"} <= set(rows[-1])  # sink metrics against the step
@@ -125,12 +162,36 @@ def test_a_long_scan_report_stays_small(tmp_path):
     from transformers import LlamaConfig
 
     tokenizer = make_tokenizer()
-    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=4096, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
+    config = LlamaConfig(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        vocab_size=len(tokenizer),
+        bos_token_id=0,
+        eos_token_id=1,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    assert cli.main(["scan", str(tmp_path / "model"), "--random-tokens", "--max-tokens", "4096", "--batch", "2", "--out", str(tmp_path / "scan")]) == 0
+    assert (
+        cli.main(
+            [
+                "scan",
+                str(tmp_path / "model"),
+                "--random-tokens",
+                "--max-tokens",
+                "4096",
+                "--batch",
+                "2",
+                "--out",
+                str(tmp_path / "scan"),
+            ]
+        )
+        == 0
+    )
     size = (tmp_path / "scan" / "report.html").stat().st_size
     assert size < 10 * 2**20, f"report of a 4,096-token scan is {size / 2**20:.1f} MiB"
 
@@ -145,14 +206,38 @@ def test_adapt_reports(markup_model, browser, tmp_path):
     for i in range(8):
         (corpus / f"doc{i}.txt").write_text(f"To be, or not to be {MARKUP} that is the question. " * 30)
     common = ["--corpus", str(corpus), "--tokens", "16", "--windows", "2", "--calibration", "1", "--quant", "w8a8,w8a8_static"]
-    assert cli.main(["adapt", str(markup_model), *common, "--prefix-tokens", "1", "--candidates", "1", "--out", str(tmp_path / "prefix")]) == 0
+    assert (
+        cli.main(
+            ["adapt", str(markup_model), *common, "--prefix-tokens", "1", "--candidates", "1", "--out", str(tmp_path / "prefix")]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "prefix" / "summary.json").read_text())
     assert summary["search"]["strings"][0] == MARKUP  # the prefix starts with BOS
     seen = check_page(browser, tmp_path / "prefix" / "report.html", tmp_path)
     assert MARKUP in seen.page.inner_text("body")
     written = (tmp_path / "prefix" / "report.html").read_text()
     assert seen.page.evaluate("document.querySelectorAll('script').length") == written.count("<script>") and seen.dialogs == []
-    assert cli.main(["adapt", str(markup_model), *common, "--to", "kv_bias", "--steps", "3", "--seq-len", "12", "--batch", "2", "--out", str(tmp_path / "tune")]) == 0
+    assert (
+        cli.main(
+            [
+                "adapt",
+                str(markup_model),
+                *common,
+                "--to",
+                "kv_bias",
+                "--steps",
+                "3",
+                "--seq-len",
+                "12",
+                "--batch",
+                "2",
+                "--out",
+                str(tmp_path / "tune"),
+            ]
+        )
+        == 0
+    )
     check_page(browser, tmp_path / "tune" / "report.html", tmp_path, min_plots=2)
 
 

@@ -42,7 +42,9 @@ class Config:
     ``max_tokens``)."""
 
     VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": {("tokens" if k == "max_tokens" else k): v for k, v in saved["inputs"].items()}}}
+    MIGRATIONS: ClassVar[dict] = {
+        0: lambda saved: {**saved, "inputs": {("tokens" if k == "max_tokens" else k): v for k, v in saved["inputs"].items()}}
+    }
 
     model: str = "tiny"
     inputs: Inputs = field(default_factory=Inputs)
@@ -98,7 +100,9 @@ def test_an_older_config_is_migrated_before_it_is_compared(tmp_path):
     config once migrated; a config.json from a newer sinklab is refused. Mutations tried: not
     calling migrate in claim_run_dir (the old run is refused: "inputs.tokens is not recorded
     there"); applying no migration for version 0 (the same)."""
-    old = run_dir(tmp_path / "old", {"model": "tiny", "inputs": {"max_tokens": 64, "bos": "auto"}, "query_chunk": 256}, finished=True)
+    old = run_dir(
+        tmp_path / "old", {"model": "tiny", "inputs": {"max_tokens": 64, "bos": "auto"}, "query_chunk": 256}, finished=True
+    )
     assert claim_run_dir(old, CONFIG) == FINISHED
     with pytest.raises(SinklabError, match="inputs.tokens: 64 there, 32 now"):
         claim_run_dir(old, replace(CONFIG, inputs=Inputs(tokens=32)))
@@ -153,7 +157,12 @@ def test_run_json_merges_model_facts(tmp_path):
     record_model(path, device="cuda:0", dtype=torch.bfloat16, device_map={"": 0})
     record_model(path, revision="abc123")
     info = read_run_info(path)
-    assert info["model"] == {"device": "cuda:0", "dtype": "bfloat16", "device_map": {"": 0}, "revision": "abc123"}  # dtypes as summaries write them
+    assert info["model"] == {
+        "device": "cuda:0",
+        "dtype": "bfloat16",
+        "device_map": {"": 0},
+        "revision": "abc123",
+    }  # dtypes as summaries write them
     assert "command" in info and "versions" in info  # what start_run wrote is kept
     assert not [p.name for p in path.iterdir() if p.name.startswith(".")]  # no temporary file left
 

@@ -101,7 +101,20 @@ def test_hooks_are_removed_when_the_run_raises(tiny_model_dir):
 
 def test_native_model_scans_with_the_same_code():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=32, n_layers=2, n_heads=4, vocab_size=60, mlp=True, norm=True, rope=True, residual=True, scale_scores=True, max_seq_len=64))
+    model = Transformer(
+        ModelConfig(
+            d_model=32,
+            n_layers=2,
+            n_heads=4,
+            vocab_size=60,
+            mlp=True,
+            norm=True,
+            rope=True,
+            residual=True,
+            scale_scores=True,
+            max_seq_len=64,
+        )
+    )
     subject = NativeSubject(model)
     ids = torch.randint(0, 60, (3, 12))
     record, _ = record_subject(subject, ids, RecordOptions(variance=True), progress=False)
@@ -120,7 +133,9 @@ def test_variance_by_position_matches_a_direct_computation(tiny_model_dir):
     def keep(z, p):
         zs[p.layer] = z.detach().clone()
 
-    record, _ = record_subject(subject, ids, RecordOptions(variance=True), extra_hooks=[("blocks.*.attn.hook_z", keep)], progress=False)
+    record, _ = record_subject(
+        subject, ids, RecordOptions(variance=True), extra_hooks=[("blocks.*.attn.hook_z", keep)], progress=False
+    )
     z = zs[1].transpose(1, 2).reshape(6, 10, -1).double()  # (B, T, H*D)
     torch.testing.assert_close(record.variance[1], z.var(0).mean(-1), atol=1e-8, rtol=1e-6)
 
@@ -201,7 +216,9 @@ def test_bad_model_paths_are_clear_errors(tmp_path):
 def test_a_model_that_is_not_a_causal_lm_is_a_clear_error(tmp_path):
     from transformers import ViTConfig, ViTModel
 
-    ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=8, patch_size=4)).save_pretrained(tmp_path)
+    ViTModel(
+        ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, image_size=8, patch_size=4)
+    ).save_pretrained(tmp_path)
     with pytest.raises(SinklabError, match="not a causal language model"):
         load_model(str(tmp_path))
 
@@ -215,10 +232,21 @@ def test_corrupt_gguf_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_scan_run_directory_contract(tiny_model_dir, tmp_path, capsys, with_images):
-    code = cli.main(["scan", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "24", "--batch", "4", "--out", str(tmp_path)])
+    code = cli.main(
+        ["scan", str(tiny_model_dir("llama")), "--random-tokens", "--max-tokens", "24", "--batch", "4", "--out", str(tmp_path)]
+    )
     assert code == 0
     s = json.loads((tmp_path / "summary.json").read_text())
-    for key in ("model", "tokens", "bos_prepended", "first_token_mass", "sink_rate", "massive_activations", "dominance_ratio_first", "variance_by_position"):
+    for key in (
+        "model",
+        "tokens",
+        "bos_prepended",
+        "first_token_mass",
+        "sink_rate",
+        "massive_activations",
+        "dominance_ratio_first",
+        "variance_by_position",
+    ):
         assert key in s
     assert s["tokens"] == 24 and s["bos_prepended"] is True
     assert len(s["first_token_mass"]) == 3 and len(s["first_token_mass"][0]) == 4

@@ -34,7 +34,9 @@ def test_each_model_in_the_comparison_equals_its_own_scan(compared, tmp_path):
     """Mutation tried: the first entry of ``massive_activations`` as the largest (that list is
     ordered by layer first) fails the massive-activation check."""
     models, out, summary = compared
-    assert summary["kind"] == "scan-compare" and [entry["model"] for entry in summary["models"]] == models == [entry["label"] for entry in summary["models"]]
+    assert summary["kind"] == "scan-compare" and [entry["model"] for entry in summary["models"]] == models == [
+        entry["label"] for entry in summary["models"]
+    ]
     alone = ScanConfig(inputs=InputSpec(random_tokens=True, tokens=12, batch=2), settings=LOW)
     for i, (model, entry) in enumerate(zip(models, summary["models"])):
         own = pipeline.run(SCAN, replace(alone, model=model), out=tmp_path / str(i)).summary
@@ -44,13 +46,21 @@ def test_each_model_in_the_comparison_equals_its_own_scan(compared, tmp_path):
         assert entry["bos_prepended"] == own["bos_prepended"] is True
         assert entry["largest_massive_activation"] == {key: top[key] for key in ("value", "layer", "dim", "position")}
         assert entry["super_neurons"] and entry["sink_start_layer"] is not None
-        assert [(n["layer"], n["neuron"]) for n in entry["super_neurons"]] == [(n["layer"], n["neuron"]) for n in own["super_neurons"]]
+        assert [(n["layer"], n["neuron"]) for n in entry["super_neurons"]] == [
+            (n["layer"], n["neuron"]) for n in own["super_neurons"]
+        ]
         assert (out / entry["run"] / "report.html").exists()  # a model's scan opens alone
     assert summary["models"][0]["layers"] != summary["models"][1]["layers"]
     rows = list(compare_rows(summary))
     assert len(rows) == sum(entry["layers"] for entry in summary["models"])
-    assert rows[-1] == {"model": models[1], "dtype": "float32", "device": "cpu", "label": models[1], "layer": summary["models"][1]["layers"] - 1,
-                        "first_token_mass": summary["models"][1]["first_token_mass_by_layer"][-1]}
+    assert rows[-1] == {
+        "model": models[1],
+        "dtype": "float32",
+        "device": "cpu",
+        "label": models[1],
+        "layer": summary["models"][1]["layers"] - 1,
+        "first_token_mass": summary["models"][1]["first_token_mass_by_layer"][-1],
+    }
 
 
 def test_the_page_shows_both_models_escaped(compared):
@@ -110,8 +120,15 @@ def test_a_comparison_through_submitit_equals_the_pools(compared, tmp_path):
     (tmp_path / "work").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         # a relative PYTHONPATH (PYTHONPATH=src) would name another folder from the workers' directory
-        mp.setenv("PYTHONPATH", os.pathsep.join(str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p))
+        mp.setenv(
+            "PYTHONPATH", os.pathsep.join(str(Path(p).resolve()) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)
+        )
         mp.chdir(tmp_path / "work")
-        assert cli.main(["scan", *models, *INPUTS, *THRESHOLDS, "--out", "cmp", "--launcher-config", str(tmp_path / "launcher.json")]) == 0
+        assert (
+            cli.main(
+                ["scan", *models, *INPUTS, *THRESHOLDS, "--out", "cmp", "--launcher-config", str(tmp_path / "launcher.json")]
+            )
+            == 0
+        )
         assert json.loads(Path("cmp/summary.json").read_text())["models"] == numbers_close(summary["models"])
         assert len(list(Path("cmp/launcher").glob("*_submitted.pkl"))) == len(models)

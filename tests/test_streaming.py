@@ -102,8 +102,16 @@ def smollm_like_rope():
     """A one-layer Llama with SmolLM2's rotary setting (head_dim 64, theta 1e5)."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    config = LlamaConfig(hidden_size=64, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
-                         vocab_size=8, max_position_embeddings=2048, rope_parameters={"rope_type": "default", "rope_theta": 1e5})
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        num_key_value_heads=1,
+        vocab_size=8,
+        max_position_embeddings=2048,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e5},
+    )
     return AutoModelForCausalLM.from_config(config)
 
 
@@ -190,7 +198,9 @@ def test_steps_write_into_one_strip_that_a_long_chunk_only_borrows(sharp, monkey
 
     def update(self, keys, values, *args, **kwargs):
         shown = layer_class_update(self, keys, values, *args, **kwargs)
-        views.append([x.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for x, t in zip(shown, self._strip.tensors)])
+        views.append(
+            [x.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() for x, t in zip(shown, self._strip.tensors)]
+        )
         return shown
 
     layer_class_update = layer_class.update
@@ -239,7 +249,11 @@ class StreamingLLM:
         positions = torch.arange(n_kept, n_kept + n_new)
         logits = self.model(input_ids=ids, cache=dense, position_ids=positions[None]).logits
         new = [(layer.keys[..., n_kept:, :], layer.values[..., n_kept:, :]) for layer in dense.layers]
-        kept = new if self.kept is None else [tuple(torch.cat(pair, dim=-2) for pair in zip(old, added)) for old, added in zip(self.kept, new)]
+        kept = (
+            new
+            if self.kept is None
+            else [tuple(torch.cat(pair, dim=-2) for pair in zip(old, added)) for old, added in zip(self.kept, new)]
+        )
         rotated_at = torch.cat([self.rotated_at, positions])
         index = torch.arange(len(rotated_at))
         keep = torch.cat([index[: self.n_sink], index[self.n_sink :][-(self.window - 1) :]])
@@ -267,7 +281,11 @@ def test_a_stream_and_a_chunk_longer_than_the_strip_equal_streamingllm_by_its_de
         torch.testing.assert_close(got, expected, atol=1e-5, rtol=0, msg=lambda m, where=where: f"{m}\n{where}")
         if chunk.shape[1] == 60:
             assert strip.tensors[0].shape[-2] > strip.capacity  # the chunk did take the borrow path
-    assert strip.tensors[0].shape[-2] == strip.capacity and cache.layers[0].positions.tolist() == [0, 1, *range(163 - window + 1, 163)]
+    assert strip.tensors[0].shape[-2] == strip.capacity and cache.layers[0].positions.tolist() == [
+        0,
+        1,
+        *range(163 - window + 1, 163),
+    ]
 
 
 def test_layers_updated_out_of_order_are_refused(llama):
@@ -309,8 +327,15 @@ def test_generate_runs_past_the_context_length_with_constant_memory(llama):
             return scores
 
     ids = llama.tokenizer("To be or not to be", return_tensors="pt").input_ids
-    out = llama.model.generate(ids, cache=cache, max_new_tokens=max_positions + 72, min_new_tokens=max_positions + 72,
-                               do_sample=False, pad_token_id=1, logits_processor=LogitsProcessorList([RecordCacheBytes()]))
+    out = llama.model.generate(
+        ids,
+        cache=cache,
+        max_new_tokens=max_positions + 72,
+        min_new_tokens=max_positions + 72,
+        do_sample=False,
+        pad_token_id=1,
+        logits_processor=LogitsProcessorList([RecordCacheBytes()]),
+    )
     assert out.shape[1] - ids.shape[1] == max_positions + 72
     full = held.index(max(held))
     assert full <= 30 and set(held[full:]) == {held[-1]}  # flat from the moment the cache fills
@@ -347,7 +372,9 @@ def test_mutation_dropping_the_position_offset_fails_the_test_above(sharp, monke
 def test_generate_matches_a_manual_loop(sharp, arch):
     """generate passes absolute positions; the cache presents its keys so that both agree."""
     model, ids = sharp(arch), stream_ids(6)
-    out = model.generate(ids, cache=make_sink_cache(model, 2, 10), max_new_tokens=30, min_new_tokens=30, do_sample=False, pad_token_id=1)
+    out = model.generate(
+        ids, cache=make_sink_cache(model, 2, 10), max_new_tokens=30, min_new_tokens=30, do_sample=False, pad_token_id=1
+    )
     cache, seq = make_sink_cache(model, 2, 10), ids
     logits = model(input_ids=ids, cache=cache).logits
     for _ in range(30):
@@ -412,7 +439,9 @@ def test_a_manual_batch_loop_gives_each_row_its_tokens_alone(sharp):
     same_length = torch.stack(prompts_of((7, 7, 7), seed=2))
     batch = greedy_decode(model, make_sink_cache(model, 2, 8), same_length, 40)
     for row in range(3):
-        assert batch[row].tolist() == greedy_decode(model, make_sink_cache(model, 2, 8), same_length[row : row + 1], 40)[0].tolist()
+        assert (
+            batch[row].tolist() == greedy_decode(model, make_sink_cache(model, 2, 8), same_length[row : row + 1], 40)[0].tolist()
+        )
 
 
 @torch.no_grad()
@@ -434,14 +463,20 @@ def test_each_row_of_a_left_padded_batch_reports_its_own_positions(sharp):
     assert cache.layers[0].positions.tolist() == [[0, 1, *range(len(p) + 12 - 7, len(p) + 12)] for p in prompts]
 
 
-HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks", "_forward_hooks_with_kwargs",
-              "_forward_hooks_always_called")
+HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
 
 
 def left_on(model) -> dict:
     """What anything could leave on ``model``: every module's forward hooks and attribute names."""
-    return {name: ({d: dict(getattr(module, d)) for d in HOOK_DICTS}, sorted(vars(module)))
-            for name, module in model.named_modules()}
+    return {
+        name: ({d: dict(getattr(module, d)) for d in HOOK_DICTS}, sorted(vars(module))) for name, module in model.named_modules()
+    }
 
 
 @torch.no_grad()
@@ -536,7 +571,11 @@ def fed_like_generate(model, cache, so_far, prompt_length: int, n: int) -> torch
     """What generate feeds across those two turns, by hand into ``cache``: the prompt, the first
     turn's tokens one at a time but its last, then that last token and the reply as one chunk;
     then n greedy tokens."""
-    steps = [so_far[:, :prompt_length], *so_far[:, prompt_length : prompt_length + n - 1].split(1, dim=1), so_far[:, prompt_length + n - 1 :]]
+    steps = [
+        so_far[:, :prompt_length],
+        *so_far[:, prompt_length : prompt_length + n - 1].split(1, dim=1),
+        so_far[:, prompt_length + n - 1 :],
+    ]
     fed, tokens, logits = 0, [], None  # steps start with the prompt: logits exist before the first greedy step
     for chunk in steps + [None] * n:
         if chunk is None:
@@ -568,8 +607,20 @@ class DeviceOnly(torch.Tensor):
     """A tensor whose values never reach the host: any read raises (what a decode step must not do
     with an accelerator's tensors: .cpu(), .item(), .tolist(), int(), bool(), torch.equal, ...)."""
 
-    READS = {torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.numpy, torch.Tensor.to, torch.Tensor.__int__,
-             torch.Tensor.__index__, torch.Tensor.__bool__, torch.Tensor.__float__, torch.Tensor.nonzero, torch.nonzero, torch.equal}
+    READS = {
+        torch.Tensor.cpu,
+        torch.Tensor.item,
+        torch.Tensor.tolist,
+        torch.Tensor.numpy,
+        torch.Tensor.to,
+        torch.Tensor.__int__,
+        torch.Tensor.__index__,
+        torch.Tensor.__bool__,
+        torch.Tensor.__float__,
+        torch.Tensor.nonzero,
+        torch.nonzero,
+        torch.equal,
+    }
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -630,7 +681,10 @@ def test_each_device_gets_the_rotation_tables_on_that_device(sharp):
         for tables in (step.sink_rotation, step.rotation):
             if tables is not None:
                 rotations += 1
-                assert {device.type: cos.device.type for device, (cos, _) in tables.tables.items()} == {"cpu": "cpu", "meta": "meta"}
+                assert {device.type: cos.device.type for device, (cos, _) in tables.tables.items()} == {
+                    "cpu": "cpu",
+                    "meta": "meta",
+                }
     assert rotations >= 12
 
 
@@ -645,7 +699,9 @@ def test_a_chunk_fed_after_the_cache_fills_attends_like_a_prefill(sharp):
     for i, layer in enumerate(cache.layers):
         dense.update(layer.keys_in_cache(), layer.values, i)
     chunk = ids[:, 30:35]
-    torch.testing.assert_close(model(input_ids=chunk, cache=cache).logits, model(input_ids=chunk, cache=dense).logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model(input_ids=chunk, cache=cache).logits, model(input_ids=chunk, cache=dense).logits, atol=1e-5, rtol=0
+    )
     assert dense.get_seq_length() == 2 + 9 + 5 and cache.layers[0].kept_tokens() == 2 + 9
 
 
@@ -668,7 +724,12 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
         llama.model(input_ids=ids[:1, :1], cache=cache)
     right_padded = torch.tensor([[1, 1, 1, 1, 0, 0], [1] * 6])
     with pytest.raises(SinklabError, match="left padding only"):
-        llama.model(input_ids=ids, attention_mask=right_padded, position_ids=torch.arange(6)[None], cache=make_sink_cache(llama.model, 2, 10))
+        llama.model(
+            input_ids=ids,
+            attention_mask=right_padded,
+            position_ids=torch.arange(6)[None],
+            cache=make_sink_cache(llama.model, 2, 10),
+        )
     with pytest.raises(SinklabError, match="needs position_ids that count each row's real tokens"):
         llama.model(input_ids=ids, attention_mask=right_padded.flip(1), cache=make_sink_cache(llama.model, 2, 10))
     with pytest.raises(SinklabError, match="the attention mask has 4 columns; the sink cache needs one per token fed so far .6."):
@@ -676,7 +737,9 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
     with pytest.raises(SinklabError, match="consecutive positions"):
         llama.model(input_ids=ids[:1], cache=make_sink_cache(llama.model, 2, 10), position_ids=torch.tensor([[0, 1, 2, 7, 8, 9]]))
     per_layer_type = AutoModelForCausalLM.from_config(tiny_config("llama", 300))
-    per_layer_type.config.rope_parameters = {kind: {"rope_type": "default", "rope_theta": 1e4} for kind in ("full_attention", "sliding_attention")}
+    per_layer_type.config.rope_parameters = {
+        kind: {"rope_type": "default", "rope_theta": 1e4} for kind in ("full_attention", "sliding_attention")
+    }
     with pytest.raises(SinklabError, match="per layer type"):
         make_sink_cache(per_layer_type, 2, 10)
 
@@ -684,7 +747,20 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
 @torch.no_grad()
 def test_native_models_stream_the_same_way():
     torch.manual_seed(0)
-    model = Transformer(ModelConfig(d_model=32, n_layers=2, n_heads=4, vocab_size=50, mlp=True, norm=True, rope=True, residual=True, scale_scores=True, max_seq_len=64))
+    model = Transformer(
+        ModelConfig(
+            d_model=32,
+            n_layers=2,
+            n_heads=4,
+            vocab_size=50,
+            mlp=True,
+            norm=True,
+            rope=True,
+            residual=True,
+            scale_scores=True,
+            max_seq_len=64,
+        )
+    )
     ids = torch.randint(0, 50, (1, 24))
 
     def run(cache):
@@ -757,8 +833,24 @@ def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, toke
     tokenizer.save_pretrained(tmp_path / "model")
     (tmp_path / "text.txt").write_text("Now is the winter of our discontent. " * 60)
     monkeypatch.setattr(benchmark, "RopeShift", NoMove)  # a kernel that forgets the sink-query re-rotation
-    code = cli.main(["stream", str(tmp_path / "model"), "--corpus", str(tmp_path / "text.txt"), "--tokens", "60", "--sinks", "2",
-                     "--window", "8", "--policies", "sink", "--out", str(tmp_path / "run")])
+    code = cli.main(
+        [
+            "stream",
+            str(tmp_path / "model"),
+            "--corpus",
+            str(tmp_path / "text.txt"),
+            "--tokens",
+            "60",
+            "--sinks",
+            "2",
+            "--window",
+            "8",
+            "--policies",
+            "sink",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert code == 3
     assert "numerical check failed: the one-pass sink scores differ from a real sink cache" in capsys.readouterr().err
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["one_pass_check"]["passed"] is False
@@ -766,7 +858,9 @@ def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, toke
 
 
 def test_generate_cli(tiny_model_dir, capsys):
-    assert cli.main(["generate", str(tiny_model_dir("llama")), "--prompt", "To be", "--max-new-tokens", "20", "--window", "8"]) == 0
+    assert (
+        cli.main(["generate", str(tiny_model_dir("llama")), "--prompt", "To be", "--max-new-tokens", "20", "--window", "8"]) == 0
+    )
     assert "the cache holds 11 tokens" in capsys.readouterr().out
 
 

@@ -27,7 +27,9 @@ def test_relu_construction_is_exact_with_no_weight_on_non_trigger_rows(n, length
 def test_softmax_sinks_and_relu_does_not_after_short_training(trigger_pair):
     bos = {}
     for run in trigger_pair[1]["runs"]:
-        assert run["converged"] and run["steps"] <= 3000, f"{run['attn']} did not reach the paper's stopping rule in 3,000 steps ({run['steps']})"
+        assert run["converged"] and run["steps"] <= 3000, (
+            f"{run['attn']} did not reach the paper's stopping rule in 3,000 steps ({run['steps']})"
+        )
         bos[run["attn"]] = run["heads_detail"][0]["bos_mass_nontrigger"]
     assert bos["softmax"] >= 0.95
     assert bos["relu"] <= 0.05
@@ -95,7 +97,11 @@ def add_one_step():
     return step
 
 
-@pytest.mark.parametrize("error", [no_compiler, dynamo_error("Unsupported"), dynamo_error("InternalTorchDynamoError")], ids=["no-compiler", "graph-break", "dynamo-bug"])
+@pytest.mark.parametrize(
+    "error",
+    [no_compiler, dynamo_error("Unsupported"), dynamo_error("InternalTorchDynamoError")],
+    ids=["no-compiler", "graph-break", "dynamo-bug"],
+)
 def test_a_compile_error_runs_the_step_once_uncompiled_and_is_recorded(monkeypatch, error):
     """Every error Dynamo raises while tracing or compiling (a backend's arrives wrapped in
     BackendCompilerFailed) falls back. Mutation tried: catching only BackendCompilerFailed let a
@@ -111,7 +117,11 @@ def test_a_compile_error_runs_the_step_once_uncompiled_and_is_recorded(monkeypat
 
 @pytest.mark.parametrize(
     "error, after_writing",
-    [(lambda: torch.OutOfMemoryError("CUDA out of memory"), False), (lambda: RuntimeError("a bug in the step"), False), (no_compiler, True)],
+    [
+        (lambda: torch.OutOfMemoryError("CUDA out of memory"), False),
+        (lambda: RuntimeError("a bug in the step"), False),
+        (no_compiler, True),
+    ],
     ids=["out-of-memory", "bug", "compile-error-after-a-write"],
 )
 def test_other_errors_and_a_compile_error_after_a_write_are_raised_not_retried(monkeypatch, error, after_writing):

@@ -61,7 +61,11 @@ def test_a_compiled_member_is_bit_identical_to_its_seed_trained_alone(base, seed
     steps = set()
     for cfg, (model, log) in zip(configs, members):
         alone, alone_log = train_trigger(cfg)
-        assert (log.steps, log.converged, log.final_max_abs_error) == (alone_log.steps, alone_log.converged, alone_log.final_max_abs_error)
+        assert (log.steps, log.converged, log.final_max_abs_error) == (
+            alone_log.steps,
+            alone_log.converged,
+            alone_log.final_max_abs_error,
+        )
         for (name, a), b in zip(model.named_parameters(), alone.parameters()):
             assert torch.equal(a, b), name
         steps.add(log.steps)
@@ -143,7 +147,10 @@ def test_ensembles_are_the_default_on_a_gpu_and_single_models_on_a_cpu():
 
 def test_members_that_would_not_fit_in_memory_are_refused_with_the_estimate():
     big = seeds_of(TriggerConfig(n=512, length=2048, eval_trigger=7, batch=4096), range(4))
-    with pytest.raises(SinklabError, match=r"training softmax_1x1 with 4 seed\(s\) per job, 1 job\(s\) at a time, needs about [\d.]+ GiB \(estimate\)"):
+    with pytest.raises(
+        SinklabError,
+        match=r"training softmax_1x1 with 4 seed\(s\) per job, 1 job\(s\) at a time, needs about [\d.]+ GiB \(estimate\)",
+    ):
         check_memory([big], parallel=1)
     check_memory([seeds_of(TriggerConfig(), range(32))], parallel=2)  # the default shapes fit easily
 
@@ -277,7 +284,22 @@ def test_cli_device_cuda_without_a_gpu_is_refused(capsys, tmp_path):
 
 
 def test_cli_prints_statistics_over_seeds(capsys, tmp_path):
-    argv = ["trigger", "--attn", "softmax", "--seeds", "0-1", "--max-steps", "20", "--eval-sequences", "20", "--workers", "1", "--ensemble", "--out", str(tmp_path)]
+    argv = [
+        "trigger",
+        "--attn",
+        "softmax",
+        "--seeds",
+        "0-1",
+        "--max-steps",
+        "20",
+        "--eval-sequences",
+        "20",
+        "--workers",
+        "1",
+        "--ensemble",
+        "--out",
+        str(tmp_path),
+    ]
     assert run_cli(argv) == 0
     out = capsys.readouterr().out
     assert "every layer sinks" in out and "softmax 1x1" in out

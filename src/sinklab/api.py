@@ -41,11 +41,15 @@ def subject_of(model: Any, tokenizer: Any = None, query_chunk: Optional[int] = N
     return Subject.from_model(model, tokenizer, query_chunk=query_chunk)
 
 
-def _run(capability: Capability, model: Any, tokenizer: Any, settings: dict, out: Optional[str], overwrite: bool, what: str, **fixed) -> RunResult:
+def _run(
+    capability: Capability, model: Any, tokenizer: Any, settings: dict, out: Optional[str], overwrite: bool, what: str, **fixed
+) -> RunResult:
     """Build the configuration from the keyword arguments, hand the model over, run the pipeline."""
     cfg = configs.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
     subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
-    facts = subject.facts()  # the config records which model ran, where and in which dtype, as the command line's resolved options do
+    facts = (
+        subject.facts()
+    )  # the config records which model ran, where and in which dtype, as the command line's resolved options do
     ran = {"model": subject.name, "device": facts["device"], "dtype": facts["dtype"], "revision": facts["revision"]}
     cfg = configs.build(capability.config, {**configs.flat(cfg), **ran})
     result = pipeline.run(capability, cfg, subject, out=out, overwrite=overwrite)
@@ -55,7 +59,10 @@ def _run(capability: Capability, model: Any, tokenizer: Any, settings: dict, out
 
 def _warn_if_reused(result: RunResult) -> None:
     if result.reused:
-        warnings.warn(f"{result.out} already holds this run, finished: its results were read back, not measured again (overwrite=True runs it again)", stacklevel=3)
+        warnings.warn(
+            f"{result.out} already holds this run, finished: its results were read back, not measured again (overwrite=True runs it again)",
+            stacklevel=3,
+        )
 
 
 def scan_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
@@ -84,18 +91,26 @@ def scan_models(models, *, out: Optional[str] = None, overwrite: bool = False, l
     items = list(models.items()) if isinstance(models, dict) else [(None, m) for m in models]
     names, labels, subjects = [], [], []
     for label, model in items:
-        subject = None if model is None or isinstance(model, (str, os.PathLike)) else subject_of(*(model if isinstance(model, tuple) else (model,)))
+        subject = (
+            None
+            if model is None or isinstance(model, (str, os.PathLike))
+            else subject_of(*(model if isinstance(model, tuple) else (model,)))
+        )
         names.append(str(model) if subject is None and model is not None else subject.name if subject is not None else None)
         labels.append(label if label is not None else label_of(names[-1]))
         subjects.append(subject)
-    cfg = CompareConfig(models=tuple(names), labels=tuple(labels), scan=configs.from_kwargs(ScanConfig, settings, ALIASES, "scan_models"))
+    cfg = CompareConfig(
+        models=tuple(names), labels=tuple(labels), scan=configs.from_kwargs(ScanConfig, settings, ALIASES, "scan_models")
+    )
     loaded = subjects if any(s is not None for s in subjects) else None
     result = pipeline.run(COMPARE, cfg, loaded, out=out, overwrite=overwrite, launcher=launcher)
     _warn_if_reused(result)
     return result
 
 
-def intervene_model(model, tokenizer=None, interventions: Sequence = (), *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
+def intervene_model(
+    model, tokenizer=None, interventions: Sequence = (), *, out: Optional[str] = None, overwrite: bool = False, **settings
+) -> RunResult:
     """Interventions against a baseline (``sinklab intervene``): ``interventions`` are the values
     :func:`sinklab.intervene.applied` takes (``[MaskSelf(10), VarianceAmplify(5, 4.0)]``), one run
     each (a tuple of them is applied together; ``sinklab.intervene.interventions_for`` turns
@@ -130,7 +145,10 @@ def adapt_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: 
 
 def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequence[str]) -> None:
     """Give ``fn`` the signature and settings list of ``cls`` (``help()`` and tab completion)."""
-    trailing = [inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None), inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=False)]
+    trailing = [
+        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
+        inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=False),
+    ]
     fn.__signature__ = configs.signature(cls, leading, trailing, skip)
     fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + configs.settings_doc(cls, skip) + "\n"
 
@@ -138,7 +156,12 @@ def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequenc
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _MODEL = [inspect.Parameter("model", _POSITIONAL), inspect.Parameter("tokenizer", _POSITIONAL, default=None)]
 _document(scan_model, ScanConfig, _MODEL, LOADING)
-_document(intervene_model, InterveneConfig, [*_MODEL, inspect.Parameter("interventions", _POSITIONAL, default=())], (*LOADING, "interventions"))
+_document(
+    intervene_model,
+    InterveneConfig,
+    [*_MODEL, inspect.Parameter("interventions", _POSITIONAL, default=())],
+    (*LOADING, "interventions"),
+)
 _document(stream_model, StreamConfig, _MODEL, LOADING)
 _document(adapt_model, PrefixConfig, _MODEL, LOADING)
 _document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], ("model",))

@@ -38,8 +38,13 @@ class AdaptedModel:
     def applied(self) -> Iterator["AdaptedModel"]:
         """Route attention through the mitigation; hooks on :attr:`hooks` see the adapted model."""
         inputs: dict[int, torch.Tensor] = {}
-        handles = [layer.register_forward_pre_hook(_keep_input(inputs, i), with_kwargs=True) for i, layer in enumerate(decoder_layers(self.model))]
-        edits = [(hook_name("*", "attn.hook_z"), lambda z, point: self.mitigation.head_output(point.layer, z, inputs[point.layer]))]
+        handles = [
+            layer.register_forward_pre_hook(_keep_input(inputs, i), with_kwargs=True)
+            for i, layer in enumerate(decoder_layers(self.model))
+        ]
+        edits = [
+            (hook_name("*", "attn.hook_z"), lambda z, point: self.mitigation.head_output(point.layer, z, inputs[point.layer]))
+        ]
         if self.mitigation.fades_bos and 0 < self.mitigation.ramp < 1:
             edits.append((hook_name("*", "attn.hook_scores"), self._fade_bos))
         try:
@@ -58,7 +63,9 @@ class AdaptedModel:
         """Final hidden states (B, T, d) of the content (call inside :meth:`applied`)."""
         prefix = self.prefix()
         cache = prefix.cache(self.model, content.shape[0]) if prefix is not None else None
-        return self.model.base_model(input_ids=content.to(self.model.device), cache=cache, use_cache=cache is not None).last_hidden_state
+        return self.model.base_model(
+            input_ids=content.to(self.model.device), cache=cache, use_cache=cache is not None
+        ).last_hidden_state
 
     def logits(self, content: torch.Tensor) -> torch.Tensor:
         return output_logits(self.model, self.hidden(content))

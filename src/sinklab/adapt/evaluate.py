@@ -30,12 +30,21 @@ class Evaluation:
     """Where perplexity is measured and under which quantization: held-out windows of a corpus
     whose other documents give the calibration windows (and the fine-tuning text)."""
 
-    corpus: str = setting("shakespeare", help="shakespeare, a text file or folder, or hf:NAME (documents split: training and calibration / held out)")
+    corpus: str = setting(
+        "shakespeare",
+        help="shakespeare, a text file or folder, or hf:NAME (documents split: training and calibration / held out)",
+    )
     tokens: int = setting(256, help="tokens per evaluation window")
     windows: int = setting(8, help="held-out windows scored")
     calibration: int = setting(4, help="windows for static scales and the prefix search")
-    schemes: tuple[str, ...] = setting(tuple(QUANT_SCHEMES), flag="--quant", metavar="S[,S...]", choices=tuple(QUANT_SCHEMES), shown="all",
-                                       help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)}")
+    schemes: tuple[str, ...] = setting(
+        tuple(QUANT_SCHEMES),
+        flag="--quant",
+        metavar="S[,S...]",
+        choices=tuple(QUANT_SCHEMES),
+        shown="all",
+        help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)}",
+    )
 
     def __post_init__(self) -> None:
         check(self.tokens >= 2, f"--tokens must be at least 2, got {self.tokens}")

@@ -53,14 +53,21 @@ class FinetuneConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
 
-    model: Optional[str] = setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    model: Optional[str] = setting(
+        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
+    )
     mitigation: str = setting("gate", help="the mitigation fine-tuned in", flag="--to", choices=tuple(MITIGATIONS), cli=False)
     steps: int = setting(300, help="optimizer steps")
     full: bool = setting(False, help="train every weight of the model, not only the mitigation's parameters")
     evaluation: Evaluation = field(default_factory=Evaluation)
-    outside: Optional[str] = setting("pydoc", flag="--outside-corpus", metavar="CORPUS", parse=lambda text: None if text == "none" else text,
-                                     help="also measure perplexity on this corpus of another domain, where fitting the training text cannot help "
-                                          "(pydoc: Python's language reference; 'none' skips it)")
+    outside: Optional[str] = setting(
+        "pydoc",
+        flag="--outside-corpus",
+        metavar="CORPUS",
+        parse=lambda text: None if text == "none" else text,
+        help="also measure perplexity on this corpus of another domain, where fitting the training text cannot help "
+        "(pydoc: Python's language reference; 'none' skips it)",
+    )
     seq_len: int = setting(128, help="tokens per training sequence", flag="--train-tokens", aliases=("--seq-len",))
     batch: int = setting(4, help="sequences per step")
     lr: Optional[float] = setting(None, help="learning rate", shown="1e-2 for the mitigation's parameters, 1e-5 with --full")
@@ -118,7 +125,9 @@ def measure(cfg: FinetuneConfig, context: RunContext) -> RunResult:
     _train(cfg, out, adapted, teacher, bos, train_ids, opt, trained, start, exact)
     summary = _finish(cfg, loaded, teacher, adapted, bos, evaluation, exact, time.perf_counter() - clock)
     adapter = {k: v.detach().cpu().contiguous() for k, v in mitigation.state_dict().items()}
-    return RunResult(stamped(KIND, {**summary, "exact_check_tolerance": tolerance}), {"adapter": adapter, "prefixes": {PREFIX: bos_prefix}})
+    return RunResult(
+        stamped(KIND, {**summary, "exact_check_tolerance": tolerance}), {"adapter": adapter, "prefixes": {PREFIX: bos_prefix}}
+    )
 
 
 KIND = "adapt-finetune"
@@ -134,7 +143,11 @@ def write(out: Path, result: RunResult) -> list[str]:
 
 
 def read_data(run_dir: Path) -> dict:
-    return {"adapter": load_file(str(run_dir / ADAPTER_FILE)), "prefixes": {PREFIX: SinkPrefix.load(run_dir / PREFIX_FILE)}, **plots.read_data(run_dir)}
+    return {
+        "adapter": load_file(str(run_dir / ADAPTER_FILE)),
+        "prefixes": {PREFIX: SinkPrefix.load(run_dir / PREFIX_FILE)},
+        **plots.read_data(run_dir),
+    }
 
 
 def figures(result: RunResult) -> dict:
@@ -173,7 +186,9 @@ def teacher_logits(teacher: nn.Module, bos: int, content: torch.Tensor) -> torch
         return teacher(input_ids=prepend((bos,), content.to(teacher.device)), use_cache=False).logits[:, 1:].float()
 
 
-def distillation_loss(student: torch.Tensor, teacher: torch.Tensor, content: torch.Tensor, lm_weight: float) -> tuple[torch.Tensor, dict]:
+def distillation_loss(
+    student: torch.Tensor, teacher: torch.Tensor, content: torch.Tensor, lm_weight: float
+) -> tuple[torch.Tensor, dict]:
     """KL(teacher || student) per position, plus ``lm_weight`` x next-token cross-entropy."""
     log_s = F.log_softmax(student.float(), dim=-1)
     kl = F.kl_div(log_s.flatten(0, 1), F.log_softmax(teacher, dim=-1).flatten(0, 1), log_target=True, reduction="batchmean")
@@ -204,18 +219,26 @@ def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained
         target = teacher_logits(teacher, bos, content)
         with adapted.applied():
             loss, parts = distillation_loss(adapted.logits(content), target, content, cfg.lm_weight)
-        check(math.isfinite(parts["kl"] + parts["lm"]), f"the loss is {parts['kl'] + parts['lm']} at step {step}; lower --lr (or resume from the last checkpoint with a lower one)")
+        check(
+            math.isfinite(parts["kl"] + parts["lm"]),
+            f"the loss is {parts['kl'] + parts['lm']} at step {step}; lower --lr (or resume from the last checkpoint with a lower one)",
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        append_jsonl(out / "metrics.jsonl", {"step": step + 1, "ramp": adapted.mitigation.ramp, "loss": parts["kl"] + cfg.lm_weight * parts["lm"], **parts})
+        append_jsonl(
+            out / "metrics.jsonl",
+            {"step": step + 1, "ramp": adapted.mitigation.ramp, "loss": parts["kl"] + cfg.lm_weight * parts["lm"], **parts},
+        )
         bar.set_postfix(kl=f"{parts['kl']:.3f}", ramp=f"{adapted.mitigation.ramp:.2f}")
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps:
             save_checkpoint(out, step + 1, trained, opt, {"exact_check": exact})
     adapted.mitigation.ramp = 1.0
 
 
-def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, evaluation, exact: float, train_seconds: float) -> dict:
+def _finish(
+    cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, evaluation, exact: float, train_seconds: float
+) -> dict:
     """Sink metrics and (quantized) perplexities of the original with BOS in the stream, the
     original with BOS as a cached prefix (the mitigations' step 0) and the adapted model without
     BOS: on held-out windows of the fine-tuning corpus (``ppl``) and of ``cfg.outside``
@@ -227,19 +250,55 @@ def _finish(cfg, loaded: LoadedModel, teacher, adapted: AdaptedModel, bos: int, 
     settings = (FULL_PRECISION, *ev.schemes)
 
     def measure_all(windows: torch.Tensor) -> dict:
-        original = measure_ppl(teacher, [Condition("bos", lead=(bos,)), Condition("prefix", prefix=adapted.bos)], windows, calibration, settings)
+        original = measure_ppl(
+            teacher, [Condition("bos", lead=(bos,)), Condition("prefix", prefix=adapted.bos)], windows, calibration, settings
+        )
         adapted_run = measure_ppl(adapted.model, [Condition("adapted", adapted=adapted)], windows, calibration, settings)
         return {key: {s: {**original[key][s], **adapted_run[key][s]} for s in settings} for key in ("ppl", "max_abs_activation")}
 
     inside = measure_all(evaluation)
-    outside = measure_all(corpus_windows(cfg.outside, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)) if cfg.outside else None
+    outside = (
+        measure_all(corpus_windows(cfg.outside, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)) if cfg.outside else None
+    )
     return {
-        "model": loaded.name, "architecture": describe_architecture(adapted.model), **model_facts(teacher), "method": "finetune", "mitigation": cfg.mitigation,
-        "full": cfg.full, "steps": cfg.steps, "exact_check": exact, "train_seconds": train_seconds,
-        "before": before, "after": after, "ppl": inside["ppl"], "max_abs_activation": inside["max_abs_activation"],
-        **({"outside_corpus": cfg.outside, "ppl_outside": outside["ppl"], "max_abs_activation_outside": outside["max_abs_activation"]} if outside else {}),
+        "model": loaded.name,
+        "architecture": describe_architecture(adapted.model),
+        **model_facts(teacher),
+        "method": "finetune",
+        "mitigation": cfg.mitigation,
+        "full": cfg.full,
+        "steps": cfg.steps,
+        "exact_check": exact,
+        "train_seconds": train_seconds,
+        "before": before,
+        "after": after,
+        "ppl": inside["ppl"],
+        "max_abs_activation": inside["max_abs_activation"],
+        **(
+            {
+                "outside_corpus": cfg.outside,
+                "ppl_outside": outside["ppl"],
+                "max_abs_activation_outside": outside["max_abs_activation"],
+            }
+            if outside
+            else {}
+        ),
     }
 
 
-FINETUNE = register(Capability(KIND, FinetuneConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact,
-                               resumable=has_checkpoint, needs_run_dir=True, figures=figures, sections=plots.sections))
+FINETUNE = register(
+    Capability(
+        KIND,
+        FinetuneConfig,
+        measure,
+        write,
+        tables=ADAPT_TABLES,
+        write_page=page.write,
+        read_data=read_data,
+        check=check_exact,
+        resumable=has_checkpoint,
+        needs_run_dir=True,
+        figures=figures,
+        sections=plots.sections,
+    )
+)

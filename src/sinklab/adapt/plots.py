@@ -55,10 +55,19 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
         if "metrics" in data:
             parts.append(html.Section("Training loss", html.plot(_losses(data["metrics"]), f"{uid}-loss")))
     if "ppl" in s:
-        parts.append(html.Section("Perplexity on held-out text, and the largest input of any quantized linear layer", html.table(ppl_rows(s), ppl_columns(s))))
+        parts.append(
+            html.Section(
+                "Perplexity on held-out text, and the largest input of any quantized linear layer",
+                html.table(ppl_rows(s), ppl_columns(s)),
+            )
+        )
         if "ppl_outside" in s:
-            parts.append(html.Section(f"The same on text of another domain ({s['outside_corpus']}), which fitting the training text cannot help",
-                                      html.table(ppl_rows(s, "_outside"), ppl_columns(s))))
+            parts.append(
+                html.Section(
+                    f"The same on text of another domain ({s['outside_corpus']}), which fitting the training text cannot help",
+                    html.table(ppl_rows(s, "_outside"), ppl_columns(s)),
+                )
+            )
         parts.append(html.Section("Largest |input| of the linear layers, by layer", html.plot(_maxima(s), f"{uid}-maxima")))
     return parts
 
@@ -66,14 +75,28 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
 def _maxima(s: dict):
     import plotly.graph_objects as go
 
-    fig, layers = go.Figure(), max(len(values) for by_condition in s["max_abs_activation"].values() for values in by_condition.values())
+    fig, layers = (
+        go.Figure(),
+        max(len(values) for by_condition in s["max_abs_activation"].values() for values in by_condition.values()),
+    )
     for setting, by_condition in s["max_abs_activation"].items():
         for condition, values in by_condition.items():
             label = html_text(f"{setting}, {CONDITION_LABELS.get(condition, condition)}")
-            fig.add_trace(go.Scatter(y=values, mode="lines+markers", name=label, visible=True if setting == "fp" else "legendonly",
-                                     hovertemplate=f"{label}<br>layer %{{x}}<br>max |x| %{{y:.1f}}<extra></extra>"))
-    return fig.update_layout(title=title(html_text(s["model"], 60), "what the quantizer must cover"), xaxis=layer_axis(layers),
-                             yaxis=dict(type="log", title="largest |input| of its linear layers"), height=420)
+            fig.add_trace(
+                go.Scatter(
+                    y=values,
+                    mode="lines+markers",
+                    name=label,
+                    visible=True if setting == "fp" else "legendonly",
+                    hovertemplate=f"{label}<br>layer %{{x}}<br>max |x| %{{y:.1f}}<extra></extra>",
+                )
+            )
+    return fig.update_layout(
+        title=title(html_text(s["model"], 60), "what the quantizer must cover"),
+        xaxis=layer_axis(layers),
+        yaxis=dict(type="log", title="largest |input| of its linear layers"),
+        height=420,
+    )
 
 
 def _losses(rows: list[dict]):
@@ -82,5 +105,10 @@ def _losses(rows: list[dict]):
     steps = [r["step"] for r in rows]
     fig = go.Figure([go.Scatter(x=steps, y=[r[key] for r in rows], mode="lines", name=key) for key in ("kl", "lm")])
     fig.add_trace(go.Scatter(x=steps, y=[r["ramp"] for r in rows], mode="lines", name="ramp", yaxis="y2", line=dict(dash="dot")))
-    return fig.update_layout(title="Training loss", xaxis_title="step", yaxis=dict(type="log", title="nats"),
-                             yaxis2=dict(title="ramp", overlaying="y", side="right", range=[0, 1.05]), height=340)
+    return fig.update_layout(
+        title="Training loss",
+        xaxis_title="step",
+        yaxis=dict(type="log", title="nats"),
+        yaxis2=dict(title="ramp", overlaying="y", side="right", range=[0, 1.05]),
+        height=340,
+    )

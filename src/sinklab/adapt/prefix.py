@@ -86,10 +86,18 @@ class SinkPrefix:
     def save(self, path: str | Path, model_name: str = "") -> Path:
         """Write the prefix as safetensors (atomically), with the token ids, the model's name and
         fingerprint."""
-        check(self.fingerprint is not None, "only a prefix computed on a model (SinkPrefix.compute) can be saved: it records the model's fingerprint")
+        check(
+            self.fingerprint is not None,
+            "only a prefix computed on a model (SinkPrefix.compute) can be saved: it records the model's fingerprint",
+        )
         tensors = {f"keys.{i}": k.detach().cpu().contiguous() for i, k in enumerate(self.keys)}
         tensors.update({f"values.{i}": v.detach().cpu().contiguous() for i, v in enumerate(self.values)})
-        metadata = {"format": FORMAT, "token_ids": json.dumps(list(self.token_ids)), "model": model_name, "fingerprint": self.fingerprint}
+        metadata = {
+            "format": FORMAT,
+            "token_ids": json.dumps(list(self.token_ids)),
+            "model": model_name,
+            "fingerprint": self.fingerprint,
+        }
         with atomic_path(path) as tmp:
             save_file(tensors, str(tmp), metadata=metadata)
         return Path(path)
@@ -110,7 +118,9 @@ class SinkPrefix:
         if metadata.get("format") != FORMAT:
             raise SinklabError(f"{path} is not a sinklab sink prefix (format {metadata.get('format')!r}, expected {FORMAT!r})")
         if "fingerprint" not in metadata:
-            raise SinklabError(f"{path} records no fingerprint of the model it was computed on (written by an older sinklab): compute the prefix again")
+            raise SinklabError(
+                f"{path} records no fingerprint of the model it was computed on (written by an older sinklab): compute the prefix again"
+            )
         n = sum(name.startswith("keys.") for name in tensors)
         keys, values = [tensors[f"keys.{i}"] for i in range(n)], [tensors[f"values.{i}"] for i in range(n)]
         prefix = cls(tuple(json.loads(metadata["token_ids"])), keys, values, metadata["fingerprint"])
@@ -130,7 +140,9 @@ class SinkPrefix:
         if self.fingerprint is None or (self._checked is not None and self._checked() is model):
             return
         if model_fingerprint(model) != self.fingerprint:
-            raise SinklabError(f"this sink prefix was computed on another model of the same shapes (model fingerprint {self.fingerprint[:12]}, this model's {model_fingerprint(model)[:12]})")
+            raise SinklabError(
+                f"this sink prefix was computed on another model of the same shapes (model fingerprint {self.fingerprint[:12]}, this model's {model_fingerprint(model)[:12]})"
+            )
         self._checked = weakref.ref(model)
 
 
@@ -159,7 +171,9 @@ def model_fingerprint(model: nn.Module) -> str:
     cfg = model.config.get_text_config(decoder=True)
     digest = hashlib.sha256(json.dumps([cfg.model_type, cfg.vocab_size, *astuple(ModelShape.of(model))]).encode())
     layers = decoder_layers(model)
-    for name, weight in sorted({**dict(layers[0].named_parameters("first")), **dict(layers[-1].named_parameters("last"))}.items()):
+    for name, weight in sorted(
+        {**dict(layers[0].named_parameters("first")), **dict(layers[-1].named_parameters("last"))}.items()
+    ):
         digest.update(name.encode())
         digest.update(weight.detach().to("cpu", torch.float32).to(torch.bfloat16).view(torch.int16).numpy().tobytes())
     return digest.hexdigest()

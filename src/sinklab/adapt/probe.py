@@ -55,14 +55,26 @@ def _hooks(sums: _Sums) -> list:
         a = a.detach().abs().float()
         sums.add(sums.act_first, point.layer, a[:, 0].sum(0))
         sums.add(sums.act_rest, point.layer, a[:, 1:].mean(1).sum(0))
-        sums.act_max[point.layer] = torch.maximum(sums.act_max[point.layer], a.amax((0, 1))) if point.layer in sums.act_max else a.amax((0, 1))
+        sums.act_max[point.layer] = (
+            torch.maximum(sums.act_max[point.layer], a.amax((0, 1))) if point.layer in sums.act_max else a.amax((0, 1))
+        )
 
-    return [(hook_name("*", "attn.hook_pattern"), pattern), (hook_name("*", "hook_resid_post"), resid), (hook_name("*", "mlp.hook_post"), mlp)]
+    return [
+        (hook_name("*", "attn.hook_pattern"), pattern),
+        (hook_name("*", "hook_resid_post"), resid),
+        (hook_name("*", "mlp.hook_post"), mlp),
+    ]
 
 
 @torch.no_grad()
-def sink_profile(hooks: HookSet, session: Callable[[], AbstractContextManager], run: Callable[[torch.Tensor], object], windows: torch.Tensor,
-                 down_weight: Callable[[int], Optional[torch.Tensor]], neurons: Optional[list[dict]] = None) -> dict:
+def sink_profile(
+    hooks: HookSet,
+    session: Callable[[], AbstractContextManager],
+    run: Callable[[torch.Tensor], object],
+    windows: torch.Tensor,
+    down_weight: Callable[[int], Optional[torch.Tensor]],
+    neurons: Optional[list[dict]] = None,
+) -> dict:
     """Run ``run(window)`` on each window inside ``session()`` with the probe on ``hooks``; return
     the metrics. ``neurons``: super neurons to follow (found here when None)."""
     sums = _Sums()
@@ -74,8 +86,18 @@ def sink_profile(hooks: HookSet, session: Callable[[], AbstractContextManager], 
     first = torch.stack([sums.first[i] / sums.queries[i] for i in layers])  # (L, H)
     slot = torch.stack([sums.slot[i] / sums.queries[i] for i in layers])
     if neurons is None:
-        neurons = [n for i in sorted(sums.act_first) for n in super_neurons(
-            sums.act_first[i] / sums.rows, sums.act_rest[i] / sums.rows, down_weight(i), i, SETTINGS.super_min_ratio, SETTINGS.super_min_activation)]
+        neurons = [
+            n
+            for i in sorted(sums.act_first)
+            for n in super_neurons(
+                sums.act_first[i] / sums.rows,
+                sums.act_rest[i] / sums.rows,
+                down_weight(i),
+                i,
+                SETTINGS.super_min_ratio,
+                SETTINGS.super_min_activation,
+            )
+        ]
     return {
         "first_token_mass": float(first.mean()),
         "first_token_mass_by_layer": first.mean(-1).tolist(),
@@ -91,19 +113,31 @@ def sink_profile(hooks: HookSet, session: Callable[[], AbstractContextManager], 
 def _follow(neuron: dict, sums: _Sums) -> dict:
     """A super neuron's mean |activation| at the stream's first position and its largest anywhere."""
     layer, n = neuron["layer"], neuron["neuron"]
-    return {"layer": layer, "neuron": n, "act_first": float(sums.act_first[layer][n] / sums.rows), "act_max": float(sums.act_max[layer][n])}
+    return {
+        "layer": layer,
+        "neuron": n,
+        "act_first": float(sums.act_first[layer][n] / sums.rows),
+        "act_max": float(sums.act_max[layer][n]),
+    }
 
 
 def profile_original(model: nn.Module, bos: int, windows: torch.Tensor) -> dict:
     """The original model reading BOS + each window."""
     hooks = HookSet()
-    return sink_profile(hooks, lambda: instrument(model, hooks, query_chunk=None), lambda w: model.base_model(input_ids=prepend((bos,), w.to(model.device)), use_cache=False),
-                        windows, lambda i: down_proj_weight(model, i))
+    return sink_profile(
+        hooks,
+        lambda: instrument(model, hooks, query_chunk=None),
+        lambda w: model.base_model(input_ids=prepend((bos,), w.to(model.device)), use_cache=False),
+        windows,
+        lambda i: down_proj_weight(model, i),
+    )
 
 
 def profile_adapted(adapted, windows: torch.Tensor, neurons: list[dict]) -> dict:
     """An :class:`~.adapted.AdaptedModel` reading each window (no BOS), following ``neurons``."""
-    return sink_profile(adapted.hooks, adapted.applied, adapted.hidden, windows, lambda i: down_proj_weight(adapted.model, i), neurons)
+    return sink_profile(
+        adapted.hooks, adapted.applied, adapted.hidden, windows, lambda i: down_proj_weight(adapted.model, i), neurons
+    )
 
 
 @torch.no_grad()

@@ -122,7 +122,9 @@ class ActivationLog:
 
 
 @contextmanager
-def quantized(model: nn.Module, scheme: Optional[QuantScheme], static_amax: Optional[dict[str, float]] = None) -> Iterator[ActivationLog]:
+def quantized(
+    model: nn.Module, scheme: Optional[QuantScheme], static_amax: Optional[dict[str, float]] = None
+) -> Iterator[ActivationLog]:
     """Run ``model`` with ``scheme`` on every decoder linear layer (None: full precision, only
     logging the inputs). Weights are restored and hooks removed on exit, also on error."""
     if scheme is not None and scheme.activations == "static" and not static_amax:

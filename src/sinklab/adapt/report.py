@@ -12,7 +12,12 @@ CONDITION_LABELS = {
     "adapted": "adapted, no BOS",
 }
 
-BEFORE_AFTER = [("first-token mass", "first_token_mass"), ("Sink_1^0.3", "sink_rate"), ("slot mass", "slot_mass"), ("largest |residual|", "max_abs_residual")]
+BEFORE_AFTER = [
+    ("first-token mass", "first_token_mass"),
+    ("Sink_1^0.3", "sink_rate"),
+    ("slot mass", "slot_mass"),
+    ("largest |residual|", "max_abs_residual"),
+]
 
 
 #: The summary's perplexity tables: held-out text of the adaptation corpus, and (fine-tuning) text of another domain.
@@ -49,10 +54,14 @@ def ppl_table(summary: dict) -> str:
 def headline(summary: dict) -> str:
     lines = []
     if "exact_check" in summary:
-        lines.append(f"prefix exactness: max |logit difference| {summary['exact_check']:.1e} against the same tokens in the sequence")
+        lines.append(
+            f"prefix exactness: max |logit difference| {summary['exact_check']:.1e} against the same tokens in the sequence"
+        )
     if "search" in summary:
         strings = ", ".join(repr(safe_text(s, 12)) for s in summary["search"]["strings"])
-        lines.append(f"searched prefix: [{strings}] ({summary['search']['evaluated']} candidates tried in {summary['search']['seconds']:.0f} s)")
+        lines.append(
+            f"searched prefix: [{strings}] ({summary['search']['evaluated']} candidates tried in {summary['search']['seconds']:.0f} s)"
+        )
     return "\n".join(lines)
 
 

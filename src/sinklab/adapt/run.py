@@ -49,11 +49,19 @@ class PrefixConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
 
-    model: Optional[str] = configs.setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    model: Optional[str] = configs.setting(
+        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
+    )
     evaluation: Evaluation = field(default_factory=Evaluation)
-    bos: str = configs.setting("auto", choices=BOS_CHOICES, help="put a BOS token first in every sequence: yes, no, or auto (when the tokenizer has one); "
-                                                        "the BOS is the sink; no: a prefix is searched instead")
-    prefix_tokens: int = configs.setting(0, help="tokens searched after BOS to absorb outliers (CushionCache); 1 when there is no BOS")
+    bos: str = configs.setting(
+        "auto",
+        choices=BOS_CHOICES,
+        help="put a BOS token first in every sequence: yes, no, or auto (when the tokenizer has one); "
+        "the BOS is the sink; no: a prefix is searched instead",
+    )
+    prefix_tokens: int = configs.setting(
+        0, help="tokens searched after BOS to absorb outliers (CushionCache); 1 when there is no BOS"
+    )
     search_seconds: float = configs.setting(300.0, help="time budget of the prefix search")
     candidates: int = configs.setting(64, help="most frequent calibration tokens tried at each prefix position")
     load: LoadOptions = field(default_factory=LoadOptions)
@@ -76,8 +84,16 @@ def measure(cfg: PrefixConfig, context: RunContext = RunContext()) -> RunResult:
         bos = _first_token(cfg, loaded)
         evaluation = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)
         calibration = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.calibration, held_out=False)
-    summary = {"model": loaded.name, "architecture": describe_architecture(model), **model_facts(model), "method": "sink_prefix", "bos_token": bos,
-               "tokens": ev.tokens, "windows": ev.windows, "calibration_windows": ev.calibration}
+    summary = {
+        "model": loaded.name,
+        "architecture": describe_architecture(model),
+        **model_facts(model),
+        "method": "sink_prefix",
+        "bos_token": bos,
+        "tokens": ev.tokens,
+        "windows": ev.windows,
+        "calibration_windows": ev.calibration,
+    }
     conditions, prefixes = [], {}
     if bos is not None:
         with clock.phase("prefix"):
@@ -107,7 +123,13 @@ def write(out: Path, result: RunResult) -> list[str]:
 
 
 def read_data(run_dir: Path) -> dict:
-    return {"prefixes": {name: SinkPrefix.load(run_dir / f"{name}.safetensors") for name in (PREFIX, CUSHION) if (run_dir / f"{name}.safetensors").exists()}}
+    return {
+        "prefixes": {
+            name: SinkPrefix.load(run_dir / f"{name}.safetensors")
+            for name in (PREFIX, CUSHION)
+            if (run_dir / f"{name}.safetensors").exists()
+        }
+    }
 
 
 def _first_token(cfg: PrefixConfig, loaded: LoadedModel) -> Optional[int]:
@@ -121,7 +143,9 @@ def exact_check(model, prefix: SinkPrefix, windows: torch.Tensor) -> tuple[float
     """Largest |logit difference| of the content, prefix in the cache against its tokens in the
     sequence, and the tolerance :func:`~.prefix.exact_tolerance` gives it."""
     with torch.no_grad():
-        in_sequence = model(input_ids=prepend(prefix.token_ids, windows.to(model.device)), use_cache=False).logits[:, prefix.length :]
+        in_sequence = model(input_ids=prepend(prefix.token_ids, windows.to(model.device)), use_cache=False).logits[
+            :, prefix.length :
+        ]
         cached = prefix.logits(model, windows)
     return float((in_sequence.float() - cached.float()).abs().max()), exact_tolerance(in_sequence, model.dtype)
 
@@ -144,10 +168,16 @@ def _cushion(cfg: PrefixConfig, loaded: LoadedModel, calibration: torch.Tensor, 
     found = search_prefix(loaded.model, calibration[:1, :64], lead, n_tokens, candidates, cfg.search_seconds)
     check(len(found.tokens) > len(lead), f"the prefix search found nothing within --search-seconds {cfg.search_seconds:g}")
     prefix = SinkPrefix.compute(loaded.model, list(found.tokens))
-    return prefix, {**asdict(found), "strings": [loaded.tokenizer.decode([t]) for t in found.tokens], "candidates": len(candidates)}
+    return prefix, {
+        **asdict(found),
+        "strings": [loaded.tokenizer.decode([t]) for t in found.tokens],
+        "candidates": len(candidates),
+    }
 
 
-def measure_ppl(model, conditions: list[Condition], evaluation: torch.Tensor, calibration: torch.Tensor, settings: tuple[str, ...]) -> dict:
+def measure_ppl(
+    model, conditions: list[Condition], evaluation: torch.Tensor, calibration: torch.Tensor, settings: tuple[str, ...]
+) -> dict:
     """Perplexity and the largest |input| of the linear layers per layer, per setting and condition."""
     ppl, maxima = {}, {}
     bar = progress_bar(total=len(settings) * len(conditions), desc="quantized perplexity", unit="run")
@@ -174,5 +204,17 @@ def calibrate(model, calibration: torch.Tensor, condition: Condition) -> dict[st
     return dict(log.by_module)
 
 
-ADAPT = register(Capability("adapt", PrefixConfig, measure, write, tables=ADAPT_TABLES, write_page=page.write, read_data=read_data, check=check_exact,
-                            figures=lambda result: plots.figures(result.summary, {}), sections=plots.sections))
+ADAPT = register(
+    Capability(
+        "adapt",
+        PrefixConfig,
+        measure,
+        write,
+        tables=ADAPT_TABLES,
+        write_page=page.write,
+        read_data=read_data,
+        check=check_exact,
+        figures=lambda result: plots.figures(result.summary, {}),
+        sections=plots.sections,
+    )
+)

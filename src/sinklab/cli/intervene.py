@@ -57,10 +57,26 @@ def add_parser(sub) -> None:
     for option, cls in INTERVENTIONS.items():
         edits.add_argument(f"--{option.replace('_', '-')}", dest=option, help=cls.help, **ARGUMENT_KINDS[cls.takes])
     swept = ", ".join(f"--{o.replace('_', '-')}" for o, cls in INTERVENTIONS.items() if cls.sweeps_lam)
-    edits.add_argument("--lam", type=float_list, default=list(DEFAULT_LAMS), help=f"strengths for {swept} (default {','.join(f'{x:g}' for x in DEFAULT_LAMS)})")
-    edits.add_argument("--layers", type=int_list, default=None, metavar="L[,L...]", help="act only in these layers, indices from 0 (default all)")
-    edits.add_argument("--heads", type=int_list, default=None, metavar="H[,H...]", help="act only on these heads, indices from 0 (default all)")
-    p.add_argument("--trigger", nargs="?", const="", default=None, metavar="LAB_DIR", help="edit one-layer trigger-lab models (from LAB_DIR, or trained now)")
+    edits.add_argument(
+        "--lam",
+        type=float_list,
+        default=list(DEFAULT_LAMS),
+        help=f"strengths for {swept} (default {','.join(f'{x:g}' for x in DEFAULT_LAMS)})",
+    )
+    edits.add_argument(
+        "--layers", type=int_list, default=None, metavar="L[,L...]", help="act only in these layers, indices from 0 (default all)"
+    )
+    edits.add_argument(
+        "--heads", type=int_list, default=None, metavar="H[,H...]", help="act only on these heads, indices from 0 (default all)"
+    )
+    p.add_argument(
+        "--trigger",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="LAB_DIR",
+        help="edit one-layer trigger-lab models (from LAB_DIR, or trained now)",
+    )
     p.add_argument("--out", default=None, help=f"run directory (default {DEFAULT_OUT} or {DEFAULT_OUT}-trigger)")
     add_overwrite_argument(p)
     p.set_defaults(handler=intervene_command, on_interrupt=STARTS_OVER)
@@ -81,7 +97,9 @@ def intervene_command(args: argparse.Namespace) -> int:
             print(intervene_report.trigger_intervention_table(result.summary["results"]))
     else:
         args.out = args.out or DEFAULT_OUT
-        result = run_out(args, INTERVENE, config_from(InterveneConfig, args, model=args.model, interventions=asked_interventions(args, {})))
+        result = run_out(
+            args, INTERVENE, config_from(InterveneConfig, args, model=args.model, interventions=asked_interventions(args, {}))
+        )
         if not result.reused:
             print(intervene_report.intervention_table(result.summary))
     if not result.reused:

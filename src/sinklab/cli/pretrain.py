@@ -24,7 +24,23 @@ from .args import (
 )
 
 #: PretrainConfig fields that are plain numbers on the command line (those in CORPUS_DEFAULTS have per-corpus defaults).
-NUMBERS = ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every", "seed", "lr", "min_lr_ratio", "weight_decay", "grad_clip", "adam_beta2")
+NUMBERS = (
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "seq_len",
+    "batch",
+    "steps",
+    "eval_every",
+    "eval_batches",
+    "checkpoint_every",
+    "seed",
+    "lr",
+    "min_lr_ratio",
+    "weight_decay",
+    "grad_clip",
+    "adam_beta2",
+)
 #: Fields whose flag is not their name: help, the canonical flag, then old spellings kept as aliases.
 RENAMED = {
     "seq_len": ("tokens per training sequence", "--tokens", "--seq-len"),
@@ -41,44 +57,87 @@ def add_parser(sub) -> None:
         help="train a small LM with an attention variant (runs under torchrun for DDP)",
         description="Train a small decoder LM (RMSNorm, RoPE by default, SwiGLU) with one attention variant, then scan it for sinks.",
     )
-    p.add_argument("--attn", choices=list(ATTN_NORMS), default=defaults.attention.attn, help=f"attention normalisation (default {defaults.attention.attn})")
+    p.add_argument(
+        "--attn",
+        choices=list(ATTN_NORMS),
+        default=defaults.attention.attn,
+        help=f"attention normalisation (default {defaults.attention.attn})",
+    )
     add_extra_arguments(p)
     option(p, defaults, "sink_tokens", "learned sink/register tokens prepended to every sequence")
     option(p, defaults, "corpus", "shakespeare, a text file or folder, hf:NAME, or bb (the Bigram-Backcopy task)")
     add_bos_argument(
-        p, auto="no for a text corpus; bb sequences always start with BOS",
-        effect="; the token is one reserved id; a bare --bos, the old spelling, means --bos yes", nargs="?", const="yes",
+        p,
+        auto="no for a text corpus; bb sequences always start with BOS",
+        effect="; the token is one reserved id; a bare --bos, the old spelling, means --bos yes",
+        nargs="?",
+        const="yes",
     )
     option(p, defaults, "bb_triggers", "--corpus bb: the k most frequent characters trigger a back-copy")
-    p.add_argument("--tokenizer", choices=TOKENIZERS, default=defaults.tokenizer, help="default: the default model's tokenizer; bytes: UTF-8 bytes")
+    p.add_argument(
+        "--tokenizer",
+        choices=TOKENIZERS,
+        default=defaults.tokenizer,
+        help="default: the default model's tokenizer; bytes: UTF-8 bytes",
+    )
     for name in NUMBERS:
         help, flag, *aliases = RENAMED.get(name, (name.replace("_", " "), f"--{name.replace('_', '-')}"))
         if name in CORPUS_DEFAULTS["text"]:
             per_corpus = ", ".join(f"{kind} {values[name]}" for kind, values in CORPUS_DEFAULTS.items())
-            p.add_argument(flag, *aliases, dest=name, metavar=flag.lstrip("-").replace("-", "_").upper(), type=type(CORPUS_DEFAULTS["text"][name]), default=None, help=f"{help} (default: {per_corpus}){alias_note(aliases)}")
+            p.add_argument(
+                flag,
+                *aliases,
+                dest=name,
+                metavar=flag.lstrip("-").replace("-", "_").upper(),
+                type=type(CORPUS_DEFAULTS["text"][name]),
+                default=None,
+                help=f"{help} (default: {per_corpus}){alias_note(aliases)}",
+            )
         else:
             option(p, defaults, name, help, flag=flag, aliases=aliases)
     p.add_argument("--warmup", type=int, default=None, help="linear warm-up steps (default: a tenth of --steps)")
     p.add_argument("--max-seq-len", type=int, default=None, help="the model's maximum positions (default --tokens + sink tokens)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one")
+    p.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default=defaults.device, help="auto (default): the GPU when PyTorch sees one"
+    )
     p.add_argument("--untied", action="store_true", help="untie the input embedding and the output layer")
-    p.add_argument("--positions", choices=POSITIONS, default=defaults.positions, help="rope (rotary), learned (a vector per absolute position, GPT-2) or none (NoPE) (default %(default)s)")
+    p.add_argument(
+        "--positions",
+        choices=POSITIONS,
+        default=defaults.positions,
+        help="rope (rotary), learned (a vector per absolute position, GPT-2) or none (NoPE) (default %(default)s)",
+    )
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
     add_resume_arguments(p)
     p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; run the same command to resume")
 
     c = sub.add_parser("compare", help="compare pretraining runs: a table and loss / sink plots")
     c.add_argument("runs", nargs="+", help="run directories of sinklab pretrain")
-    c.add_argument("--target", type=float, default=None, help="validation loss for 'steps to target' (default: the worst final loss)")
-    c.add_argument("--out", default="runs/compare", help="where the plots, summary.json and the page go, rebuilt each time (default runs/compare)")
+    c.add_argument(
+        "--target", type=float, default=None, help="validation loss for 'steps to target' (default: the worst final loss)"
+    )
+    c.add_argument(
+        "--out",
+        default="runs/compare",
+        help="where the plots, summary.json and the page go, rebuilt each time (default runs/compare)",
+    )
     c.set_defaults(handler=compare_command, on_interrupt=STARTS_OVER)
 
 
 def pretrain_command(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
-        attention=AttentionSpec(args.attn, **extra_flags(args)), corpus=args.corpus, tokenizer=args.tokenizer,
-        bos=args.bos == "yes", bb_triggers=args.bb_triggers, sink_tokens=args.sink_tokens, tie_embeddings=not args.untied, positions=args.positions, max_seq_len=args.max_seq_len, warmup=args.warmup,
-        device=args.device, **{name: getattr(args, name) for name in NUMBERS},
+        attention=AttentionSpec(args.attn, **extra_flags(args)),
+        corpus=args.corpus,
+        tokenizer=args.tokenizer,
+        bos=args.bos == "yes",
+        bb_triggers=args.bb_triggers,
+        sink_tokens=args.sink_tokens,
+        tie_embeddings=not args.untied,
+        positions=args.positions,
+        max_seq_len=args.max_seq_len,
+        warmup=args.warmup,
+        device=args.device,
+        **{name: getattr(args, name) for name in NUMBERS},
     )
     args.out = args.out or f"runs/pretrain-{'bb-' if cfg.corpus_kind == 'bb' else ''}{cfg.variant}-seed{cfg.seed}"
     check(args.bos != "no" or cfg.corpus_kind != "bb", "--corpus bb sequences always start with BOS; drop --bos no")

@@ -17,7 +17,15 @@ from ..trigger import page as trigger_page
 from .args import STARTS_OVER
 
 #: Every kind of run directory and the page module that reads it (checked in this order).
-PAGES = {"adapt": adapt_page, "scan-compare": scan_compare_page, "scan": scan_page, "trigger": trigger_page, "intervene": intervene_page, "pretrain": pretrain_page, "stream": stream_page}
+PAGES = {
+    "adapt": adapt_page,
+    "scan-compare": scan_compare_page,
+    "scan": scan_page,
+    "trigger": trigger_page,
+    "intervene": intervene_page,
+    "pretrain": pretrain_page,
+    "stream": stream_page,
+}
 
 
 def add_parser(sub) -> None:
@@ -31,7 +39,9 @@ def add_parser(sub) -> None:
         ),
     )
     p.add_argument("runs", nargs="+", help="run directories")
-    p.add_argument("--out", default=None, help="the page to write (default: RUN/report.html for one run, runs/report.html for several)")
+    p.add_argument(
+        "--out", default=None, help="the page to write (default: RUN/report.html for one run, runs/report.html for several)"
+    )
     p.set_defaults(handler=report_command, on_interrupt=STARTS_OVER)
 
 
@@ -40,7 +50,9 @@ def kind_of(run_dir: Path) -> str:
         raise SinklabError(f"no such run directory: {run_dir}")
     kind = next((name for name, page in PAGES.items() if page.is_run(run_dir)), None)
     if kind is None:
-        raise SinklabError(f"{run_dir} is not a finished sinklab run (no summary.json, metrics.jsonl or compare.json that a report can read)")
+        raise SinklabError(
+            f"{run_dir} is not a finished sinklab run (no summary.json, metrics.jsonl or compare.json that a report can read)"
+        )
     return kind
 
 

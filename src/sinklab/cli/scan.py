@@ -43,7 +43,10 @@ def scan_command(args: argparse.Namespace) -> int:
     cfg = config_from(ScanConfig, args, launcher, model=models[0])
     if len(models) > 1:
         return compare_command(args, CompareConfig(models=tuple(models), scan=cfg), launcher)
-    check(launcher.launcher == "local", f"--launcher {launcher.launcher} runs the scans of several models; one model is scanned in this process")
+    check(
+        launcher.launcher == "local",
+        f"--launcher {launcher.launcher} runs the scans of several models; one model is scanned in this process",
+    )
     result = run_out(args, SCAN, cfg)
     if not result.reused:
         print(scan_report.scan_table(result.summary))
@@ -56,6 +59,11 @@ def compare_command(args: argparse.Namespace, cfg: CompareConfig, launcher) -> i
     """Several models: each scanned into OUT/models/ (a finished one is reused), then compared."""
     result = run_out(args, COMPARE, cfg, launcher=launcher)
     if not result.reused:
-        print(format_table([compare_page.table_row(entry) for entry in result.summary["models"]], compare_page.table_columns(result.summary["settings"])))
+        print(
+            format_table(
+                [compare_page.table_row(entry) for entry in result.summary["models"]],
+                compare_page.table_columns(result.summary["settings"]),
+            )
+        )
         print(f"\noutputs: {written(result)}; each model's scan in {args.out}/models/")
     return 0

@@ -18,9 +18,13 @@ def add_parser(sub) -> None:
         help="token-by-token perplexity over a long stream under each cache policy",
         description=f"Stream a long text through a model with each KV-cache policy ({', '.join(POLICIES)}) and compare perplexity, speed and memory.",
     )
-    p.add_argument("model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)")
+    p.add_argument(
+        "model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)"
+    )
     add_config_arguments(p, StreamConfig)
-    p.add_argument("--no-bos", dest="bos", action="store_const", const="no", help="the same as --bos no (the old spelling, kept as an alias)")
+    p.add_argument(
+        "--no-bos", dest="bos", action="store_const", const="no", help="the same as --bos no (the old spelling, kept as an alias)"
+    )
     p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
     p.set_defaults(handler=stream_command, on_interrupt=STARTS_OVER)
@@ -45,8 +49,10 @@ def stream_command(args: argparse.Namespace) -> int:
     print(stream_report.stream_table(summary))
     if summary["one_pass_check"]:
         c = summary["one_pass_check"]
-        print(f"one-pass scores vs a real {c['policy']} cache, token by token over positions {c['positions'][0]}-{c['positions'][1]}: "
-              f"max |dNLL| = {c['max_abs_nll_difference']:.2e} (tolerance {c['tolerance']:g})")
+        print(
+            f"one-pass scores vs a real {c['policy']} cache, token by token over positions {c['positions'][0]}-{c['positions'][1]}: "
+            f"max |dNLL| = {c['max_abs_nll_difference']:.2e} (tolerance {c['tolerance']:g})"
+        )
     print(f"\noutputs: {written(result)}")
     return 0
 
@@ -54,7 +60,9 @@ def stream_command(args: argparse.Namespace) -> int:
 def generate_command(args: argparse.Namespace) -> int:
     check_generation(args.max_new_tokens, args.sinks, args.window, args.temperature)
     loaded = config_from(LoadOptions, args).load(args.model)
-    result = generate(loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens, args.sinks, args.window, args.temperature, args.seed)
+    result = generate(
+        loaded.model, loaded.tokenizer, args.prompt, args.max_new_tokens, args.sinks, args.window, args.temperature, args.seed
+    )
     print(result["text"])
     print(
         f"\n[{result['new_tokens']} new tokens after a {result['prompt_tokens']}-token prompt; "

@@ -30,10 +30,19 @@ def add_parser(sub) -> None:
         ),
     )
     add_config_arguments(p, SweepConfig)
-    p.add_argument("--set", dest="settings", action="append", type=argument_type(parse_setting), default=[], metavar="KEY=VALUE",
-                   help="a training setting of every run, e.g. --set lr=3e-3 --set positions=learned (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        type=argument_type(parse_setting),
+        default=[],
+        metavar="KEY=VALUE",
+        help="a training setting of every run, e.g. --set lr=3e-3 --set positions=learned (repeatable)",
+    )
     add_launcher_arguments(p)
-    p.add_argument("--out", default=None, help=f"the sweep's directory (default {', '.join(f'{c}: {o}' for c, o in DEFAULT_OUTS.items())})")
+    p.add_argument(
+        "--out", default=None, help=f"the sweep's directory (default {', '.join(f'{c}: {o}' for c, o in DEFAULT_OUTS.items())})"
+    )
     add_overwrite_argument(p)
     p.set_defaults(handler=sweep_command, on_interrupt="finished runs and checkpoints are saved; run the same command to resume")
 
@@ -44,9 +53,21 @@ def sweep_command(args: argparse.Namespace) -> int:
     result = run_out(args, SWEEP, cfg, launcher=launcher_settings(args))
     if result.reused:
         return 0
-    print(format_table(result.summary["by_variant"], [("variant", "variant", "s"), ("seeds", "seeds", "d")] + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")]))
+    print(
+        format_table(
+            result.summary["by_variant"],
+            [("variant", "variant", "s"), ("seeds", "seeds", "d")]
+            + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")],
+        )
+    )
     for entry in result.summary["paired"]:
-        print(f"{entry['variant']} - {entry['baseline']}, seeds {entry['seeds']}: " + "; ".join(
-            f"{k} {v['mean']:+.3f} (sd {v['sd']:.3f}, p {v['p_sign_flip']:.3f})" for k, v in entry.items() if isinstance(v, dict)))
+        print(
+            f"{entry['variant']} - {entry['baseline']}, seeds {entry['seeds']}: "
+            + "; ".join(
+                f"{k} {v['mean']:+.3f} (sd {v['sd']:.3f}, p {v['p_sign_flip']:.3f})"
+                for k, v in entry.items()
+                if isinstance(v, dict)
+            )
+        )
     print(f"\noutputs: {written(result)}")
     return 0

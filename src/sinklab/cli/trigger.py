@@ -56,13 +56,27 @@ def add_parser(sub) -> None:
     )
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--paper", action="store_true", help="the paper's grid: 1x1, 2x2, 4x4, each with softmax and relu")
-    mode.add_argument("--quick", action="store_true", help="the fast reproduction used by `make demo` (1x1 and 2x2, softmax and relu)")
-    mode.add_argument("--variants", action="store_true", help="every normalisation, plain and with each per-head extra, on 1x1 and 2x2")
-    mode.add_argument("--cap-sweep", type=float_list, metavar="CAPS", help="cap the BOS mass of one-layer softmax at each level, e.g. 0.5,0.75,0.9,0.99,1")
+    mode.add_argument(
+        "--quick", action="store_true", help="the fast reproduction used by `make demo` (1x1 and 2x2, softmax and relu)"
+    )
+    mode.add_argument(
+        "--variants", action="store_true", help="every normalisation, plain and with each per-head extra, on 1x1 and 2x2"
+    )
+    mode.add_argument(
+        "--cap-sweep",
+        type=float_list,
+        metavar="CAPS",
+        help="cap the BOS mass of one-layer softmax at each level, e.g. 0.5,0.75,0.9,0.99,1",
+    )
     mode.add_argument("--construct", action="store_true", help="check the hand-built exact ReLU solution on 10,000 sequences")
     option(p, defaults, "layers", "number of layers", flag="--n-layers", aliases=("--layers",))
     option(p, defaults, "heads", "number of heads per layer", flag="--n-heads", aliases=("--heads",))
-    p.add_argument("--attn", type=choice_list(ATTN_NORMS), default=list(PAPER_ATTNS), help=f"comma-separated normalisations (default {','.join(PAPER_ATTNS)})")
+    p.add_argument(
+        "--attn",
+        type=choice_list(ATTN_NORMS),
+        default=list(PAPER_ATTNS),
+        help=f"comma-separated normalisations (default {','.join(PAPER_ATTNS)})",
+    )
     add_extra_arguments(p)
     p.add_argument(
         "--seeds",
@@ -79,10 +93,20 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=None, help="learning rate (default 1e-3 for one layer, 1e-4 otherwise)")
     option(p, defaults, "batch", "batch size")
     option(p, defaults, "sink_threshold", "BOS mass at which a head counts as sinking")
-    for name, help in (("scale_scores", "scale scores by 1/sqrt(d)"), ("bias", "biases in the projections"), ("rope", "rotary position embeddings"), ("mlp", "a SwiGLU MLP after attention")):
+    for name, help in (
+        ("scale_scores", "scale scores by 1/sqrt(d)"),
+        ("bias", "biases in the projections"),
+        ("rope", "rotary position embeddings"),
+        ("mlp", "a SwiGLU MLP after attention"),
+    ):
         p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"ablation: {help}")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: one per core)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where models train (cuda: one process, the seeds of a configuration as one ensemble)")
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where models train (cuda: one process, the seeds of a configuration as one ensemble)",
+    )
     p.add_argument(
         "--ensemble",
         action="store_true",
@@ -96,7 +120,22 @@ def add_parser(sub) -> None:
 
 
 def base_config(args: argparse.Namespace) -> TriggerConfig:
-    names = ("layers", "heads", "n", "length", "eval_trigger", "eval_sequences", "lr", "batch", "max_steps", "sink_threshold", "scale_scores", "bias", "rope", "mlp")
+    names = (
+        "layers",
+        "heads",
+        "n",
+        "length",
+        "eval_trigger",
+        "eval_sequences",
+        "lr",
+        "batch",
+        "max_steps",
+        "sink_threshold",
+        "scale_scores",
+        "bias",
+        "rope",
+        "mlp",
+    )
     return TriggerConfig(attention=AttentionSpec(args.attn[0], **extra_flags(args)), **{n: getattr(args, n) for n in names})
 
 
@@ -105,10 +144,16 @@ def trigger_command(args: argparse.Namespace) -> int:
     base = base_config(args)
     seeds = args.seeds or (list(VARIANT_SEEDS) if mode == "variants" else [TriggerConfig().seed])
     launcher = launcher_settings(args)
-    check(args.device == "cpu" or not launcher.runs_here or torch.cuda.is_available(), "--device cuda: no CUDA device is available here")
+    check(
+        args.device == "cpu" or not launcher.runs_here or torch.cuda.is_available(),
+        "--device cuda: no CUDA device is available here",
+    )
     args.out = args.out or f"runs/trigger-{mode.replace('_', '-')}"
     if mode == "construct":
-        check(launcher.launcher == "local", f"--construct checks one hand-built model here; it has no jobs for --launcher {launcher.launcher}")
+        check(
+            launcher.launcher == "local",
+            f"--construct checks one hand-built model here; it has no jobs for --launcher {launcher.launcher}",
+        )
         result = run_out(args, CONSTRUCT, ConstructConfig(base.task))
         if not result.reused:
             built = result.summary["relu_construction"]

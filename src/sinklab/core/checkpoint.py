@@ -47,7 +47,9 @@ def restore_optimizer(opt: torch.optim.Optimizer, tensors: dict[str, torch.Tenso
     opt.load_state_dict({"state": state, "param_groups": rest["param_groups"]})
 
 
-def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, extra: dict, keep: int = 2) -> Path:
+def save_checkpoint(
+    run_dir: Path, step: int, model: torch.nn.Module, opt: torch.optim.Optimizer, extra: dict, keep: int = 2
+) -> Path:
     """Write ``ckpt-<step>`` completely, then point ``latest`` at it; keep the newest ``keep``."""
     target = run_dir / f"ckpt-{step:07d}"
     if target.exists():

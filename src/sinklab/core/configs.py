@@ -58,8 +58,18 @@ def setting(
     prints it; ``negate`` for a True boolean switched off by ``--no-name``; ``cli=False`` for a
     field the command line sets otherwise; ``result=False`` for a field that does not change what
     a run computes (two runs that differ only there are the same run)."""
-    meta = {"help": help, "flag": flag, "aliases": tuple(aliases), "parse": parse, "choices": choices, "metavar": metavar,
-            "shown": shown, "negate": negate, "cli": cli, "result": result}
+    meta = {
+        "help": help,
+        "flag": flag,
+        "aliases": tuple(aliases),
+        "parse": parse,
+        "choices": choices,
+        "metavar": metavar,
+        "shown": shown,
+        "negate": negate,
+        "cli": cli,
+        "result": result,
+    }
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
@@ -76,8 +86,19 @@ class Leaf:
 
     @property
     def meta(self) -> dict:
-        return {"help": "", "flag": None, "aliases": (), "parse": None, "choices": None, "metavar": None, "shown": None,
-                "negate": False, "cli": True, "result": True, **self.field.metadata}
+        return {
+            "help": "",
+            "flag": None,
+            "aliases": (),
+            "parse": None,
+            "choices": None,
+            "metavar": None,
+            "shown": None,
+            "negate": False,
+            "cli": True,
+            "result": True,
+            **self.field.metadata,
+        }
 
     @property
     def flag(self) -> str:
@@ -141,7 +162,9 @@ def build(cls: type, values: dict) -> Any:
     """``cls`` with the flat ``values`` placed in their groups (the others keep their defaults)."""
     unknown = sorted(set(values) - {x.name for x in leaves(cls)})
     if unknown:
-        raise SinklabError(f"unknown setting {', '.join(unknown)} for {cls.__name__}; known: {', '.join(x.name for x in leaves(cls))}")
+        raise SinklabError(
+            f"unknown setting {', '.join(unknown)} for {cls.__name__}; known: {', '.join(x.name for x in leaves(cls))}"
+        )
     hints = _hints(cls)
     kwargs = {}
     for f in fields(cls):
@@ -188,11 +211,16 @@ def from_kwargs(cls: type, kwargs: dict, aliases: Optional[dict] = None, what: s
         raise SinklabError(f"{what}: {exc}") from None
 
 
-def signature(cls: type, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter] = (), skip: Sequence[str] = ()) -> inspect.Signature:
+def signature(
+    cls: type, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter] = (), skip: Sequence[str] = ()
+) -> inspect.Signature:
     """The signature a notebook function shows (``help()``, tab completion): ``leading``
     parameters, then every setting of ``cls`` as a keyword with its default, then ``trailing``."""
-    settings = [inspect.Parameter(x.name, inspect.Parameter.KEYWORD_ONLY, default=x.default(), annotation=x.kind)
-                for x in leaves(cls) if x.name not in skip and x.default() is not MISSING]
+    settings = [
+        inspect.Parameter(x.name, inspect.Parameter.KEYWORD_ONLY, default=x.default(), annotation=x.kind)
+        for x in leaves(cls)
+        if x.name not in skip and x.default() is not MISSING
+    ]
     return inspect.Signature([*leading, *settings, *trailing])
 
 
@@ -205,7 +233,11 @@ def shown_default(value: Any) -> str:
 
 def settings_doc(cls: type, skip: Sequence[str] = ()) -> str:
     """The settings of ``cls`` as a docstring block (name, default, help)."""
-    return "\n".join(f"    ``{x.name}`` ({shown_default(x.default())}): {x.meta['help']}" for x in leaves(cls) if x.name not in skip and x.meta["help"])
+    return "\n".join(
+        f"    ``{x.name}`` ({shown_default(x.default())}): {x.meta['help']}"
+        for x in leaves(cls)
+        if x.name not in skip and x.meta["help"]
+    )
 
 
 # --------------------------------------------------------------------------- saved configurations
@@ -222,8 +254,10 @@ def migrate(cls: type, saved: dict) -> dict:
     """A saved config dict of any earlier version of ``cls`` brought to the current version, by
     the class's ``MIGRATIONS`` (version -> function); a newer version is refused."""
     version, current = saved.get(CONFIG_VERSION_KEY, 0), getattr(cls, "VERSION", 0)
-    check(isinstance(version, int) and version <= current,
-          f"this configuration was written by a newer sinklab ({CONFIG_VERSION_KEY} {version}; this one reads up to {current})")
+    check(
+        isinstance(version, int) and version <= current,
+        f"this configuration was written by a newer sinklab ({CONFIG_VERSION_KEY} {version}; this one reads up to {current})",
+    )
     migrations = getattr(cls, "MIGRATIONS", {})
     data = {k: v for k, v in saved.items() if k != CONFIG_VERSION_KEY}
     for step in range(version, current):
@@ -247,7 +281,10 @@ def first_difference(saved: Any, current: Any, skip: frozenset[str] = frozenset(
                 return found
         return None
     if isinstance(current, list) and isinstance(saved, list) and len(current) == len(saved):
-        return next((found for i, (a, b) in enumerate(zip(saved, current)) if (found := first_difference(a, b, skip, f"{where}[{i}]"))), None)
+        return next(
+            (found for i, (a, b) in enumerate(zip(saved, current)) if (found := first_difference(a, b, skip, f"{where}[{i}]"))),
+            None,
+        )
     return None if saved == current else f"{where}: {_brief(saved)} there, {_brief(current)} now"
 
 
@@ -264,7 +301,10 @@ def from_dict(cls: type, data: dict, what: str) -> Any:
     hints = _hints(cls)
     names = {f.name for f in fields(cls) if f.init}
     unknown = sorted(set(data) - names - {CONFIG_VERSION_KEY})
-    check(not unknown, f"{what} has {', '.join(unknown)}, which this sinklab's {cls.__name__} does not know: a newer sinklab wrote it")
+    check(
+        not unknown,
+        f"{what} has {', '.join(unknown)}, which this sinklab's {cls.__name__} does not know: a newer sinklab wrote it",
+    )
     missing = sorted(names - set(data))
     check(not missing, f"{what} lacks {', '.join(missing)}: what made the run is unknown")
     return cls(**{name: _value(hints[name], data[name], f"{what}: {name}") for name in names})

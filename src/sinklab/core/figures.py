@@ -124,7 +124,9 @@ def _write_batch(figures: dict, out: Path) -> None:
         for name, fig in figures.items():
             styled(fig)
             size = {"width": fig.layout.width or STATIC_WIDTH, "height": fig.layout.height or STATIC_HEIGHT}
-            jobs.append({"fig": fig, "path": stack.enter_context(atomic_path(out / name)), "opts": {"format": "png", "scale": 1, **size}})
+            jobs.append(
+                {"fig": fig, "path": stack.enter_context(atomic_path(out / name)), "opts": {"format": "png", "scale": 1, **size}}
+            )
         _process_browser().render(jobs, batch_timeout(len(jobs)))
 
 
@@ -153,7 +155,11 @@ class _Browser:
             self.kaleido = kaleido.Kaleido(mathjax=False, timeout=None)
         except errors.ChromeNotFoundError:
             where = os.environ.get("BROWSER_PATH")
-            raise BrowserUnavailable(f"no browser at BROWSER_PATH={where!r}" if where else "no Chrome or Chromium found (install chromium, or set BROWSER_PATH)") from None
+            raise BrowserUnavailable(
+                f"no browser at BROWSER_PATH={where!r}"
+                if where
+                else "no Chrome or Chromium found (install chromium, or set BROWSER_PATH)"
+            ) from None
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, name="sinklab-kaleido", daemon=True).start()
         try:

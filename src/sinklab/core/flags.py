@@ -39,7 +39,10 @@ def seed_ranges(text: str) -> tuple[int, ...]:
     seeds: list[int] = []
     for part in (t.strip() for t in text.split(",")):
         first, dash, last = part.partition("-")
-        check(first.isdigit() and (not dash or last.isdigit()), f"expected seeds like 0-7,10 (non-negative integers and ranges), got {text!r}")
+        check(
+            first.isdigit() and (not dash or last.isdigit()),
+            f"expected seeds like 0-7,10 (non-negative integers and ranges), got {text!r}",
+        )
         low, high = int(first), int(last or first)
         check(high >= low, f"the seed range {part} is empty: write it low-high")
         check(len(seeds) + high - low + 1 <= MAX_SEEDS, f"{text!r} asks for more than {MAX_SEEDS:,} seeds")
@@ -59,7 +62,9 @@ def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:
     return base if base in (int, float, str) else None
 
 
-def add_arguments(parser, cls: type, only: Optional[Sequence[str]] = None, skip: Sequence[str] = (), defaults: Optional[Any] = None) -> None:
+def add_arguments(
+    parser, cls: type, only: Optional[Sequence[str]] = None, skip: Sequence[str] = (), defaults: Optional[Any] = None
+) -> None:
     """One flag per setting of ``cls`` (those in ``only``, none in ``skip``), default and help from
     the field (``defaults``: an instance whose values the flags default to instead)."""
     values = flat(defaults) if defaults is not None else {}
@@ -81,7 +86,12 @@ def add_flag(parser, x: Leaf, default: Any) -> None:
             parser.add_argument(x.flag, *aliases, dest=x.name, action="store_true", default=default, help=f"{meta['help']}{note}")
         return
     shown = meta["shown"] if meta["shown"] is not None else shown_default(default)
-    kw = {"type": _parser(x), "default": default, "dest": x.name, "metavar": meta["metavar"] or x.flag.lstrip("-").replace("-", "_").upper()}
+    kw = {
+        "type": _parser(x),
+        "default": default,
+        "dest": x.name,
+        "metavar": meta["metavar"] or x.flag.lstrip("-").replace("-", "_").upper(),
+    }
     if meta["choices"] and typing.get_origin(base) is not tuple:
         if meta["parse"] is None:
             kw["choices"] = list(meta["choices"])

@@ -138,5 +138,7 @@ def _resolved(pattern: str) -> str:
     if len(parts) == 3 and parts[0] == "blocks" and parts[2] in ALIASES:
         return f"blocks.{parts[1]}.{ALIASES[parts[2]]}"
     if len(parts) < 3 or parts[0] != "blocks" or not any(fnmatchcase(p, parts[2]) for p in POINTS):
-        raise ValueError(f"hook pattern {pattern!r} names no hook point; points: {', '.join(POINTS)} (alias: {', '.join(ALIASES)})")
+        raise ValueError(
+            f"hook pattern {pattern!r} names no hook point; points: {', '.join(POINTS)} (alias: {', '.join(ALIASES)})"
+        )
     return pattern

@@ -61,7 +61,13 @@ def script_json(obj) -> str:
 
 def _script_safe(text: str) -> str:
     """JSON text with every character that could end a <script> element escaped."""
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def plot(fig, div_id: str, height: Optional[int] = None) -> str:
@@ -72,7 +78,8 @@ def plot(fig, div_id: str, height: Optional[int] = None) -> str:
     styled(fig, height).update_layout(width=None)
     spec = _script_safe(pio.to_json(fig, validate=False, engine="json"))
     return f'<div class="plot" id="{esc(div_id)}"></div>' + when_laid_out(
-        f"var f={spec};Plotly.newPlot({script_json(div_id)},f.data,f.layout,{script_json(PLOT_CONFIG)});")
+        f"var f={spec};Plotly.newPlot({script_json(div_id)},f.data,f.layout,{script_json(PLOT_CONFIG)});"
+    )
 
 
 def when_laid_out(js: str) -> str:
@@ -85,21 +92,31 @@ def table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
     """An HTML table; ``columns`` are (header, key, format spec) as for the terminal tables. A
     table wider than its column scrolls inside it."""
     head = "".join(f"<th>{esc(h)}</th>" for h, _, _ in columns)
-    body = "".join("<tr>" + "".join(f"<td>{esc(format_value(r.get(k), spec))}</td>" for _, k, spec in columns) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{esc(format_value(r.get(k), spec))}</td>" for _, k, spec in columns) + "</tr>" for r in rows
+    )
     return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
 def key_figures(figures: dict) -> str:
     """A definition list of a run's headline numbers."""
-    return "<dl class='keys'>" + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in figures.items() if v is not None) + "</dl>"
+    return (
+        "<dl class='keys'>"
+        + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in figures.items() if v is not None)
+        + "</dl>"
+    )
 
 
 def selector(name: str, options: dict[str, str]) -> str:
     """A drop-down that shows one of several blocks of trusted HTML (e.g. one per seed)."""
     keys = list(options)
     choice = "".join(f'<option value="{i}">{esc(k)}</option>' for i, k in enumerate(keys))
-    blocks = "".join(f'<div class="choice" data-choice="{i}"{"" if i == 0 else " hidden"}>{options[k]}</div>' for i, k in enumerate(keys))
-    return f'<div class="selector"><label>{esc(name)} <select onchange="sinklabChoose(this)">{choice}</select></label>{blocks}</div>'
+    blocks = "".join(
+        f'<div class="choice" data-choice="{i}"{"" if i == 0 else " hidden"}>{options[k]}</div>' for i, k in enumerate(keys)
+    )
+    return (
+        f'<div class="selector"><label>{esc(name)} <select onchange="sinklabChoose(this)">{choice}</select></label>{blocks}</div>'
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,9 +151,15 @@ def header(model: Optional[str], figures: dict, run_dir: Optional[Path] = None) 
     (``run.json``), or, for a result in memory, the versions of this process."""
     info = read_run_info(run_dir) if run_dir is not None else {"versions": package_versions()}
     versions = ", ".join(f"{k} {v}" for k, v in info.get("versions", {}).items())
-    lines = [f"<div class='meta'>run directory <code>{esc(Path(run_dir).resolve())}</code></div>" if run_dir is not None else "<div class='meta'>a result in memory</div>"]
+    lines = [
+        f"<div class='meta'>run directory <code>{esc(Path(run_dir).resolve())}</code></div>"
+        if run_dir is not None
+        else "<div class='meta'>a result in memory</div>"
+    ]
     if info.get("command"):
-        lines.append(f"<div class='meta'>command <code>{esc(' '.join(info['command']))}</code> ({esc(info.get('started', ''))})</div>")
+        lines.append(
+            f"<div class='meta'>command <code>{esc(' '.join(info['command']))}</code> ({esc(info.get('started', ''))})</div>"
+        )
     if model:
         lines.append(f"<div class='meta'>model <code>{esc(model)}</code></div>")
     if versions:
@@ -192,7 +215,9 @@ def read_summary(run_dir: os.PathLike) -> Optional[dict]:
     try:
         summary = json.loads(path.read_text(encoding="utf-8"), object_hook=stored)
     except (OSError, ValueError) as exc:
-        raise SinklabError(f"{path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}): the file is damaged") from None
+        raise SinklabError(
+            f"{path} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0][:120]}): the file is damaged"
+        ) from None
     if not isinstance(summary, dict):
         raise SinklabError(f"{path} holds a JSON {type(summary).__name__}, not a run's summary: the file is damaged")
     return summary
@@ -211,7 +236,10 @@ class RunPage:
 
     def columns(self, run_dirs: Sequence[Path]) -> list[tuple[str, list[Section]]]:
         """One column per run directory."""
-        return [(f"{self.heading}: {d.name}", self.sections(read_summary(d), self.read_data(d), dom_id(d), d)) for d in map(Path, run_dirs)]
+        return [
+            (f"{self.heading}: {d.name}", self.sections(read_summary(d), self.read_data(d), dom_id(d), d))
+            for d in map(Path, run_dirs)
+        ]
 
     def write(self, run_dir: Path) -> Path:
         """``run_dir``'s report.html, from what the run directory holds."""

@@ -203,8 +203,9 @@ def _restore_sigterm(previous: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
-def submitit_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, cluster: str,
-                      parameters: dict) -> Iterator[Outcome]:
+def submitit_outcomes(
+    job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, cluster: str, parameters: dict
+) -> Iterator[Outcome]:
     """One submitit job array on ``cluster`` with the executor's ``parameters``, as its jobs finish;
     whatever ends this early (SIGTERM, an error, Ctrl-C) cancels the jobs not yet finished."""
     import submitit
@@ -243,8 +244,9 @@ def _error_line(report: str) -> str:
     return message if isinstance(raised, type) and issubclass(raised, SinklabError) else f"{short}{sep}{message}"
 
 
-def ray_outcomes(job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict,
-                 env_vars: dict) -> Iterator[Outcome]:
+def ray_outcomes(
+    job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict, env_vars: dict
+) -> Iterator[Outcome]:
     """One Ray task per job (its ``options``; its worker's environment ``env_vars`` and this
     process's ``sys.path`` as PYTHONPATH), as they finish; when no Ray is running here, one is
     started with ``ray.init(**init)`` and shut down at the end, and the program's SIGTERM handler,

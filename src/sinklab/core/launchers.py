@@ -184,8 +184,9 @@ def launch(
     return results
 
 
-def _outcomes(fn: Callable[[Any], Any], jobs: Sequence[Any], settings: LauncherSettings, log_dir: Optional[Path],
-              workers: int) -> Iterator[Outcome]:
+def _outcomes(
+    fn: Callable[[Any], Any], jobs: Sequence[Any], settings: LauncherSettings, log_dir: Optional[Path], workers: int
+) -> Iterator[Outcome]:
     """Each job's outcome, as the jobs finish, from the engine ``settings`` names, in its own terms."""
     if settings.launcher == "local":
         return pool_outcomes(fn, jobs, workers, log_dir)
@@ -194,8 +195,12 @@ def _outcomes(fn: Callable[[Any], Any], jobs: Sequence[Any], settings: LauncherS
     cpus = settings.cpus_per_job or pool_threads(workers, len(jobs))
     if settings.launcher == "slurm":
         parameters = {
-            "name": "sinklab", "timeout_min": settings.timeout_min, "cpus_per_task": cpus, "gpus_per_node": settings.gpus_per_job,
-            "slurm_partition": settings.partition, "slurm_array_parallelism": settings.array_parallelism or len(jobs),
+            "name": "sinklab",
+            "timeout_min": settings.timeout_min,
+            "cpus_per_task": cpus,
+            "gpus_per_node": settings.gpus_per_job,
+            "slurm_partition": settings.partition,
+            "slurm_array_parallelism": settings.array_parallelism or len(jobs),
             "slurm_additional_parameters": dict(settings.slurm_extra) or None,
         }
         return submitit_outcomes(PortableJob.of(fn, cpus), jobs, log_dir, settings.cluster, parameters)

@@ -13,7 +13,10 @@ HEAP_SLACK_BYTES = 2**30  # freed heap memory tolerated before it is handed back
 class _MallInfo2(ctypes.Structure):
     """glibc's ``struct mallinfo2`` (glibc 2.33+): heap statistics summed over every arena."""
 
-    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
+    ]
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,4 +44,3 @@ def trim_heap(slack: int = HEAP_SLACK_BYTES) -> None:
     libc = _glibc()
     if libc is not None and libc.mallinfo2().fordblks > slack:
         libc.malloc_trim(0)
-

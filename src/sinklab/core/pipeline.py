@@ -53,15 +53,22 @@ def run(
     nothing. A finished run of the same configuration in ``out`` is returned as it is
     (``result.reused`` True) without measuring again."""
     if out is None:
-        check(not capability.needs_run_dir, f"a {capability.kind} run keeps checkpoints while it works: give it a run directory (out=)")
+        check(
+            not capability.needs_run_dir,
+            f"a {capability.kind} run keeps checkpoints while it works: give it a run directory (out=)",
+        )
         result = capability.measure(cfg, RunContext(subject, None, launcher))
         capability.check(result)
         return _as_result(result, capability, None)
     out = Path(out)
     capability.preflight(cfg, RunContext(subject, out, launcher))
     if resume:
-        check(capability.resumable is not None and capability.resumable(out), f"nothing to resume in {out}: it holds no checkpoint")
-    state = claim_run_dir(out, cfg, overwrite=overwrite, resumable=capability.resumable or (lambda run_dir: False), remove=main_process)
+        check(
+            capability.resumable is not None and capability.resumable(out), f"nothing to resume in {out}: it holds no checkpoint"
+        )
+    state = claim_run_dir(
+        out, cfg, overwrite=overwrite, resumable=capability.resumable or (lambda run_dir: False), remove=main_process
+    )
     if state == FINISHED:
         found = load_result(out)
         found.reused = True

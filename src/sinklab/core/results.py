@@ -142,7 +142,9 @@ class RunResult:
         capability = self._capability()
         check(capability.sections is not None, f"a {self.kind} result has no report page drawn from memory")
         sections = capability.sections(self.summary, self.data, html.dom_id(Path(path)), self.out)
-        return html.write_page(Path(path), f"sinklab {self.kind}", [(f"{self.kind}: {html.esc(self.summary.get('model', ''))}", sections)])
+        return html.write_page(
+            Path(path), f"sinklab {self.kind}", [(f"{self.kind}: {html.esc(self.summary.get('model', ''))}", sections)]
+        )
 
     def _capability(self) -> Capability:
         capability = self.capability or CAPABILITIES.get(self.kind)
@@ -162,8 +164,13 @@ def read_summary(run_dir: Path) -> dict:
     except FileNotFoundError:
         raise SinklabError(f"{run_dir} holds no finished run ({SUMMARY} is missing)") from None
     except (OSError, ValueError) as exc:
-        raise SinklabError(f"{path} is damaged and cannot be read ({type(exc).__name__}); run the command again with --overwrite") from None
-    check(isinstance(summary, dict) and isinstance(summary.get("kind"), str), f"{path} is not a sinklab summary (no kind); run the command again with --overwrite")
+        raise SinklabError(
+            f"{path} is damaged and cannot be read ({type(exc).__name__}); run the command again with --overwrite"
+        ) from None
+    check(
+        isinstance(summary, dict) and isinstance(summary.get("kind"), str),
+        f"{path} is not a sinklab summary (no kind); run the command again with --overwrite",
+    )
     return summary
 
 
@@ -188,4 +195,3 @@ def table_rows(summary: dict, rows: Iterable[dict]) -> Iterable[dict]:
     lead = model_columns(summary)
     for row in rows:
         yield {**lead, **row}
-

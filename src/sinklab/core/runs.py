@@ -146,8 +146,12 @@ def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
         probe.close()
     except OSError as exc:
         raise SinklabError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
-    info = {"command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "versions": package_versions(), "status": RUNNING}
+    info = {
+        "command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "versions": package_versions(),
+        "status": RUNNING,
+    }
     source = source_revision()
     if source is not None:
         info["git"] = source
@@ -199,7 +203,9 @@ def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().pa
     checkout there (an installed wheel, even one inside some other repository) or git is missing."""
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(package_dir), *args], capture_output=True, text=True, check=True, timeout=10).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", str(package_dir), *args], capture_output=True, text=True, check=True, timeout=10
+        ).stdout.strip()
 
     try:
         git("ls-files", "--error-unmatch", "__init__.py")
@@ -247,13 +253,22 @@ def claim_run_dir(
     path = Path(out)
     if not path.is_dir() or not any(path.iterdir()) or (overwrite and not remove):
         return NEW
-    check((path / RUN_INFO).exists() or (path / CONFIG).exists(), f"{path} exists and is not a sinklab run directory (no {RUN_INFO} or {CONFIG}); choose another --out")
+    check(
+        (path / RUN_INFO).exists() or (path / CONFIG).exists(),
+        f"{path} exists and is not a sinklab run directory (no {RUN_INFO} or {CONFIG}); choose another --out",
+    )
     finished = is_finished(path)
     if not overwrite:
-        check((path / CONFIG).exists() or not finished, f"{path} holds a finished run with no {CONFIG} to compare with; pass --overwrite to replace it, or choose another --out")
+        check(
+            (path / CONFIG).exists() or not finished,
+            f"{path} holds a finished run with no {CONFIG} to compare with; pass --overwrite to replace it, or choose another --out",
+        )
         if (path / CONFIG).exists():  # else killed before it wrote its configuration: nothing to keep
             differs = run_differs(path, config)
-            check(differs is None, f"{path} holds a run of another configuration ({differs}); pass --overwrite to replace it, or choose another --out")
+            check(
+                differs is None,
+                f"{path} holds a run of another configuration ({differs}); pass --overwrite to replace it, or choose another --out",
+            )
             if finished:
                 return FINISHED
             if resumable(path):
@@ -274,7 +289,9 @@ def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
     except FileNotFoundError:
         return None
     except ValueError:
-        raise SinklabError(f"{Path(out) / CONFIG} is damaged; pass --overwrite to replace the run, or choose another --out") from None
+        raise SinklabError(
+            f"{Path(out) / CONFIG} is damaged; pass --overwrite to replace the run, or choose another --out"
+        ) from None
     cls = type(config) if is_dataclass(config) else None
     if cls is not None and isinstance(saved, dict):
         saved = migrate(cls, saved)
@@ -290,7 +307,9 @@ def config_record(cfg: Any) -> dict:
 def _remove_run_dir(path: Path) -> None:
     """Remove a sinklab run directory (the caller checked it is one), never a link or a folder
     that holds the current directory."""
-    check(not path.is_symlink(), f"{path} is a symbolic link; sinklab does not remove it (pass the folder itself, or another --out)")
+    check(
+        not path.is_symlink(), f"{path} is a symbolic link; sinklab does not remove it (pass the folder itself, or another --out)"
+    )
     here, target = Path.cwd().resolve(), path.resolve()
     check(here != target and target not in here.parents, f"{path} holds the current directory; sinklab does not remove it")
     shutil.rmtree(path)

@@ -14,7 +14,11 @@ from .errors import SinklabError, check
 
 def kinds() -> list[str]:
     """Every kind with a schema."""
-    return sorted(path.name.removesuffix(".json") for path in resources.files("sinklab").joinpath("schemas").iterdir() if path.name.endswith(".json"))
+    return sorted(
+        path.name.removesuffix(".json")
+        for path in resources.files("sinklab").joinpath("schemas").iterdir()
+        if path.name.endswith(".json")
+    )
 
 
 @lru_cache(maxsize=None)

@@ -56,9 +56,16 @@ def applied(model, interventions: Sequence[Intervention], query_chunk: Optional[
         nonlocal longest
         longest = max(longest, mask.shape[-1])
 
-    guard = subject.model.register_forward_pre_hook(_refuse_evicted_positions, with_kwargs=True) if isinstance(subject, HFSubject) else None
+    guard = (
+        subject.model.register_forward_pre_hook(_refuse_evicted_positions, with_kwargs=True)
+        if isinstance(subject, HFSubject)
+        else None
+    )
     try:
-        with subject.session(grad=True), subject.hooks.attached([(hook_name(0, "attn.hook_mask"), measure), *hooks_of(edits, subject.n_heads)]):
+        with (
+            subject.session(grad=True),
+            subject.hooks.attached([(hook_name(0, "attn.hook_mask"), measure), *hooks_of(edits, subject.n_heads)]),
+        ):
             yield subject.hooks
     finally:
         if guard is not None:
@@ -73,19 +80,30 @@ def _refuse_evicted_positions(module, args, kwargs) -> None:
     be a cache slot (a silently wrong edit), so the forward is refused."""
     cache = kwargs.get("cache", kwargs.get("past_key_values"))
     dropped = evicted_tokens(cache) if cache is not None else 0
-    check(dropped == 0, f"applied() edits token positions, but this forward's cache has dropped {dropped} token(s) (a sink or sliding-window cache): "
-                        "positions would be cache slots. Apply the edits with a cache that keeps every token (the default DynamicCache)")
+    check(
+        dropped == 0,
+        f"applied() edits token positions, but this forward's cache has dropped {dropped} token(s) (a sink or sliding-window cache): "
+        "positions would be cache slots. Apply the edits with a cache that keeps every token (the default DynamicCache)",
+    )
 
 
 def _subject(model, query_chunk: Optional[int]) -> Subject:
     """The :class:`Subject` whose session carries the edits."""
     if isinstance(model, Subject):
         own = getattr(model, "query_chunk", query_chunk)
-        check(own == query_chunk, f"this {type(model).__name__} attends {own} query rows at a time (set when it was made); pass query_chunk={own!r} or the model itself")
+        check(
+            own == query_chunk,
+            f"this {type(model).__name__} attends {own} query rows at a time (set when it was made); pass query_chunk={own!r} or the model itself",
+        )
         return model
     if isinstance(model, Transformer):
-        check(model.cfg.vocab_size is not None, "applied() takes native language models; for a vector-input model attach hooks_of(interventions, n_heads) to model.hooks")
+        check(
+            model.cfg.vocab_size is not None,
+            "applied() takes native language models; for a vector-input model attach hooks_of(interventions, n_heads) to model.hooks",
+        )
         return NativeSubject(model)
     if isinstance(model, nn.Module) and hasattr(model, "set_attn_implementation"):
         return HFSubject(LoadedModel(model, None, type(model).__name__, "object"), query_chunk)  # edits need no tokenizer
-    raise SinklabError(f"applied() takes a transformers causal LM, a sinklab Subject or a native Transformer, not {type(model).__name__}")
+    raise SinklabError(
+        f"applied() takes a transformers causal LM, a sinklab Subject or a native Transformer, not {type(model).__name__}"
+    )

@@ -29,7 +29,9 @@ class Experiment:
         check(len(items) >= 1, "an experiment needs at least one intervention")
         for iv in items:
             if not isinstance(iv, Intervention):
-                raise SinklabError(f"not an intervention: {iv!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))")
+                raise SinklabError(
+                    f"not an intervention: {iv!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))"
+                )
         return cls(items)
 
     @property
@@ -57,15 +59,20 @@ def validate_all(interventions: Sequence[Intervention], n_layers: int, n_heads: 
         iv.validate(n_layers, n_heads, n_tokens)
 
 
-
-def interventions_for(options: dict, lams: Sequence[float] = DEFAULT_LAMS, layers: Optional[Sequence[int]] = None,
-                      heads: Optional[Sequence[int]] = None) -> list[Intervention]:
+def interventions_for(
+    options: dict,
+    lams: Sequence[float] = DEFAULT_LAMS,
+    layers: Optional[Sequence[int]] = None,
+    heads: Optional[Sequence[int]] = None,
+) -> list[Intervention]:
     """The interventions (one run each) that command-line options ask for: ``options`` maps an
     option of the registry to its value (``{"mask_self": [10], "amplify": 4}``), ``lams`` the
     strengths amplify and scale sweep, ``layers`` / ``heads`` where each acts (None: everywhere)."""
     unknown = sorted(set(options) - set(INTERVENTIONS))
     check(not unknown, f"unknown intervention {', '.join(unknown)}; choose from: {', '.join(INTERVENTIONS)}")
     where = {"layers": tuple(layers) if layers is not None else None, "heads": tuple(heads) if heads is not None else None}
-    found = [iv for option, cls in INTERVENTIONS.items() if option in options for iv in cls.for_option(options[option], lams, where)]
+    found = [
+        iv for option, cls in INTERVENTIONS.items() if option in options for iv in cls.for_option(options[option], lams, where)
+    ]
     check(bool(found), "name at least one intervention: " + ", ".join(f"--{o.replace('_', '-')}" for o in INTERVENTIONS))
     return found

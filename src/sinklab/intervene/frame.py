@@ -21,12 +21,25 @@ def intervene_rows(summary: dict) -> Iterator[dict]:
 def _rows(summary: dict) -> Iterator[dict]:
     base = summary["baseline"]
     for r in summary["results"]:
-        kind = r["intervention"]["type"] if isinstance(r["intervention"], dict) else "+".join(iv["type"] for iv in r["intervention"])
+        kind = (
+            r["intervention"]["type"] if isinstance(r["intervention"], dict) else "+".join(iv["type"] for iv in r["intervention"])
+        )
         before_k = base["share_at"][str(r["k"])]
         for layer, (at_k, at_0) in enumerate(zip(r["share_at_k"], r["share_at_0"])):
-            yield {"experiment": r["label"], "intervention": kind, "lam": r["lam"], "k": r["k"], "layer": layer,
-                   "share_at_k": at_k, "share_at_k_before": before_k[layer], "share_at_0": at_0, "share_at_0_before": base["share_at_0"][layer],
-                   "loss": r["loss"], "loss_before": base["loss"], "ppl": r["ppl"]}
+            yield {
+                "experiment": r["label"],
+                "intervention": kind,
+                "lam": r["lam"],
+                "k": r["k"],
+                "layer": layer,
+                "share_at_k": at_k,
+                "share_at_k_before": before_k[layer],
+                "share_at_0": at_0,
+                "share_at_0_before": base["share_at_0"][layer],
+                "loss": r["loss"],
+                "loss_before": base["loss"],
+                "ppl": r["ppl"],
+            }
 
 
 INTERVENE_TABLES = {"layers": intervene_rows}

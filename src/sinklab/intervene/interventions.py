@@ -40,7 +40,9 @@ INTERVENTIONS: dict[str, type["Intervention"]] = {}
 BY_TYPE: dict[str, type["Intervention"]] = {}
 
 
-def register(option: str, takes: str, help: str, sweeps_lam: bool = False) -> Callable[[type["Intervention"]], type["Intervention"]]:
+def register(
+    option: str, takes: str, help: str, sweeps_lam: bool = False
+) -> Callable[[type["Intervention"]], type["Intervention"]]:
     """Class decorator: make an intervention available as ``--option`` of ``sinklab intervene``."""
     if takes not in TAKES:
         raise ValueError(f"takes must be one of {TAKES}, got {takes!r}")
@@ -105,8 +107,10 @@ class Intervention:
     @staticmethod
     def from_record(record: dict) -> "Intervention":
         """The intervention a configuration recorded (:meth:`to_record`)."""
-        check(isinstance(record, dict) and record.get("type") in BY_TYPE,
-              f"not an intervention: {record!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))")
+        check(
+            isinstance(record, dict) and record.get("type") in BY_TYPE,
+            f"not an intervention: {record!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))",
+        )
         cls = BY_TYPE[record["type"]]
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k != "type"}
         return cls(**values)
@@ -208,7 +212,9 @@ class _OutputEdit(Intervention):
         return edited
 
 
-@register("amplify", takes="position", help="mean-centred amplification of token k's attention output over --lam", sweeps_lam=True)
+@register(
+    "amplify", takes="position", help="mean-centred amplification of token k's attention output over --lam", sweeps_lam=True
+)
 @dataclass(frozen=True)
 class VarianceAmplify(_OutputEdit):
     """Mean-centred amplification of token k's attention output: o'_k = mu + lam (o_k - mu).
@@ -262,7 +268,11 @@ class ScoreBias(Intervention):
     @property
     def label(self):
         at = ",".join(str(p) for p in self.at)
-        return "suppress_sink (score bias -inf at 0)" if self.delta == float("-inf") and self.at == (0,) else f"score_bias {self.delta:g} at {at}"
+        return (
+            "suppress_sink (score bias -inf at 0)"
+            if self.delta == float("-inf") and self.at == (0,)
+            else f"score_bias {self.delta:g} at {at}"
+        )
 
     def positions(self):
         return tuple(self.at)

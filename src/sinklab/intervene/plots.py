@@ -61,17 +61,25 @@ def figures(summary: dict, data: dict) -> dict:
 def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None) -> list[html.Section]:
     """The report page: the header (``run.json`` when ``run_dir`` is given), the table and the plots."""
     if "lab_dir" in summary:
-        return [html.Section("Run", html.header("trigger-lab models", {"experiments": len(summary["experiments"])}, run_dir)),
-                html.Section("Errors before and after", html.table(summary["results"], TRIGGER_INTERVENTION_COLUMNS))]
+        return [
+            html.Section("Run", html.header("trigger-lab models", {"experiments": len(summary["experiments"])}, run_dir)),
+            html.Section("Errors before and after", html.table(summary["results"], TRIGGER_INTERVENTION_COLUMNS)),
+        ]
     rows = intervention_rows(summary)
-    figures = {"input": f"{summary['sequences']} x {summary['tokens']} tokens", "baseline ppl": summary["baseline"]["ppl"], "experiments": len(rows)}
+    figures = {
+        "input": f"{summary['sequences']} x {summary['tokens']} tokens",
+        "baseline ppl": summary["baseline"]["ppl"],
+        "experiments": len(rows),
+    }
     parts = [
         html.Section("Run", html.header(summary["model"], figures, run_dir)),
         html.Section("Before and after (means over layers)", html.table(rows, INTERVENTION_COLUMNS)),
         html.Section("Share of attention at k by layer (dotted: before)", html.plot(_share_by_layer(summary), f"{uid}-share")),
     ]
     if _has_lam(summary):
-        parts.append(html.Section("Mean-centred amplification against plain scaling", html.plot(_lam_curves(summary), f"{uid}-lam")))
+        parts.append(
+            html.Section("Mean-centred amplification against plain scaling", html.plot(_lam_curves(summary), f"{uid}-lam"))
+        )
     maps = _before_after_maps(data)
     if maps:
         options = {label: html.plot(fig, f"{uid}-map{i}") for i, (label, fig) in enumerate(maps.items())}
@@ -91,9 +99,13 @@ def _share_by_layer(summary: dict):
     for label in strongest_per_kind(summary["results"]):
         r = next(x for x in summary["results"] if x["label"] == label)
         fig.add_trace(go.Scatter(y=r["share_at_k"], mode="lines+markers", name=html_text(label, 50)))
-        fig.add_trace(go.Scatter(y=base["share_at"][str(r["k"])], mode="lines", line=dict(dash="dot"), name=f"before, k={r['k']}"))
+        fig.add_trace(
+            go.Scatter(y=base["share_at"][str(r["k"])], mode="lines", line=dict(dash="dot"), name=f"before, k={r['k']}")
+        )
     heading = title(html_text(summary["model"], 60), "share of attention at k, before (dotted) and after")
-    return fig.update_layout(title=heading, xaxis=layer_axis(summary["layers"]), yaxis_title="attention from later queries to k", height=420)
+    return fig.update_layout(
+        title=heading, xaxis=layer_axis(summary["layers"]), yaxis_title="attention from later queries to k", height=420
+    )
 
 
 def _lam_curves(summary: dict):
@@ -103,13 +115,23 @@ def _lam_curves(summary: dict):
     for r in summary["results"]:
         if r["lam"] is not None:
             kinds[f"{r['intervention']['type']} (k={r['k']})"].append((r["lam"], layer_mean(r["share_at_k"])))
-    fig = go.Figure([go.Scatter(x=[p[0] for p in sorted(pts)], y=[p[1] for p in sorted(pts)], mode="lines+markers", name=html_text(kind))
-                     for kind, pts in kinds.items()])
+    fig = go.Figure(
+        [
+            go.Scatter(x=[p[0] for p in sorted(pts)], y=[p[1] for p in sorted(pts)], mode="lines+markers", name=html_text(kind))
+            for kind, pts in kinds.items()
+        ]
+    )
     base = summary["baseline"]
     for k in sorted({r["k"] for r in summary["results"] if r["lam"] is not None}):
-        fig.add_hline(y=layer_mean(base["share_at"][str(k)]), line_dash="dot", line_color="gray", annotation_text=f"baseline at k={k}")
-    return fig.update_layout(title="Mean-centred amplification against plain scaling", xaxis=dict(type="log", title="lam"),
-                             yaxis_title="share of attention at k (mean over layers)", height=380)
+        fig.add_hline(
+            y=layer_mean(base["share_at"][str(k)]), line_dash="dot", line_color="gray", annotation_text=f"baseline at k={k}"
+        )
+    return fig.update_layout(
+        title="Mean-centred amplification against plain scaling",
+        xaxis=dict(type="log", title="lam"),
+        yaxis_title="share of attention at k (mean over layers)",
+        height=380,
+    )
 
 
 def _before_after_maps(data: dict) -> dict:
@@ -124,9 +146,24 @@ def _before_after(before, after, label: str):
 
     n_layers, n = before.shape[0], min(before.shape[-1], MAP_TOKENS)
     layers = sorted({1, n_layers // 3, 2 * n_layers // 3, n_layers - 1} & set(range(n_layers)))
-    fig = make_subplots(rows=2, cols=len(layers), subplot_titles=[f"{when}, layer {layer}" for when in ("before", "after") for layer in layers])
+    fig = make_subplots(
+        rows=2, cols=len(layers), subplot_titles=[f"{when}, layer {layer}" for when in ("before", "after") for layer in layers]
+    )
     for row, maps in enumerate((before, after)):
         for col, layer in enumerate(layers):
-            fig.add_trace(go.Heatmap(z=maps[layer, :n, :n].float().numpy(), coloraxis="coloraxis", hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), row=row + 1, col=col + 1)
+            fig.add_trace(
+                go.Heatmap(
+                    z=maps[layer, :n, :n].float().numpy(),
+                    coloraxis="coloraxis",
+                    hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>",
+                ),
+                row=row + 1,
+                col=col + 1,
+            )
     fig.update_yaxes(autorange="reversed")
-    return fig.update_layout(title=title(html_text(label, 60), "head-averaged attention"), coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1), height=600, margin_t=GRID_TOP)
+    return fig.update_layout(
+        title=title(html_text(label, 60), "head-averaged attention"),
+        coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1),
+        height=600,
+        margin_t=GRID_TOP,
+    )

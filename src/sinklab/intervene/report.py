@@ -68,4 +68,3 @@ TRIGGER_INTERVENTION_COLUMNS = [
 
 def trigger_intervention_table(results: list[dict]) -> str:
     return format_table(results, TRIGGER_INTERVENTION_COLUMNS)
-

@@ -46,7 +46,9 @@ def share_at(record: Record, k: int) -> list[float]:
 def migrated_edits(saved: dict) -> dict:
     """Runs before config version 1 recorded command-line options (``edits``, ``lams``, ``layers``,
     ``heads``); version 1 records the interventions they asked for."""
-    asked = interventions_for(saved["edits"], saved["lams"], saved.get("layers"), saved.get("heads")) if saved.get("edits") else []
+    asked = (
+        interventions_for(saved["edits"], saved["lams"], saved.get("layers"), saved.get("heads")) if saved.get("edits") else []
+    )
     kept = {k: v for k, v in saved.items() if k not in ("edits", "lams", "layers", "heads", "experiments", "mu")}
     return {**kept, "inputs": renamed_max_tokens(saved["inputs"]), "interventions": [iv.to_record() for iv in asked]}
 
@@ -59,7 +61,9 @@ class InterveneConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: migrated_edits}
 
-    model: Optional[str] = setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    model: Optional[str] = setting(
+        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
+    )
     inputs: InputSpec = field(default_factory=InputSpec)
     interventions: tuple = setting((), help="the interventions, one run each (a tuple of them is applied together)", cli=False)
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
@@ -103,14 +107,26 @@ def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResu
     ks = sorted({0, *(e.k for e in experiments)})
     options = RecordOptions(key_columns=tuple(ks), patterns=ids.shape[1] <= 256)
     base_record, base_loss = apply_interventions(subject, ids, (), options, progress=True)
-    baseline = {"k": experiments[0].k, "share_at_k": share_at(base_record, experiments[0].k), **_entry(base_record, base_loss, ks)}
+    baseline = {
+        "k": experiments[0].k,
+        "share_at_k": share_at(base_record, experiments[0].k),
+        **_entry(base_record, base_loss, ks),
+    }
     results, records = [], {}
     for exp in experiments:
         record, loss = apply_interventions(subject, ids, exp.interventions, options, progress=True)
         records[exp.label] = record
         described = [iv.describe() for iv in exp.interventions]
-        results.append({"label": exp.label, "intervention": described[0] if len(described) == 1 else described, "lam": exp.lam, "k": exp.k,
-                        "share_at_k": share_at(record, exp.k), **_entry(record, loss, ks)})
+        results.append(
+            {
+                "label": exp.label,
+                "intervention": described[0] if len(described) == 1 else described,
+                "lam": exp.lam,
+                "k": exp.k,
+                "share_at_k": share_at(record, exp.k),
+                **_entry(record, loss, ks),
+            }
+        )
     summary = {
         "model": subject.name,
         "architecture": getattr(subject, "architecture", type(subject).__name__),
@@ -131,5 +147,16 @@ def write(out: Path, result: RunResult) -> list[str]:
     return [plots.MAPS_FILE] if result.data["maps"] else []
 
 
-INTERVENE = register(Capability("intervene", InterveneConfig, measure, write, tables=INTERVENE_TABLES, write_page=page.write, read_data=plots.read_data,
-                                figures=lambda result: plots.figures(result.summary, result.data), sections=plots.sections))
+INTERVENE = register(
+    Capability(
+        "intervene",
+        InterveneConfig,
+        measure,
+        write,
+        tables=INTERVENE_TABLES,
+        write_page=page.write,
+        read_data=plots.read_data,
+        figures=lambda result: plots.figures(result.summary, result.data),
+        sections=plots.sections,
+    )
+)

@@ -22,8 +22,13 @@ from .run import InterveneConfig
 def migrated_trigger_config(saved: dict) -> dict:
     """Runs before config version 1 recorded an ``InterveneConfig`` of options and the lab folder."""
     edits = saved.get("edits") or {"suppress_sink": True}
-    return {"interventions": [iv.to_record() for iv in interventions_for(edits, saved.get("lams", DEFAULT_LAMS), saved.get("layers"), saved.get("heads"))],
-            "lab_dir": saved.get("lab_dir")}
+    return {
+        "interventions": [
+            iv.to_record()
+            for iv in interventions_for(edits, saved.get("lams", DEFAULT_LAMS), saved.get("layers"), saved.get("heads"))
+        ],
+        "lab_dir": saved.get("lab_dir"),
+    }
 
 
 @dataclass
@@ -60,12 +65,20 @@ def measure(cfg: TriggerEditConfig, context: RunContext = RunContext()) -> RunRe
                 {
                     "model": tcfg.key,
                     "intervention": exp.label,
-                    **{f"{name}_{when}": m[name] for name in ("mse_nontrigger", "mse_trigger", "eval_mse") for when, m in (("before", before), ("after", after))},
+                    **{
+                        f"{name}_{when}": m[name]
+                        for name in ("mse_nontrigger", "mse_trigger", "eval_mse")
+                        for when, m in (("before", before), ("after", after))
+                    },
                     "bos_mass_nontrigger_before": before["heads_detail"][0]["bos_mass_nontrigger"],
                     "bos_mass_nontrigger_after": after["heads_detail"][0]["bos_mass_nontrigger"],
                 }
             )
-    summary = {"lab_dir": cfg.lab_dir, "experiments": [[iv.describe() for iv in e.interventions] for e in experiments], "results": results}
+    summary = {
+        "lab_dir": cfg.lab_dir,
+        "experiments": [[iv.describe() for iv in e.interventions] for e in experiments],
+        "results": results,
+    }
     return RunResult(stamped(KIND, summary))
 
 
@@ -86,4 +99,6 @@ def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]):
     return train_trigger(cfg)[0]
 
 
-TRIGGER_EDITS = register(Capability(KIND, TriggerEditConfig, measure, lambda out, result: [], tables={"results": trigger_rows}, write_page=page.write))
+TRIGGER_EDITS = register(
+    Capability(KIND, TriggerEditConfig, measure, lambda out, result: [], tables={"results": trigger_rows}, write_page=page.write)
+)

@@ -135,9 +135,7 @@ class Attention(nn.Module):
             positions = torch.arange(n_keys, device=x.device)
             q, k = rotary(q, positions[n_keys - T :]), rotary(k, positions)
         mask = causal_mask(T, n_keys, x.device)
-        z, weights = attend_fast(
-            q, k, v, mask, self.norm, self.scale, self.hooks, self.layer, need_weights, plain_causal=True
-        )
+        z, weights = attend_fast(q, k, v, mask, self.norm, self.scale, self.hooks, self.layer, need_weights, plain_causal=True)
         z = self.head_out(z, x)  # (B, H, T, D)
         return self.out(z.transpose(1, 2).reshape(B, T, -1)), weights
 
@@ -223,9 +221,15 @@ class Transformer(nn.Module):
             x = torch.cat([self.sink_tokens.to(x.dtype).expand(x.shape[0], -1, -1), x], dim=1)
         n_cached = len(cache) if cache is not None else 0
         n_total = x.shape[1] + n_cached
-        check(n_total <= self.cfg.max_seq_len, f"sequence of {n_total} positions exceeds the model's maximum of {self.cfg.max_seq_len}")
+        check(
+            n_total <= self.cfg.max_seq_len,
+            f"sequence of {n_total} positions exceeds the model's maximum of {self.cfg.max_seq_len}",
+        )
         if self.positions is not None:  # absolute: the index after the cached tokens
-            check(cache is None or cache.keeps_every_token, "a model with learned absolute positions cannot stream through a cache that evicts tokens; its keys carry their positions")
+            check(
+                cache is None or cache.keeps_every_token,
+                "a model with learned absolute positions cannot stream through a cache that evicts tokens; its keys carry their positions",
+            )
             x = x + self.positions.weight[n_cached:n_total].to(x.dtype)
         if self.merged_circuits and cache is None and not need_weights and not self._hooks_inside_attention():
             return attention_only_forward(self, x)
@@ -238,9 +242,7 @@ class Transformer(nn.Module):
 
     def _hooks_inside_attention(self) -> bool:
         """Whether a hook listens to a point that only the reference attention path fires."""
-        return bool(self.hooks) and any(
-            self.hooks.listens(i, p) for i in range(self.n_layers) for p in MERGED_MISSING_POINTS
-        )
+        return bool(self.hooks) and any(self.hooks.listens(i, p) for i in range(self.n_layers) for p in MERGED_MISSING_POINTS)
 
     def _embed(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.embed is None:

@@ -68,7 +68,9 @@ class Subject:
         if not isinstance(model, nn.Module) or not hasattr(model, "config") or not hasattr(model, "get_input_embeddings"):
             raise SinklabError(f"expected a transformers causal LM or a sinklab Transformer, got {type(model).__name__}")
         if tokenizer is None:
-            raise SinklabError(f"{type(model).__name__} was given without its tokenizer: pass Subject.from_model(model, tokenizer)")
+            raise SinklabError(
+                f"{type(model).__name__} was given without its tokenizer: pass Subject.from_model(model, tokenizer)"
+            )
         hf.check_supported(model)  # a clear error now if sinklab cannot measure it (not causal, no head, layers not found)
         label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
         return HFSubject(hf.LoadedModel(model, tokenizer, label, "object", getattr(model.config, "_commit_hash", None)), chunk)

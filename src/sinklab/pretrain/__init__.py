@@ -9,5 +9,17 @@ from .sweep import SWEEP, SweepConfig, run_sweep
 from .train import PretrainConfig
 from .trained import load_trained
 
-__all__ = ["COLUMNS", "COMPARE_RUNS", "PRETRAIN", "SWEEP", "CompareRunsConfig", "PretrainConfig", "SweepConfig", "architecture_of", "load_trained",
-           "run_row", "run_sweep", "train_lm"]
+__all__ = [
+    "COLUMNS",
+    "COMPARE_RUNS",
+    "PRETRAIN",
+    "SWEEP",
+    "CompareRunsConfig",
+    "PretrainConfig",
+    "SweepConfig",
+    "architecture_of",
+    "load_trained",
+    "run_row",
+    "run_sweep",
+    "train_lm",
+]

@@ -68,7 +68,10 @@ class BigramBackcopy:
             self.chars, self.counts = _shakespeare_bigrams()
         counts = self.counts.double()
         V = len(self.chars)
-        check(1 <= self.triggers < V, f"--bb-triggers must lie in [1, {V - 1}] (the vocabulary has {V} characters), got {self.triggers}")
+        check(
+            1 <= self.triggers < V,
+            f"--bb-triggers must lie in [1, {V - 1}] (the vocabulary has {V} characters), got {self.triggers}",
+        )
         unigram = counts.sum(1)
         self.trigger_ids = unigram.argsort(descending=True)[: self.triggers]
         self.is_trigger = torch.zeros(V + 1, dtype=torch.bool)
@@ -79,7 +82,12 @@ class BigramBackcopy:
         self.start = (start / start.sum()).float()
         self.bos = V
         self.vocab_size = V + 1
-        self.meta = {"corpus": CORPUS_NAME, "characters": self.chars, "triggers": [self.chars[i] for i in self.trigger_ids.tolist()], "bos_id": self.bos}
+        self.meta = {
+            "corpus": CORPUS_NAME,
+            "characters": self.chars,
+            "triggers": [self.chars[i] for i in self.trigger_ids.tolist()],
+            "bos_id": self.bos,
+        }
 
     # -- generation -------------------------------------------------------------------------
 
@@ -104,7 +112,11 @@ class BigramBackcopy:
     def optimal_nll(self, ids: torch.Tensor) -> torch.Tensor:
         """(B, T - 1) NLL of each next token under the true process: 0 at copies, -log P(next | prev) elsewhere."""
         prev, nxt = ids[:, :-1], ids[:, 1:]
-        p = torch.where(prev == self.bos, self.start[nxt.clamp_max(self.bos - 1)], self.transition[prev.clamp_max(self.bos - 1), nxt.clamp_max(self.bos - 1)])
+        p = torch.where(
+            prev == self.bos,
+            self.start[nxt.clamp_max(self.bos - 1)],
+            self.transition[prev.clamp_max(self.bos - 1), nxt.clamp_max(self.bos - 1)],
+        )
         nll = -p.clamp_min(1e-30).double().log()
         return torch.where(self.copy_positions(ids)[:, 1:], torch.zeros_like(nll), nll)
 
@@ -147,7 +159,12 @@ class BigramBackcopy:
             query = torch.ones_like(trigger_row)
             query[:, 0] = 0.0  # BOS itself can only attend to itself
             on_bos = torch.stack([w[:, :, n_prefix:, n_prefix].float().cpu() for w in weights], dim=1)  # (B, L, H, T)
-            sums = torch.stack([(on_bos * (query * (1 - trigger_row))[:, None, None]).sum((0, 3)), (on_bos * (query * trigger_row)[:, None, None]).sum((0, 3))])
+            sums = torch.stack(
+                [
+                    (on_bos * (query * (1 - trigger_row))[:, None, None]).sum((0, 3)),
+                    (on_bos * (query * trigger_row)[:, None, None]).sum((0, 3)),
+                ]
+            )
             counts = torch.stack([(query * (1 - trigger_row)).sum(), (query * trigger_row).sum()])
             bos_sums, rows = (sums, counts) if bos_sums is None else (bos_sums + sums, rows + counts)
         model.train(was_training)

@@ -34,8 +34,17 @@ def measure(cfg: CompareRunsConfig, context: RunContext = RunContext()) -> RunRe
     runs = {d: load_run(d) for d in cfg.runs}
     target = cfg.target if cfg.target is not None else max(summary["final_val_loss"] for _, summary in runs.values())
     rows = [run_row(d, summary, metrics, target) for d, (metrics, summary) in runs.items()]
-    summary = {"target": target, "rows": rows, "by_variant": by_variant(rows), "paired": paired_comparison(rows), "run_dirs": list(cfg.runs)}
-    data = {"metrics": {Path(d).name: metrics for d, (metrics, _) in runs.items()}, "summaries": {Path(d).name: s for d, (_, s) in runs.items()}}
+    summary = {
+        "target": target,
+        "rows": rows,
+        "by_variant": by_variant(rows),
+        "paired": paired_comparison(rows),
+        "run_dirs": list(cfg.runs),
+    }
+    data = {
+        "metrics": {Path(d).name: metrics for d, (metrics, _) in runs.items()},
+        "summaries": {Path(d).name: s for d, (_, s) in runs.items()},
+    }
     return RunResult(stamped(KIND, summary), data)
 
 
@@ -47,8 +56,17 @@ def figures(result: RunResult) -> dict:
     return plots.compare_figures(result.data["metrics"], result.data["summaries"])
 
 
-COMPARE_RUNS = register(Capability(KIND, CompareRunsConfig, measure, lambda out, result: [], tables={"runs": lambda s: s["rows"], "by_variant": lambda s: s["by_variant"]},
-                                   write_page=page.write, figures=figures))
+COMPARE_RUNS = register(
+    Capability(
+        KIND,
+        CompareRunsConfig,
+        measure,
+        lambda out, result: [],
+        tables={"runs": lambda s: s["rows"], "by_variant": lambda s: s["by_variant"]},
+        write_page=page.write,
+        figures=figures,
+    )
+)
 
 
 def by_variant(rows: Sequence[dict]) -> list[dict]:
@@ -59,9 +77,24 @@ def by_variant(rows: Sequence[dict]) -> list[dict]:
     out = []
     for variant, rs in groups.items():
         entry = {"variant": variant, "seeds": len(rs)}
-        for key in ("final_val_loss", "final_val_bpb", "tokens_per_s", "first_token_mass_mean", "sink_rate", "dominance_first_max", "kurtosis_max",
-                    "max_over_median", "null_mass_mean", "value_drain_max", "residual_peak_max", "val_loss_gap", "copy_accuracy",
-                    "sink_head_bos_mass_nontrigger", "sink_head_bos_mass_trigger", "steps_to_target"):
+        for key in (
+            "final_val_loss",
+            "final_val_bpb",
+            "tokens_per_s",
+            "first_token_mass_mean",
+            "sink_rate",
+            "dominance_first_max",
+            "kurtosis_max",
+            "max_over_median",
+            "null_mass_mean",
+            "value_drain_max",
+            "residual_peak_max",
+            "val_loss_gap",
+            "copy_accuracy",
+            "sink_head_bos_mass_nontrigger",
+            "sink_head_bos_mass_trigger",
+            "steps_to_target",
+        ):
             values = [r[key] for r in rs if r[key] is not None]
             if values:
                 mean = sum(values) / len(values)
@@ -88,8 +121,11 @@ def paired_comparison(rows: Sequence[dict], baseline: str = "softmax", keys: Seq
         seeds = sorted(s for v, s in by_seed if v == variant and (baseline, s) in by_seed)
         compared = {}
         for key in keys:
-            diffs = [by_seed[variant, s][key] - by_seed[baseline, s][key] for s in seeds
-                     if by_seed[variant, s].get(key) is not None and by_seed[baseline, s].get(key) is not None]
+            diffs = [
+                by_seed[variant, s][key] - by_seed[baseline, s][key]
+                for s in seeds
+                if by_seed[variant, s].get(key) is not None and by_seed[baseline, s].get(key) is not None
+            ]
             if len(diffs) >= 2:
                 compared[key] = paired_statistics(diffs)
         if compared:
@@ -105,4 +141,10 @@ def paired_statistics(diffs: Sequence[float]) -> dict:
     observed = abs(sum(diffs))
     flips = [abs(sum(s * d for s, d in zip(signs, diffs))) for signs in itertools.product((1, -1), repeat=n)]
     p_value = sum(f >= observed - 1e-12 for f in flips) / len(flips)
-    return {"diffs": list(diffs), "mean": mean, "sd": sd, "t": mean / (sd / math.sqrt(n)) if sd > 0 else None, "p_sign_flip": p_value}
+    return {
+        "diffs": list(diffs),
+        "mean": mean,
+        "sd": sd,
+        "t": mean / (sd / math.sqrt(n)) if sd > 0 else None,
+        "p_sign_flip": p_value,
+    }

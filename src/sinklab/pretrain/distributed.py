@@ -36,7 +36,10 @@ class Dist:
         where = torch.device("cuda", local) if use_cuda else torch.device("cpu")
         if use_cuda:
             gpus = torch.cuda.device_count()
-            check(local < gpus, f"process {local} has no GPU of its own ({gpus} visible): start at most {gpus} processes per node, or pass --device cpu")
+            check(
+                local < gpus,
+                f"process {local} has no GPU of its own ({gpus} visible): start at most {gpus} processes per node, or pass --device cpu",
+            )
             torch.cuda.set_device(where)
         if world <= 1:
             return cls(device=where)

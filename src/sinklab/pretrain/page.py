@@ -28,19 +28,39 @@ def columns(run_dirs: list[Path]) -> list[tuple[str, list[html.Section]]]:
     metrics = {d: read_jsonl(d / "metrics.jsonl") for d in runs}
     by_name = {d.name: rows for d, rows in metrics.items()}
     uid = html.dom_id(run_dirs[0])
-    parts = [html.Section("Runs", html.header(None, {"runs": len(runs), "finished": len(finished)}, run_dirs[0]) if len(run_dirs) == 1 else "")]
+    parts = [
+        html.Section(
+            "Runs", html.header(None, {"runs": len(runs), "finished": len(finished)}, run_dirs[0]) if len(run_dirs) == 1 else ""
+        )
+    ]
     if finished:
-        parts.append(html.Section("Comparison", html.table([run_row(str(d), s, metrics[d]) for d, s in finished.items()], COLUMNS)))
+        parts.append(
+            html.Section("Comparison", html.table([run_row(str(d), s, metrics[d]) for d, s in finished.items()], COLUMNS))
+        )
     for n, key in enumerate(plots.present_curves(by_name)):
-        parts.append(html.Section(plots.CURVES[key][0].upper() + plots.CURVES[key][1:] + " against the step", html.plot(plots.curve_figure(by_name, key), f"{uid}-curve{n}")))
+        parts.append(
+            html.Section(
+                plots.CURVES[key][0].upper() + plots.CURVES[key][1:] + " against the step",
+                html.plot(plots.curve_figure(by_name, key), f"{uid}-curve{n}"),
+            )
+        )
     if finished:
-        parts.append(html.Section("First-token mass by layer (end of training)", html.plot(plots.by_layer_figure({d.name: s for d, s in finished.items()}), f"{uid}-layers")))
+        parts.append(
+            html.Section(
+                "First-token mass by layer (end of training)",
+                html.plot(plots.by_layer_figure({d.name: s for d, s in finished.items()}), f"{uid}-layers"),
+            )
+        )
     name = run_dirs[0].name if len(run_dirs) == 1 else f"{len(runs)} runs"
     return [(f"pretraining: {name}", parts)]
 
 
 def _runs_of(run_dir: Path) -> list[Path]:
-    return [Path(d) for d in json.loads((run_dir / "summary.json").read_text()).get("run_dirs", [])] if _compared(run_dir) else [run_dir]
+    return (
+        [Path(d) for d in json.loads((run_dir / "summary.json").read_text()).get("run_dirs", [])]
+        if _compared(run_dir)
+        else [run_dir]
+    )
 
 
 def _compared(run_dir: Path) -> bool:

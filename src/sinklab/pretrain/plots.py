@@ -32,8 +32,11 @@ def run_figures(name: str, rows: list[dict]) -> dict:
 def compare_figures(metrics_by_run: dict[str, list[dict]], summaries: dict[str, dict]) -> dict:
     """The static figures of ``sinklab compare``, by file name: runs by name, their metrics.jsonl
     rows and their summaries."""
-    return {"val_loss.png": curve_figure(metrics_by_run, "val_loss"), "first_token_mass_by_layer.png": by_layer_figure(summaries),
-            "emergence.png": emergence_figure(metrics_by_run)}
+    return {
+        "val_loss.png": curve_figure(metrics_by_run, "val_loss"),
+        "first_token_mass_by_layer.png": by_layer_figure(summaries),
+        "emergence.png": emergence_figure(metrics_by_run),
+    }
 
 
 def present_curves(metrics_by_run: dict[str, list[dict]]) -> list[str]:
@@ -47,9 +50,18 @@ def _traces(metrics_by_run: dict[str, list[dict]], key: str, legend: bool = True
     from plotly.colors import qualitative
 
     palette = qualitative.Plotly
-    return [go.Scatter(x=[r["step"] for r in rows if key in r], y=[r[key] for r in rows if key in r], mode="lines+markers", name=html_text(name, 50),
-                       legendgroup=html_text(name, 50), showlegend=legend, line=dict(color=palette[i % len(palette)]))
-            for i, (name, rows) in enumerate(metrics_by_run.items())]
+    return [
+        go.Scatter(
+            x=[r["step"] for r in rows if key in r],
+            y=[r[key] for r in rows if key in r],
+            mode="lines+markers",
+            name=html_text(name, 50),
+            legendgroup=html_text(name, 50),
+            showlegend=legend,
+            line=dict(color=palette[i % len(palette)]),
+        )
+        for i, (name, rows) in enumerate(metrics_by_run.items())
+    ]
 
 
 def curve_figure(metrics_by_run: dict[str, list[dict]], key: str):
@@ -57,8 +69,9 @@ def curve_figure(metrics_by_run: dict[str, list[dict]], key: str):
     import plotly.graph_objects as go
 
     title = CURVES[key]
-    return go.Figure(_traces(metrics_by_run, key)).update_layout(title=title[0].upper() + title[1:] + " against the step", xaxis_title="step",
-                                                                  yaxis_title=title, height=360)
+    return go.Figure(_traces(metrics_by_run, key)).update_layout(
+        title=title[0].upper() + title[1:] + " against the step", xaxis_title="step", yaxis_title=title, height=360
+    )
 
 
 def emergence_figure(metrics_by_run: dict[str, list[dict]]):
@@ -67,19 +80,32 @@ def emergence_figure(metrics_by_run: dict[str, list[dict]]):
 
     keys = present_curves(metrics_by_run)
     rows = max(1, -(-len(keys) // PANEL_COLUMNS))
-    fig = make_subplots(rows=rows, cols=PANEL_COLUMNS, subplot_titles=[CURVES[k] for k in keys], vertical_spacing=0.5 / max(rows, 1))
+    fig = make_subplots(
+        rows=rows, cols=PANEL_COLUMNS, subplot_titles=[CURVES[k] for k in keys], vertical_spacing=0.5 / max(rows, 1)
+    )
     for i, key in enumerate(keys):
         for trace in _traces(metrics_by_run, key, legend=i == 0):
             fig.add_trace(trace, row=i // PANEL_COLUMNS + 1, col=i % PANEL_COLUMNS + 1)
     fig.update_xaxes(title_text="step", title_font_size=10).update_annotations(font_size=11)
-    return fig.update_layout(title="Sink metrics against the step", width=1200, height=280 * rows + 140, legend={**LEGEND_BELOW, "y": -0.4 / rows})
+    return fig.update_layout(
+        title="Sink metrics against the step", width=1200, height=280 * rows + 140, legend={**LEGEND_BELOW, "y": -0.4 / rows}
+    )
 
 
 def by_layer_figure(summaries: dict[str, dict]):
     """First-token mass per layer at the end of training, one line per run."""
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Scatter(y=s["first_token_mass_by_layer"], mode="lines+markers", name=html_text(name, 50)) for name, s in summaries.items()])
+    fig = go.Figure(
+        [
+            go.Scatter(y=s["first_token_mass_by_layer"], mode="lines+markers", name=html_text(name, 50))
+            for name, s in summaries.items()
+        ]
+    )
     layers = max((len(s["first_token_mass_by_layer"]) for s in summaries.values()), default=1)
-    return fig.update_layout(title="Attention on the first position, per layer", xaxis=layer_axis(layers),
-                             yaxis=dict(range=[0, 1.02], title="first-token mass"), height=360)
+    return fig.update_layout(
+        title="Attention on the first position, per layer",
+        xaxis=layer_axis(layers),
+        yaxis=dict(range=[0, 1.02], title="first-token mass"),
+        height=360,
+    )

@@ -39,7 +39,9 @@ def load_run(run_dir: str) -> tuple[list[dict], dict]:
     if not (path / "metrics.jsonl").exists():
         raise SinklabError(f"{run_dir} is not a pretraining run (no metrics.jsonl)")
     if not (path / "summary.json").exists():
-        raise SinklabError(f"{run_dir} has not finished (no summary.json); resume it by running the command that started it again (its run.json records it)")
+        raise SinklabError(
+            f"{run_dir} has not finished (no summary.json); resume it by running the command that started it again (its run.json records it)"
+        )
     return read_jsonl(path / "metrics.jsonl"), json.loads((path / "summary.json").read_text())
 
 
@@ -58,7 +60,10 @@ def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, 
         "steps_to_target": steps_to(rows, target) if rows is not None and target is not None else None,
         "tokens_per_s": summary["tokens_per_s"],
         **sink_figures(summary),
-        **{k: summary.get(k) for k in ("val_loss_gap", "copy_accuracy", "sink_head_bos_mass_nontrigger", "sink_head_bos_mass_trigger")},
+        **{
+            k: summary.get(k)
+            for k in ("val_loss_gap", "copy_accuracy", "sink_head_bos_mass_nontrigger", "sink_head_bos_mass_trigger")
+        },
     }
 
 

@@ -57,7 +57,10 @@ def architecture_of(run_dir: Path) -> dict:
             recorded = json.loads((Path(run_dir) / "config.json").read_text()).get("model")
         except (OSError, ValueError):
             recorded = None
-    check(isinstance(recorded, dict), f"{run_dir} records no model architecture (run.json's model entry): it is not a pretraining run, or its training never started")
+    check(
+        isinstance(recorded, dict),
+        f"{run_dir} records no model architecture (run.json's model entry): it is not a pretraining run, or its training never started",
+    )
     return recorded
 
 
@@ -66,8 +69,19 @@ def metrics_rows(summary: dict):
     return table_rows(summary, [run_row("", summary)])
 
 
-PRETRAIN = register(Capability("pretrain", PretrainConfig, measure, lambda out, result: [], tables={"summary": metrics_rows}, write_page=page.write,
-                               resumable=has_checkpoint, needs_run_dir=True, figures=figures))
+PRETRAIN = register(
+    Capability(
+        "pretrain",
+        PretrainConfig,
+        measure,
+        lambda out, result: [],
+        tables={"summary": metrics_rows},
+        write_page=page.write,
+        resumable=has_checkpoint,
+        needs_run_dir=True,
+        figures=figures,
+    )
+)
 
 
 def train_lm(cfg: PretrainConfig, out: str | os.PathLike, resume: bool = False, overwrite: bool = False) -> RunResult:
@@ -75,4 +89,6 @@ def train_lm(cfg: PretrainConfig, out: str | os.PathLike, resume: bool = False, 
     an unfinished run of this configuration resumes from its last checkpoint, a finished one is read
     back; ``resume`` insists on resuming). Under torchrun every process calls it; only the main one
     writes."""
-    return pipeline.run(PRETRAIN, cfg, out=out, resume=resume, overwrite=overwrite, main_process=os.environ.get("RANK", "0") == "0")
+    return pipeline.run(
+        PRETRAIN, cfg, out=out, resume=resume, overwrite=overwrite, main_process=os.environ.get("RANK", "0") == "0"
+    )

@@ -52,25 +52,44 @@ class SweepConfig:
 
     VERSION: ClassVar[int] = 1
 
-    corpus: str = setting("shakespeare", choices=tuple(PLANS), help="shakespeare (every normalisation and extra) or bb (the mitigation sweep)")
-    seeds: tuple[int, ...] = setting((), metavar="SEEDS", shown="0,1 for text, 0,1,2 for bb", parse=seed_ranges,
-                                     help="seeds of every variant, e.g. 0-7 or 0,2,5")
-    variants: tuple[str, ...] = setting((), metavar="V[,V...]", shown="all", help="the variants to train, e.g. softmax,softmax+gate")
+    corpus: str = setting(
+        "shakespeare", choices=tuple(PLANS), help="shakespeare (every normalisation and extra) or bb (the mitigation sweep)"
+    )
+    seeds: tuple[int, ...] = setting(
+        (),
+        metavar="SEEDS",
+        shown="0,1 for text, 0,1,2 for bb",
+        parse=seed_ranges,
+        help="seeds of every variant, e.g. 0-7 or 0,2,5",
+    )
+    variants: tuple[str, ...] = setting(
+        (), metavar="V[,V...]", shown="all", help="the variants to train, e.g. softmax,softmax+gate"
+    )
     steps: Optional[int] = setting(None, help="the training budget of every run", shown="the corpus default")
-    settings: dict = setting(help="a training setting of every run, KEY=VALUE (repeatable), e.g. lr=3e-3 positions=learned",
-                             cli=False, default_factory=dict)
-    workers: Optional[int] = setting(None, shown="1 for text, 2 single-threaded for bb", help="runs trained at a time here", result=False)
+    settings: dict = setting(
+        help="a training setting of every run, KEY=VALUE (repeatable), e.g. lr=3e-3 positions=learned",
+        cli=False,
+        default_factory=dict,
+    )
+    workers: Optional[int] = setting(
+        None, shown="1 for text, 2 single-threaded for bb", help="runs trained at a time here", result=False
+    )
     rerun_stale: bool = setting(False, help="train again a run of another configuration (default: refuse it)", result=False)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.settings) - set(SETTABLE))
-        check(not unknown, f"--set {', '.join(unknown)}: the sweep sets that itself or it is not a training setting; settable: {', '.join(SETTABLE)}")
+        check(
+            not unknown,
+            f"--set {', '.join(unknown)}: the sweep sets that itself or it is not a training setting; settable: {', '.join(SETTABLE)}",
+        )
         self.seeds = tuple(self.seeds) or PLANS[self.corpus][0]
 
     def runs(self) -> list[PretrainConfig]:
         """The sweep's runs, seed-major; ``variants`` keeps only those names."""
         base = PretrainConfig(corpus=self.corpus, steps=self.steps, **self.settings)
-        attention = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [{"attention": s} for s in AttentionSpec().with_each_extra()]
+        attention = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [
+            {"attention": s} for s in AttentionSpec().with_each_extra()
+        ]
         configs = [replace(base, **v, seed=s, max_seq_len=None) for s in self.seeds for v in [*attention, *PLANS[self.corpus][2]]]
         known = list(dict.fromkeys(c.variant for c in configs))
         unknown = [v for v in self.variants if v not in known]
@@ -88,7 +107,10 @@ def parse_setting(text: str) -> tuple[str, object]:
     except ValueError:
         parsed = value
     expected = type(getattr(PretrainConfig(corpus="bb"), key))
-    check(type(parsed) is expected or (expected is float and type(parsed) is int), f"--set {text}: {key} takes {expected.__name__} values")
+    check(
+        type(parsed) is expected or (expected is float and type(parsed) is int),
+        f"--set {text}: {key} takes {expected.__name__} values",
+    )
     return key, parsed
 
 
@@ -106,7 +128,9 @@ def train_one(job: SweepJob) -> dict:
     try:
         return pipeline.run(PRETRAIN, job.cfg, out=job.out, overwrite=stale).summary
     except SinklabError as exc:
-        raise SinklabError(f"{Path(job.out).name}: {exc}{'' if job.rerun_stale else ' (or pass --rerun-stale to train it again)'}") from None
+        raise SinklabError(
+            f"{Path(job.out).name}: {exc}{'' if job.rerun_stale else ' (or pass --rerun-stale to train it again)'}"
+        ) from None
 
 
 def run_dir(root: Path, cfg: PretrainConfig) -> Path:
@@ -118,19 +142,50 @@ def measure(cfg: SweepConfig, context: RunContext) -> RunResult:
     root = context.workdir
     jobs = [SweepJob(run, str(run_dir(root, run)), cfg.rerun_stale) for run in cfg.runs()]
     workers = cfg.workers or PLANS[cfg.corpus][1]
-    launch(train_one, jobs, context.launcher or LOCAL, root, workers, desc=f"sweep {cfg.corpus}", label=lambda job: Path(job.out).name)
+    launch(
+        train_one,
+        jobs,
+        context.launcher or LOCAL,
+        root,
+        workers,
+        desc=f"sweep {cfg.corpus}",
+        label=lambda job: Path(job.out).name,
+    )
     compared = COMPARE_RUNS.measure(CompareRunsConfig(tuple(job.out for job in jobs)))
-    return RunResult(stamped(KIND, {**{k: v for k, v in compared.summary.items() if k not in ("kind", "schema_version")}, "corpus": cfg.corpus,
-                                    "steps": jobs[0].cfg.steps, "settings": cfg.settings}), compared.data)
+    return RunResult(
+        stamped(
+            KIND,
+            {
+                **{k: v for k, v in compared.summary.items() if k not in ("kind", "schema_version")},
+                "corpus": cfg.corpus,
+                "steps": jobs[0].cfg.steps,
+                "settings": cfg.settings,
+            },
+        ),
+        compared.data,
+    )
 
 
 KIND = "pretrain-sweep"
 
-SWEEP = register(Capability(KIND, SweepConfig, measure, lambda out, result: [], tables=COMPARE_RUNS.tables, write_page=page.write,
-                            resumable=lambda run_dir: True, needs_run_dir=True, figures=COMPARE_RUNS.figures))
+SWEEP = register(
+    Capability(
+        KIND,
+        SweepConfig,
+        measure,
+        lambda out, result: [],
+        tables=COMPARE_RUNS.tables,
+        write_page=page.write,
+        resumable=lambda run_dir: True,
+        needs_run_dir=True,
+        figures=COMPARE_RUNS.figures,
+    )
+)
 
 
-def run_sweep(cfg: SweepConfig, out: str | os.PathLike, launcher: Optional[LauncherSettings] = None, overwrite: bool = False) -> RunResult:
+def run_sweep(
+    cfg: SweepConfig, out: str | os.PathLike, launcher: Optional[LauncherSettings] = None, overwrite: bool = False
+) -> RunResult:
     """``sinklab sweep`` in Python: train the sweep's runs into ``out`` (resuming it) and compare them."""
     return pipeline.run(SWEEP, cfg, out=out, launcher=launcher, overwrite=overwrite)
 

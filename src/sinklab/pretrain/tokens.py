@@ -54,8 +54,13 @@ class TokenData:
 
     def check_windows(self, seq_len: int) -> None:
         window = seq_len + 1
-        check(len(self.train) > window * 2, f"the corpus is smaller than one batch: {len(self.train)} training tokens for windows of {window}")
-        check(len(self.val) > window, f"the validation split ({len(self.val)} tokens) is shorter than one window of {window} tokens")
+        check(
+            len(self.train) > window * 2,
+            f"the corpus is smaller than one batch: {len(self.train)} training tokens for windows of {window}",
+        )
+        check(
+            len(self.val) > window, f"the validation split ({len(self.val)} tokens) is shorter than one window of {window} tokens"
+        )
 
     def describe(self) -> dict:
         """What config.json records of the data."""

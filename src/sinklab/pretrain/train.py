@@ -95,7 +95,17 @@ class PretrainConfig:
         for name, value in CORPUS_DEFAULTS[self.corpus_kind].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
-        for name in ("d_model", "n_layers", "n_heads", "seq_len", "batch", "steps", "eval_every", "eval_batches", "checkpoint_every"):
+        for name in (
+            "d_model",
+            "n_layers",
+            "n_heads",
+            "seq_len",
+            "batch",
+            "steps",
+            "eval_every",
+            "eval_batches",
+            "checkpoint_every",
+        ):
             check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         check(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio must lie in [0, 1], got {self.min_lr_ratio}")
         check(self.grad_clip >= 0, f"--grad-clip must be >= 0 (0: no clipping), got {self.grad_clip}")
@@ -104,7 +114,10 @@ class PretrainConfig:
         check(0 <= self.seed < MAX_SEEDS, f"--seed must lie in [0, {MAX_SEEDS}), got {self.seed}")
         check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
         check(self.d_model % self.n_heads == 0, f"--d-model {self.d_model} is not divisible by --n-heads {self.n_heads}")
-        check(self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0, "the head dimension (d_model / n_heads) must be even for rotary embeddings")
+        check(
+            self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0,
+            "the head dimension (d_model / n_heads) must be even for rotary embeddings",
+        )
         if self.max_seq_len is None:
             self.max_seq_len = self.seq_len + self.sink_tokens
         check(
@@ -124,10 +137,20 @@ class PretrainConfig:
 
     def model_config(self, vocab_size: int) -> ModelConfig:
         return ModelConfig(
-            d_model=self.d_model, n_layers=self.n_layers, n_heads=self.n_heads, attention=self.attention,
-            residual=True, mlp=True, norm=True, rope=self.positions == "rope", learned_positions=self.positions == "learned",
-            scale_scores=True, vocab_size=vocab_size,
-            tie_embeddings=self.tie_embeddings, sink_tokens=self.sink_tokens, max_seq_len=self.max_seq_len,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            attention=self.attention,
+            residual=True,
+            mlp=True,
+            norm=True,
+            rope=self.positions == "rope",
+            learned_positions=self.positions == "learned",
+            scale_scores=True,
+            vocab_size=vocab_size,
+            tie_embeddings=self.tie_embeddings,
+            sink_tokens=self.sink_tokens,
+            max_seq_len=self.max_seq_len,
         )
 
     @property
@@ -211,7 +234,9 @@ def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataS
         loss_value = world.mean(loss.item())
         if not math.isfinite(loss_value):
             last = latest_checkpoint(out)
-            raise SinklabError(f"the loss is {loss_value} at step {step}; stopped. The last good checkpoint is {last or 'none'} (resume from it with a lower --lr)")
+            raise SinklabError(
+                f"the loss is {loss_value} at step {step}; stopped. The last good checkpoint is {last or 'none'} (resume from it with a lower --lr)"
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip > 0:
@@ -226,7 +251,9 @@ def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataS
             row = _evaluate(model, data, cfg, step, carry, tokens / max(elapsed, 1e-9))
             clock, tokens = time.perf_counter(), 0
             gap = {"gap": f"{row['val_loss_gap']:.3f}"} if "val_loss_gap" in row else {}
-            bar.set_postfix(train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}", **gap, tok_s=f"{row['tokens_per_s']:.0f}")
+            bar.set_postfix(
+                train=f"{row['train_loss']:.3f}", val=f"{row['val_loss']:.3f}", **gap, tok_s=f"{row['tokens_per_s']:.0f}"
+            )
             if world.main:
                 append_jsonl(out / METRICS_FILE, row)
         if world.main and (step % cfg.checkpoint_every == 0 or step == cfg.steps):

@@ -36,11 +36,16 @@ def load_trained(run_dir, device: str = "cpu") -> tuple[Transformer, PretrainCon
         saved = json.loads((path / "config.json").read_text())
     except (OSError, ValueError):
         saved = None
-    check(isinstance(saved, dict) and "attention" in saved, f"{run_dir} is not a pretraining run (no readable config.json with its attention)")
+    check(
+        isinstance(saved, dict) and "attention" in saved,
+        f"{run_dir} is not a pretraining run (no readable config.json with its attention)",
+    )
     cfg = from_dict(PretrainConfig, {**migrate(PretrainConfig, saved), "device": "auto"}, f"{run_dir}/config.json")
     checkpoint = latest_checkpoint(path)
     check(checkpoint is not None, f"{run_dir} holds no checkpoint yet")
-    model = Transformer(from_dict(ModelConfig, {**ARCHITECTURE_BEFORE_KEY_EXISTED, **architecture_of(path)}, f"the model {run_dir} records"))
+    model = Transformer(
+        from_dict(ModelConfig, {**ARCHITECTURE_BEFORE_KEY_EXISTED, **architecture_of(path)}, f"the model {run_dir} records")
+    )
     step = load_checkpoint(checkpoint, model, None)["step"]  # a checkpoint that does not fit the architecture: one line
     if step < cfg.steps:
         warnings.warn(f"{run_dir} stopped at step {step} of {cfg.steps}: the model is the one at step {step}", stacklevel=2)

@@ -37,11 +37,20 @@ class CompareConfig:
 
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {
-        0: lambda saved: {"models": saved["models"], "labels": [label_of(m) for m in saved["models"]],
-                          "scan": {"model": None, **{k: v for k, v in saved.items() if k != "models"}, "inputs": renamed_max_tokens(saved["inputs"])}}
+        0: lambda saved: {
+            "models": saved["models"],
+            "labels": [label_of(m) for m in saved["models"]],
+            "scan": {
+                "model": None,
+                **{k: v for k, v in saved.items() if k != "models"},
+                "inputs": renamed_max_tokens(saved["inputs"]),
+            },
+        }
     }
 
-    models: tuple[Optional[str], ...] = setting((), help="the models: folders, .gguf files or Hub ids (None: the default)", cli=False)
+    models: tuple[Optional[str], ...] = setting(
+        (), help="the models: folders, .gguf files or Hub ids (None: the default)", cli=False
+    )
     labels: tuple[str, ...] = setting((), help="what the comparison calls each model (default: the name given)", cli=False)
     scan: ScanConfig = field(default_factory=ScanConfig)
 
@@ -93,16 +102,27 @@ def measure(cfg: CompareConfig, context: RunContext = RunContext()) -> RunResult
         summaries = [SCAN.measure(c, RunContext(subject)).summary for c, subject in zip(configs, subjects)]
         runs = [None] * len(configs)
     else:
-        jobs = [ModelJob(c, str(model_run_dir(context.workdir, i, label)), label) for i, (c, label) in enumerate(zip(configs, cfg.labels))]
+        jobs = [
+            ModelJob(c, str(model_run_dir(context.workdir, i, label)), label)
+            for i, (c, label) in enumerate(zip(configs, cfg.labels))
+        ]
         summaries = [None if subject is None else scan_loaded(job, subject) for job, subject in zip(jobs, subjects)]
         by_name = [job for job, subject in zip(jobs, subjects) if subject is None]
         launcher = context.launcher or LOCAL
         gpu = "cuda" if cfg.scan.load.device_map is not None else cfg.scan.load.device  # a device map spreads over GPUs
-        launched = iter(launch(scan_one, by_name, launcher.asking_gpu_for(gpu), context.workdir, 1, desc="models", label=lambda job: job.label) if by_name else [])
+        launched = iter(
+            launch(
+                scan_one, by_name, launcher.asking_gpu_for(gpu), context.workdir, 1, desc="models", label=lambda job: job.label
+            )
+            if by_name
+            else []
+        )
         summaries = [summary if summary is not None else next(launched) for summary in summaries]
         runs = [str(Path(job.out).relative_to(context.workdir)) for job in jobs]
     entries = [model_entry(summary, label, run) for summary, label, run in zip(summaries, cfg.labels, runs)]
-    return RunResult(stamped(compare_page.KIND, {"models": entries, "settings": summaries[0]["settings"], "inputs": summaries[0]["inputs"]}))
+    return RunResult(
+        stamped(compare_page.KIND, {"models": entries, "settings": summaries[0]["settings"], "inputs": summaries[0]["inputs"]})
+    )
 
 
 def scan_loaded(job: ModelJob, subject) -> dict:
@@ -142,5 +162,15 @@ def models_resumable(run_dir: Path) -> bool:
     return (run_dir / MODELS_DIR).is_dir() and bool(read_run_info(run_dir))
 
 
-COMPARE = register(Capability(compare_page.KIND, CompareConfig, measure, lambda out, result: [], tables=COMPARE_TABLES, write_page=compare_page.write,
-                              resumable=models_resumable, figures=lambda result: compare_page.figures(result.summary)))
+COMPARE = register(
+    Capability(
+        compare_page.KIND,
+        CompareConfig,
+        measure,
+        lambda out, result: [],
+        tables=COMPARE_TABLES,
+        write_page=compare_page.write,
+        resumable=models_resumable,
+        figures=lambda result: compare_page.figures(result.summary),
+    )
+)

@@ -48,9 +48,15 @@ def sections(run_dir: Path, summary: dict) -> list[html.Section]:
 
 def table_columns(settings: dict) -> list[tuple[str, str, str]]:
     """(header, key, format) of the cross-model table, on the page and in the terminal."""
-    return [("model", "label", "s"), ("layers", "layers", "d"), (f"Sink_{settings['sink_k']}^{settings['eps']:g}", "sink", ".3f"),
-            ("sink from layer", "sink_start_layer", "s"), ("largest massive activation", "massive", "s"), ("super neurons", "super", "d"),
-            ("BOS prepended", "bos", "s")]
+    return [
+        ("model", "label", "s"),
+        ("layers", "layers", "d"),
+        (f"Sink_{settings['sink_k']}^{settings['eps']:g}", "sink", ".3f"),
+        ("sink from layer", "sink_start_layer", "s"),
+        ("largest massive activation", "massive", "s"),
+        ("super neurons", "super", "d"),
+        ("BOS prepended", "bos", "s"),
+    ]
 
 
 def table_row(entry: dict) -> dict:
@@ -70,6 +76,16 @@ def table_row(entry: dict) -> dict:
 def _mass_by_layer(summary: dict):
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Scatter(y=entry["first_token_mass_by_layer"], name=html_text(entry["label"], 40), mode="lines+markers") for entry in summary["models"]])
-    return fig.update_layout(title="First-token attention mass by layer", xaxis=layer_axis(max(entry["layers"] for entry in summary["models"])), yaxis=dict(title="mean first-token mass", range=[0, 1.05]),
-                             legend=LEGEND_BELOW, height=400)
+    fig = go.Figure(
+        [
+            go.Scatter(y=entry["first_token_mass_by_layer"], name=html_text(entry["label"], 40), mode="lines+markers")
+            for entry in summary["models"]
+        ]
+    )
+    return fig.update_layout(
+        title="First-token attention mass by layer",
+        xaxis=layer_axis(max(entry["layers"] for entry in summary["models"])),
+        yaxis=dict(title="mean first-token mass", range=[0, 1.05]),
+        legend=LEGEND_BELOW,
+        height=400,
+    )

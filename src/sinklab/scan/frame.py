@@ -11,8 +11,16 @@ from ..core.results import table_rows
 #: (L, H) summary entries that become columns of the per-head table (where the summary has them).
 HEAD_COLUMNS = ("first_token_mass", "sink_alpha", "null_mass")
 #: Per-layer summary entries that become columns of the per-layer table (where the summary has them).
-LAYER_COLUMNS = ("first_token_mass_by_layer", "sink_share_by_layer", "dominance_ratio_first", "dominance_ratio_rest", "max_abs_first",
-                 "max_abs_rest", "max_over_median", "kurtosis")
+LAYER_COLUMNS = (
+    "first_token_mass_by_layer",
+    "sink_share_by_layer",
+    "dominance_ratio_first",
+    "dominance_ratio_rest",
+    "max_abs_first",
+    "max_abs_rest",
+    "max_over_median",
+    "kurtosis",
+)
 
 
 def head_rows(summary: dict) -> Iterator[dict]:
@@ -38,7 +46,9 @@ def layer_rows(summary: dict) -> Iterator[dict]:
     the dominance ratio max|h| / mean|h| of the residual stream at position 0 and elsewhere; the
     largest |h| there; max|h| over the median |h|; the kurtosis of the residual stream)."""
     columns = [key for key in LAYER_COLUMNS if summary.get(key) is not None]
-    return table_rows(summary, ({"layer": layer, **{key: summary[key][layer] for key in columns}} for layer in recorded_layers(summary)))
+    return table_rows(
+        summary, ({"layer": layer, **{key: summary[key][layer] for key in columns}} for layer in recorded_layers(summary))
+    )
 
 
 def recorded_layers(summary: dict) -> list[int]:
@@ -68,8 +78,14 @@ def compare_rows(summary: dict) -> Iterator[dict]:
     ``first_token_mass`` (the layer's mean over heads)."""
     for entry in summary["models"]:
         for layer, mass in enumerate(entry["first_token_mass_by_layer"]):
-            yield {"model": entry["model"], "dtype": entry.get("dtype"), "device": entry.get("device"), "label": entry["label"], "layer": layer,
-                   "first_token_mass": mass}
+            yield {
+                "model": entry["model"],
+                "dtype": entry.get("dtype"),
+                "device": entry.get("device"),
+                "label": entry["label"],
+                "layer": layer,
+                "first_token_mass": mass,
+            }
 
 
 COMPARE_TABLES = {"layers": compare_rows}

@@ -29,11 +29,15 @@ class InputSpec:
 
     text: Optional[str] = setting(None, help="read exactly the tokens of this text file (truncated to --tokens)", metavar="FILE")
     prompt: Optional[str] = setting(None, help="this string")
-    corpus: Optional[str] = setting(None, help="windows of a corpus: shakespeare (the default input), a text file or folder, hf:NAME", metavar="NAME")
+    corpus: Optional[str] = setting(
+        None, help="windows of a corpus: shakespeare (the default input), a text file or folder, hf:NAME", metavar="NAME"
+    )
     random_tokens: bool = setting(False, help="uniform random token ids (the control of Gu et al. and Li et al.)")
     tokens: int = setting(64, help="tokens per sequence T, BOS included", aliases=("--max-tokens",))
     batch: int = setting(8, help="number of sequences (at least 2 for the variance curve)")
-    bos: str = setting("auto", help="put a BOS token first in every sequence: yes, no, or auto (when the tokenizer has one)", choices=BOS_CHOICES)
+    bos: str = setting(
+        "auto", help="put a BOS token first in every sequence: yes, no, or auto (when the tokenizer has one)", choices=BOS_CHOICES
+    )
     seed: int = setting(0, help="seed for corpus windows and random tokens")
 
     def __post_init__(self) -> None:
@@ -90,7 +94,13 @@ def build_inputs(spec: InputSpec, tokenizer, max_positions: Optional[int] = None
     ids = torch.tensor(rows, dtype=torch.long)
     if prepend:
         ids = torch.cat([torch.full((ids.shape[0], 1), bos_id, dtype=torch.long), ids], dim=1)
-    description = {**asdict(spec), "kind": spec.kind, "sequences": ids.shape[0], "tokens": ids.shape[1], "bos_token_id": bos_id if prepend else None}
+    description = {
+        **asdict(spec),
+        "kind": spec.kind,
+        "sequences": ids.shape[0],
+        "tokens": ids.shape[1],
+        "bos_token_id": bos_id if prepend else None,
+    }
     return Inputs(ids, prepend, description)
 
 
@@ -101,7 +111,9 @@ def _read(path: str) -> str:
     except OSError:  # a name no file system takes (too long): a string given as a file
         found = False
     if not found:
-        raise SinklabError(f"no such text file: {path[:60]}{'...' if len(path) > 60 else ''} (--text / text= names a file; to read a string, give it as --prompt / prompt=)")
+        raise SinklabError(
+            f"no such text file: {path[:60]}{'...' if len(path) > 60 else ''} (--text / text= names a file; to read a string, give it as --prompt / prompt=)"
+        )
     text = p.read_text(encoding="utf-8", errors="replace")
     check(text.strip() != "", f"the text file {path} holds no text (it is empty or only whitespace)")
     return text

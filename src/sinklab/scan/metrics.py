@@ -71,7 +71,12 @@ def dominance_ratio(hidden: torch.Tensor) -> torch.Tensor:
 
 
 def massive_activations(
-    hidden: torch.Tensor, layer: int, absolute: float = 100.0, relative: float = 1000.0, limit: int = 100, median_abs: Optional[float] = None
+    hidden: torch.Tensor,
+    layer: int,
+    absolute: float = 100.0,
+    relative: float = 1000.0,
+    limit: int = 100,
+    median_abs: Optional[float] = None,
 ) -> list[dict]:
     """Sun et al. (2024) massive activations: entries with |h| > ``absolute`` and > ``relative`` x median |h|.
 
@@ -160,7 +165,13 @@ def super_neurons(
     chosen = chosen[ratio[chosen].argsort(descending=True)][:top]
     out = []
     for n in chosen.tolist():
-        entry = {"layer": layer, "neuron": n, "act_first": float(act_first[n]), "act_rest_mean": float(act_rest_mean[n]), "ratio": float(ratio[n])}
+        entry = {
+            "layer": layer,
+            "neuron": n,
+            "act_first": float(act_first[n]),
+            "act_rest_mean": float(act_rest_mean[n]),
+            "ratio": float(ratio[n]),
+        }
         if down_weight is not None:
             write = down_weight[:, n].abs() * act_first[n]
             dims = write.topk(min(out_dims, write.numel()))

@@ -53,8 +53,10 @@ def save_data(out: Path, data: dict) -> None:
 def read_data(run_dir: Path) -> dict:
     """The data :func:`save_data` wrote (a run without ``tokens.json`` has no token strings)."""
     tokens = Path(run_dir) / TOKENS_FILE
-    return {"record": load_file(str(Path(run_dir) / RECORD_FILE)),
-            "tokens": json.loads(tokens.read_text()) if tokens.exists() else {"ids": [], "strings": []}}
+    return {
+        "record": load_file(str(Path(run_dir) / RECORD_FILE)),
+        "tokens": json.loads(tokens.read_text()) if tokens.exists() else {"ids": [], "strings": []},
+    }
 
 
 def figures(summary: dict, data: dict) -> dict:
@@ -76,7 +78,11 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
         html.Section("Sink share by layer", plot("sink_share.png")),
         html.Section("Massive activations (hover for details)", plot("massive_activations.png")),
         html.Section("Dominance ratio", plot("dominance_ratio.png")),
-        *([html.Section("Variance of the attention output by position", plot("variance_by_position.png"))] if summary.get("variance_by_position") else []),
+        *(
+            [html.Section("Variance of the attention output by position", plot("variance_by_position.png"))]
+            if summary.get("variance_by_position")
+            else []
+        ),
         html.Section("Super neurons", _super_neurons(summary)),
         html.Section("Secondary sinks", _secondary(summary)),
         html.Section("Scanned tokens (sequence 0)", _token_table(strings[:1])),
@@ -90,7 +96,9 @@ def key_figures(s: dict) -> dict:
         "loss / ppl": f"{s['loss']:.3f} / {s['ppl']:.1f}",
         f"Sink_{s['sink_rate']['k']}^{s['sink_rate']['eps']:g}": f"{s['sink_rate']['value']:.3f}",
         "sink share >= 0.5 from layer": s["sink_start_layer"],
-        "largest massive activation": f"{top['value']:.1f} (layer {top['layer']}, position {top['position']}, dim {top['dim']})" if top else "none",
+        "largest massive activation": f"{top['value']:.1f} (layer {top['layer']}, position {top['position']}, dim {top['dim']})"
+        if top
+        else "none",
         "super neurons": len(s["super_neurons"]),
     }
 
@@ -102,19 +110,41 @@ def _title(s: dict, what: str) -> dict:
 def _first_token_mass(s: dict, data: dict):
     import plotly.graph_objects as go
 
-    fig = go.Figure(go.Heatmap(z=s["first_token_mass"], zmin=0, zmax=1, colorscale="Viridis", colorbar=dict(title="mass"),
-                               hovertemplate="layer %{y}, head %{x}<br>first-token mass %{z:.3f}<extra></extra>"))
-    return fig.update_layout(title=_title(s, f"mean attention on position 0, T = {s['tokens']}"), xaxis=dict(title="head", dtick=1), yaxis=layer_axis(s["layers"]), height=420)
+    fig = go.Figure(
+        go.Heatmap(
+            z=s["first_token_mass"],
+            zmin=0,
+            zmax=1,
+            colorscale="Viridis",
+            colorbar=dict(title="mass"),
+            hovertemplate="layer %{y}, head %{x}<br>first-token mass %{z:.3f}<extra></extra>",
+        )
+    )
+    return fig.update_layout(
+        title=_title(s, f"mean attention on position 0, T = {s['tokens']}"),
+        xaxis=dict(title="head", dtick=1),
+        yaxis=layer_axis(s["layers"]),
+        height=420,
+    )
 
 
 def _sink_share(s: dict, data: dict):
     import plotly.graph_objects as go
 
     layers, rate = list(range(s["layers"])), s["sink_rate"]
-    fig = go.Figure([go.Bar(x=layers, y=s["sink_share_by_layer"], name=f"heads with alpha_{rate['k']} > {rate['eps']:g}", opacity=0.6),
-                     go.Scatter(x=layers, y=s["first_token_mass_by_layer"], name="mean first-token mass", mode="lines+markers")])
-    return fig.update_layout(title=_title(s, f"Sink_{rate['k']}^{rate['eps']:g} = {rate['value']:.2f}"), xaxis=layer_axis(s["layers"]),
-                             yaxis=dict(range=[0, 1.05]), legend=LEGEND_BELOW, height=360)
+    fig = go.Figure(
+        [
+            go.Bar(x=layers, y=s["sink_share_by_layer"], name=f"heads with alpha_{rate['k']} > {rate['eps']:g}", opacity=0.6),
+            go.Scatter(x=layers, y=s["first_token_mass_by_layer"], name="mean first-token mass", mode="lines+markers"),
+        ]
+    )
+    return fig.update_layout(
+        title=_title(s, f"Sink_{rate['k']}^{rate['eps']:g} = {rate['value']:.2f}"),
+        xaxis=layer_axis(s["layers"]),
+        yaxis=dict(range=[0, 1.05]),
+        legend=LEGEND_BELOW,
+        height=360,
+    )
 
 
 def _binned(values: torch.Tensor, reduce: str) -> tuple[list[int], torch.Tensor]:
@@ -132,26 +162,58 @@ def _massive_activations(s: dict, data: dict):
     import plotly.graph_objects as go
 
     positions, peak = _binned(data["record"]["max_abs"].double(), "max")
-    fig = go.Figure(go.Heatmap(z=peak.clamp_min(1e-3).log10().float().numpy(), x=positions, colorscale="Magma", colorbar=dict(title="log10 max|h|"),
-                               hovertemplate="layer %{y}, position %{x}<br>log10 max|h| %{z:.2f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=peak.clamp_min(1e-3).log10().float().numpy(),
+            x=positions,
+            colorscale="Magma",
+            colorbar=dict(title="log10 max|h|"),
+            hovertemplate="layer %{y}, position %{x}<br>log10 max|h| %{z:.2f}<extra></extra>",
+        )
+    )
     hits, strings = s["massive_activations"], data["tokens"]["strings"]
     if hits:
         first = strings[0] if strings else []
-        text = [f"layer {e['layer']}, position {e['position']}, dim {e['dim']}<br>value {e['value']:.1f} in {e['sequences']} sequence(s)"
-                f"<br>token (sequence 0): {html_text(first[e['position']], 30) if e['position'] < len(first) else '?'}" for e in hits]
-        fig.add_trace(go.Scatter(x=[e["position"] for e in hits], y=[e["layer"] for e in hits], mode="markers", name="massive activations",
-                                 marker=dict(color="cyan", size=8, line=dict(color="black", width=1)), text=text, hovertemplate="%{text}<extra></extra>"))
-    return fig.update_layout(title=_title(s, "largest |h| of the residual stream; markers: massive activations"), xaxis_title="position",
-                             yaxis=layer_axis(s["layers"]), showlegend=False, height=420)
+        text = [
+            f"layer {e['layer']}, position {e['position']}, dim {e['dim']}<br>value {e['value']:.1f} in {e['sequences']} sequence(s)"
+            f"<br>token (sequence 0): {html_text(first[e['position']], 30) if e['position'] < len(first) else '?'}"
+            for e in hits
+        ]
+        fig.add_trace(
+            go.Scatter(
+                x=[e["position"] for e in hits],
+                y=[e["layer"] for e in hits],
+                mode="markers",
+                name="massive activations",
+                marker=dict(color="cyan", size=8, line=dict(color="black", width=1)),
+                text=text,
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    return fig.update_layout(
+        title=_title(s, "largest |h| of the residual stream; markers: massive activations"),
+        xaxis_title="position",
+        yaxis=layer_axis(s["layers"]),
+        showlegend=False,
+        height=420,
+    )
 
 
 def _dominance_ratio(s: dict, data: dict):
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Scatter(y=s["dominance_ratio_first"], name="first token", mode="lines+markers"),
-                     go.Scatter(y=s["dominance_ratio_rest"], name="other positions (mean)", mode="lines+markers")])
-    return fig.update_layout(title=_title(s, "dimension disparity (dominance ratio)"), xaxis=layer_axis(s["layers"]),
-                             yaxis=dict(type="log", title="max|h| / mean|h|"), height=340)
+    fig = go.Figure(
+        [
+            go.Scatter(y=s["dominance_ratio_first"], name="first token", mode="lines+markers"),
+            go.Scatter(y=s["dominance_ratio_rest"], name="other positions (mean)", mode="lines+markers"),
+        ]
+    )
+    return fig.update_layout(
+        title=_title(s, "dimension disparity (dominance ratio)"),
+        xaxis=layer_axis(s["layers"]),
+        yaxis=dict(type="log", title="max|h| / mean|h|"),
+        height=340,
+    )
 
 
 def _variance_by_position(s: dict, data: dict):
@@ -161,9 +223,18 @@ def _variance_by_position(s: dict, data: dict):
         return None
     positions, variance = _binned(torch.tensor(s["variance_by_position"], dtype=torch.float64), "mean")
     n = variance.shape[0]
-    fig = go.Figure([go.Scatter(x=positions, y=variance[layer].tolist(), name=f"layer {layer}") for layer in sorted({0, n // 4, n // 2, 3 * n // 4, n - 1})])
-    return fig.update_layout(title=_title(s, "variance of the attention output by position"), xaxis_title="position",
-                             yaxis=dict(type="log", title="variance across sequences"), height=360)
+    fig = go.Figure(
+        [
+            go.Scatter(x=positions, y=variance[layer].tolist(), name=f"layer {layer}")
+            for layer in sorted({0, n // 4, n // 2, 3 * n // 4, n - 1})
+        ]
+    )
+    return fig.update_layout(
+        title=_title(s, "variance of the attention output by position"),
+        xaxis_title="position",
+        yaxis=dict(type="log", title="variance across sequences"),
+        height=360,
+    )
 
 
 def _attention(s: dict, data: dict):
@@ -178,10 +249,23 @@ def _attention(s: dict, data: dict):
     layers = sorted({0, 1, n // 2, n - 1} & set(range(n)))
     fig = make_subplots(1, len(layers), subplot_titles=[f"layer {layer}" for layer in layers], horizontal_spacing=0.06)
     for col, layer in enumerate(layers, start=1):
-        fig.add_trace(go.Heatmap(z=patterns[layer].mean(0).float().numpy(), coloraxis="coloraxis", hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>"), 1, col)
+        fig.add_trace(
+            go.Heatmap(
+                z=patterns[layer].mean(0).float().numpy(),
+                coloraxis="coloraxis",
+                hovertemplate="query %{y}, key %{x}: %{z:.3f}<extra></extra>",
+            ),
+            1,
+            col,
+        )
     fig.update_yaxes(autorange="reversed").update_yaxes(title_text="query", col=1).update_xaxes(title_text="key")
-    return fig.update_layout(title=_title(s, "mean attention (heads averaged)"), coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1),
-                             width=max(900, 300 * len(layers)), height=420, margin_t=GRID_TOP)
+    return fig.update_layout(
+        title=_title(s, "mean attention (heads averaged)"),
+        coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1),
+        width=max(900, 300 * len(layers)),
+        height=420,
+        margin_t=GRID_TOP,
+    )
 
 
 #: Every figure of a scan, by file name: ``build(summary, data)``, None where it does not apply.
@@ -199,7 +283,10 @@ def _encoded_maps(patterns: torch.Tensor) -> list[list[str]]:
     """(L, H, T, T) weights as base64 bytes per head, the first MAP_TOKENS positions."""
     n = min(patterns.shape[-1], MAP_TOKENS)
     as_bytes = (patterns[..., :n, :n].clamp(0, 1) * 255).round().to(torch.uint8)
-    return [[base64.b64encode(as_bytes[layer, head].numpy().tobytes()).decode() for head in range(as_bytes.shape[1])] for layer in range(as_bytes.shape[0])]
+    return [
+        [base64.b64encode(as_bytes[layer, head].numpy().tobytes()).decode() for head in range(as_bytes.shape[1])]
+        for layer in range(as_bytes.shape[0])
+    ]
 
 
 def _mass_and_maps(summary: dict, data: dict, uid: str) -> str:
@@ -237,22 +324,39 @@ m.forEach(function(r,l){{r.forEach(function(v,h){{if(v>m[best[0]][best[1]])best=
 
 
 def _super_neurons(s: dict) -> str:
-    rows = [{**n, "writes": ", ".join(f"{w['dim']} ({w['magnitude']:.0f})" for w in n.get("writes_to", []))} for n in s["super_neurons"]]
+    rows = [
+        {**n, "writes": ", ".join(f"{w['dim']} ({w['magnitude']:.0f})" for w in n.get("writes_to", []))}
+        for n in s["super_neurons"]
+    ]
     if not rows:
         return "<p class='note'>none above the thresholds</p>"
-    return html.table(rows, [("layer", "layer", "d"), ("neuron", "neuron", "d"), ("mean |a| at 0", "act_first", ".1f"),
-                             ("mean |a| elsewhere", "act_rest_mean", ".3f"), ("ratio", "ratio", ".0f"), ("writes to dims (magnitude)", "writes", "s")])
+    return html.table(
+        rows,
+        [
+            ("layer", "layer", "d"),
+            ("neuron", "neuron", "d"),
+            ("mean |a| at 0", "act_first", ".1f"),
+            ("mean |a| elsewhere", "act_rest_mean", ".3f"),
+            ("ratio", "ratio", ".0f"),
+            ("writes to dims (magnitude)", "writes", "s"),
+        ],
+    )
 
 
 def _secondary(s: dict) -> str:
     rows = [{**e, "token": " | ".join(e["tokens"])} for e in s["secondary_sinks"]]
     if not rows:
         return "<p class='note'>none</p>"
-    return html.table(rows, [("position", "position", "d"), ("mean alpha", "alpha_mean", ".3f"), ("tokens there (first sequences)", "token", "s")])
+    return html.table(
+        rows,
+        [("position", "position", "d"), ("mean alpha", "alpha_mean", ".3f"), ("tokens there (first sequences)", "token", "s")],
+    )
 
 
 def _token_table(strings: list[list[str]]) -> str:
     if not strings:
         return "<p class='note'>not recorded</p>"
     shown = strings[0][:MAX_POINTS]
-    return html.table([{"position": i, "token": t} for i, t in enumerate(shown)], [("position", "position", "d"), ("token", "token", "s")])
+    return html.table(
+        [{"position": i, "token": t} for i, t in enumerate(shown)], [("position", "position", "d"), ("token", "token", "s")]
+    )

@@ -108,8 +108,11 @@ class Recorder:
         per_key = ["received", "own", *(f"column{k}" for k in self.options.key_columns if k < positions)]
         for layer in self.layers:
             device = devices[layer] if isinstance(devices, (list, tuple)) else devices
-            shapes = {**{key: (n_heads, positions) for key in per_key},
-                      **{key: (positions,) for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs")}, "median_abs": ()}
+            shapes = {
+                **{key: (n_heads, positions) for key in per_key},
+                **{key: (positions,) for key in ("key_norm", "value_norm", "dominance", "resid_norm", "max_abs")},
+                "median_abs": (),
+            }
             for key, shape in shapes.items():
                 self._sums[key].setdefault(layer, torch.zeros(shape, dtype=torch.float64, device=device))
 
@@ -175,7 +178,9 @@ class Recorder:
         self._moments[point.layer].add(h)
         o = self.options
         median_all = medians[0].item() if len(medians) == 1 else None  # one sequence: its median is the batch's
-        for hit in metrics.massive_activations(h, point.layer, o.massive_absolute, o.massive_relative, o.massive_limit, median_all):
+        for hit in metrics.massive_activations(
+            h, point.layer, o.massive_absolute, o.massive_relative, o.massive_limit, median_all
+        ):
             self._merge_massive(hit)
 
     def _merge_massive(self, hit: dict) -> None:
@@ -205,7 +210,9 @@ class Recorder:
         mean = lambda key: self._stack(key, n)  # noqa: E731
         variance = None
         if self.options.variance and n >= 2:
-            variance = self._by_layer({i: metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n) for i in self.layers})
+            variance = self._by_layer(
+                {i: metrics.variance_by_position(self._sums["z_sum"][i], self._sums["z_sq"][i], n) for i in self.layers}
+            )
         patterns, received = mean("patterns"), mean("received")
         return Record(
             sequences=n,
@@ -236,4 +243,9 @@ class Recorder:
         """(L, ...) from one tensor per recorded layer (they stay on each layer's device until here);
         a layer not recorded is NaN."""
         like = per_layer[self.layers[0]]
-        return torch.stack([per_layer[i].cpu() if i in per_layer else torch.full(like.shape, float("nan"), dtype=like.dtype) for i in range(self.n_layers)])
+        return torch.stack(
+            [
+                per_layer[i].cpu() if i in per_layer else torch.full(like.shape, float("nan"), dtype=like.dtype)
+                for i in range(self.n_layers)
+            ]
+        )

@@ -55,11 +55,21 @@ def scan_headline(summary: dict) -> str:
         f"Sink_{rate['k']}^{rate['eps']:g} = {rate['value']:.3f} (share of layer-head pairs); "
         f"sink share >= 0.5 from layer {summary['sink_start_layer']}, first-token mass >= 0.5 from layer {summary['first_token_mass_start_layer']}",
         f"massive activations: {len(summary['massive_activations'])}"
-        + (f", largest {summary['massive_activations'][0]['value']:.1f} at layer {summary['massive_activations'][0]['layer']}, "
-           f"position {summary['massive_activations'][0]['position']}, dim {summary['massive_activations'][0]['dim']}" if summary["massive_activations"] else ""),
+        + (
+            f", largest {summary['massive_activations'][0]['value']:.1f} at layer {summary['massive_activations'][0]['layer']}, "
+            f"position {summary['massive_activations'][0]['position']}, dim {summary['massive_activations'][0]['dim']}"
+            if summary["massive_activations"]
+            else ""
+        ),
         f"super neurons: {len(summary['super_neurons'])}"
         + "".join(f"; L{s['layer']}#{s['neuron']} (x{s['ratio']:.0f})" for s in summary["super_neurons"][:4]),
-        "secondary sinks: " + (", ".join(f"pos {s['position']} {safe_text(repr(s['tokens'][0]))} ({s['alpha_mean']:.2f})" for s in summary["secondary_sinks"]) or "none"),
+        "secondary sinks: "
+        + (
+            ", ".join(
+                f"pos {s['position']} {safe_text(repr(s['tokens'][0]))} ({s['alpha_mean']:.2f})"
+                for s in summary["secondary_sinks"]
+            )
+            or "none"
+        ),
     ]
     return "\n".join(lines)
-

@@ -39,20 +39,38 @@ class ScanConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": renamed_max_tokens(saved["inputs"])}}
 
-    model: Optional[str] = setting(None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    model: Optional[str] = setting(
+        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
+    )
     inputs: InputSpec = field(default_factory=InputSpec)
     settings: MetricSettings = field(default_factory=MetricSettings)
-    variance: Optional[bool] = setting(None, help="the variance-by-position curve: auto (when the batch has at least 2 sequences), on or off",
-                                       choices=("auto", "on", "off"), parse=lambda text: {"auto": None, "on": True, "off": False}[text], shown="auto")
-    layers: Optional[tuple[int, ...]] = setting(None, metavar="L[,L...]", shown="all",
-                                                help="record only these layers, indices from 0 (a large model's scan in less memory and time: the forward "
-                                                     "still runs every layer; the others' figures are null)")
+    variance: Optional[bool] = setting(
+        None,
+        help="the variance-by-position curve: auto (when the batch has at least 2 sequences), on or off",
+        choices=("auto", "on", "off"),
+        parse=lambda text: {"auto": None, "on": True, "off": False}[text],
+        shown="auto",
+    )
+    layers: Optional[tuple[int, ...]] = setting(
+        None,
+        metavar="L[,L...]",
+        shown="all",
+        help="record only these layers, indices from 0 (a large model's scan in less memory and time: the forward "
+        "still runs every layer; the others' figures are null)",
+    )
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
     tokens_per_pass: int = setting(8192, help="tokens run through the model per forward pass", cli=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
 
-def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, tokens_per_pass: int = 8192, extra_hooks=(), progress: bool = True) -> tuple[Record, torch.Tensor]:
+def record_subject(
+    subject: Subject,
+    ids: torch.Tensor,
+    options: RecordOptions,
+    tokens_per_pass: int = 8192,
+    extra_hooks=(),
+    progress: bool = True,
+) -> tuple[Record, torch.Tensor]:
     """Run ``subject`` over ``ids`` (N, T) with the recorder attached; return the record and the
     mean next-token loss (nats, over all predicted positions)."""
     recorder = Recorder(subject.n_layers, options)
@@ -60,7 +78,9 @@ def record_subject(subject: Subject, ids: torch.Tensor, options: RecordOptions, 
     recorder.reserve(subject.n_heads, positions, [subject.layer_device(i) for i in range(subject.n_layers)])
     per_pass = max(1, tokens_per_pass // ids.shape[1])
     passes = math.ceil(ids.shape[0] / per_pass)
-    bar = progress_bar(total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", enabled=progress)
+    bar = progress_bar(
+        total=passes * subject.n_layers, desc=f"scanning {ids.shape[0]}x{ids.shape[1]} tokens", unit="layer", enabled=progress
+    )
     long_input = ids.shape[1] >= TRIM_FROM_TOKENS
 
     def after_layer(h, point) -> None:
@@ -99,8 +119,13 @@ def measure(cfg: ScanConfig, context: RunContext = RunContext()) -> RunResult:
     check(not variance or inputs.ids.shape[0] >= 2, "the variance curve needs --batch of at least 2 sequences")
     for layer in cfg.layers or ():
         check(0 <= layer < subject.n_layers, f"--layers: layer {layer} does not exist (the model has {subject.n_layers} layers)")
-    options = RecordOptions(variance=variance, patterns=inputs.tokens <= 256, massive_absolute=cfg.settings.massive_absolute,
-                            massive_relative=cfg.settings.massive_relative, layers=cfg.layers)
+    options = RecordOptions(
+        variance=variance,
+        patterns=inputs.tokens <= 256,
+        massive_absolute=cfg.settings.massive_absolute,
+        massive_relative=cfg.settings.massive_relative,
+        layers=cfg.layers,
+    )
     with clock.phase("record"):
         record, loss = record_subject(subject, inputs.ids, options, cfg.tokens_per_pass)
     with clock.phase("summarise"):
@@ -140,9 +165,22 @@ def scanned_tokens(subject: Subject, ids: torch.Tensor) -> dict:
 
 
 #: The entries a pretraining run's summary carries (the rest need a tokenizer or are plotted only).
-NATIVE_KEYS = ("first_token_mass", "first_token_mass_by_layer", "sink_rate", "sink_share_by_layer", "massive_activations",
-               "dominance_ratio_first", "dominance_ratio_rest", "max_abs_first", "kurtosis", "super_neurons", "variance_by_position", "null_mass",
-               "extreme_token_triad", "max_over_median")
+NATIVE_KEYS = (
+    "first_token_mass",
+    "first_token_mass_by_layer",
+    "sink_rate",
+    "sink_share_by_layer",
+    "massive_activations",
+    "dominance_ratio_first",
+    "dominance_ratio_rest",
+    "max_abs_first",
+    "kurtosis",
+    "super_neurons",
+    "variance_by_position",
+    "null_mass",
+    "extreme_token_triad",
+    "max_over_median",
+)
 
 
 def scan_native(model, ids: torch.Tensor, settings: Optional[MetricSettings] = None, decode=None) -> dict:
@@ -155,7 +193,12 @@ def scan_native(model, ids: torch.Tensor, settings: Optional[MetricSettings] = N
     settings = settings or MetricSettings()
     columns = tuple(range(max(1, subject.prefix_positions)))  # the sink tokens' columns, for the null mass
     record, loss = record_subject(subject, ids, RecordOptions(variance=ids.shape[0] >= 2, key_columns=columns), progress=False)
-    return {"scan_tokens": record.tokens, "scan_sequences": record.sequences, "scan_loss": loss.item(), **summarise(record, settings, subject, ids, NATIVE_KEYS)}
+    return {
+        "scan_tokens": record.tokens,
+        "scan_sequences": record.sequences,
+        "scan_loss": loss.item(),
+        **summarise(record, settings, subject, ids, NATIVE_KEYS),
+    }
 
 
 class _Decoder:
@@ -165,5 +208,16 @@ class _Decoder:
         self.decode = fn
 
 
-SCAN = register(Capability("scan", ScanConfig, measure, write, tables=SCAN_TABLES, write_page=page.write, read_data=plots.read_data,
-                           figures=lambda result: plots.figures(result.summary, result.data), sections=plots.sections))
+SCAN = register(
+    Capability(
+        "scan",
+        ScanConfig,
+        measure,
+        write,
+        tables=SCAN_TABLES,
+        write_page=page.write,
+        read_data=plots.read_data,
+        figures=lambda result: plots.figures(result.summary, result.data),
+        sections=plots.sections,
+    )
+)

@@ -29,12 +29,17 @@ ROW_MASS_TOLERANCE = 1e-3  # rows summing to one within this have no null slot t
 class MetricSettings:
     """Thresholds of the metrics, all written to the output next to the values."""
 
-    eps: float = setting(0.3, help="Gu et al.'s threshold for alpha_k: a head sinks when its mean attention on the Sink_k key exceeds it, in (0, 1)")
+    eps: float = setting(
+        0.3,
+        help="Gu et al.'s threshold for alpha_k: a head sinks when its mean attention on the Sink_k key exceeds it, in (0, 1)",
+    )
     sink_k: int = setting(1, help="key position of Sink_k^eps, 1-indexed as in Gu et al. (1: the first token)")
     min_query: int = setting(1, help="first query position averaged in the first-token mass")
     massive_absolute: float = setting(100.0, help="massive activation: |h| above this (Sun et al. 2024)", flag="--massive-abs")
     massive_relative: float = setting(1000.0, help="... and above this times the layer's median |h|", flag="--massive-rel")
-    super_min_ratio: float = setting(100.0, help="super neuron: mean |a| at position 0 over mean |a| elsewhere", flag="--super-ratio")
+    super_min_ratio: float = setting(
+        100.0, help="super neuron: mean |a| at position 0 over mean |a| elsewhere", flag="--super-ratio"
+    )
     super_min_activation: float = setting(100.0, help="super neuron: minimum mean |a| at position 0", flag="--super-min")
     secondary_top: int = setting(5, help="secondary sinks listed")
 
@@ -96,7 +101,9 @@ def entry(key: str):
     return add
 
 
-def summarise(record: Record, settings: MetricSettings, subject: Subject, ids: torch.Tensor, keys: Optional[tuple[str, ...]] = None) -> dict:
+def summarise(
+    record: Record, settings: MetricSettings, subject: Subject, ids: torch.Tensor, keys: Optional[tuple[str, ...]] = None
+) -> dict:
     """Every registered entry (or those in ``keys``), with entries that do not apply left out."""
     settings.check_tokens(record.tokens)
     ctx = ScanContext(record, settings, subject, ids)
@@ -153,7 +160,9 @@ def _first_token_mass_start_layer(c: ScanContext):
 def _secondary_sinks(c: ScanContext):
     """:func:`metrics.secondary_sinks`, with the tokens found there in the first sequences."""
     found = metrics.secondary_sinks(c.alpha, c.settings.secondary_top, exclude=c.settings.sink_k)
-    return [{"position": pos, "alpha_mean": value, "tokens": c.subject.token_strings(c.ids[:3, pos].tolist())} for pos, value in found]
+    return [
+        {"position": pos, "alpha_mean": value, "tokens": c.subject.token_strings(c.ids[:3, pos].tolist())} for pos, value in found
+    ]
 
 
 @entry("norms")
@@ -208,7 +217,9 @@ def _super_neurons(c: ScanContext):
         if record.act_first[layer].isnan().any():  # not recorded
             continue
         down = c.subject.down_proj_weight(layer)
-        found += metrics.super_neurons(record.act_first[layer], record.act_rest[layer], down, layer, s.super_min_ratio, s.super_min_activation)
+        found += metrics.super_neurons(
+            record.act_first[layer], record.act_rest[layer], down, layer, s.super_min_ratio, s.super_min_activation
+        )
     return found
 
 

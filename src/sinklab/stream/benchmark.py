@@ -63,18 +63,32 @@ class StreamConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: migrated_bos}
 
-    model: Optional[str] = setting(None, help="a RoPE model folder, .gguf file or Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False)
+    model: Optional[str] = setting(
+        None, help="a RoPE model folder, .gguf file or Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
+    )
     corpus: str = setting("shakespeare", help="shakespeare, a text file or folder, or hf:NAME")
     tokens: int = setting(4096, help="length of the stream in tokens, BOS included")
     sinks: int = setting(4, help="first tokens kept in the cache")
     window: int = setting(1020, help="recent tokens kept, the current one included")
-    policies: tuple[str, ...] = setting(("dense", "window", "sink", "recompute"), help=f"comma-separated, from {', '.join(POLICIES)}", choices=POLICIES)
+    policies: tuple[str, ...] = setting(
+        ("dense", "window", "sink", "recompute"), help=f"comma-separated, from {', '.join(POLICIES)}", choices=POLICIES
+    )
     recompute_every: int = setting(512, help="evaluate the recompute policy on every n-th position")
     chunk: int = setting(1024, help="positions per reported chunk")
     latency_steps: int = setting(16, help="timed decode steps per chunk")
-    check: bool = setting(True, negate=True, help="skip streaming the sink (or window) policy token by token through a real cache to check the one-pass scores")
-    bos: str = setting("auto", choices=BOS_CHOICES, help="put a BOS token first in the stream: yes, no, or auto (when the tokenizer has one; yes does the same here)")
-    ablation: tuple[int, ...] = setting((), metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8")
+    check: bool = setting(
+        True,
+        negate=True,
+        help="skip streaming the sink (or window) policy token by token through a real cache to check the one-pass scores",
+    )
+    bos: str = setting(
+        "auto",
+        choices=BOS_CHOICES,
+        help="put a BOS token first in the stream: yes, no, or auto (when the tokenizer has one; yes does the same here)",
+    )
+    ablation: tuple[int, ...] = setting(
+        (), metavar="N[,N...]", help="also run these sink counts at the same total cache size, e.g. 0,1,2,4,8"
+    )
     load: LoadOptions = field(default_factory=LoadOptions)
 
     def __post_init__(self) -> None:
@@ -177,7 +191,9 @@ def decode_walk(model, ids: torch.Tensor, policy: str, sinks: int, window: int, 
         done += len(times)
         peak = max(peak, cache_bytes(cache))
         if times:
-            by_chunk.append({"start": start, "end": start + chunk, "ms": 1000 * sum(times) / len(times), "measured_at": done - len(times)})
+            by_chunk.append(
+                {"start": start, "end": start + chunk, "ms": 1000 * sum(times) / len(times), "measured_at": done - len(times)}
+            )
     return {"ms_per_token_by_chunk": by_chunk, "peak_cache_bytes": peak}
 
 
@@ -212,40 +228,69 @@ def chunks_of(positions: torch.Tensor, chunk: int):
 
 
 def by_chunk(positions: torch.Tensor, nll: torch.Tensor, chunk: int) -> list[dict]:
-    return [{"start": start, "end": start + chunk, "ppl": math.exp(nll[sel].mean().item())} for start, sel in chunks_of(positions, chunk)]
+    return [
+        {"start": start, "end": start + chunk, "ppl": math.exp(nll[sel].mean().item())}
+        for start, sel in chunks_of(positions, chunk)
+    ]
 
 
-def evaluate_policy(model, ids: torch.Tensor, policy: str, sinks: int, window: int, cfg: StreamConfig, timed: bool = True, walk: Optional[dict] = None) -> tuple[dict, torch.Tensor, torch.Tensor]:
+def evaluate_policy(
+    model,
+    ids: torch.Tensor,
+    policy: str,
+    sinks: int,
+    window: int,
+    cfg: StreamConfig,
+    timed: bool = True,
+    walk: Optional[dict] = None,
+) -> tuple[dict, torch.Tensor, torch.Tensor]:
     """The summary entry of one policy, plus the (positions, NLL) it was computed from. With a
     real-cache ``walk`` of this policy, its step times are the latency measurement."""
     if policy == "recompute":
         positions, nll, seconds = recompute_nll(model, ids, sinks + window, cfg.recompute_every)
-        speed = {"ms_per_token_by_chunk": _ms_by_chunk(positions, seconds, cfg.chunk), "peak_cache_bytes": 0, "scored_every": cfg.recompute_every}
+        speed = {
+            "ms_per_token_by_chunk": _ms_by_chunk(positions, seconds, cfg.chunk),
+            "peak_cache_bytes": 0,
+            "scored_every": cfg.recompute_every,
+        }
     else:
         nll = policy_nll(model, ids, policy, sinks, window)
         positions = torch.arange(1, len(ids))
         if walk is not None:
             fed = torch.arange(walk["first"], walk["first"] + len(walk["seconds"]))
-            speed = {"ms_per_token_by_chunk": _ms_by_chunk(fed, walk["seconds"], cfg.chunk), "peak_cache_bytes": walk["peak_cache_bytes"]}
+            speed = {
+                "ms_per_token_by_chunk": _ms_by_chunk(fed, walk["seconds"], cfg.chunk),
+                "peak_cache_bytes": walk["peak_cache_bytes"],
+            }
         else:
             speed = decode_walk(model, ids, policy, sinks, window, cfg.chunk, cfg.latency_steps) if timed else {}
     if speed.get("ms_per_token_by_chunk"):
         chunks = speed["ms_per_token_by_chunk"]
         speed["tokens_per_s"] = 1000.0 / (sum(c["ms"] for c in chunks) / len(chunks))
-    entry = {"ppl": math.exp(nll.mean().item()), "scored_tokens": int(nll.numel()), "ppl_by_chunk": by_chunk(positions, nll, cfg.chunk), **speed}
+    entry = {
+        "ppl": math.exp(nll.mean().item()),
+        "scored_tokens": int(nll.numel()),
+        "ppl_by_chunk": by_chunk(positions, nll, cfg.chunk),
+        **speed,
+    }
     return entry, positions, nll
 
 
 def _ms_by_chunk(positions: torch.Tensor, seconds: torch.Tensor, chunk: int) -> list[dict]:
     """Mean ms per step in each chunk of the stream that has timed steps."""
-    return [{"start": start, "end": start + chunk, "ms": 1000 * seconds[sel].mean().item(), "measured_at": int(positions[sel][0])}
-            for start, sel in chunks_of(positions, chunk)]
+    return [
+        {"start": start, "end": start + chunk, "ms": 1000 * seconds[sel].mean().item(), "measured_at": int(positions[sel][0])}
+        for start, sel in chunks_of(positions, chunk)
+    ]
 
 
 def same_positions_ppl(curves: dict) -> dict:
     """Perplexity of every policy on the positions the recompute policy was scored at."""
     at = curves["recompute"][0]
-    return {p: math.exp(nll[at - 1].mean().item()) if p != "recompute" else math.exp(nll.mean().item()) for p, (_, nll) in curves.items()}
+    return {
+        p: math.exp(nll[at - 1].mean().item()) if p != "recompute" else math.exp(nll.mean().item())
+        for p, (_, nll) in curves.items()
+    }
 
 
 def checked_policy(cfg: StreamConfig, n_tokens: int) -> Optional[str]:
@@ -260,13 +305,26 @@ def one_pass_check(policy: str, one_pass: torch.Tensor, walk: dict, chunk: int) 
     mine, real = one_pass[first - 1 :], walk["nll"]
     positions = torch.arange(first, first + len(real))
     gap = (mine - real).abs()
-    chunks = [{"start": start, "end": start + chunk, "ppl_one_pass": math.exp(mine[sel].mean().item()),
-               "ppl_real_cache": math.exp(real[sel].mean().item()), "max_abs_nll_difference": gap[sel].max().item()}
-              for start, sel in chunks_of(positions, chunk)]
+    chunks = [
+        {
+            "start": start,
+            "end": start + chunk,
+            "ppl_one_pass": math.exp(mine[sel].mean().item()),
+            "ppl_real_cache": math.exp(real[sel].mean().item()),
+            "max_abs_nll_difference": gap[sel].max().item(),
+        }
+        for start, sel in chunks_of(positions, chunk)
+    ]
     worst = int(gap.argmax())
-    return {"policy": policy, "positions": [first, first + len(real)], "tolerance": ONE_PASS_TOLERANCE,
-            "max_abs_nll_difference": gap[worst].item(), "worst_position": first + worst,
-            "passed": bool(gap[worst] <= ONE_PASS_TOLERANCE), "by_chunk": chunks}
+    return {
+        "policy": policy,
+        "positions": [first, first + len(real)],
+        "tolerance": ONE_PASS_TOLERANCE,
+        "max_abs_nll_difference": gap[worst].item(),
+        "worst_position": first + worst,
+        "passed": bool(gap[worst] <= ONE_PASS_TOLERANCE),
+        "by_chunk": chunks,
+    }
 
 
 def measure(cfg: StreamConfig, context: RunContext = RunContext()) -> RunResult:
@@ -279,7 +337,9 @@ def measure(cfg: StreamConfig, context: RunContext = RunContext()) -> RunResult:
     entries, curves, checked = {}, {}, checked_policy(cfg, len(ids))
     walk = real_cache_walk(model, ids, checked, cfg.sinks, cfg.window) if checked else None
     for policy in cfg.policies:
-        entries[policy], positions, nll = evaluate_policy(model, ids, policy, cfg.sinks, cfg.window, cfg, walk=walk if policy == checked else None)
+        entries[policy], positions, nll = evaluate_policy(
+            model, ids, policy, cfg.sinks, cfg.window, cfg, walk=walk if policy == checked else None
+        )
         curves[policy] = (positions, nll)
     if "recompute" in curves:  # its scores are sparse: compare every policy on the same positions
         entries["recompute"]["ppl_same_positions"] = same_positions_ppl(curves)
@@ -296,7 +356,8 @@ def measure(cfg: StreamConfig, context: RunContext = RunContext()) -> RunResult:
     }
     if cfg.ablation:
         summary["ablation"] = {
-            str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0] for n in cfg.ablation
+            str(n): evaluate_policy(model, ids, "sink" if n else "window", n, cfg.capacity - n, cfg, timed=False)[0]
+            for n in cfg.ablation
         }
     return RunResult(stamped("stream", summary), plots.data_from(curves))
 
@@ -317,5 +378,17 @@ def check_one_pass(result: RunResult) -> None:
         )
 
 
-STREAM = register(Capability("stream", StreamConfig, measure, write, tables=STREAM_TABLES, write_page=page.write, read_data=plots.read_data, check=check_one_pass,
-                             figures=lambda result: plots.figures(result.summary, result.data), sections=plots.sections))
+STREAM = register(
+    Capability(
+        "stream",
+        StreamConfig,
+        measure,
+        write,
+        tables=STREAM_TABLES,
+        write_page=page.write,
+        read_data=plots.read_data,
+        check=check_one_pass,
+        figures=lambda result: plots.figures(result.summary, result.data),
+        sections=plots.sections,
+    )
+)

@@ -62,11 +62,17 @@ class SinkBook:
     def begin_step(self, batch: int, n_new: int) -> "_Step":
         """Plan a forward that feeds ``n_new`` tokens per row: which keys must be moved to be seen
         at their cache index (usually only the sinks), and which tokens to drop after the step."""
-        check(not self.taps.closed, "this sink cache was closed (its `with sink_cache(...)` block ended) and no longer "
-              "sees the model's positions; make a new one")
+        check(
+            not self.taps.closed,
+            "this sink cache was closed (its `with sink_cache(...)` block ended) and no longer "
+            "sees the model's positions; make a new one",
+        )
         if self.seen == 0:
             self.rotated_at = self.positions = torch.zeros(batch, 0, dtype=torch.long)
-        check(batch == self.batch, f"the sink cache holds a batch of {self.batch}; this forward feeds {batch} (reset it for a new batch)")
+        check(
+            batch == self.batch,
+            f"the sink cache holds a batch of {self.batch}; this forward feeds {batch} (reset it for a new batch)",
+        )
         self.given = given = self._positions_given()
         self._check_padding(n_new, given)
         new = self._new_positions(n_new, given)
@@ -98,15 +104,25 @@ class SinkBook:
         recorded = self.taps.recorded_positions()
         if self.seen == 0 or n_new > 1:
             caller = recorded.cpu().reshape(-1, n_new).expand(self.batch, n_new)
-            real = torch.ones_like(caller, dtype=torch.bool) if self.pads is None or self.seen else self.pads[:, None] <= torch.arange(n_new)
+            real = (
+                torch.ones_like(caller, dtype=torch.bool)
+                if self.pads is None or self.seen
+                else self.pads[:, None] <= torch.arange(n_new)
+            )
             consecutive = ((caller.diff(dim=1) == 1) | ~real[:, :-1]).all()
-            check(bool(consecutive), f"the sink cache needs {n_new} consecutive positions for the new tokens; the model used {caller[0].tolist()[:8]}")
+            check(
+                bool(consecutive),
+                f"the sink cache needs {n_new} consecutive positions for the new tokens; the model used {caller[0].tolist()[:8]}",
+            )
             return caller[:, -1:] - (n_new - 1) + torch.arange(n_new)
         expected = (self.following if given else torch.full((self.batch,), self.next_position()))[:, None]
         if _on_host(recorded):
             caller = recorded.reshape(-1, 1).expand(self.batch, 1)
-            check(torch.equal(caller, expected), f"the sink cache expected the new token at {expected[:8, 0].tolist()} (each row's previous position + 1, "
-                  f"or the cache's proposal when no positions are passed); the model used {caller[:8, 0].tolist()}")
+            check(
+                torch.equal(caller, expected),
+                f"the sink cache expected the new token at {expected[:8, 0].tolist()} (each row's previous position + 1, "
+                f"or the cache's proposal when no positions are passed); the model used {caller[:8, 0].tolist()}",
+            )
         return expected
 
     def _check_padding(self, n_new: int, given: bool) -> None:
@@ -116,16 +132,28 @@ class SinkBook:
         if mask is None or mask.dim() != 2:
             check(self.pads is None, "a left-padded batch needs its 2-D attention_mask at every step")
             return
-        check(mask.shape[-1] == self.seen + n_new, f"the attention mask has {mask.shape[-1]} columns; the sink cache needs one per token fed so far ({self.seen + n_new}), as generate keeps it")
+        check(
+            mask.shape[-1] == self.seen + n_new,
+            f"the attention mask has {mask.shape[-1]} columns; the sink cache needs one per token fed so far ({self.seen + n_new}), as generate keeps it",
+        )
         if self.seen == 0 or n_new > 1:
             mask = mask.cpu().bool()
             pads = (~mask).sum(dim=1)
             left_padded = torch.equal(mask, pads[:, None] <= torch.arange(mask.shape[-1])) and bool((pads < mask.shape[-1]).all())
-            check(left_padded, "the sink cache takes left padding only: each row's attention mask must be zeros, then ones, with at least one one")
+            check(
+                left_padded,
+                "the sink cache takes left padding only: each row's attention mask must be zeros, then ones, with at least one one",
+            )
             if self.seen == 0:
                 self.pads = pads if bool(pads.any()) else None
-            check(torch.equal(pads, torch.zeros_like(pads) if self.pads is None else self.pads), "the attention mask's padding changed during the stream")
-        check(self.pads is None or given, "a left-padded batch needs position_ids that count each row's real tokens (model.generate passes them)")
+            check(
+                torch.equal(pads, torch.zeros_like(pads) if self.pads is None else self.pads),
+                "the attention mask's padding changed during the stream",
+            )
+        check(
+            self.pads is None or given,
+            "a left-padded batch needs position_ids that count each row's real tokens (model.generate passes them)",
+        )
 
     def _sink_shift(self, n_old: int, dropped: int) -> Optional[list[int]]:
         """How far each row's sink slots move along its columns as ``dropped`` tokens leave: a

@@ -46,6 +46,7 @@ loop that checks a GPU step for host synchronisation in :mod:`.hostsync`.
 The cache leaves nothing on the model: its hooks come off when it is garbage-collected, or when
 the ``with`` block of :func:`sink_cache` ends.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager

@@ -20,7 +20,14 @@ def _rows(summary: dict) -> Iterator[dict]:
     for name, sinks, entry in runs:
         timed = {c["start"]: c["ms"] for c in entry.get("ms_per_token_by_chunk", [])}
         for chunk in entry["ppl_by_chunk"]:
-            yield {"policy": name, "sinks": sinks, "start": chunk["start"], "end": chunk["end"], "ppl": chunk["ppl"], "ms_per_token": timed.get(chunk["start"])}
+            yield {
+                "policy": name,
+                "sinks": sinks,
+                "start": chunk["start"],
+                "end": chunk["end"],
+                "ppl": chunk["ppl"],
+                "ms_per_token": timed.get(chunk["start"]),
+            }
 
 
 STREAM_TABLES = {"chunks": stream_rows}

@@ -17,7 +17,9 @@ def check_generation(max_new_tokens: int, sinks: int, window: int, temperature: 
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, window: int, temperature: float = 0.0, seed: int = 0) -> dict:
+def generate(
+    model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, window: int, temperature: float = 0.0, seed: int = 0
+) -> dict:
     """Generate with ``model.generate`` and a sink cache: constant memory past the context length."""
     check_generation(max_new_tokens, sinks, window, temperature)
     ids = tokenizer(prompt, return_tensors="pt").input_ids.to(input_device(model))
@@ -25,8 +27,14 @@ def generate(model, tokenizer, prompt: str, max_new_tokens: int, sinks: int, win
     torch.manual_seed(seed)
     sampling = {"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}
     with sink_cache(model, sinks, window) as cache:
-        out = model.generate(ids, cache=cache, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                             pad_token_id=tokenizer.eos_token_id, **sampling)
+        out = model.generate(
+            ids,
+            cache=cache,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.eos_token_id,
+            **sampling,
+        )
     new = out[0, ids.shape[1] :]
     return {
         "prompt_tokens": ids.shape[1],

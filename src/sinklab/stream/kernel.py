@@ -7,7 +7,9 @@ import torch
 from .rope import RopeShift
 
 
-def sink_window_attention(q, k, v, scale: float, n_sink: int, window: int, rope: RopeShift, query_chunk: int = 256) -> torch.Tensor:
+def sink_window_attention(
+    q, k, v, scale: float, n_sink: int, window: int, rope: RopeShift, query_chunk: int = 256
+) -> torch.Tensor:
     """Every query's attention *as if it had streamed through a sink cache*, for all at once.
 
     q, k, v: (B, H, T, D), RoPE applied at absolute positions 0..T-1, KV heads repeated. Query t

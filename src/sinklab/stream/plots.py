@@ -25,8 +25,13 @@ from .report import STREAM_COLUMNS, stream_rows
 
 POINTS = 200
 CURVES_FILE = "nll.safetensors"
-CHECK_COLUMNS = [("positions from", "start", "d"), ("to", "end", "d"), ("ppl, one pass", "ppl_one_pass", ".3f"),
-                 ("ppl, real cache", "ppl_real_cache", ".3f"), ("max |dNLL|", "max_abs_nll_difference", ".1e")]
+CHECK_COLUMNS = [
+    ("positions from", "start", "d"),
+    ("to", "end", "d"),
+    ("ppl, one pass", "ppl_one_pass", ".3f"),
+    ("ppl, real cache", "ppl_real_cache", ".3f"),
+    ("max |dNLL|", "max_abs_nll_difference", ".1e"),
+]
 
 
 def data_from(curves: dict) -> dict:
@@ -57,11 +62,24 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     """The report page: the header (``run.json`` when ``run_dir`` is given), tables and plots."""
     s = summary
     check = s.get("one_pass_check") or {}
-    figures = {"tokens": s["tokens"], "cache": f"{s['sinks']} sinks + {s['window']} recent", "trained context": s.get("max_positions"),
-               **{f"ppl {p}": e["ppl"] for p, e in s["policies"].items()}, "one-pass check, max |dNLL|": check.get("max_abs_nll_difference")}
-    parts = [html.Section("Run", html.header(s["model"], figures, run_dir)), html.Section("Policies", html.table(stream_rows(s), STREAM_COLUMNS))]
+    figures = {
+        "tokens": s["tokens"],
+        "cache": f"{s['sinks']} sinks + {s['window']} recent",
+        "trained context": s.get("max_positions"),
+        **{f"ppl {p}": e["ppl"] for p, e in s["policies"].items()},
+        "one-pass check, max |dNLL|": check.get("max_abs_nll_difference"),
+    }
+    parts = [
+        html.Section("Run", html.header(s["model"], figures, run_dir)),
+        html.Section("Policies", html.table(stream_rows(s), STREAM_COLUMNS)),
+    ]
     if data["nll"]:
-        parts.append(html.Section(f"NLL against position (means over bins of {_bin_width(s['tokens'])} positions)", html.plot(_nll(s, data), f"{uid}-nll")))
+        parts.append(
+            html.Section(
+                f"NLL against position (means over bins of {_bin_width(s['tokens'])} positions)",
+                html.plot(_nll(s, data), f"{uid}-nll"),
+            )
+        )
     parts.append(html.Section("Per-token latency along the stream", html.plot(_latency(s), f"{uid}-latency")))
     if check.get("by_chunk"):
         title = f"One-pass scores against a real {check['policy']} cache, token by token (tolerance {check['tolerance']:g} nats)"
@@ -90,7 +108,15 @@ def _nll(s: dict, data: dict):
     for policy in s["policies"]:
         if policy in curves:
             x, y = _binned(curves[f"{policy}.positions"], curves[policy])
-            fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=policy, hovertemplate=f"{policy}<br>position %{{x:.0f}}<br>NLL %{{y:.3f}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    mode="lines",
+                    name=policy,
+                    hovertemplate=f"{policy}<br>position %{{x:.0f}}<br>NLL %{{y:.3f}}<extra></extra>",
+                )
+            )
     if s.get("max_positions") and s["max_positions"] < s["tokens"]:
         fig.add_vline(x=s["max_positions"], line_dash="dash", line_color="gray", annotation_text="trained context")
     heading = title(html_text(s["model"], 60), f"NLL along the stream, {s['sinks']} sinks + {s['window']} recent tokens")
@@ -100,10 +126,23 @@ def _nll(s: dict, data: dict):
 def _latency(s: dict):
     import plotly.graph_objects as go
 
-    fig = go.Figure([go.Scatter(x=[c.get("measured_at", c["start"]) for c in e.get("ms_per_token_by_chunk", [])], y=[c["ms"] for c in e.get("ms_per_token_by_chunk", [])],
-                                mode="lines+markers", name=p) for p, e in s["policies"].items()])
-    return fig.update_layout(title="Per-token latency along the stream", xaxis_title="position in the stream",
-                             yaxis=dict(type="log", title="ms per token"), height=360)
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=[c.get("measured_at", c["start"]) for c in e.get("ms_per_token_by_chunk", [])],
+                y=[c["ms"] for c in e.get("ms_per_token_by_chunk", [])],
+                mode="lines+markers",
+                name=p,
+            )
+            for p, e in s["policies"].items()
+        ]
+    )
+    return fig.update_layout(
+        title="Per-token latency along the stream",
+        xaxis_title="position in the stream",
+        yaxis=dict(type="log", title="ms per token"),
+        height=360,
+    )
 
 
 def _ablation(s: dict):
@@ -111,5 +150,9 @@ def _ablation(s: dict):
 
     counts = sorted(s["ablation"], key=int)
     fig = go.Figure(go.Bar(x=[f"{n} sinks" for n in counts], y=[s["ablation"][n]["ppl"] for n in counts]))
-    return fig.update_layout(title="Sink count at the same cache size", yaxis_title="perplexity",
-                             xaxis_title=f"same total cache of {s['sinks'] + s['window']} tokens", height=340)
+    return fig.update_layout(
+        title="Sink count at the same cache size",
+        yaxis_title="perplexity",
+        xaxis_title=f"same total cache of {s['sinks'] + s['window']} tokens",
+        height=340,
+    )

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from ..core.text import format_table
 
-STREAM_COLUMNS = [("policy", "policy", "s"), ("ppl", "ppl", ".2f"), ("ppl first chunk", "first", ".2f"),
-                  ("ppl last chunk", "last", ".2f"), ("tokens/s", "tps", ".1f"), ("peak cache MiB", "cache", ".1f")]
+STREAM_COLUMNS = [
+    ("policy", "policy", "s"),
+    ("ppl", "ppl", ".2f"),
+    ("ppl first chunk", "first", ".2f"),
+    ("ppl last chunk", "last", ".2f"),
+    ("tokens/s", "tps", ".1f"),
+    ("peak cache MiB", "cache", ".1f"),
+]
 
 
 def stream_rows(summary: dict) -> list[dict]:
@@ -14,8 +20,16 @@ def stream_rows(summary: dict) -> list[dict]:
     rows = []
     for name, p in {**summary["policies"], **{f"sink x{n}": a for n, a in summary.get("ablation", {}).items()}}.items():
         chunks = p["ppl_by_chunk"]
-        rows.append({"policy": name, "ppl": p["ppl"], "first": chunks[0]["ppl"], "last": chunks[-1]["ppl"],
-                     "tps": p.get("tokens_per_s"), "cache": p["peak_cache_bytes"] / 2**20 if "peak_cache_bytes" in p else None})
+        rows.append(
+            {
+                "policy": name,
+                "ppl": p["ppl"],
+                "first": chunks[0]["ppl"],
+                "last": chunks[-1]["ppl"],
+                "tps": p.get("tokens_per_s"),
+                "cache": p["peak_cache_bytes"] / 2**20 if "peak_cache_bytes" in p else None,
+            }
+        )
     return rows
 
 

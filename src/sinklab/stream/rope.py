@@ -112,8 +112,10 @@ class ForwardTaps:
 
     def recorded_positions(self) -> torch.Tensor:
         """The ``position_ids`` of the rotary module's latest call, as recorded (not read)."""
-        check(self.position.positions is not None,
-              "the sink cache saw no rotary call for this forward; it needs a model that computes RoPE from position_ids")
+        check(
+            self.position.positions is not None,
+            "the sink cache saw no rotary call for this forward; it needs a model that computes RoPE from position_ids",
+        )
         return self.position.positions
 
     def positions_given(self) -> Optional[bool]:
@@ -144,10 +146,14 @@ def _rotary_module(model: nn.Module) -> tuple[str, nn.Module]:
 def _check_rope_config(config) -> None:
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()):
-        raise SinklabError(f"RoPE parameters per layer type ({', '.join(rope)}) are not supported by the sink cache: it assumes one set of rotary frequencies")
+        raise SinklabError(
+            f"RoPE parameters per layer type ({', '.join(rope)}) are not supported by the sink cache: it assumes one set of rotary frequencies"
+        )
     kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if kind not in STATIC_ROPE_TYPES:
-        raise SinklabError(f"RoPE type {kind!r} changes its frequencies with the sequence length; the sink cache supports {', '.join(STATIC_ROPE_TYPES)}")
+        raise SinklabError(
+            f"RoPE type {kind!r} changes its frequencies with the sequence length; the sink cache supports {', '.join(STATIC_ROPE_TYPES)}"
+        )
 
 
 class _PositionTap:
@@ -173,7 +179,9 @@ class _CallerTap:
         self.clear()
 
     def __call__(self, module, args, kwargs) -> None:
-        position_ids, self.attention_mask = (kwargs[n] if n in kwargs else args[i] if i < len(args) else None for n, i in self.index.items())
+        position_ids, self.attention_mask = (
+            kwargs[n] if n in kwargs else args[i] if i < len(args) else None for n, i in self.index.items()
+        )
         self.given = position_ids is not None
 
     def clear(self, *_) -> None:

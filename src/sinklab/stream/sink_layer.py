@@ -107,8 +107,10 @@ class SinkCacheLayer(DynamicLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         step = self.book.begin_step(key_states.shape[0], key_states.shape[-2]) if self.index == 0 else self.book.step
-        check(step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.kept_tokens(),
-              "the sink cache's layers must be updated in order, from layer 0, once per forward")
+        check(
+            step is not None and step.n_new == key_states.shape[-2] and step.n_old == self.kept_tokens(),
+            "the sink cache's layers must be updated in order, from layer 0, once per forward",
+        )
         sink_keys, sink_values = self._sinks
         arriving = min(self.n_sink - sink_keys.shape[-2], key_states.shape[-2])  # new tokens that are sinks
         if arriving:

@@ -82,7 +82,9 @@ def relu_construction(task: TriggerTask) -> Transformer:
     other row outputs exactly zero: a correct "do nothing" with no sink at all.
     """
     n = task.n
-    model = Transformer(ModelConfig(d_model=n, n_layers=1, n_heads=1, head_dim=n, attention=AttentionSpec("relu"), max_seq_len=task.length))
+    model = Transformer(
+        ModelConfig(d_model=n, n_layers=1, n_heads=1, head_dim=n, attention=AttentionSpec("relu"), max_seq_len=task.length)
+    )
     with torch.no_grad():
         w_q, w_k, w_v = model.blocks[0].attn.qkv.weight.view(3, n, n)
         w_q.zero_()

@@ -54,7 +54,10 @@ class TriggerConfig:
 
     def __post_init__(self) -> None:
         check(self.layers >= 1, f"--n-layers must be at least 1, got {self.layers}")
-        check((self.seed + 1) % 2**32 != EVAL_SEED, f"--seed {self.seed} would train on the evaluation set (seeded {EVAL_SEED}); choose another seed")
+        check(
+            (self.seed + 1) % 2**32 != EVAL_SEED,
+            f"--seed {self.seed} would train on the evaluation set (seeded {EVAL_SEED}); choose another seed",
+        )
         check(self.heads >= 1, f"--n-heads must be at least 1, got {self.heads}")
         check(self.max_steps >= 1, f"--max-steps must be at least 1, got {self.max_steps}")
         check(self.batch >= 1, f"--batch must be at least 1, got {self.batch}")

@@ -112,7 +112,9 @@ class Ensemble:
 
     def _log(self, step: int, loss: float, err: float, start: float) -> TrainLog:
         fallback = getattr(self._step, "fallback", None)
-        return TrainLog(step, err < self.cfg.stop_max_abs_error, loss, err, time.perf_counter() - start, f"ensemble-{self.mode}", fallback)
+        return TrainLog(
+            step, err < self.cfg.stop_max_abs_error, loss, err, time.perf_counter() - start, f"ensemble-{self.mode}", fallback
+        )
 
     def _keep_weights(self, slot: int, member: int) -> None:
         """Copy a stopped member's weights from the stack into its own model."""

@@ -151,7 +151,8 @@ def _seed_statistics(config: dict, runs: list[dict]) -> dict:
         "every_layer_sinks": _fraction(min(layers) > 0 for layers in sinking),
         "no_head_sinks": _fraction(max(layers) == 0 for layers in sinking),
         "sinking_heads_per_layer": [
-            {str(k): count for k, count in sorted(Counter(layers[i] for layers in sinking).items())} for i in range(config["layers"])
+            {str(k): count for k, count in sorted(Counter(layers[i] for layers in sinking).items())}
+            for i in range(config["layers"])
         ],
     }
     per_run = {

@@ -60,7 +60,16 @@ def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement, 
             write_json(out / "records" / f"{cfg.key}.json", {"config": cfg.to_dict(), "record": record})
             done[cfg.key] = record
 
-    launch(partial(run_members, device=placement.device), jobs, launcher.asking_gpu_for(placement.device), out, placement.processes, desc="training", label=_job_label, on_result=save)
+    launch(
+        partial(run_members, device=placement.device),
+        jobs,
+        launcher.asking_gpu_for(placement.device),
+        out,
+        placement.processes,
+        desc="training",
+        label=_job_label,
+        on_result=save,
+    )
     return [done[c.key] for c in configs]
 
 

@@ -41,7 +41,10 @@ def sections(run_dir: Path) -> list[html.Section]:
     summary = html.read_summary(run_dir)
     if "relu_construction" in summary:
         result = summary["relu_construction"]
-        return [html.Section("Run", html.header(None, result, run_dir)), html.Section("Hand-built ReLU solution", html.table([result], [(k, k, ".3g") for k in result]))]
+        return [
+            html.Section("Run", html.header(None, result, run_dir)),
+            html.Section("Hand-built ReLU solution", html.table([result], [(k, k, ".3g") for k in result])),
+        ]
     runs, uid = summary["runs"], html.dom_id(run_dir)
     parts = [
         html.Section("Run", html.header(None, _key_figures(runs), run_dir)),
@@ -51,7 +54,13 @@ def sections(run_dir: Path) -> list[html.Section]:
         html.Section("Per head", html.table([{**h, "key": r["key"]} for r in runs for h in r["heads_detail"]], HEAD_COLUMNS)),
     ]
     if "cap_tradeoff" in summary:
-        parts.append(html.Section("Error against the BOS cap", html.plot(plots.cap_figure(summary["cap_tradeoff"]), f"{uid}-cap") + html.table(summary["cap_tradeoff"], CAP_COLUMNS)))
+        parts.append(
+            html.Section(
+                "Error against the BOS cap",
+                html.plot(plots.cap_figure(summary["cap_tradeoff"]), f"{uid}-cap")
+                + html.table(summary["cap_tradeoff"], CAP_COLUMNS),
+            )
+        )
     if "variant_table" in summary:
         parts.append(html.Section("Variants", html.table(summary["variant_table"], VARIANT_COLUMNS)))
     return parts
@@ -79,7 +88,11 @@ def _maps(run_dir: Path, runs: list[dict], uid: str) -> str:
     blocks = []
     for n, ((layers, heads, extras, cap), by_seed) in enumerate(plots.map_groups(runs).items()):
         name = plots.group_name(layers, heads, extras, cap)
-        options = {f"seed {seed}": html.plot(plots.attention_grid(run_dir, by_seed[seed], layers, heads, f"{name}, seed {seed}"), f"{uid}-maps{n}-{seed}")
-                   for seed in plots.map_seeds(by_seed)}
+        options = {
+            f"seed {seed}": html.plot(
+                plots.attention_grid(run_dir, by_seed[seed], layers, heads, f"{name}, seed {seed}"), f"{uid}-maps{n}-{seed}"
+            )
+            for seed in plots.map_seeds(by_seed)
+        }
         blocks.append(f"<h3>{html.esc(name)}</h3>" + html.selector("seed", options))
     return "".join(blocks)

@@ -28,7 +28,9 @@ def figures(summary: dict, run_dir: Path) -> dict:
     built = {}
     for (layers, heads, extras, cap), by_seed in map_groups(summary["runs"]).items():
         for seed in map_seeds(by_seed):
-            built[map_name(layers, heads, extras, cap, seed)] = attention_grid(run_dir, by_seed[seed], layers, heads, f"{group_name(layers, heads, extras, cap)}, seed {seed}")
+            built[map_name(layers, heads, extras, cap, seed)] = attention_grid(
+                run_dir, by_seed[seed], layers, heads, f"{group_name(layers, heads, extras, cap)}, seed {seed}"
+            )
     if several_seeds(summary["across_seeds"]):
         built["seeds.png"] = seeds_figure(summary["across_seeds"], summary["runs"])
     if "cap_tradeoff" in summary:
@@ -65,22 +67,40 @@ def attention_grid(run_dir: Path, runs: list[dict], layers: int, heads: int, nam
     from plotly.subplots import make_subplots
 
     cols = [(r, stat) for r in runs for stat in ("mean", "std")]
-    titles = [f"{html_text(r['attn'])} {stat} L{layer} H{head}" for layer in range(layers) for head in range(heads) for r, stat in cols]
-    fig = make_subplots(rows=layers * heads, cols=len(cols), subplot_titles=titles, horizontal_spacing=0.04, vertical_spacing=0.25 / (layers * heads))
+    titles = [
+        f"{html_text(r['attn'])} {stat} L{layer} H{head}" for layer in range(layers) for head in range(heads) for r, stat in cols
+    ]
+    fig = make_subplots(
+        rows=layers * heads,
+        cols=len(cols),
+        subplot_titles=titles,
+        horizontal_spacing=0.04,
+        vertical_spacing=0.25 / (layers * heads),
+    )
     maps = {r["key"]: load_file(str(Path(run_dir) / "maps" / f"{r['key']}.safetensors")) for r in runs}
     for c, (r, stat) in enumerate(cols):
         for layer in range(layers):
             for head in range(heads):
                 z = maps[r["key"]][stat][layer, head]
-                fig.add_trace(go.Heatmap(z=z.float().numpy(), coloraxis="coloraxis" if stat == "mean" else "coloraxis2",
-                                         hovertemplate=f"{html_text(r['attn'])} {stat}, layer {layer}, head {head}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}<extra></extra>"),
-                              row=layer * heads + head + 1, col=c + 1)
+                fig.add_trace(
+                    go.Heatmap(
+                        z=z.float().numpy(),
+                        coloraxis="coloraxis" if stat == "mean" else "coloraxis2",
+                        hovertemplate=f"{html_text(r['attn'])} {stat}, layer {layer}, head {head}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}<extra></extra>",
+                    ),
+                    row=layer * heads + head + 1,
+                    col=c + 1,
+                )
     fig.update_yaxes(autorange="reversed")
     fig.update_annotations(font_size=10)
-    return fig.update_layout(title=title(html_text(name), "attention over the evaluation sequences"), height=170 * layers * heads + 150, margin_t=GRID_TOP,
-                             width=max(900, 220 * len(cols)),
-                             coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1, colorbar=dict(title="mean", x=1.02)),
-                             coloraxis2=dict(colorscale="Magma", cmin=0, colorbar=dict(title="std", x=1.1)))
+    return fig.update_layout(
+        title=title(html_text(name), "attention over the evaluation sequences"),
+        height=170 * layers * heads + 150,
+        margin_t=GRID_TOP,
+        width=max(900, 220 * len(cols)),
+        coloraxis=dict(colorscale="Viridis", cmin=0, cmax=1, colorbar=dict(title="mean", x=1.02)),
+        coloraxis2=dict(colorscale="Magma", cmin=0, colorbar=dict(title="std", x=1.1)),
+    )
 
 
 def seeds_figure(across_seeds: list[dict], runs: list[dict]):
@@ -96,11 +116,28 @@ def seeds_figure(across_seeds: list[dict], runs: list[dict]):
             x.append(i + (j / max(1, len(seeds) - 1) - 0.5) * 0.35)
             y.append(mean_bos_mass(r))
             symbols.append("circle" if r["converged"] else "circle-open")
-            text.append(f"{html_text(row['model'])}, seed {r['seed']}: {r['steps']} steps, {'solved' if r['converged'] else 'not solved'}")
-    fig = go.Figure(go.Scatter(x=x, y=y, mode="markers", marker=dict(symbol=symbols, size=9), text=text, hovertemplate="%{text}<br>BOS mass %{y:.3f}<extra></extra>"))
-    return fig.update_layout(title="Each seed's BOS mass, mean over heads (filled: solved)", showlegend=False, height=380,
-                             xaxis=dict(tickvals=list(range(len(rows))), ticktext=[html_text(row["model"]) for row in rows], range=[-0.6, len(rows) - 0.4]),
-                             yaxis=dict(title="BOS mass, non-trigger rows", range=[-0.03, 1.03]))
+            text.append(
+                f"{html_text(row['model'])}, seed {r['seed']}: {r['steps']} steps, {'solved' if r['converged'] else 'not solved'}"
+            )
+    fig = go.Figure(
+        go.Scatter(
+            x=x,
+            y=y,
+            mode="markers",
+            marker=dict(symbol=symbols, size=9),
+            text=text,
+            hovertemplate="%{text}<br>BOS mass %{y:.3f}<extra></extra>",
+        )
+    )
+    return fig.update_layout(
+        title="Each seed's BOS mass, mean over heads (filled: solved)",
+        showlegend=False,
+        height=380,
+        xaxis=dict(
+            tickvals=list(range(len(rows))), ticktext=[html_text(row["model"]) for row in rows], range=[-0.6, len(rows) - 0.4]
+        ),
+        yaxis=dict(title="BOS mass, non-trigger rows", range=[-0.03, 1.03]),
+    )
 
 
 def cap_figure(rows: list[dict]):
@@ -108,8 +145,21 @@ def cap_figure(rows: list[dict]):
     import plotly.graph_objects as go
 
     caps = [r["bos_cap"] for r in rows]
-    fig = go.Figure([go.Scatter(x=caps, y=[r["best_eval_mse"] for r in rows], name="best over seeds", mode="lines+markers"),
-                     go.Scatter(x=caps, y=[r["eval_mse_mean"] for r in rows], name="mean over seeds", mode="markers",
-                                error_y=dict(array=[r["eval_mse_std"] for r in rows]))])
-    return fig.update_layout(title="One-layer softmax: error against the cap on BOS attention", xaxis_title="cap on BOS attention at query rows >= 1",
-                             yaxis=dict(type="log", title="evaluation MSE"), height=380)
+    fig = go.Figure(
+        [
+            go.Scatter(x=caps, y=[r["best_eval_mse"] for r in rows], name="best over seeds", mode="lines+markers"),
+            go.Scatter(
+                x=caps,
+                y=[r["eval_mse_mean"] for r in rows],
+                name="mean over seeds",
+                mode="markers",
+                error_y=dict(array=[r["eval_mse_std"] for r in rows]),
+            ),
+        ]
+    )
+    return fig.update_layout(
+        title="One-layer softmax: error against the cap on BOS attention",
+        xaxis_title="cap on BOS attention at query rows >= 1",
+        yaxis=dict(type="log", title="evaluation MSE"),
+        height=380,
+    )

@@ -66,7 +66,8 @@ def seed_rows(across_seeds: Sequence[dict]) -> list[dict]:
             "model": f"{AttentionSpec(row['attn'], **{e: row[e] for e in EXTRA_NAMES}).label} {row['layers']}x{row['heads']}"
             + (f" cap {row['bos_cap']:g}" if row["bos_cap"] is not None else ""),
             "sinking_per_layer": "; ".join(
-                f"L{i} " + ", ".join(f"{k}: {n}" for k, n in layer.items()) for i, layer in enumerate(row["sinking_heads_per_layer"])
+                f"L{i} " + ", ".join(f"{k}: {n}" for k, n in layer.items())
+                for i, layer in enumerate(row["sinking_heads_per_layer"])
             ),
             "steps_range": f"{row['steps_min']:.0f}-{row['steps_max']:.0f}",
             "bos_mass": f"{row['bos_mass_nontrigger_mean']:.3f} +- {row['bos_mass_nontrigger_std']:.3f}",

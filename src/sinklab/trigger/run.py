@@ -36,7 +36,9 @@ def migrated_lab(saved: dict) -> dict:
     paper's two normalisations), and the placement, never recorded, takes its defaults."""
     configs = saved["configs"]
     capped = any(c.get("bos_cap") is not None for c in configs)
-    varied = len({c["attention"]["attn"] for c in configs}) > 2 or any(v for c in configs for k, v in c["attention"].items() if k != "attn")
+    varied = len({c["attention"]["attn"] for c in configs}) > 2 or any(
+        v for c in configs for k, v in c["attention"].items() if k != "attn"
+    )
     analysis = "cap_sweep" if capped else "variants" if varied else "grid"
     return {"configs": configs, "analysis": analysis, "workers": None, "device": "cpu", "ensembles": None}
 
@@ -53,9 +55,15 @@ class LabConfig:
     configs: tuple[TriggerConfig, ...] = setting((), help="the models, one per configuration and seed", cli=False)
     analysis: str = setting("grid", help="what the lab ends with", choices=tuple(ANALYSES), cli=False)
     workers: Optional[int] = setting(None, help="parallel training processes (default: one per core)", result=False)
-    device: str = setting("cpu", choices=("cpu", "cuda"), help="where models train (cuda: one process, the seeds of a configuration as one ensemble)",
-                          result=False)
-    ensembles: Optional[bool] = setting(None, help="train the seeds of a configuration as one batched ensemble (default: on a GPU)", result=False, cli=False)
+    device: str = setting(
+        "cpu",
+        choices=("cpu", "cuda"),
+        help="where models train (cuda: one process, the seeds of a configuration as one ensemble)",
+        result=False,
+    )
+    ensembles: Optional[bool] = setting(
+        None, help="train the seeds of a configuration as one batched ensemble (default: on a GPU)", result=False, cli=False
+    )
 
     def __post_init__(self) -> None:
         self.configs = tuple(c if isinstance(c, TriggerConfig) else TriggerConfig.from_dict(c) for c in self.configs)
@@ -107,16 +115,38 @@ def run_rows(summary: dict):
     return [{k: v for k, v in r.items() if k != "heads_detail"} for r in summary["runs"]]
 
 
-LAB = register(Capability("trigger", LabConfig, measure, lambda out, result: [], tables={"runs": run_rows, "across_seeds": lambda s: s["across_seeds"]},
-                          write_page=page.write, resumable=trained, needs_run_dir=True, figures=figures, preflight=fits_in_memory))
+LAB = register(
+    Capability(
+        "trigger",
+        LabConfig,
+        measure,
+        lambda out, result: [],
+        tables={"runs": run_rows, "across_seeds": lambda s: s["across_seeds"]},
+        write_page=page.write,
+        resumable=trained,
+        needs_run_dir=True,
+        figures=figures,
+        preflight=fits_in_memory,
+    )
+)
 
 
-def run_lab(configs: Sequence[TriggerConfig], out: str | os.PathLike, analysis: str = "grid", workers: Optional[int] = None, device: str = "cpu",
-            ensembles: Optional[bool] = None, launcher: Optional[LauncherSettings] = None, overwrite: bool = False) -> RunResult:
+def run_lab(
+    configs: Sequence[TriggerConfig],
+    out: str | os.PathLike,
+    analysis: str = "grid",
+    workers: Optional[int] = None,
+    device: str = "cpu",
+    ensembles: Optional[bool] = None,
+    launcher: Optional[LauncherSettings] = None,
+    overwrite: bool = False,
+) -> RunResult:
     """``sinklab trigger`` in Python: train ``configs`` into the lab ``out`` (resuming it: models
     it holds are kept) and end with ``analysis``; ``workers``, ``device`` and ``ensembles`` place the
     training, ``launcher`` runs its jobs."""
-    return pipeline.run(LAB, LabConfig(tuple(configs), analysis, workers, device, ensembles), out=out, launcher=launcher, overwrite=overwrite)
+    return pipeline.run(
+        LAB, LabConfig(tuple(configs), analysis, workers, device, ensembles), out=out, launcher=launcher, overwrite=overwrite
+    )
 
 
 @dataclass
@@ -134,9 +164,20 @@ def check_construction(result: RunResult) -> None:
     """A hand-built solution that is not exact is a failed numerical check."""
     built = result.summary["relu_construction"]
     if not built["passed"]:
-        raise NumericalCheckFailed(f"the hand-built ReLU solution is off by {built['max_abs_error']:.2e} (tolerance {built['tolerance']:g}), "
-                                   f"non-trigger rows exactly zero: {built['non_trigger_rows_exactly_zero']}")
+        raise NumericalCheckFailed(
+            f"the hand-built ReLU solution is off by {built['max_abs_error']:.2e} (tolerance {built['tolerance']:g}), "
+            f"non-trigger rows exactly zero: {built['non_trigger_rows_exactly_zero']}"
+        )
 
 
-CONSTRUCT = register(Capability("trigger-construct", ConstructConfig, measure_construction, lambda out, result: [],
-                                tables={"check": lambda s: [s["relu_construction"]]}, write_page=page.write, check=check_construction))
+CONSTRUCT = register(
+    Capability(
+        "trigger-construct",
+        ConstructConfig,
+        measure_construction,
+        lambda out, result: [],
+        tables={"check": lambda s: [s["relu_construction"]]},
+        write_page=page.write,
+        check=check_construction,
+    )
+)

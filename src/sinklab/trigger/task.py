@@ -69,7 +69,9 @@ class TriggerTask:
         stacked = self._assemble(torch.cat([u for u, _ in draws]), torch.cat([j for _, j in draws]))
         return TriggerBatch(*(t.view(len(generators), batch, *t.shape[1:]) for t in stacked))
 
-    def _draw(self, batch: int, generator: Optional[torch.Generator], trigger: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(
+        self, batch: int, generator: Optional[torch.Generator], trigger: Optional[int] = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The random part of a batch: content values (batch, L-1, n-3) and trigger positions."""
         values = torch.rand(batch, self.length - 1, self.n - 3, generator=generator) * 2.0 - 1.0
         if trigger is None:

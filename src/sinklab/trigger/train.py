@@ -128,7 +128,9 @@ def batch_loss(model: Transformer, params: dict, x: torch.Tensor, y: torch.Tenso
     return err.pow(2).mean(), err.detach().abs().max()
 
 
-def adam_update(params: dict, exp_avg: dict, exp_avg_sq: dict, grads: dict, step: torch.Tensor, apply: torch.Tensor, lr: float) -> None:
+def adam_update(
+    params: dict, exp_avg: dict, exp_avg_sq: dict, grads: dict, step: torch.Tensor, apply: torch.Tensor, lr: float
+) -> None:
     """torch.optim.Adam's update (bias-corrected, eps outside the square root, no weight decay)
     written functionally, in place, where ``apply`` is true.
 

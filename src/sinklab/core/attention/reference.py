@@ -59,7 +59,9 @@ def attend(
     v = hooks.fire(layer, "attn.hook_v", v)
     step = query_chunk or n_q
     keys = k.float().transpose(-1, -2)  # (B, H, D, Tk), converted once for every block
-    z = torch.empty(*q.shape[:3], v.shape[-1], dtype=v.dtype, device=v.device)  # filled block by block: no list of pieces kept mid-pass
+    z = torch.empty(
+        *q.shape[:3], v.shape[-1], dtype=v.dtype, device=v.device
+    )  # filled block by block: no list of pieces kept mid-pass
     weights = []
     # last block first: the widest blocks are allocated first and their memory serves the
     # narrower ones, which keeps the heap from fragmenting on long inputs

@@ -29,8 +29,9 @@ def hub_files_only_local(spec: str, revision: Optional[str]) -> bool:
         return False
     at = f" at revision {revision}" if revision else ""
     if not _cached(spec, revision):
-        raise SinklabError(f"no such folder {_as_folder(spec)}, and no Hub model {spec!r}{at} in the local Hugging Face cache "
-                           f"({unreachable})")
+        raise SinklabError(
+            f"no such folder {_as_folder(spec)}, and no Hub model {spec!r}{at} in the local Hugging Face cache ({unreachable})"
+        )
     if not constants.HF_HUB_OFFLINE:
         message = f"{unreachable}; loading {spec!r}{at} from the local Hugging Face cache (it may be older than the Hub's)"
         warnings.warn(message, stacklevel=2)

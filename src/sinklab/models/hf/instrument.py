@@ -73,11 +73,19 @@ def _check_arguments(module: nn.Module, kwargs: dict, dropout: float, kernel: bo
     name = type(module).__name__
     unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in HARMLESS_ARGUMENTS | IMPLEMENTED_ARGUMENTS)
     if unknown:
-        raise SinklabError(f"{name} passes {', '.join(unknown)} to its attention function, which sinklab's adapter does not implement; its attention would be wrong")
+        raise SinklabError(
+            f"{name} passes {', '.join(unknown)} to its attention function, which sinklab's adapter does not implement; its attention would be wrong"
+        )
     if dropout and module.training:
-        raise SinklabError(f"{name} is in training mode with attention dropout {dropout}; sinklab measures models in eval mode (call model.eval())")
-    if kernel and (kwargs.get("sliding_window") is not None or kwargs.get("s_aux") is not None or kwargs.get("softcap") is not None):
-        raise SinklabError(f"{name} uses a sliding window, sink logits or soft-capping, which the streaming kernel does not implement")
+        raise SinklabError(
+            f"{name} is in training mode with attention dropout {dropout}; sinklab measures models in eval mode (call model.eval())"
+        )
+    if kernel and (
+        kwargs.get("sliding_window") is not None or kwargs.get("s_aux") is not None or kwargs.get("softcap") is not None
+    ):
+        raise SinklabError(
+            f"{name} uses a sliding window, sink logits or soft-capping, which the streaming kernel does not implement"
+        )
 
 
 def sinklab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -107,7 +115,17 @@ def sinklab_attention(module, query, key, value, attention_mask, scaling=None, d
     norm = binding.norm or (_SOFTMAX if s_aux is None else _null_slot_norm(s_aux))
     need_weights = bool(kwargs.get("output_attentions", False))
     z, weights = attend(
-        query, key, value, mask, norm, scale, binding.hooks, binding.layer, binding.query_chunk, need_weights, score_cap=kwargs.get("softcap")
+        query,
+        key,
+        value,
+        mask,
+        norm,
+        scale,
+        binding.hooks,
+        binding.layer,
+        binding.query_chunk,
+        need_weights,
+        score_cap=kwargs.get("softcap"),
     )
     return z.to(query.dtype).transpose(1, 2).contiguous(), weights
 
@@ -150,7 +168,11 @@ def _register() -> None:
 
 @contextmanager
 def instrument(
-    model: nn.Module, hooks: HookSet, query_chunk: Optional[int] = QUERY_CHUNK, kernel: Optional[Callable] = None, norms: Optional[Sequence[AttnNorm]] = None
+    model: nn.Module,
+    hooks: HookSet,
+    query_chunk: Optional[int] = QUERY_CHUNK,
+    kernel: Optional[Callable] = None,
+    norms: Optional[Sequence[AttnNorm]] = None,
 ) -> Iterator[nn.Module]:
     """Route the model's attention through sinklab and fire every hook point on ``hooks``.
 
@@ -209,7 +231,11 @@ def evicted_tokens(cache) -> int:
     ``tokens_seen`` (sinklab's sink cache), ``cumulative_length`` (transformers' sliding windows)."""
     evicted = 0
     for layer in getattr(cache, "layers", None) or ():
-        held = layer.kept_tokens() if hasattr(layer, "kept_tokens") else (layer.keys.shape[-2] if getattr(layer, "keys", None) is not None else 0)
+        held = (
+            layer.kept_tokens()
+            if hasattr(layer, "kept_tokens")
+            else (layer.keys.shape[-2] if getattr(layer, "keys", None) is not None else 0)
+        )
         seen = layer.tokens_seen() if hasattr(layer, "tokens_seen") else getattr(layer, "cumulative_length", held)
         evicted = max(evicted, seen - held)
     return evicted

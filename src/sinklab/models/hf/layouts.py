@@ -57,7 +57,9 @@ def layout_of(model: nn.Module, warn: bool = True) -> Layout:
     layout = _infer_layout(model)
     if warn and type(model).__name__ not in _WARNED:
         _WARNED.add(type(model).__name__)
-        warnings.warn(f"{type(model).__name__} is not in sinklab's layout table; using the inferred {_describe(layout)}", stacklevel=2)
+        warnings.warn(
+            f"{type(model).__name__} is not in sinklab's layout table; using the inferred {_describe(layout)}", stacklevel=2
+        )
     return layout
 
 
@@ -79,7 +81,9 @@ def _infer_layout(model: nn.Module) -> Layout:
     n_layers = getattr(model.config, "num_hidden_layers", None)
     lists = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.ModuleList) and len(m) == n_layers]
     if not lists:
-        raise SinklabError(f"cannot find the decoder layers of {type(model).__name__}; add it to sinklab.models.hf.layouts.LAYOUTS")
+        raise SinklabError(
+            f"cannot find the decoder layers of {type(model).__name__}; add it to sinklab.models.hf.layouts.LAYOUTS"
+        )
     layers_path, layers = lists[0]
     projections = [
         name

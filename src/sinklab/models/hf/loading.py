@@ -42,12 +42,21 @@ class LoadOptions:
     """Where and how to load a model: every command that loads one takes these as flags."""
 
     device: str = setting("auto", help="auto (the first GPU when PyTorch sees one, else the CPU), cpu, cuda or cuda:N")
-    dtype: str = setting("auto", help="weights' dtype; auto: float32 on a CPU, the checkpoint's own on a GPU. Metrics are float32 whatever it is",
-                         choices=tuple(DTYPES))
-    device_map: Optional[str] = setting(None, metavar="MAP", help="spread a model too large for one device: auto (accelerate), or a JSON object or file "
-                                                                "mapping modules to devices; replaces --device")
+    dtype: str = setting(
+        "auto",
+        help="weights' dtype; auto: float32 on a CPU, the checkpoint's own on a GPU. Metrics are float32 whatever it is",
+        choices=tuple(DTYPES),
+    )
+    device_map: Optional[str] = setting(
+        None,
+        metavar="MAP",
+        help="spread a model too large for one device: auto (accelerate), or a JSON object or file "
+        "mapping modules to devices; replaces --device",
+    )
     revision: Optional[str] = setting(None, help="Hub branch, tag or commit of a Hub model")
-    trust_remote_code: bool = setting(False, help="allow model code from the Hub (off by default: it runs arbitrary code)", result=False)
+    trust_remote_code: bool = setting(
+        False, help="allow model code from the Hub (off by default: it runs arbitrary code)", result=False
+    )
 
     def load(self, spec: Optional[str]) -> "LoadedModel":
         return load_model(spec, **asdict(self))
@@ -74,7 +83,9 @@ def resolve_device(device: str = "auto") -> torch.device:
         raise SinklabError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from None
     if resolved.type == "cuda":
         if not torch.cuda.is_available():
-            raise SinklabError(f"--device {device} asks for CUDA, but PyTorch sees no GPU (torch {torch.__version__}; a CPU build?)")
+            raise SinklabError(
+                f"--device {device} asks for CUDA, but PyTorch sees no GPU (torch {torch.__version__}; a CPU build?)"
+            )
         if resolved.index is not None and resolved.index >= torch.cuda.device_count():
             raise SinklabError(f"--device {device}: there are only {torch.cuda.device_count()} GPU(s)")
     elif resolved.type != "cpu":
@@ -94,7 +105,9 @@ def resolve_dtype(dtype: Union[str, torch.dtype, None], device: torch.device) ->
     else:
         raise SinklabError(f"unknown dtype {dtype!r}: choose from {', '.join(DTYPES)}")
     if resolved is torch.float16 and device.type == "cpu":
-        raise SinklabError("float16 needs a GPU (PyTorch's CPU kernels for it are missing or slow): use bfloat16 or float32 on a CPU")
+        raise SinklabError(
+            "float16 needs a GPU (PyTorch's CPU kernels for it are missing or slow): use bfloat16 or float32 on a CPU"
+        )
     return resolved
 
 
@@ -112,7 +125,7 @@ def check_device_map(device_map: Optional[str]) -> Union[str, dict, None]:
         except json.JSONDecodeError:
             raise SinklabError(f"--device-map must be auto, a JSON object or a JSON file, got {device_map!r}") from None
         if not isinstance(mapping, dict) or not mapping:
-            raise SinklabError("--device-map must map module names to devices, e.g. {\"model.layers.0\": 0, \"lm_head\": \"cpu\"}")
+            raise SinklabError('--device-map must map module names to devices, e.g. {"model.layers.0": 0, "lm_head": "cpu"}')
     return {module: _map_device(where) for module, where in mapping.items()}
 
 
@@ -136,7 +149,9 @@ def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).expanduser().read_text()
     except OSError as exc:
-        raise SinklabError(f"{what} {path!r} is neither auto, a JSON object nor a readable file ({exc.strerror or exc})") from None
+        raise SinklabError(
+            f"{what} {path!r} is neither auto, a JSON object nor a readable file ({exc.strerror or exc})"
+        ) from None
 
 
 def input_device(model: nn.Module) -> torch.device:
@@ -246,7 +261,9 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith((".", "/", "~")) or spec.count("/") > 1 or spec.endswith((".gguf", ".safetensors", ".bin"))
 
 
-def _from_pretrained(where: str, name: str, source: str, trust_remote_code: bool, placement: dict, local_only: bool, **kw) -> LoadedModel:
+def _from_pretrained(
+    where: str, name: str, source: str, trust_remote_code: bool, placement: dict, local_only: bool, **kw
+) -> LoadedModel:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     try:
