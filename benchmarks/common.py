@@ -51,7 +51,8 @@ def flagged_dirty(revision: str, why: str) -> str:
     if os.environ.get("SINKLAB_BENCH_ALLOW_DIRTY") == "1":
         return revision + DIRTY
     sys.exit(
-        f"benchmarks record only from a clean tree; {why} (commit them, or set SINKLAB_BENCH_ALLOW_DIRTY=1 to flag the row {DIRTY})"
+        f"benchmarks record only from a clean tree; {why} "
+        f"(commit them, or set SINKLAB_BENCH_ALLOW_DIRTY=1 to flag the row {DIRTY})"
     )
 
 

@@ -7,8 +7,8 @@ this tree's commit may only hold runs trained by it: before the sweep starts, a 
 directory whose run.json names another commit, none, or uncommitted changes the row would not be
 flagged with is refused, or with ``--rerun-stale`` trained again.
 
-Run: `.venv/bin/python benchmarks/pretrain_sweep.py [sinklab sweep's flags: --corpus bb --seeds 0,1,2 --variants softmax,softmax+gate
---steps N --set KEY=VALUE ... --launcher slurm ...] [--root DIR] [--record NAME]`
+Run: `.venv/bin/python benchmarks/pretrain_sweep.py [sinklab sweep's flags: --corpus bb --seeds 0,1,2
+--variants softmax,softmax+gate --steps N --set KEY=VALUE ... --launcher slurm ...] [--root DIR] [--record NAME]`
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ def check_provenance(cfg: SweepConfig, root: Path, revision: str) -> None:
         why = stale_reason(run, revision) if run.is_dir() else None
         if why and not cfg.rerun_stale:
             raise SinklabError(
-                f"{run} holds a run this row cannot use: {why}; pass --rerun-stale to train it again, or give the sweep its own --root"
+                f"{run} holds a run this row cannot use: {why}; "
+                "pass --rerun-stale to train it again, or give the sweep its own --root"
             )
         if why:
             shutil.rmtree(run)

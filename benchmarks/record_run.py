@@ -2,8 +2,8 @@
 
 For the tables of BENCHMARKS.md that a plain ``sinklab`` command produces: the row holds the
 command, its wall time, the run's ``summary.json`` (``compare.json`` for pretraining
-comparisons) and the sizes of its JSON, HTML and PNG files, so the table can be checked against data in the repository rather than in the
-git-ignored ``runs/``.
+comparisons) and the sizes of its JSON, HTML and PNG files, so the table can be checked against
+data in the repository rather than in the git-ignored ``runs/``.
 
 Run: `.venv/bin/python benchmarks/record_run.py NAME -- sinklab scan --out runs/scan-text`
 """

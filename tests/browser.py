@@ -28,7 +28,8 @@ class Visit:
     def unrendered_plots(self) -> list[str]:
         """Ids of plot elements with no drawn plotly SVG."""
         return self.page.evaluate(
-            "Array.from(document.querySelectorAll('.plot')).filter(p => !p.hidden && p.offsetParent !== null && !p.querySelector('.main-svg')).map(p => p.id)"
+            "Array.from(document.querySelectorAll('.plot'))"
+            ".filter(p => !p.hidden && p.offsetParent !== null && !p.querySelector('.main-svg')).map(p => p.id)"
         )
 
 
@@ -73,13 +74,17 @@ SLACK = 1.5
 
 LAYOUT_JS = """(slack) => {
   const box = e => e.getBoundingClientRect(), shown = e => e.offsetParent !== null && !e.closest('[hidden]');
-  const name = e => (e.id || e.className || e.tagName) + (e.closest('section') ? ' in "' + e.closest('section').querySelector('h2').textContent + '"' : '');
-  const inside = (a, b) => a.left >= b.left - slack && a.right <= b.right + slack && a.top >= b.top - slack && a.bottom <= b.bottom + slack;
-  const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > slack && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > slack;
+  const name = e => (e.id || e.className || e.tagName) +\
+ (e.closest('section') ? ' in "' + e.closest('section').querySelector('h2').textContent + '"' : '');
+  const inside = (a, b) => a.left >= b.left - slack && a.right <= b.right + slack &&\
+ a.top >= b.top - slack && a.bottom <= b.bottom + slack;
+  const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > slack &&\
+ Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > slack;
   const found = [], panels = Array.from(document.querySelectorAll('.run, section')).filter(shown);
   panels.forEach((a, i) => panels.slice(i + 1).forEach(b => {
     if (!a.contains(b) && !b.contains(a) && overlap(box(a), box(b))) found.push('overlap: ' + name(a) + ' and ' + name(b)); }));
-  document.querySelectorAll('section').forEach(s => { if (shown(s) && s.scrollWidth > s.clientWidth + slack) found.push('wider than its column: ' + name(s)); });
+  document.querySelectorAll('section').forEach(s => {\
+ if (shown(s) && s.scrollWidth > s.clientWidth + slack) found.push('wider than its column: ' + name(s)); });
   document.querySelectorAll('section > *, .selector .choice > *').forEach(e => {
     if (shown(e) && !inside(box(e), box(e.closest('section')))) found.push('outside its section: ' + name(e)); });
   document.querySelectorAll('.plot').forEach(p => {
@@ -87,7 +92,8 @@ LAYOUT_JS = """(slack) => {
     const svg = p.querySelector('.main-svg');
     if (svg && box(svg).width > box(p).width + slack) found.push('plot drawn wider than its box: ' + name(p));
     p.querySelectorAll('.main-svg text').forEach(t => { const r = box(t);
-      if (r.width > 0 && t.textContent.trim() && !inside(r, box(p))) found.push('text cut off: "' + t.textContent + '" of ' + name(p)); });
+      if (r.width > 0 && t.textContent.trim() && !inside(r, box(p)))\
+ found.push('text cut off: "' + t.textContent + '" of ' + name(p)); });
   });
   return found;
 }"""
@@ -117,8 +123,10 @@ def screenshot_sections(report: Path, png: Path, sections: list[int], width: int
     with chromium() as b:
         seen = visit(b, report, width)
         box = seen.page.evaluate(
-            """(idx) => { const s = Array.from(document.querySelectorAll('section')).filter((_, i) => idx.includes(i)).map(e => e.getBoundingClientRect());
-            return [Math.min(...s.map(r => r.left)), Math.min(...s.map(r => r.top)) + window.scrollY, Math.max(...s.map(r => r.right)), Math.max(...s.map(r => r.bottom)) + window.scrollY]; }""",
+            """(idx) => { const s = Array.from(document.querySelectorAll('section'))\
+.filter((_, i) => idx.includes(i)).map(e => e.getBoundingClientRect());
+            return [Math.min(...s.map(r => r.left)), Math.min(...s.map(r => r.top)) + window.scrollY,\
+ Math.max(...s.map(r => r.right)), Math.max(...s.map(r => r.bottom)) + window.scrollY]; }""",
             sections,
         )
         seen.page.screenshot(

@@ -60,7 +60,8 @@ def _run(
 def _warn_if_reused(result: RunResult) -> None:
     if result.reused:
         warnings.warn(
-            f"{result.out} already holds this run, finished: its results were read back, not measured again (overwrite=True runs it again)",
+            f"{result.out} already holds this run, finished: its results were read back, not measured again "
+            "(overwrite=True runs it again)",
             stacklevel=3,
         )
 

@@ -221,7 +221,8 @@ def _train(cfg, out, adapted: AdaptedModel, teacher, bos: int, ids, opt, trained
             loss, parts = distillation_loss(adapted.logits(content), target, content, cfg.lm_weight)
         check(
             math.isfinite(parts["kl"] + parts["lm"]),
-            f"the loss is {parts['kl'] + parts['lm']} at step {step}; lower --lr (or resume from the last checkpoint with a lower one)",
+            f"the loss is {parts['kl'] + parts['lm']} at step {step}; "
+            "lower --lr (or resume from the last checkpoint with a lower one)",
         )
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -119,7 +119,8 @@ class SinkPrefix:
             raise SinklabError(f"{path} is not a sinklab sink prefix (format {metadata.get('format')!r}, expected {FORMAT!r})")
         if "fingerprint" not in metadata:
             raise SinklabError(
-                f"{path} records no fingerprint of the model it was computed on (written by an older sinklab): compute the prefix again"
+                f"{path} records no fingerprint of the model it was computed on "
+                "(written by an older sinklab): compute the prefix again"
             )
         n = sum(name.startswith("keys.") for name in tensors)
         keys, values = [tensors[f"keys.{i}"] for i in range(n)], [tensors[f"values.{i}"] for i in range(n)]
@@ -141,7 +142,8 @@ class SinkPrefix:
             return
         if model_fingerprint(model) != self.fingerprint:
             raise SinklabError(
-                f"this sink prefix was computed on another model of the same shapes (model fingerprint {self.fingerprint[:12]}, this model's {model_fingerprint(model)[:12]})"
+                "this sink prefix was computed on another model of the same shapes "
+                f"(model fingerprint {self.fingerprint[:12]}, this model's {model_fingerprint(model)[:12]})"
             )
         self._checked = weakref.ref(model)
 

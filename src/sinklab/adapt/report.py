@@ -60,7 +60,8 @@ def headline(summary: dict) -> str:
     if "search" in summary:
         strings = ", ".join(repr(safe_text(s, 12)) for s in summary["search"]["strings"])
         lines.append(
-            f"searched prefix: [{strings}] ({summary['search']['evaluated']} candidates tried in {summary['search']['seconds']:.0f} s)"
+            f"searched prefix: [{strings}] "
+            f"({summary['search']['evaluated']} candidates tried in {summary['search']['seconds']:.0f} s)"
         )
     return "\n".join(lines)
 

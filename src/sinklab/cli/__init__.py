@@ -22,7 +22,8 @@ EXIT_STATUSES = (
     f"exit status: 0 done (also: the same command on a finished --out, which only says where its results are); "
     f"{USER_ERROR} a user error, one line on stderr saying what to change (argparse's errors too); "
     f"{CHECK_FAILED} a failed numerical check: the run wrote its results, but its own check of them failed (stream's "
-    f"one-pass check, trigger --construct, adapt's exactness check); {INTERRUPTED} interrupted. Anything else is a bug and prints a traceback."
+    f"one-pass check, trigger --construct, adapt's exactness check); {INTERRUPTED} interrupted. "
+    f"Anything else is a bug and prints a traceback."
 )
 
 

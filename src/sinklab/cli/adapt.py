@@ -17,12 +17,16 @@ def add_parser(sub) -> None:
     mitigations = "; ".join(f"{name}: {m.help}" for name, m in MITIGATIONS.items())
     p = sub.add_parser(
         "adapt",
-        help="take the sink out of a pretrained model: as a cached prefix (and its quantization payoff), or fine-tuned into a mitigation",
+        help=(
+            "take the sink out of a pretrained model: as a cached prefix (and its quantization payoff), "
+            "or fine-tuned into a mitigation"
+        ),
         description=(
             "--sink-prefix (the default job): compute the first token's keys and values once (full precision), run the model on "
             "the content with them as its cache prefix, check the logits are unchanged, and measure perplexity on held-out text "
             f"under simulated quantization with BOS in the stream, as the prefix, and absent. Schemes: {schemes}. "
-            f"--to NAME: fine-tune a mitigation in by distillation from the original, with no BOS in the input. Mitigations: {mitigations}."
+            "--to NAME: fine-tune a mitigation in by distillation from the original, with no BOS in the input. "
+            f"Mitigations: {mitigations}."
         ),
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)

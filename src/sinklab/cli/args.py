@@ -174,7 +174,8 @@ def run_out(
     result = pipeline.run(capability, cfg, subject, out=args.out, overwrite=args.overwrite, launcher=launcher, **kw)
     if result.reused:
         print(
-            f"{args.out} holds this run, finished: results in {args.out}/{SUMMARY} and {html.report_path(Path(args.out))} (--overwrite runs it again)"
+            f"{args.out} holds this run, finished: results in {args.out}/{SUMMARY} and {html.report_path(Path(args.out))} "
+            "(--overwrite runs it again)"
         )
     return result
 

@@ -55,7 +55,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "pretrain",
         help="train a small LM with an attention variant (runs under torchrun for DDP)",
-        description="Train a small decoder LM (RMSNorm, RoPE by default, SwiGLU) with one attention variant, then scan it for sinks.",
+        description=(
+            "Train a small decoder LM (RMSNorm, RoPE by default, SwiGLU) with one attention variant, then scan it for sinks."
+        ),
     )
     p.add_argument(
         "--attn",

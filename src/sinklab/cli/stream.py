@@ -16,7 +16,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "stream",
         help="token-by-token perplexity over a long stream under each cache policy",
-        description=f"Stream a long text through a model with each KV-cache policy ({', '.join(POLICIES)}) and compare perplexity, speed and memory.",
+        description=(
+            f"Stream a long text through a model with each KV-cache policy ({', '.join(POLICIES)}) "
+            "and compare perplexity, speed and memory."
+        ),
     )
     p.add_argument(
         "model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)"
@@ -50,7 +53,8 @@ def stream_command(args: argparse.Namespace) -> int:
     if summary["one_pass_check"]:
         c = summary["one_pass_check"]
         print(
-            f"one-pass scores vs a real {c['policy']} cache, token by token over positions {c['positions'][0]}-{c['positions'][1]}: "
+            f"one-pass scores vs a real {c['policy']} cache, "
+            f"token by token over positions {c['positions'][0]}-{c['positions'][1]}: "
             f"max |dNLL| = {c['max_abs_nll_difference']:.2e} (tolerance {c['tolerance']:g})"
         )
     print(f"\noutputs: {written(result)}")

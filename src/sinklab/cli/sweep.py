@@ -24,9 +24,10 @@ def add_parser(sub) -> None:
         "sweep",
         help="every attention variant pretrained under one budget, several seeds, compared seed by seed with softmax",
         description=(
-            "Train every variant (one sinklab pretrain run each, in OUT/<variant>-seed<seed>) and compare them. Finished runs are kept and "
-            "half-finished ones resumed, whichever launcher ran them; a run of another configuration is refused (or trained again with "
-            "--rerun-stale). shakespeare: 8 variants x 2 seeds, about 3 hours on 2 CPU cores; bb: 9 variants x 3 seeds."
+            "Train every variant (one sinklab pretrain run each, in OUT/<variant>-seed<seed>) and compare them. "
+            "Finished runs are kept and half-finished ones resumed, whichever launcher ran them; "
+            "a run of another configuration is refused (or trained again with --rerun-stale). "
+            "shakespeare: 8 variants x 2 seeds, about 3 hours on 2 CPU cores; bb: 9 variants x 3 seeds."
         ),
     )
     add_config_arguments(p, SweepConfig)

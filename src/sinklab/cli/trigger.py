@@ -82,8 +82,11 @@ def add_parser(sub) -> None:
         "--seeds",
         type=seed_list,
         default=None,
-        help=f"seeds and ranges, e.g. 0-31 or 0-7,10 (default {defaults.seed}; --variants: {VARIANT_SEEDS[0]}-{VARIANT_SEEDS[-1]}); "
-        "with --ensemble (the default on a GPU) the seeds of a configuration train as one batched ensemble",
+        help=(
+            "seeds and ranges, e.g. 0-31 or 0-7,10 "
+            f"(default {defaults.seed}; --variants: {VARIANT_SEEDS[0]}-{VARIANT_SEEDS[-1]}); "
+            "with --ensemble (the default on a GPU) the seeds of a configuration train as one batched ensemble"
+        ),
     )
     option(p, defaults, "n", "token dimension n")
     option(p, defaults, "length", "sequence length L")

@@ -130,7 +130,8 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
 h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em}
 .runs{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1.5em}
-.run,section{min-width:0} .wide{overflow-x:auto;max-width:100%} .plot{width:100%} code{overflow-wrap:anywhere} dd{overflow-wrap:anywhere;margin:0}
+.run,section{min-width:0} .wide{overflow-x:auto;max-width:100%} .plot{width:100%} code{overflow-wrap:anywhere} \
+dd{overflow-wrap:anywhere;margin:0}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
 th{background:#f4f4f4} dl.keys{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}
 dt{font-weight:600} .meta{font-size:.8em;color:#555} code{background:#f4f4f4;padding:0 .2em} .note{font-size:.8em;color:#555}
@@ -175,7 +176,8 @@ def write_page(path: Path, title: str, columns: Iterable[tuple[str, Sequence[Sec
         blocks.append(f"<div class='run'><h1>{esc(heading)}</h1>{body}</div>")
     page = (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; img-src data: blob:; font-src data:\">"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; "
+        "style-src 'unsafe-inline'; img-src data: blob:; font-src data:\">"
         f"<title>{esc(title)}</title><style>{STYLE}</style>"
         f"<script>{_plotly_js()}</script><script>{SCRIPT}</script></head>"
         f"<body><div class='runs'>{''.join(blocks)}</div></body></html>"

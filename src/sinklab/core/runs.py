@@ -261,13 +261,15 @@ def claim_run_dir(
     if not overwrite:
         check(
             (path / CONFIG).exists() or not finished,
-            f"{path} holds a finished run with no {CONFIG} to compare with; pass --overwrite to replace it, or choose another --out",
+            f"{path} holds a finished run with no {CONFIG} to compare with; "
+            "pass --overwrite to replace it, or choose another --out",
         )
         if (path / CONFIG).exists():  # else killed before it wrote its configuration: nothing to keep
             differs = run_differs(path, config)
             check(
                 differs is None,
-                f"{path} holds a run of another configuration ({differs}); pass --overwrite to replace it, or choose another --out",
+                f"{path} holds a run of another configuration ({differs}); "
+                "pass --overwrite to replace it, or choose another --out",
             )
             if finished:
                 return FINISHED

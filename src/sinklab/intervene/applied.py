@@ -82,8 +82,9 @@ def _refuse_evicted_positions(module, args, kwargs) -> None:
     dropped = evicted_tokens(cache) if cache is not None else 0
     check(
         dropped == 0,
-        f"applied() edits token positions, but this forward's cache has dropped {dropped} token(s) (a sink or sliding-window cache): "
-        "positions would be cache slots. Apply the edits with a cache that keeps every token (the default DynamicCache)",
+        f"applied() edits token positions, but this forward's cache has dropped {dropped} token(s) "
+        "(a sink or sliding-window cache): positions would be cache slots. "
+        "Apply the edits with a cache that keeps every token (the default DynamicCache)",
     )
 
 
@@ -93,13 +94,15 @@ def _subject(model, query_chunk: Optional[int]) -> Subject:
         own = getattr(model, "query_chunk", query_chunk)
         check(
             own == query_chunk,
-            f"this {type(model).__name__} attends {own} query rows at a time (set when it was made); pass query_chunk={own!r} or the model itself",
+            f"this {type(model).__name__} attends {own} query rows at a time (set when it was made); "
+            f"pass query_chunk={own!r} or the model itself",
         )
         return model
     if isinstance(model, Transformer):
         check(
             model.cfg.vocab_size is not None,
-            "applied() takes native language models; for a vector-input model attach hooks_of(interventions, n_heads) to model.hooks",
+            "applied() takes native language models; "
+            "for a vector-input model attach hooks_of(interventions, n_heads) to model.hooks",
         )
         return NativeSubject(model)
     if isinstance(model, nn.Module) and hasattr(model, "set_attn_implementation"):

@@ -30,7 +30,8 @@ class Experiment:
         for iv in items:
             if not isinstance(iv, Intervention):
                 raise SinklabError(
-                    f"not an intervention: {iv!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))"
+                    f"not an intervention: {iv!r} "
+                    "(give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))"
                 )
         return cls(items)
 

@@ -109,7 +109,8 @@ class Intervention:
         """The intervention a configuration recorded (:meth:`to_record`)."""
         check(
             isinstance(record, dict) and record.get("type") in BY_TYPE,
-            f"not an intervention: {record!r} (give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))",
+            f"not an intervention: {record!r} "
+            "(give objects such as MaskSelf(10), as applied() takes; command-line options: interventions_for(options))",
         )
         cls = BY_TYPE[record["type"]]
         values = {k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k != "type"}

@@ -228,7 +228,8 @@ class Transformer(nn.Module):
         if self.positions is not None:  # absolute: the index after the cached tokens
             check(
                 cache is None or cache.keeps_every_token,
-                "a model with learned absolute positions cannot stream through a cache that evicts tokens; its keys carry their positions",
+                "a model with learned absolute positions cannot stream through a cache that evicts tokens; "
+                "its keys carry their positions",
             )
             x = x + self.positions.weight[n_cached:n_total].to(x.dtype)
         if self.merged_circuits and cache is None and not need_weights and not self._hooks_inside_attention():

@@ -38,7 +38,8 @@ class Dist:
             gpus = torch.cuda.device_count()
             check(
                 local < gpus,
-                f"process {local} has no GPU of its own ({gpus} visible): start at most {gpus} processes per node, or pass --device cpu",
+                f"process {local} has no GPU of its own ({gpus} visible): "
+                f"start at most {gpus} processes per node, or pass --device cpu",
             )
             torch.cuda.set_device(where)
         if world <= 1:

@@ -40,7 +40,8 @@ def load_run(run_dir: str) -> tuple[list[dict], dict]:
         raise SinklabError(f"{run_dir} is not a pretraining run (no metrics.jsonl)")
     if not (path / "summary.json").exists():
         raise SinklabError(
-            f"{run_dir} has not finished (no summary.json); resume it by running the command that started it again (its run.json records it)"
+            f"{run_dir} has not finished (no summary.json); "
+            "resume it by running the command that started it again (its run.json records it)"
         )
     return read_jsonl(path / "metrics.jsonl"), json.loads((path / "summary.json").read_text())
 

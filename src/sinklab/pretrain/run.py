@@ -59,7 +59,8 @@ def architecture_of(run_dir: Path) -> dict:
             recorded = None
     check(
         isinstance(recorded, dict),
-        f"{run_dir} records no model architecture (run.json's model entry): it is not a pretraining run, or its training never started",
+        f"{run_dir} records no model architecture (run.json's model entry): "
+        "it is not a pretraining run, or its training never started",
     )
     return recorded
 

@@ -80,7 +80,8 @@ class SweepConfig:
         unknown = sorted(set(self.settings) - set(SETTABLE))
         check(
             not unknown,
-            f"--set {', '.join(unknown)}: the sweep sets that itself or it is not a training setting; settable: {', '.join(SETTABLE)}",
+            f"--set {', '.join(unknown)}: the sweep sets that itself or it is not a training setting; "
+            f"settable: {', '.join(SETTABLE)}",
         )
         self.seeds = tuple(self.seeds) or PLANS[self.corpus][0]
 

@@ -122,7 +122,8 @@ class PretrainConfig:
             self.max_seq_len = self.seq_len + self.sink_tokens
         check(
             self.seq_len + self.sink_tokens <= self.max_seq_len,
-            f"--tokens {self.seq_len} plus {self.sink_tokens} sink tokens exceeds the model's maximum of {self.max_seq_len} positions",
+            f"--tokens {self.seq_len} plus {self.sink_tokens} sink tokens "
+            f"exceeds the model's maximum of {self.max_seq_len} positions",
         )
         if self.warmup is None:
             self.warmup = self.steps // 10
@@ -235,7 +236,8 @@ def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataS
         if not math.isfinite(loss_value):
             last = latest_checkpoint(out)
             raise SinklabError(
-                f"the loss is {loss_value} at step {step}; stopped. The last good checkpoint is {last or 'none'} (resume from it with a lower --lr)"
+                f"the loss is {loss_value} at step {step}; stopped. "
+                f"The last good checkpoint is {last or 'none'} (resume from it with a lower --lr)"
             )
         opt.zero_grad(set_to_none=True)
         loss.backward()

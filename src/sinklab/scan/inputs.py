@@ -112,7 +112,8 @@ def _read(path: str) -> str:
         found = False
     if not found:
         raise SinklabError(
-            f"no such text file: {path[:60]}{'...' if len(path) > 60 else ''} (--text / text= names a file; to read a string, give it as --prompt / prompt=)"
+            f"no such text file: {path[:60]}{'...' if len(path) > 60 else ''} "
+            "(--text / text= names a file; to read a string, give it as --prompt / prompt=)"
         )
     text = p.read_text(encoding="utf-8", errors="replace")
     check(text.strip() != "", f"the text file {path} holds no text (it is empty or only whitespace)")

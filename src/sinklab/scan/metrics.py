@@ -31,8 +31,9 @@ def sink_scores(received: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     Gu et al. also average row k itself; sinklab leaves it out, as the first-token mass leaves out
     query 0: a row's weight on its own token is no sink, and under ReLU attention it is unbounded
     (ReLU Bigram-Backcopy models read Sink_1^0.3 = 0.125 from row 0 alone beside a first-token mass
-    of 0.000). Where weights lie in [0, 1] (softmax, sigmoid) the two differ by at most 1 / (T - k). With k = 0 this is the first-token mass with ``min_query`` 1. The last key
-    has no later query: 0. Returns (..., T); index k is 0-indexed.
+    of 0.000). Where weights lie in [0, 1] (softmax, sigmoid) the two differ by at most 1 / (T - k).
+    With k = 0 this is the first-token mass with ``min_query`` 1. The last key has no later
+    query: 0. Returns (..., T); index k is 0-indexed.
     """
     T = received.shape[-1]
     later_queries = torch.arange(T - 1, -1, -1, dtype=received.dtype, device=received.device).clamp_min(1)

@@ -92,7 +92,10 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
 def key_figures(s: dict) -> dict:
     top = s["massive_activations"][0] if s["massive_activations"] else None
     return {
-        "input": f"{s['sequences']} x {s['tokens']} tokens ({s['inputs']['kind']}, BOS {'prepended' if s['bos_prepended'] else 'not prepended'})",
+        "input": (
+            f"{s['sequences']} x {s['tokens']} tokens "
+            f"({s['inputs']['kind']}, BOS {'prepended' if s['bos_prepended'] else 'not prepended'})"
+        ),
         "loss / ppl": f"{s['loss']:.3f} / {s['ppl']:.1f}",
         f"Sink_{s['sink_rate']['k']}^{s['sink_rate']['eps']:g}": f"{s['sink_rate']['value']:.3f}",
         "sink share >= 0.5 from layer": s["sink_start_layer"],
@@ -175,7 +178,8 @@ def _massive_activations(s: dict, data: dict):
     if hits:
         first = strings[0] if strings else []
         text = [
-            f"layer {e['layer']}, position {e['position']}, dim {e['dim']}<br>value {e['value']:.1f} in {e['sequences']} sequence(s)"
+            f"layer {e['layer']}, position {e['position']}, dim {e['dim']}"
+            f"<br>value {e['value']:.1f} in {e['sequences']} sequence(s)"
             f"<br>token (sequence 0): {html_text(first[e['position']], 30) if e['position'] < len(first) else '?'}"
             for e in hits
         ]
@@ -305,11 +309,13 @@ def _mass_and_maps(summary: dict, data: dict, uid: str) -> str:
         options = "".join(f'<option value="{i}">sequence {i}</option>' for i in range(len(shown)))
         choose = f"<label class='note'>token labels from <select id='{uid}-seq'>{options}</select></label>"
     script = html.when_laid_out(f"""
-var maps={html.script_json(maps)}, labels={html.script_json(shown)}, gd=document.getElementById('{uid}-mass'), out='{uid}-map', cur=[0,0];
+var maps={html.script_json(maps)}, labels={html.script_json(shown)},\
+ gd=document.getElementById('{uid}-mass'), out='{uid}-map', cur=[0,0];
 function draw(l,h){{cur=[l,h];var raw=atob(maps[l][h]), n=Math.round(Math.sqrt(raw.length)), z=[];
  for(var i=0;i<n;i++){{var row=[];for(var j=0;j<n;j++)row.push(raw.charCodeAt(i*n+j)/255);z.push(row);}}
  var sel=document.getElementById('{uid}-seq'), lab=labels[sel?+sel.value:0].slice(0,n), idx=lab.map(function(_,i){{return i;}});
- Plotly.react(out,[{{type:'heatmap',z:z,x:idx,y:idx,zmin:0,zmax:1,colorscale:'Viridis',customdata:z.map(function(r,i){{return r.map(function(_,j){{return [lab[i],lab[j]];}});}}),
+ Plotly.react(out,[{{type:'heatmap',z:z,x:idx,y:idx,zmin:0,zmax:1,colorscale:'Viridis',\
+customdata:z.map(function(r,i){{return r.map(function(_,j){{return [lab[i],lab[j]];}});}}),
   hovertemplate:'query %{{customdata[0]}}<br>key %{{customdata[1]}}<br>weight %{{z:.3f}}<extra></extra>'}}],
   {{title:{{text:'layer '+l+', head '+h+': mean attention over the scanned sequences'}},height:560,template:'plotly_white',
    xaxis:{{title:{{text:'key'}},tickvals:idx,ticktext:lab,tickfont:{{size:8}},constrain:'domain'}},yaxis:{{title:{{text:'query'}},autorange:'reversed',scaleanchor:'x',tickvals:idx,ticktext:lab,tickfont:{{size:8}},constrain:'domain'}},
@@ -319,7 +325,10 @@ gd.on('plotly_click',function(ev){{var p=ev.points[0];draw(p.y,p.x);}});
 var m={html.script_json(summary["first_token_mass"])}, best=[0,0];
 m.forEach(function(r,l){{r.forEach(function(v,h){{if(v>m[best[0]][best[1]])best=[l,h];}});}}); draw(best[0],best[1]);
 """)
-    note = f"<p class='note'>Maps of the first {n} of {summary['tokens']} positions at 1/255 resolution; the head with the largest first-token mass is shown first.</p>"
+    note = (
+        f"<p class='note'>Maps of the first {n} of {summary['tokens']} positions at 1/255 resolution; "
+        "the head with the largest first-token mass is shown first.</p>"
+    )
     return body + choose + detail + note + script
 
 

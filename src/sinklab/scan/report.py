@@ -51,9 +51,11 @@ def scan_headline(summary: dict) -> str:
     rate = summary["sink_rate"]
     lines = [
         f"{safe_text(summary['model'], 80)}: {summary['sequences']} x {summary['tokens']} tokens "
-        f"({summary['inputs']['kind']}, BOS {'prepended' if summary['bos_prepended'] else 'not prepended'}), loss {summary['loss']:.3f}",
+        f"({summary['inputs']['kind']}, BOS {'prepended' if summary['bos_prepended'] else 'not prepended'}), "
+        f"loss {summary['loss']:.3f}",
         f"Sink_{rate['k']}^{rate['eps']:g} = {rate['value']:.3f} (share of layer-head pairs); "
-        f"sink share >= 0.5 from layer {summary['sink_start_layer']}, first-token mass >= 0.5 from layer {summary['first_token_mass_start_layer']}",
+        f"sink share >= 0.5 from layer {summary['sink_start_layer']}, "
+        f"first-token mass >= 0.5 from layer {summary['first_token_mass_start_layer']}",
         f"massive activations: {len(summary['massive_activations'])}"
         + (
             f", largest {summary['massive_activations'][0]['value']:.1f} at layer {summary['massive_activations'][0]['layer']}, "

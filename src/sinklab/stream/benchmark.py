@@ -373,7 +373,8 @@ def check_one_pass(result: RunResult) -> None:
     verdict = result.summary["one_pass_check"]
     if verdict and not verdict["passed"]:
         raise NumericalCheckFailed(
-            f"the one-pass {verdict['policy']} scores differ from a real {verdict['policy']} cache by {verdict['max_abs_nll_difference']:.2e} nats "
+            f"the one-pass {verdict['policy']} scores differ from a real {verdict['policy']} cache "
+            f"by {verdict['max_abs_nll_difference']:.2e} nats "
             f"at position {verdict['worst_position']} (tolerance {ONE_PASS_TOLERANCE:g})"
         )
 

@@ -134,7 +134,8 @@ class SinkBook:
             return
         check(
             mask.shape[-1] == self.seen + n_new,
-            f"the attention mask has {mask.shape[-1]} columns; the sink cache needs one per token fed so far ({self.seen + n_new}), as generate keeps it",
+            f"the attention mask has {mask.shape[-1]} columns; "
+            f"the sink cache needs one per token fed so far ({self.seen + n_new}), as generate keeps it",
         )
         if self.seen == 0 or n_new > 1:
             mask = mask.cpu().bool()
@@ -142,7 +143,8 @@ class SinkBook:
             left_padded = torch.equal(mask, pads[:, None] <= torch.arange(mask.shape[-1])) and bool((pads < mask.shape[-1]).all())
             check(
                 left_padded,
-                "the sink cache takes left padding only: each row's attention mask must be zeros, then ones, with at least one one",
+                "the sink cache takes left padding only: "
+                "each row's attention mask must be zeros, then ones, with at least one one",
             )
             if self.seen == 0:
                 self.pads = pads if bool(pads.any()) else None

@@ -147,12 +147,14 @@ def _check_rope_config(config) -> None:
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
     if isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()):
         raise SinklabError(
-            f"RoPE parameters per layer type ({', '.join(rope)}) are not supported by the sink cache: it assumes one set of rotary frequencies"
+            f"RoPE parameters per layer type ({', '.join(rope)}) are not supported by the sink cache: "
+            "it assumes one set of rotary frequencies"
         )
     kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
     if kind not in STATIC_ROPE_TYPES:
         raise SinklabError(
-            f"RoPE type {kind!r} changes its frequencies with the sequence length; the sink cache supports {', '.join(STATIC_ROPE_TYPES)}"
+            f"RoPE type {kind!r} changes its frequencies with the sequence length; "
+            f"the sink cache supports {', '.join(STATIC_ROPE_TYPES)}"
         )
 
 

@@ -1,8 +1,8 @@
 """The trigger-conditional lab (Ran-Milo 2026): softmax must sink, ReLU need not.
 
 :mod:`.task` the exact task; :mod:`.config` one model's recipe; :mod:`.train` one model,
-:mod:`.ensemble` many seeds as one batched computation; :mod:`.evaluate`; :mod:`.lab` resumable grids; :mod:`.analyses` tables and the exact ReLU
-construction; :mod:`.report` figures.
+:mod:`.ensemble` many seeds as one batched computation; :mod:`.evaluate`; :mod:`.lab` resumable
+grids; :mod:`.analyses` tables and the exact ReLU construction; :mod:`.report` figures.
 """
 
 from .analyses import VARIANT_SEEDS, check_relu_construction

@@ -172,8 +172,9 @@ def check_memory(jobs: Sequence[Sequence[TriggerConfig]], parallel: int, device:
     if need > have:
         largest = max(jobs, key=lambda job: estimate_bytes(job[0], len(job)))
         raise SinklabError(
-            f"training {largest[0].key.rsplit('_seed', 1)[0]} with {len(largest)} seed(s) per job, {min(parallel, len(jobs))} job(s) "
-            f"at a time, needs about {need / 2**30:.1f} GiB (estimate), more than the {have / 2**30:.1f} GiB available; "
+            f"training {largest[0].key.rsplit('_seed', 1)[0]} with {len(largest)} seed(s) per job, "
+            f"{min(parallel, len(jobs))} job(s) at a time, needs about {need / 2**30:.1f} GiB (estimate), "
+            f"more than the {have / 2**30:.1f} GiB available; "
             "use fewer seeds or workers, or a smaller model"
         )
 
@@ -185,8 +186,8 @@ class Placement:
 
     On the 2-core CPU of BENCHMARKS.md one model's step already keeps a core busy, so an ensemble
     costs each member about what training it alone costs, and independent single-model jobs
-    balance better over the processes: eight seeds of softmax 2x2 took 1.6x longer as ensembles. On a GPU, where one tiny model leaves the device idle, the
-    ensemble is the point.
+    balance better over the processes: eight seeds of softmax 2x2 took 1.6x longer as ensembles.
+    On a GPU, where one tiny model leaves the device idle, the ensemble is the point.
     """
 
     workers: Optional[int] = None

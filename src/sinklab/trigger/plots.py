@@ -86,7 +86,10 @@ def attention_grid(run_dir: Path, runs: list[dict], layers: int, heads: int, nam
                     go.Heatmap(
                         z=z.float().numpy(),
                         coloraxis="coloraxis" if stat == "mean" else "coloraxis2",
-                        hovertemplate=f"{html_text(r['attn'])} {stat}, layer {layer}, head {head}<br>query %{{y}}, key %{{x}}: %{{z:.3f}}<extra></extra>",
+                        hovertemplate=(
+                            f"{html_text(r['attn'])} {stat}, layer {layer}, head {head}"
+                            "<br>query %{y}, key %{x}: %{z:.3f}<extra></extra>"
+                        ),
                     ),
                     row=layer * heads + head + 1,
                     col=c + 1,

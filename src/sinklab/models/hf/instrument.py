@@ -74,11 +74,13 @@ def _check_arguments(module: nn.Module, kwargs: dict, dropout: float, kernel: bo
     unknown = sorted(k for k, v in kwargs.items() if v is not None and k not in HARMLESS_ARGUMENTS | IMPLEMENTED_ARGUMENTS)
     if unknown:
         raise SinklabError(
-            f"{name} passes {', '.join(unknown)} to its attention function, which sinklab's adapter does not implement; its attention would be wrong"
+            f"{name} passes {', '.join(unknown)} to its attention function, "
+            "which sinklab's adapter does not implement; its attention would be wrong"
         )
     if dropout and module.training:
         raise SinklabError(
-            f"{name} is in training mode with attention dropout {dropout}; sinklab measures models in eval mode (call model.eval())"
+            f"{name} is in training mode with attention dropout {dropout}; "
+            "sinklab measures models in eval mode (call model.eval())"
         )
     if kernel and (
         kwargs.get("sliding_window") is not None or kwargs.get("s_aux") is not None or kwargs.get("softcap") is not None
