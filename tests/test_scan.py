@@ -274,3 +274,25 @@ def test_default_model_metrics_equal_output_attentions_and_it_sinks(default_mode
     s = summarise(record, MetricSettings(), subject, inputs.ids)
     assert s["sink_rate"]["value"] > 0.5  # a real model has strong first-token sinks
     assert s["massive_activations"] and max(abs(m["value"]) for m in s["massive_activations"]) > 1000
+
+
+def test_a_scan_of_some_layers_records_those_and_leaves_the_others_out(tiny_model_dir):
+    """``--layers``: the recorded layers' figures equal a full scan's, the others are None (not 0:
+    a reader must not take a skipped layer for one without a sink), the tables have rows only for
+    the recorded layers, and Sink_k^eps counts only recorded (layer, head) pairs. Mutations tried:
+    sink_rate dividing by every pair (NaN counted as not a sink) halves the rate; layer_rows
+    ignoring recorded_layers gives a row of None."""
+    from sinklab import load_model as load
+    from sinklab import scan_model
+
+    model = load(str(tiny_model_dir("llama")))
+    inputs = dict(random_tokens=True, tokens=16, batch=2, eps=0.05)
+    full = scan_model(model, **inputs).summary
+    some = scan_model(model, layers=[0, 2], **inputs)
+    s = some.summary
+    assert s["recorded_layers"] == [0, 2] and s["layers"] == 3
+    assert s["first_token_mass"][1] == [None] * 4 and s["first_token_mass"][0] == pytest.approx(full["first_token_mass"][0])
+    assert s["first_token_mass"][2] == pytest.approx(full["first_token_mass"][2])
+    assert list(some.frame("layers")["layer"]) == [0, 2]
+    alpha = torch.tensor(full["sink_alpha"], dtype=torch.float64)[[0, 2]]
+    assert s["sink_rate"]["value"] == pytest.approx(float((alpha > 0.05).double().mean()))
