@@ -1,0 +1,46 @@
+"""KV-cache presses that keep the sink: compress a context's cache after its prefill, on
+transformers 5 (kvpress's idea; kvpress itself needs transformers < 5.3).
+
+``with sinklab.press.applied(model, SnapKV(ratio=0.5, keep_sinks=4)): model.generate(...)``
+
+* :mod:`.base`: what a press is (``ratio``, ``keep_sinks``), the registry, how positions are kept;
+* one file per press: :mod:`.streaming_llm`, :mod:`.h2o`, :mod:`.snapkv`, :mod:`.tova`,
+  :mod:`.knorm`, :mod:`.keydiff`, :mod:`.random`, :mod:`.pyramidkv`;
+* :mod:`.applied` (the ``with`` block), :mod:`.cache` (the compressed cache layer),
+  :mod:`.attention` (the prefill's attention, summed on arrival), :mod:`.sinks` (detected sinks).
+
+A new press is one file: a frozen dataclass subclass of :class:`Press` with ``@register("name")``
+and a ``scores`` method, imported below.
+"""
+
+from .applied import Compression, Pressing, applied, compress
+from .base import DETECTED, PRESSES, LayerContext, Press, press_named, register
+from .h2o import H2O
+from .keydiff import KeyDiff
+from .knorm import Knorm
+from .pyramidkv import PyramidKV
+from .random import Random
+from .snapkv import SnapKV
+from .streaming_llm import StreamingLLM
+from .tova import TOVA
+
+__all__ = [
+    "DETECTED",
+    "H2O",
+    "PRESSES",
+    "TOVA",
+    "Compression",
+    "KeyDiff",
+    "Knorm",
+    "LayerContext",
+    "Press",
+    "Pressing",
+    "PyramidKV",
+    "Random",
+    "SnapKV",
+    "StreamingLLM",
+    "applied",
+    "compress",
+    "press_named",
+    "register",
+]

@@ -1,0 +1,178 @@
+"""``with sinklab.press.applied(model, SnapKV(ratio=0.5, keep_sinks=4)): model.generate(...)``.
+
+Within the block, the model's next prefill (a forward over several tokens into an empty cache:
+``generate``'s first step, or ``model(context_ids, use_cache=True)``) runs as usual, and its cache
+is compressed when the forward returns: each full-attention layer keeps the positions the press
+chooses (:mod:`.base`), in a :class:`~.cache.PressedLayer`. Only the context is compressed: the
+tokens after it (a question, the continuation) are added whole, as in kvpress's pipeline.
+The prefill's own output is the dense model's (its attention ran before the compression).
+
+What the press needs from the prefill's attention (H2O, SnapKV, TOVA, detected sinks) is summed
+while the prefill runs (:mod:`.attention`), never as a (T, T) matrix. Hooks live only inside the
+block; the compressed cache outlives it (the same ``model.generate`` may continue it later;
+a cache whose layers kept different numbers of keys needs the block's attention function, so it
+is continued inside the block).
+
+:attr:`Pressing.last` reports the last compression: the context's length, what each layer kept,
+the sinks protected, and the cache's bytes before and after.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator, Optional
+
+from torch import nn
+
+from ..core.errors import check
+from .attention import tallied
+from .base import DETECTED, LayerContext, Press, gathered, not_a_press
+from .cache import NARROWED_SDPA, check_unpadded, full_attention_layers, pressed_layer_class, register_narrowed_sdpa
+from .sinks import detected_sinks
+
+
+@dataclass
+class Compression:
+    """What one press did to one context: ``length`` (tokens compressed), ``positions`` (per
+    compressed layer, the (B, Hkv, K) positions each KV head kept, ascending), ``sinks`` (the
+    positions protected), and the cache's bytes before and after (every layer's keys and values,
+    sliding-window layers included, which a press leaves as they are)."""
+
+    length: int
+    positions: dict = field(default_factory=dict)
+    sinks: list = field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    @property
+    def layers(self) -> list[int]:
+        """The layers compressed (the full-attention ones)."""
+        return list(self.positions)
+
+    @property
+    def kept(self) -> dict[int, int]:
+        """Keys each KV head kept, per compressed layer."""
+        return {layer: positions.shape[-1] for layer, positions in self.positions.items()}
+
+    @property
+    def kept_fraction(self) -> float:
+        return sum(self.kept.values()) / (len(self.kept) * self.length)
+
+
+class Pressing:
+    """The state of an :func:`applied` block: the press, the model, and the last compression."""
+
+    def __init__(self, model: nn.Module, press: Press) -> None:
+        self.model, self.press = model, press
+        self.last: Optional[Compression] = None
+        self._prefill: Optional[ExitStack] = None
+        self._tally = None
+
+    # -- hooks on the model's forward --------------------------------------------------------
+
+    def before(self, module, args, kwargs) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if ids is None or ids.shape[-1] < 2 or (cache is not None and cache.get_seq_length() > 0):
+            return  # a decode step, or tokens after the context: not compressed
+        check(
+            kwargs.get("use_cache", True) is not False,
+            "a press compresses the prefill's cache: call the model with use_cache=True",
+        )
+        check_unpadded(kwargs.get("attention_mask"))
+        wants = self.press.recording
+        if wants:
+            self._prefill = ExitStack()
+            self._tally = self._prefill.enter_context(
+                tallied(self.model, ids.shape[-1], "received" in wants, self.press.window_rows)
+            )
+        else:
+            self._prefill = ExitStack()
+
+    def after(self, module, args, kwargs, output) -> None:
+        if self._prefill is None:
+            return
+        tally, self._tally = self._tally, None
+        self._prefill.close()
+        self._prefill = None
+        cache = getattr(output, "cache", None)
+        check(cache is not None, "the prefill returned no cache to compress (call the model with use_cache=True)")
+        self.last = compress(cache, self.press, tally)
+
+    def close(self) -> None:
+        if self._prefill is not None:
+            self._prefill.close()
+            self._prefill = None
+
+
+def compress(cache, press: Press, tally=None) -> Compression:
+    """Compress every full-attention layer of ``cache`` (just filled by a prefill) with ``press``,
+    from the prefill's attention ``tally`` when the press needs it."""
+    from ..stream.caches import cache_bytes
+
+    layers = full_attention_layers(cache)
+    length = cache.layers[layers[0]].keys.shape[-2]
+    report = Compression(length, bytes_before=cache_bytes(cache))
+    if press.ratio == 0:  # every key kept: the cache only learns to count positions
+        report.sinks = []
+    elif press.keep_sinks == DETECTED:
+        report.sinks = detected_sinks(tally.received)
+    elif press.keep_sinks:
+        report.sinks = list(range(min(press.keep_sinks, length)))
+    group: list = []
+    layer_class = pressed_layer_class()
+    n_layers = len(cache.layers)
+    for index in layers:
+        layer = cache.layers[index]
+        context = LayerContext(
+            layer.keys, layer.values, index, n_layers,
+            received=tally.received.get(index) if tally is not None else None,
+            window=tally.window.get(index) if tally is not None else None,
+            window_rows=press.window_rows,
+        )  # fmt: skip
+        positions = press.keep(context, report.sinks)
+        cache.layers[index] = layer_class(gathered(layer.keys, positions), gathered(layer.values, positions), length, group)
+        report.positions[index] = positions.cpu()
+    report.bytes_after = cache_bytes(cache)
+    return report
+
+
+@contextmanager
+def applied(model: nn.Module, press: Press) -> Iterator[Pressing]:
+    """Compress the cache of the model's next prefill(s) inside the block with ``press``; yields the
+    :class:`Pressing`, whose ``last`` describes the last compression. Nothing stays on the model
+    after the block (its hooks and attention implementation are restored, also on error)."""
+    from ..models.hf.support import check_causal
+
+    if not isinstance(press, Press):
+        raise not_a_press(press)
+    check(
+        isinstance(model, nn.Module) and hasattr(model, "config"),
+        f"expected a transformers causal LM, got {type(model).__name__}",
+    )
+    check_causal(model)
+    state = Pressing(model, press)
+    previous = model.config._attn_implementation
+    per_layer = press.per_layer_budgets
+    if per_layer:
+        check(
+            previous == "sdpa",
+            f"{press.name} keeps a different number of keys per layer, which sinklab's cache supports under the sdpa attention "
+            f"only; this model uses {previous!r} (load it with attn_implementation='sdpa')",
+        )
+        register_narrowed_sdpa()
+    handles = [
+        model.register_forward_pre_hook(state.before, with_kwargs=True),
+        model.register_forward_hook(state.after, with_kwargs=True),
+    ]
+    try:
+        if per_layer:
+            model.set_attn_implementation(NARROWED_SDPA)
+        yield state
+    finally:
+        for handle in handles:
+            handle.remove()
+        state.close()
+        if per_layer:
+            model.set_attn_implementation(previous)

@@ -1,0 +1,174 @@
+"""What a press is: a rule that scores every cached key of a context and keeps the best.
+
+A press (kvpress's word) compresses a context's KV cache once, after its prefill: each
+full-attention layer keeps ``budget`` of the context's ``T`` keys per KV head, the ones its
+:meth:`Press.scores` ranks highest, and drops the rest from the cache tensors (the bytes go, no
+mask hides them). ``ratio`` is the fraction of the context removed, as in kvpress
+(``compression_ratio``): the budget is ``max(1, int(T * (1 - ratio)))``.
+
+``keep_sinks`` protects sink tokens inside that budget (the sinks come out of the budget, not on
+top of it): ``0`` protects nothing (the press keeps a sink only when its score ranks it high),
+``N`` the first N tokens, ``"detected"`` the tokens that received far more attention than the
+others on the prompt itself (:mod:`.sinks`, which names the positions it found). Windows a press
+always keeps (SnapKV's last queries, TOVA's last token) also come out of the budget, after the
+sinks.
+
+A new press is one file in this package: a dataclass subclass of :class:`Press` decorated with
+``@register("name")`` that implements :meth:`Press.scores` from a :class:`LayerContext` (the
+layer's keys and values, and, when the press declares it ``needs`` them, the attention the
+prefill's queries paid each key: :mod:`.attention`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Callable, ClassVar, Optional, Union
+
+import torch
+
+from ..core.errors import SinklabError, check
+
+KeepSinks = Union[int, str]
+DETECTED = "detected"
+#: What a press may ask the prefill to record per layer (:mod:`.attention`): every query's
+#: attention summed per key ("received"), and the last queries' ("window").
+NEEDS = ("received", "window")
+
+#: press name -> class, in the order they registered (``sinklab compress --press NAME``).
+PRESSES: dict[str, type["Press"]] = {}
+
+
+def register(name: str) -> Callable[[type["Press"]], type["Press"]]:
+    """Class decorator: make a press known by ``name``."""
+
+    def add(cls: type["Press"]) -> type["Press"]:
+        if name in PRESSES:
+            raise ValueError(f"press {name!r} is registered twice")
+        cls.name = name
+        PRESSES[name] = cls
+        return cls
+
+    return add
+
+
+def press_named(name: str, **settings) -> "Press":
+    """The press registered as ``name`` with ``settings`` (ratio, keep_sinks, its own fields)."""
+    check(name in PRESSES, f"unknown press {name!r}; choose from: {', '.join(PRESSES)}")
+    return PRESSES[name](**settings)
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """What a press scores one layer from. ``keys``/``values``: (B, Hkv, T, D) as cached (keys after
+    RoPE); ``layer``/``n_layers``: where it is; ``received``: (B, Hq, T) the attention each key got,
+    summed over every query of the prefill; ``window``: (B, Hq, T) the same summed over the last
+    ``window_rows`` queries only (each None unless the press ``needs`` it)."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    layer: int
+    n_layers: int
+    received: Optional[torch.Tensor] = None
+    window: Optional[torch.Tensor] = None
+    window_rows: int = 0
+
+    @property
+    def length(self) -> int:
+        return self.keys.shape[-2]
+
+    def per_kv_head(self, attention: torch.Tensor) -> torch.Tensor:
+        """(B, Hq, T) -> (B, Hkv, T): the mean over each KV head's group of query heads (GQA), as
+        kvpress averages them (a kept key serves every query head of its group)."""
+        batch, heads, length = attention.shape
+        groups = heads // self.keys.shape[1]
+        return attention.view(batch, heads // groups, groups, length).mean(2)
+
+
+@dataclass(frozen=True)
+class Press:
+    """A compression rule. ``ratio``: the fraction of the context's keys removed, in [0, 1) (0
+    keeps every key: the dense cache); ``keep_sinks``: 0, N (the first N tokens) or "detected"."""
+
+    ratio: float = 0.0
+    keep_sinks: KeepSinks = 0
+
+    name: ClassVar[str] = ""
+    #: What the prefill must record for :meth:`scores` (from :data:`NEEDS`).
+    needs: ClassVar[frozenset] = frozenset()
+    #: Whether layers keep different numbers of keys (:meth:`budget` depends on the layer).
+    per_layer_budgets: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        check(0.0 <= self.ratio < 1.0, f"a press's ratio is the fraction of the context removed, in [0, 1); got {self.ratio}")
+        sinks = self.keep_sinks
+        valid = sinks == DETECTED or (isinstance(sinks, int) and not isinstance(sinks, bool) and sinks >= 0)
+        check(valid, f"keep_sinks must be 0, a number of first tokens N, or 'detected'; got {sinks!r}")
+
+    # -- what a subclass defines ---------------------------------------------------------------
+
+    def scores(self, context: LayerContext) -> torch.Tensor:
+        """(B, Hkv, T) float: how much each key is worth keeping (higher is kept)."""
+        raise NotImplementedError
+
+    def budget(self, length: int, layer: int, n_layers: int) -> int:
+        """Keys a layer keeps per KV head out of a context of ``length`` (kvpress's
+        ``compute_n_kept``; a press with per-layer budgets overrides it)."""
+        return max(1, int(length * (1 - self.ratio)))
+
+    def always_kept(self, length: int, budget: int) -> range:
+        """Positions the press keeps whatever their score (its own window), inside the budget."""
+        return range(0)
+
+    # -- derived -------------------------------------------------------------------------------
+
+    def keep(self, context: LayerContext, sinks: list[int]) -> torch.Tensor:
+        """(B, Hkv, budget) the positions this layer keeps, ascending: ``sinks`` first, then the
+        press's own window, then its best scores."""
+        budget = self.budget(context.length, context.layer, context.n_layers)
+        if budget >= context.length:  # nothing to drop (ratio 0): no score needed
+            return torch.arange(context.length, device=context.keys.device).expand(*context.keys.shape[:2], -1)
+        return kept_positions(self.scores(context), budget, sinks, self.always_kept(context.length, budget))
+
+    @property
+    def recording(self) -> frozenset:
+        """What the prefill records: the press's needs, plus every query's attention when the
+        sinks are detected from it; nothing at ratio 0 (every key is kept, and the prefill runs
+        exactly as without a press)."""
+        if self.ratio == 0:
+            return frozenset()
+        return self.needs | ({"received"} if self.keep_sinks == DETECTED else frozenset())
+
+    @property
+    def window_rows(self) -> int:
+        """The last queries whose attention the press reads ("window" in :attr:`needs`)."""
+        return 0
+
+    def settings(self) -> dict:
+        """The press as a config records it: its name and every field."""
+        return {"press": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    def label(self) -> str:
+        sinks = {0: "no sink kept", DETECTED: "detected sinks kept"}.get(self.keep_sinks, f"first {self.keep_sinks} kept")
+        return f"{self.name} (ratio {self.ratio:g}, {sinks})"
+
+
+def kept_positions(scores: torch.Tensor, budget: int, protected: list[int], windows: range) -> torch.Tensor:
+    """(B, Hkv, budget) positions to keep (budget below T), ascending: the ``protected`` sinks
+    first, then the press's ``windows``, then the best scores. A budget smaller than the protected
+    positions keeps the earliest of them."""
+    check(not torch.isnan(scores).any(), "a press scored a key NaN: its inputs hold NaN (the model's cache is broken)")
+    ranked = scores.float().clamp(max=torch.finfo(torch.float32).max / 2)  # a copy, below the forced
+    forced = [*protected, *(p for p in windows if p not in protected)][:budget]
+    if forced:  # at most ``budget`` of them, all above every score: all kept
+        ranked[..., forced] = torch.finfo(ranked.dtype).max
+    return ranked.topk(budget, dim=-1).indices.sort(dim=-1).values
+
+
+def gathered(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """(B, Hkv, T, D) states at (B, Hkv, K) positions -> (B, Hkv, K, D), a new contiguous tensor
+    (the dropped positions' memory is freed with the old one)."""
+    return states.gather(2, positions[..., None].expand(*positions.shape, states.shape[-1])).contiguous()
+
+
+def not_a_press(value) -> SinklabError:
+    return SinklabError(f"expected a sinklab press (e.g. SnapKV(ratio=0.5, keep_sinks=4)), got {type(value).__name__}")

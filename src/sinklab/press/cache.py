@@ -1,0 +1,121 @@
+"""A compressed cache layer: the kept keys at their original positions, the new tokens after them.
+
+After a press, a layer holds ``K`` of the context's ``C`` keys. :class:`PressedLayer` stores
+exactly those (the tensors shrink) and keeps counting the tokens it has been fed, so:
+
+* positions continue at the true position: ``get_seq_length()`` answers the tokens seen (C, then
+  C + n), which is where transformers places the next token when no ``position_ids`` are given,
+  and how ``generate`` tells which tokens of a conversation the cache has not seen; the kept keys
+  keep the rotation of their original positions;
+* the attention mask numbers the kept keys as the columns right before the new tokens
+  (``get_mask_sizes``), so every new token sees every kept key and the new tokens before it. A
+  left-padded batch would put its padding on the wrong kept columns: :func:`compressed` refuses it.
+
+Layers may keep different numbers of keys (PyramidKV). transformers builds one mask per forward
+from one layer's sizes, so every pressed layer reports the widest layer's size, and the attention
+function (:data:`NARROWED_SDPA`) cuts each layer's mask to its own keys: the last columns, which
+hold the new tokens and the kept keys nearest to them, all of them visible.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.errors import SinklabError, check
+
+NARROWED_SDPA = "sinklab_pressed_sdpa"
+
+
+def pressed_layer_class():
+    """:class:`PressedLayer`, built once transformers is imported (it subclasses DynamicLayer)."""
+    global PressedLayer
+    if PressedLayer is None:
+        PressedLayer = _define()
+    return PressedLayer
+
+
+PressedLayer = None
+
+
+def _define():
+    from transformers.cache_utils import DynamicLayer
+
+    class PressedLayer(DynamicLayer):
+        """A full-attention cache layer after a press: ``keys``/``values`` hold only the kept
+        positions; ``seen`` counts every token fed; ``group`` is the list of the cache's pressed
+        layers, whose widest sets the mask's size."""
+
+        is_croppable = False  # cropping n tokens would cut kept context keys once fewer were fed
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, seen: int, group: list) -> None:
+            super().__init__()
+            self.lazy_initialization(keys, values)
+            self.keys, self.values, self.seen, self.group = keys, values, seen, group
+            group.append(self)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            self.seen += key_states.shape[-2]
+            return super().update(key_states, value_states, *args, **kwargs)
+
+        def stored(self) -> int:
+            return self.keys.shape[-2]
+
+        def get_seq_length(self) -> int:
+            return self.seen
+
+        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+            width = max(layer.stored() for layer in self.group)
+            return width + query_length, self.seen - width
+
+    return PressedLayer
+
+
+def narrowed_attention(module, query, key, value, attention_mask, **kwargs):
+    """transformers' SDPA attention with the mask cut to this layer's keys (see the module's
+    docstring): a layer that kept fewer keys than the widest sees the mask's last columns."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    if attention_mask is not None and attention_mask.shape[-1] > key.shape[-2]:
+        attention_mask = attention_mask[..., -key.shape[-2] :]
+    return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, **kwargs)
+
+
+def register_narrowed_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(NARROWED_SDPA, narrowed_attention)
+    AttentionMaskInterface.register(NARROWED_SDPA, sdpa_mask)
+
+
+def check_unpadded(attention_mask) -> None:
+    """Refuse a padded batch: its padding would land on the wrong kept columns after a press."""
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise SinklabError(
+            "a press compresses unpadded contexts only: this batch is padded (its attention_mask has zeros), and after "
+            "compression the padding would mask the wrong keys; compress one context at a time or contexts of equal length"
+        )
+
+
+def full_attention_layers(cache) -> list[int]:
+    """The cache's layers a press compresses: every full-attention layer. Sliding-window layers are
+    left as they are (they already hold at most their window); any other kind of layer is refused."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    chosen = []
+    for index, layer in enumerate(cache.layers):
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            continue
+        check(
+            type(layer) is DynamicLayer,
+            f"a press compresses a dynamic cache; layer {index} of this cache is a {type(layer).__name__} "
+            "(use the default cache, or a press's own)",
+        )
+        chosen.append(index)
+    window = getattr(cache.layers[0], "sliding_window", None)
+    check(
+        chosen,
+        f"every layer of this model attends through a sliding window ({window} tokens), which bounds its cache "
+        "already; sinklab's presses compress full-attention layers only",
+    )
+    return chosen
