@@ -1,10 +1,11 @@
 """sinklab: a toolkit for studying attention sinks in transformers.
 
 In a notebook, on a model you loaded (or ``sinklab.load_model()``, the built-in default):
-``sinklab.scan_model(model, tokenizer)``, ``scan_models``, ``intervene_model``, ``stream_model``
-and ``adapt_model`` return a :class:`RunResult` (``.summary``, ``.data``, ``.frame()``,
+``sinklab.scan_model(model, tokenizer)``, ``scan_models``, ``intervene_model``, ``stream_model``,
+``adapt_model`` and ``compress_model`` return a :class:`RunResult` (``.summary``, ``.data``, ``.frame()``,
 ``.figures()``, ``.page()``); ``sinklab.load_result(run_dir)`` reads any finished run back;
-``sinklab.intervene.applied`` puts interventions around your own forward or ``generate``.
+``sinklab.intervene.applied`` puts interventions, and ``sinklab.press.applied`` a KV-cache press,
+around your own forward or ``generate``.
 Names are imported on first use, so ``import sinklab`` stays light; ``dir(sinklab)`` lists them.
 """
 
@@ -16,6 +17,7 @@ _EXPORTS = {
     "intervene_model": ("api", "intervene_model"),
     "stream_model": ("api", "stream_model"),
     "adapt_model": ("api", "adapt_model"),
+    "compress_model": ("api", "compress_model"),
     "load_result": ("api", "load_result"),
     "load_model": ("models.hf", "load_model"),
     "default_gguf_path": ("models.hf", "default_gguf_path"),
@@ -27,7 +29,7 @@ _EXPORTS = {
     "NumericalCheckFailed": ("core.errors", "NumericalCheckFailed"),
 }
 #: The capabilities' packages, imported on first use (``sinklab.intervene.applied`` after ``import sinklab``).
-_SUBPACKAGES = ("scan", "intervene", "stream", "adapt", "pretrain", "trigger", "core", "models")
+_SUBPACKAGES = ("scan", "intervene", "stream", "adapt", "press", "compress", "pretrain", "trigger", "core", "models")
 __all__ = sorted(_EXPORTS)
 
 

@@ -18,6 +18,7 @@ import warnings
 from typing import Any, Optional, Sequence
 
 from .adapt import ADAPT, PrefixConfig
+from .compress import COMPRESS, CompressConfig
 from .core import configs, pipeline
 from .core.results import Capability, RunResult, load_result
 from .intervene import INTERVENE, InterveneConfig
@@ -26,7 +27,16 @@ from .models.subjects import Subject
 from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
 from .stream import STREAM, StreamConfig
 
-__all__ = ["adapt_model", "intervene_model", "load_model", "load_result", "scan_model", "scan_models", "stream_model"]
+__all__ = [
+    "adapt_model",
+    "compress_model",
+    "intervene_model",
+    "load_model",
+    "load_result",
+    "scan_model",
+    "scan_models",
+    "stream_model",
+]
 
 #: Old spellings the notebook functions still take (old name -> name).
 ALIASES = {"max_tokens": "tokens"}
@@ -144,6 +154,19 @@ def adapt_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: 
     return _run(ADAPT, model, tokenizer, settings, out, overwrite, "adapt_model")
 
 
+def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
+    """The keep-sink table of KV-cache presses (``sinklab compress``): every press of
+    ``presses`` at every ratio (the fraction of the context's keys removed) with each
+    ``keep_sinks`` setting, judged by the perplexity of the text after a compressed context and by
+    passkey retrieval, against the full cache. ``.frame()``: one row per (press, ratio,
+    keep_sinks, context) with ``ppl_<text>``, ``ppl_ratio_<text>`` (1: no loss),
+    ``passkey_accuracy`` (in [0, 1]), ``key_logprob`` (nats), ``kept_fraction`` and
+    ``bytes_ratio``; ``.frame("sink_effect")``: keeping sinks against none, paired. To compress
+    your own ``generate``: :func:`sinklab.press.applied`. Settings:
+    """
+    return _run(COMPRESS, model, tokenizer, settings, out, overwrite, "compress_model")
+
+
 def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequence[str]) -> None:
     """Give ``fn`` the signature and settings list of ``cls`` (``help()`` and tab completion)."""
     trailing = [
@@ -165,4 +188,5 @@ _document(
 )
 _document(stream_model, StreamConfig, _MODEL, LOADING)
 _document(adapt_model, PrefixConfig, _MODEL, LOADING)
+_document(compress_model, CompressConfig, _MODEL, LOADING)
 _document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], ("model",))

@@ -13,7 +13,8 @@ A new press is one file: a frozen dataclass subclass of :class:`Press` with ``@r
 and a ``scores`` method, imported below.
 """
 
-from .applied import Compression, Pressing, applied, compress
+from .applied import Compression, Pressing, applied, attention_for, compress
+from .cache import branch
 from .base import DETECTED, PRESSES, LayerContext, Press, press_named, register
 from .h2o import H2O
 from .keydiff import KeyDiff
@@ -40,6 +41,8 @@ __all__ = [
     "SnapKV",
     "StreamingLLM",
     "applied",
+    "attention_for",
+    "branch",
     "compress",
     "press_named",
     "register",

@@ -153,26 +153,35 @@ def applied(model: nn.Module, press: Press) -> Iterator[Pressing]:
     )
     check_causal(model)
     state = Pressing(model, press)
+    with attention_for(model, press):
+        handles = [
+            model.register_forward_pre_hook(state.before, with_kwargs=True),
+            model.register_forward_hook(state.after, with_kwargs=True),
+        ]
+        try:
+            yield state
+        finally:
+            for handle in handles:
+                handle.remove()
+            state.close()
+
+
+@contextmanager
+def attention_for(model: nn.Module, press: Press) -> Iterator[None]:
+    """Within the block the model attends as a cache compressed by ``press`` needs: unchanged,
+    except that per-layer budgets need each layer's mask cut to its keys (:mod:`.cache`)."""
+    if not press.per_layer_budgets:
+        yield
+        return
     previous = model.config._attn_implementation
-    per_layer = press.per_layer_budgets
-    if per_layer:
-        check(
-            previous == "sdpa",
-            f"{press.name} keeps a different number of keys per layer, which sinklab's cache supports under the sdpa attention "
-            f"only; this model uses {previous!r} (load it with attn_implementation='sdpa')",
-        )
-        register_narrowed_sdpa()
-    handles = [
-        model.register_forward_pre_hook(state.before, with_kwargs=True),
-        model.register_forward_hook(state.after, with_kwargs=True),
-    ]
+    check(
+        previous == "sdpa",
+        f"{press.name} keeps a different number of keys per layer, which sinklab's cache supports under the sdpa attention "
+        f"only; this model uses {previous!r} (load it with attn_implementation='sdpa')",
+    )
+    register_narrowed_sdpa()
+    model.set_attn_implementation(NARROWED_SDPA)
     try:
-        if per_layer:
-            model.set_attn_implementation(NARROWED_SDPA)
-        yield state
+        yield
     finally:
-        for handle in handles:
-            handle.remove()
-        state.close()
-        if per_layer:
-            model.set_attn_implementation(previous)
+        model.set_attn_implementation(previous)

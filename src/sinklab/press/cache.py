@@ -70,6 +70,20 @@ def _define():
     return PressedLayer
 
 
+def branch(cache):
+    """A copy of ``cache`` that a forward may extend without changing ``cache`` (the tensors are
+    shared until a forward concatenates new ones; a pressed layer's count and group are its own):
+    several continuations of one compressed context."""
+    import copy
+
+    twin = copy.copy(cache)
+    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    group = [layer for layer in twin.layers if hasattr(layer, "group")]
+    for layer in group:
+        layer.group = group
+    return twin
+
+
 def narrowed_attention(module, query, key, value, attention_mask, **kwargs):
     """transformers' SDPA attention with the mask cut to this layer's keys (see the module's
     docstring): a layer that kept fewer keys than the widest sees the mask's last columns."""

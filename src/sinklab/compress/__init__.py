@@ -1,0 +1,8 @@
+"""``sinklab compress``: what KV-cache presses (:mod:`sinklab.press`) cost in perplexity and
+passkey retrieval, with and without the sink kept: :mod:`.tasks` (the inputs), :mod:`.evaluate`
+(a press's row from one prefill per input), :mod:`.run` (the capability), :mod:`.frame` and
+:mod:`.plots` (its tables, figures and page)."""
+
+from .run import COMPRESS, CompressConfig
+
+__all__ = ["COMPRESS", "CompressConfig"]

@@ -1,0 +1,104 @@
+"""What a compressed cache is judged by, built offline: a context and what follows it.
+
+* ``ppl``: ``C`` tokens of a text (the default corpus, and the outside-corpus text ``adapt``
+  uses), then the next :data:`CONTINUATION` tokens teacher-forced through the compressed cache;
+  their perplexity against the full cache's.
+* ``passkey``: the Landmark-attention retrieval prompt (Mohtashami and Jaggi 2023; its
+  ``run_test.py`` strings): a task description, repeated filler sentences with "The pass key is
+  NNNNN. Remember it. NNNNN is the pass key." at a fixed depth, then the question "What is the
+  pass key? The pass key is". The context (everything before the question) is compressed; the
+  question and the answer are not. Departures: fixed depths (10, 50, 90 % of the filler) instead
+  of random ones, 5-digit keys (the original draws 1 to 50,000), and lengths counted in tokens.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..core.errors import check
+from ..stream.benchmark import stream_tokens
+
+CONTINUATION = 256
+TASKS = ("ppl", "passkey")
+DEPTHS = (0.1, 0.5, 0.9)
+
+TASK_DESCRIPTION = (
+    "There is an important info hidden inside a lot of irrelevant text. Find it and memorize them. "
+    "I will quiz you about the important information there."
+)
+FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
+QUESTION = "What is the pass key? The pass key is"
+ANSWER_TOKENS = 8  # greedy tokens read for the answer's first integer
+
+
+@dataclass(frozen=True)
+class TextWindow:
+    """A ``ppl`` input: ``ids`` (1, C + CONTINUATION + 1): the context, then what is scored."""
+
+    text: str
+    ids: torch.Tensor
+
+    @property
+    def context(self) -> torch.Tensor:
+        return self.ids[:, : -CONTINUATION - 1]
+
+    @property
+    def continuation(self) -> torch.Tensor:
+        return self.ids[:, -CONTINUATION - 1 :]
+
+
+@dataclass(frozen=True)
+class Passkey:
+    """A ``passkey`` input: the ``context`` ids (1, about C), the ``question`` ids (1, Q), the
+    ``key`` and where it sits (``depth``, a fraction of the filler)."""
+
+    context: torch.Tensor
+    question: torch.Tensor
+    key: int
+    depth: float
+
+
+def text_window(tokenizer, corpus: str, length: int, bos: str) -> TextWindow:
+    """The first ``length`` tokens of ``corpus`` (after BOS unless ``bos`` is no) and the tokens after them."""
+    return TextWindow(corpus, stream_tokens(tokenizer, corpus, length + CONTINUATION + 1, bos)[None])
+
+
+def _ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def passkey_prompts(tokenizer, length: int, keys_per_depth: int, seed: int, bos: str) -> list[Passkey]:
+    """``keys_per_depth`` prompts at each depth of :data:`DEPTHS`, their contexts ``length``
+    tokens long give or take one filler sentence; keys drawn from ``seed``."""
+    lead = [tokenizer.bos_token_id] if bos != "no" and tokenizer.bos_token_id is not None else []
+    head = lead + _ids(tokenizer, TASK_DESCRIPTION + "\n")
+    filler = _ids(tokenizer, " " + FILLER)
+    question = torch.tensor([_ids(tokenizer, "\n" + QUESTION)])
+    draw = random.Random(seed)
+    prompts = []
+    for depth in DEPTHS:
+        for _ in range(keys_per_depth):
+            key = draw.randint(10000, 99999)
+            needle = _ids(tokenizer, f"\nThe pass key is {key}. Remember it. {key} is the pass key.\n")
+            repeats = max(2, (length - len(head) - len(needle)) // len(filler))
+            before = round(repeats * depth)
+            ids = head + filler * before + needle + filler * (repeats - before)
+            prompts.append(Passkey(torch.tensor([ids]), question, key, depth))
+    check(prompts[0].context.shape[-1] <= length + len(filler), "the passkey template is longer than the context asked for")
+    return prompts
+
+
+def first_integer(text: str) -> Optional[int]:
+    """The answer a model gave: the first integer in its text (None: it gave none)."""
+    found = re.search(r"\d+", text)
+    return int(found.group()) if found else None
+
+
+def key_ids(tokenizer, key: int) -> torch.Tensor:
+    """The true answer's tokens after the question, as the model would write them (" NNNNN")."""
+    return torch.tensor([_ids(tokenizer, f" {key}")])
