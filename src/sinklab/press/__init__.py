@@ -14,8 +14,8 @@ and a ``scores`` method, imported below.
 """
 
 from .applied import Compression, Pressing, applied, attention_for, compress
-from .cache import branch
 from .base import DETECTED, PRESSES, LayerContext, Press, press_named, register
+from .cache import branch
 from .h2o import H2O
 from .keydiff import KeyDiff
 from .knorm import Knorm
