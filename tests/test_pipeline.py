@@ -141,6 +141,78 @@ def test_out_of_another_configuration_is_refused_by_the_notebook_as_by_the_comma
     assert not sinklab.scan_model(loaded, prompt=PROMPT, tokens=20, batch=2, out=out, overwrite=True).reused
 
 
+@pytest.fixture
+def tiny_default(folder, monkeypatch):
+    """The built-in default model, as ``sinklab.load_model()`` and a command without MODEL load it,
+    played by the tiny folder, with a Hub commit in its config as a Hub model has."""
+    from sinklab.models.hf import loading
+
+    def load(path, name, source, placement):
+        loaded = loading._from_pretrained(folder, name, source, False, placement, local_only=True)
+        loaded.model.config._commit_hash = "0123abcd"
+        return loaded
+
+    monkeypatch.setattr(loading, "default_gguf_path", lambda: Path(folder) / "model.gguf")
+    monkeypatch.setattr(loading, "_load_gguf", load)
+
+
+@pytest.mark.parametrize("first", ["command", "notebook"])
+def test_one_run_is_recognised_from_either_face(first, tiny_default, tmp_path, capsys):
+    """``sinklab scan --out X`` (the default model) and ``scan_model(sinklab.load_model(), out=X)``
+    are one configuration, whichever ran first: the second reads the first back. Mutation tried:
+    api._run recording the model object's facts again (its name where the command records null
+    for the default, its Hub commit where the command records the revision asked, None): refused
+    as "another configuration" in both orders."""
+    out = tmp_path / "run"
+    argv = ["scan", "--prompt", PROMPT, "--tokens", "24", "--batch", "2", "--out", str(out), "--quiet"]
+
+    def notebook():
+        return sinklab.scan_model(sinklab.load_model(), prompt=PROMPT, tokens=24, batch=2, out=out)
+
+    if first == "command":
+        assert cli.main(argv) == 0
+        with pytest.warns(UserWarning, match="already holds this run, finished"):
+            assert notebook().reused
+    else:
+        assert not notebook().reused
+        capsys.readouterr()
+        assert cli.main(argv) == 0
+        assert "holds this run, finished" in capsys.readouterr().out
+
+
+def test_a_comparison_by_name_is_recognised_from_either_face(folder, tmp_path):
+    """``sinklab scan A B --out X`` then ``sinklab.scan_models([A, B], out=X)``: one configuration,
+    read back. Mutations tried: scan_models leaving the load options unresolved (``device: auto``
+    where the command records ``cpu``), and its scan settings naming no model where the command's
+    name the first: each refused as another configuration."""
+    out = tmp_path / "cmp"
+    argv = ["scan", folder, folder, "--prompt", PROMPT, "--tokens", "24", "--batch", "2", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 0
+    with pytest.warns(UserWarning, match="already holds this run, finished"):
+        assert sinklab.scan_models([folder, folder], prompt=PROMPT, tokens=24, batch=2, out=out).reused
+
+
+def test_a_model_object_on_the_first_gpu_is_the_command_lines_device_auto(folder, tmp_path, monkeypatch):
+    """A model loaded without sinklab and sitting on ``cuda:0`` is recorded as ``--device auto``
+    records the first GPU (``cuda``), so the command's run is read back (a GPU is played by the
+    facts the model reports and the device the command's config.json records there). Mutation
+    tried: the facts' device recorded as it is (``cuda:0``): refused as another configuration."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sinklab.models.subjects import HFSubject
+
+    out = tmp_path / "run"
+    assert cli.main(["scan", folder, "--prompt", PROMPT, "--tokens", "24", "--batch", "2", "--out", str(out), "--quiet"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    config["load"]["device"] = "cuda"  # what --device auto records on a machine with a GPU
+    (out / "config.json").write_text(json.dumps(config))
+    facts = HFSubject.facts
+    monkeypatch.setattr(HFSubject, "facts", lambda self: {**facts(self), "device": "cuda:0"})
+    model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    with pytest.warns(UserWarning, match="already holds this run, finished"):
+        assert sinklab.scan_model(model, tokenizer, prompt=PROMPT, tokens=24, batch=2, out=out).reused
+
+
 def test_a_failed_check_in_the_notebook_marks_the_run_failed(loaded, prompt_file, tmp_path, monkeypatch, capsys):
     """A stream whose one-pass check fails raises NumericalCheckFailed in the notebook too, its
     results kept and run.json marked, so the command runs it again instead of calling it finished.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import os
 import warnings
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from .adapt import ADAPT, PrefixConfig
@@ -22,7 +23,7 @@ from .compress import COMPRESS, CompressConfig
 from .core import configs, pipeline
 from .core.results import Capability, RunResult, load_result
 from .intervene import INTERVENE, InterveneConfig
-from .models.hf import load_model
+from .models.hf import device_name, load_model, resolved_config
 from .models.subjects import Subject
 from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
 from .stream import STREAM, StreamConfig
@@ -57,14 +58,22 @@ def _run(
     """Build the configuration from the keyword arguments, hand the model over, run the pipeline."""
     cfg = configs.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
     subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
-    facts = (
-        subject.facts()
-    )  # the config records which model ran, where and in which dtype, as the command line's resolved options do
-    ran = {"model": subject.name, "device": facts["device"], "dtype": facts["dtype"], "revision": facts["revision"]}
-    cfg = configs.build(capability.config, {**configs.flat(cfg), **ran})
+    cfg = configs.build(capability.config, {**configs.flat(cfg), **recorded_model(subject)})
     result = pipeline.run(capability, cfg, subject, out=out, overwrite=overwrite)
     _warn_if_reused(result)
     return result
+
+
+def recorded_model(subject: Subject) -> dict:
+    """Which model a config records, and how it was loaded, as the command line records the same
+    model (so that a run is recognised from either face): what :func:`sinklab.load_model` was asked
+    (the model as named, the load options resolved here) for what it returned; for another model
+    object, its name, its device as the command line names it, its dtype and its Hub commit."""
+    request = getattr(getattr(subject, "loaded", None), "request", None)
+    if request is not None:
+        return dict(request)
+    facts = subject.facts()
+    return {"model": subject.name, "device": device_name(facts["device"]), "dtype": facts["dtype"], "revision": facts["revision"]}
 
 
 def _warn_if_reused(result: RunResult) -> None:
@@ -107,12 +116,13 @@ def scan_models(models, *, out: Optional[str] = None, overwrite: bool = False, l
             if model is None or isinstance(model, (str, os.PathLike))
             else subject_of(*(model if isinstance(model, tuple) else (model,)))
         )
-        names.append(str(model) if subject is None and model is not None else subject.name if subject is not None else None)
+        names.append(recorded_model(subject)["model"] if subject is not None else None if model is None else str(model))
         labels.append(label if label is not None else label_of(names[-1]))
         subjects.append(subject)
-    cfg = CompareConfig(
-        models=tuple(names), labels=tuple(labels), scan=configs.from_kwargs(ScanConfig, settings, ALIASES, "scan_models")
-    )
+    scan = replace(configs.from_kwargs(ScanConfig, settings, ALIASES, "scan_models"), model=names[0])  # as the command line's
+    if launcher is None or launcher.runs_here:  # the models by name load here
+        scan = resolved_config(scan)
+    cfg = CompareConfig(models=tuple(names), labels=tuple(labels), scan=scan)
     loaded = subjects if any(s is not None for s in subjects) else None
     result = pipeline.run(COMPARE, cfg, loaded, out=out, overwrite=overwrite, launcher=launcher)
     _warn_if_reused(result)

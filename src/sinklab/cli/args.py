@@ -13,7 +13,7 @@ from ..core.errors import SinklabError, check
 from ..core.flags import add_flag, from_args, seed_ranges
 from ..core.launchers import LAUNCHERS, LauncherSettings, check_launcher, read_launcher_config
 from ..core.runs import SUMMARY, read_run_info
-from ..models.hf import LoadOptions
+from ..models.hf import LoadOptions, resolved_config
 from ..scan import BOS_CHOICES
 
 
@@ -160,10 +160,8 @@ def config_from(cls: type, args: argparse.Namespace, launcher: Optional[Launcher
     compares: ``--device auto`` and ``--device cpu`` on a CPU are one configuration), unless the
     jobs run elsewhere (a cluster's nodes resolve them)."""
     cfg = from_args(cls, args, **given)
-    load = cfg if isinstance(cfg, LoadOptions) else getattr(cfg, "load", None)
-    if not isinstance(load, LoadOptions) or (launcher is not None and not launcher.runs_here):
-        return cfg
-    return configs.build(cls, {**configs.flat(cfg), **configs.flat(load.resolved())})
+    loads = isinstance(cfg, LoadOptions) or isinstance(getattr(cfg, "load", None), LoadOptions)
+    return resolved_config(cfg) if loads and (launcher is None or launcher.runs_here) else cfg
 
 
 def run_out(

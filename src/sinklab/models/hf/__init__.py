@@ -16,11 +16,13 @@ from .loading import (
     default_gguf_path,
     default_model_folder,
     dequantised_dir,
+    device_name,
     input_device,
     load_model,
     model_facts,
     resolve_device,
     resolve_dtype,
+    resolved_config,
 )
 from .support import check_causal, check_supported
 
@@ -42,6 +44,7 @@ __all__ = [
     "default_gguf_path",
     "default_model_folder",
     "dequantised_dir",
+    "device_name",
     "evicted_tokens",
     "down_proj_weight",
     "head_nll",
@@ -53,5 +56,6 @@ __all__ = [
     "output_logits",
     "resolve_device",
     "resolve_dtype",
+    "resolved_config",
     "token_nll",
 ]

@@ -17,11 +17,12 @@ import json
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from torch import nn
 
+from ...core import configs
 from ...core.configs import setting
 from ...core.errors import SinklabError
 from ...core.runs import atomic_dir
@@ -70,7 +71,23 @@ class LoadOptions:
             return self
         device = resolve_device(self.device)
         dtype = resolve_dtype(self.dtype, device)
-        return replace(self, device=str(device), dtype=str(dtype).removeprefix("torch.") if dtype is not None else "auto")
+        return replace(self, device=device_name(device), dtype=str(dtype).removeprefix("torch.") if dtype is not None else "auto")
+
+
+def resolved_config(cfg: Any) -> Any:
+    """A config (or :class:`LoadOptions` itself) with its load options resolved on this machine:
+    what config.json records and the ``--out`` policy compares, from the command line and the
+    notebook alike."""
+    load = cfg if isinstance(cfg, LoadOptions) else cfg.load
+    return configs.build(type(cfg), {**configs.flat(cfg), **asdict(load.resolved())})
+
+
+def device_name(device: Union[str, torch.device]) -> str:
+    """How a config records a device: ``cuda`` for the first GPU (where ``--device auto``, ``cuda``
+    and ``cuda:0`` all load a model), ``cuda:N`` for another, ``cpu``; so a model object on
+    ``cuda:0`` and ``--device auto`` are one configuration."""
+    device = torch.device(device)
+    return "cuda" if device.type == "cuda" and not device.index else str(device)
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -186,6 +203,9 @@ class LoadedModel:
     name: str
     source: str  # "default", "local", "gguf", "hub" or "object" (a model the caller loaded)
     revision: Optional[str] = None  # the Hub commit, where known
+    #: What :func:`load_model` was asked (the model as named, the load options resolved here): what a
+    #: command's config.json records for the same model. None for a model loaded otherwise.
+    request: Optional[dict] = None
 
     def __post_init__(self) -> None:
         check_causal(self.model, self.name)
@@ -253,6 +273,9 @@ def load_model(
         else:
             local_only = hub_files_only_local(spec, revision)  # one question to the Hub, not 30 s of retries
             loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=local_only, revision=revision)
+    dtype_name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype or "auto"
+    asked = LoadOptions(device, dtype_name, device_map, revision, trust_remote_code).resolved()
+    loaded.request = {"model": None if spec is None else str(spec), **asdict(asked)}
     return loaded
 
 
