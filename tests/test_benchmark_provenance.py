@@ -254,3 +254,65 @@ def test_sweep_settings_reach_every_run_and_bad_ones_are_one_line_errors(capsys)
         assert message in capsys.readouterr().err
     with pytest.raises(SinklabError, match="--variants: unknown softmax\\+bogus"):
         SweepConfig(corpus="bb", variants=("softmax+bogus",)).runs()
+
+
+#: A one-run sweep on Bigram-Backcopy (softmax, seed 0) on a tiny model, 4 steps: a few seconds a run.
+TINY_SWEEP = SweepConfig(
+    corpus="bb",
+    seeds=(0,),
+    variants=("softmax",),
+    steps=4,
+    workers=1,
+    settings=dict(
+        d_model=16,
+        n_layers=1,
+        n_heads=2,
+        seq_len=16,
+        batch=4,
+        warmup=1,
+        eval_every=2,
+        eval_batches=1,
+        scan_tokens=8,
+        scan_batch=2,
+    ),
+)
+
+
+def summary_written(run: Path) -> int:
+    return (run / "summary.json").stat().st_mtime_ns
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory):
+    """A finished one-run sweep (softmax, seed 0): its root."""
+    from sinklab.pretrain import run_sweep
+
+    root = tmp_path_factory.mktemp("tiny-sweep") / "sweep"
+    assert len(run_sweep(TINY_SWEEP, root).summary["rows"]) == 1
+    return root
+
+
+def test_a_finished_sweep_takes_more_seeds_and_rerun_stale_trains_another_budget(tiny_sweep, tmp_path):
+    """README's workflow: ``sinklab sweep`` then, into the same directory, more seeds (only the new
+    run is trained, the finished one kept untouched); another budget is refused by each run, naming
+    --rerun-stale, and --rerun-stale trains every run again. Mutation tried: the sweep's root
+    comparing its own configuration as any run does (``holds_runs`` off): the added seed is
+    refused ("seeds: [0] there, [0, 1] now") and so is --rerun-stale's budget; is_finished
+    ignoring run.json's status: the refused budget's second try returns the old comparison."""
+    from sinklab.pretrain import run_sweep
+
+    root = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, root)
+    seed0 = run_dir(root, TINY_SWEEP.runs()[0])
+    kept = summary_written(seed0)
+    more = run_sweep(replace(TINY_SWEEP, seeds=(0, 1)), root)
+    assert not more.reused and [row["seed"] for row in more.summary["rows"]] == [0, 1] and summary_written(seed0) == kept
+    assert run_sweep(replace(TINY_SWEEP, seeds=(0, 1)), root).reused
+    for _ in range(2):  # the root, left running with the old comparison, is not taken for finished
+        with pytest.raises(
+            SinklabError, match=r"2 of 2 jobs failed.*another configuration \(steps: 4 there, 6 now\).*--rerun-stale"
+        ):
+            run_sweep(replace(TINY_SWEEP, seeds=(0, 1), steps=6), root)
+    assert summary_written(seed0) == kept
+    again = run_sweep(replace(TINY_SWEEP, seeds=(0, 1), steps=6, rerun_stale=True), root)
+    assert again.summary["steps"] == 6 and len(again.summary["rows"]) == 2 and summary_written(seed0) != kept

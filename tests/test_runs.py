@@ -55,11 +55,13 @@ CONFIG = Config()
 
 
 def run_dir(path: Path, config=CONFIG, finished: bool = False) -> Path:
-    """A run folder as the pipeline leaves it: run.json, config.json, maybe summary.json."""
+    """A run folder as the pipeline leaves it: run.json, config.json, maybe summary.json (a run
+    whose run.json still says running is not finished, even with a summary)."""
     start_run(path)
     write_json(path / "config.json", config_record(config))
-    if finished:
+    if finished:  # as a run from before run.json had a status (its summary has no kind, so no schema either)
         write_json(path / "summary.json", {"ppl": 1.0})
+        write_json(path / "run.json", {k: v for k, v in read_run_info(path).items() if k != "status"})
     return path
 
 

@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
         description=(
             "Train every variant (one sinklab pretrain run each, in OUT/<variant>-seed<seed>) and compare them. "
             "Finished runs are kept and half-finished ones resumed, whichever launcher ran them; "
-            "a run of another configuration is refused (or trained again with --rerun-stale). "
+            "a run of another configuration is refused (or trained again with --rerun-stale); "
+            "more seeds or variants into the same --out train only the new runs. "
             "shakespeare: 8 variants x 2 seeds, about 3 hours on 2 CPU cores; bb: 9 variants x 3 seeds."
         ),
     )

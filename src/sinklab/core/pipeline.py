@@ -4,8 +4,9 @@ a notebook alike, so both apply the same run-directory policy and get the same s
 Without a run directory, :func:`run` measures and checks, and writes nothing. With one (``out``):
 
 1. claim it (:func:`~.runs.claim_run_dir`: the ``--out`` policy): a finished run of the same
-   configuration is read back and returned, another configuration is refused, an unfinished one
-   resumes where the capability keeps checkpoints, else starts over;
+   configuration is read back and returned, another configuration is refused (a run of runs, a
+   sweep, resumes over its runs instead), an unfinished one resumes where the capability keeps
+   checkpoints, else starts over;
 2. start it: ``run.json`` (command, versions, commit, launcher) and ``config.json``;
 3. measure (in memory; a capability that trains keeps its checkpoints in the directory);
 4. write: the model's facts into ``run.json``, the figures (PNGs of the report's own plotly
@@ -67,7 +68,12 @@ def run(
             capability.resumable is not None and capability.resumable(out), f"nothing to resume in {out}: it holds no checkpoint"
         )
     state = claim_run_dir(
-        out, cfg, overwrite=overwrite, resumable=capability.resumable or (lambda run_dir: False), remove=main_process
+        out,
+        cfg,
+        overwrite=overwrite,
+        resumable=capability.resumable or (lambda run_dir: False),
+        remove=main_process,
+        holds_runs=capability.holds_runs,
     )
     if state == FINISHED:
         found = load_result(out)
@@ -75,7 +81,7 @@ def run(
         return found
     if main_process:
         start_run(out, launcher)
-        if state != RESUME:
+        if state != RESUME or capability.holds_runs:  # a run of runs may resume under another configuration
             write_json(out / CONFIG, config_record(cfg))
     context = RunContext(subject, out, launcher, resume=state == RESUME)
     result = _as_result(capability.measure(cfg, context), capability, out)

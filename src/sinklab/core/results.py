@@ -67,7 +67,9 @@ class Capability:
     back; ``figures(result)`` builds its plotly figures by file name (the pipeline writes them as
     PNGs) and ``sections(summary, data, uid, run_dir)`` its report page's sections from memory;
     ``write_page(run_dir)`` writes the page (last); ``resumable(run_dir)`` says whether an
-    unfinished run there continues (None: such runs start over); ``needs_run_dir`` refuses a run
+    unfinished run there continues (None: such runs start over); ``holds_runs``: its run directory
+    holds runs each claimed by its own configuration (a sweep's), so another configuration of it
+    resumes over them instead of being refused; ``needs_run_dir`` refuses a run
     without one (it keeps checkpoints while it works); ``preflight(cfg, context)`` refuses, before
     anything is written, what the run could not do (a lab that would not fit in memory)."""
 
@@ -82,6 +84,7 @@ class Capability:
     figures: Optional[Callable[[dict, dict], dict]] = None
     sections: Optional[Callable[..., list]] = None
     resumable: Optional[Callable[[Path], bool]] = None
+    holds_runs: bool = False
     needs_run_dir: bool = False
     preflight: Callable[[Any, "RunContext"], None] = lambda cfg, context: None
 

@@ -221,8 +221,10 @@ RUNNING = "running"
 
 
 def is_finished(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a finished run: its summary is written and its check did not fail."""
-    return (Path(path) / SUMMARY).exists() and FAILED_CHECK not in read_run_info(path)
+    """Whether ``path`` holds a finished run: its summary is written, its check did not fail and it
+    is not running again (a run of runs measured anew keeps its old summary until it finishes)."""
+    info = read_run_info(path)
+    return (Path(path) / SUMMARY).exists() and FAILED_CHECK not in info and info.get("status") != RUNNING
 
 
 def claim_run_dir(
@@ -231,6 +233,7 @@ def claim_run_dir(
     overwrite: bool = False,
     resumable: Callable[[Path], bool] = lambda run_dir: False,
     remove: bool = True,
+    holds_runs: bool = False,
 ) -> str:
     """The one policy for an existing ``--out`` (or ``out=``), applied before anything is written.
 
@@ -245,7 +248,10 @@ def claim_run_dir(
       every setting compared except those declared ``result=False``;
     * the same configuration, finished (summary.json, no failed numerical check): FINISHED;
     * the same configuration, unfinished: RESUME when ``resumable(out)``, else the old outputs are
-      removed and the run starts over (NEW).
+      removed and the run starts over (NEW);
+    * ``holds_runs`` (a run of runs, each in its own directory under ``out`` and claimed by its own
+      configuration: a sweep): another configuration is RESUME, not refused, so its runs are kept
+      (another seed adds a run; each run refuses a change of its own configuration).
 
     ``remove=False`` decides without removing anything: the other processes of a DDP run reach
     the main process's decision while it clears the folder (with ``overwrite``, without reading it).
@@ -267,11 +273,11 @@ def claim_run_dir(
         if (path / CONFIG).exists():  # else killed before it wrote its configuration: nothing to keep
             differs = run_differs(path, config)
             check(
-                differs is None,
+                differs is None or holds_runs,
                 f"{path} holds a run of another configuration ({differs}); "
                 "pass --overwrite to replace it, or choose another --out",
             )
-            if finished:
+            if finished and differs is None:
                 return FINISHED
             if resumable(path):
                 return RESUME

@@ -6,10 +6,12 @@ normalisation, +gate, +head_norm, softmax with one learned sink token), 3 seeds,
 BB budget, two single-threaded runs at a time.
 
 Each run is one job of the launcher, a ``sinklab pretrain`` run (the one pipeline) in its own
-directory ``OUT/<variant>-seed<seed>``: a finished run is kept, a half-finished one resumed, one of
-another configuration refused (or, with ``rerun_stale``, trained again), whichever launcher ran
-it. The sweep ends with the comparison of ``sinklab compare``: each variant against softmax seed
-by seed (mean difference, t, exact sign-flip p-value).
+directory ``OUT/<variant>-seed<seed>``: a finished run is kept (and not launched), a half-finished
+one resumed, one of another configuration refused (or, with ``rerun_stale``, trained again),
+whichever launcher ran it. Each run guards its own configuration, so ``OUT`` itself takes another
+sweep's (more seeds, other variants, another budget): the runs it already holds are kept. The
+sweep ends with the comparison of ``sinklab compare``: each variant against softmax seed by seed
+(mean difference, t, exact sign-flip p-value).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ..core.errors import SinklabError, check
 from ..core.flags import seed_ranges
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import run_differs
+from ..core.runs import is_finished, run_differs
 from . import page
 from .compare import COMPARE_RUNS, CompareRunsConfig
 from .run import PRETRAIN
@@ -145,7 +147,7 @@ def measure(cfg: SweepConfig, context: RunContext) -> RunResult:
     workers = cfg.workers or PLANS[cfg.corpus][1]
     launch(
         train_one,
-        jobs,
+        [job for job in jobs if not (is_finished(job.out) and run_differs(job.out, job.cfg) is None)],
         context.launcher or LOCAL,
         root,
         workers,
@@ -178,6 +180,7 @@ SWEEP = register(
         tables=COMPARE_RUNS.tables,
         write_page=page.write,
         resumable=lambda run_dir: True,
+        holds_runs=True,
         needs_run_dir=True,
         figures=COMPARE_RUNS.figures,
     )
