@@ -24,7 +24,7 @@ from common import DIRTY, REVISION, RUNS, UNKNOWN, record
 from sinklab import cli
 from sinklab.cli.args import config_from, launcher_settings
 from sinklab.core.errors import SinklabError
-from sinklab.core.runs import read_run_info
+from sinklab.core.runs import SUMMARY, read_run_info
 from sinklab.pretrain.sweep import DEFAULT_OUTS, SweepConfig, run_dir, run_sweep
 
 
@@ -42,7 +42,9 @@ def stale_reason(run: Path, revision: str) -> Optional[str]:
 
 
 def check_provenance(cfg: SweepConfig, root: Path, revision: str) -> None:
-    """Refuse (or with ``cfg.rerun_stale`` remove) every run of the sweep that this row cannot stand for."""
+    """Refuse (or with ``cfg.rerun_stale`` remove) every run of the sweep that this row cannot stand
+    for. Once a run is removed, so is the root's summary: the comparison over the old run would
+    otherwise be read back as the finished sweep, and the row would stamp old numbers anew."""
     for run in (run_dir(root, c) for c in cfg.runs()):
         why = stale_reason(run, revision) if run.is_dir() else None
         if why and not cfg.rerun_stale:
@@ -52,6 +54,7 @@ def check_provenance(cfg: SweepConfig, root: Path, revision: str) -> None:
             )
         if why:
             shutil.rmtree(run)
+            (root / SUMMARY).unlink(missing_ok=True)
 
 
 def main() -> None:

@@ -316,3 +316,24 @@ def test_a_finished_sweep_takes_more_seeds_and_rerun_stale_trains_another_budget
     assert summary_written(seed0) == kept
     again = run_sweep(replace(TINY_SWEEP, seeds=(0, 1), steps=6, rerun_stale=True), root)
     assert again.summary["steps"] == 6 and len(again.summary["rows"]) == 2 and summary_written(seed0) != kept
+
+
+def test_a_stale_run_removed_by_the_benchmark_is_trained_again_not_read_back(sweep, tiny_sweep, tmp_path):
+    """``pretrain_sweep.py --rerun-stale`` removes a run another commit trained; the sweep then
+    trains it and compares anew instead of reading the root's old comparison back (which the row
+    would stamp with this commit). Mutation tried: check_provenance leaving the root's
+    summary.json: run_sweep returns the old comparison (reused) and trains nothing."""
+    from sinklab.pretrain import run_sweep
+
+    root = tmp_path / "sweep"
+    shutil.copytree(tiny_sweep, root)
+    stale = run_dir(root, TINY_SWEEP.runs()[0])
+    set_git(stale, {"commit": COMMIT, "uncommitted_changes": False})
+    cfg = replace(TINY_SWEEP, rerun_stale=True)
+    sweep.check_provenance(cfg, root, "bbbbbbb")
+    result = run_sweep(cfg, root)
+    assert (
+        not result.reused
+        and (stale / "summary.json").exists()
+        and read_run_info(stale).get("git") != {"commit": COMMIT, "uncommitted_changes": False}
+    )
