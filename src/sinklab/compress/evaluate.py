@@ -1,43 +1,31 @@
-"""One press family over every input: each context is prefilled once, then compressed once per
-(ratio, keep_sinks) cell from that prefill, and scored.
+"""One family of policies (a press at every ratio and keep_sinks, or a quantizer at every bits
+and protect) over every input: each context is prefilled once, then compressed once per cell from
+that prefill, and scored.
 
 The prefill's cache and attention sums do not depend on the cell, so a cell costs a compression
-and a short continuation, not a prefill: a press's whole row of the keep-sink table costs about
+and a short continuation, not a prefill: a family's whole row of the keep-sink table costs about
 one prefill per input. Each cell compresses a copy of the dense cache (:func:`~sinklab.press.branch`),
 so the dense cache is scored too (ratio 0) and every cell starts from the same state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 
-from ..press import Press, attention_for, branch, compress
+from ..press import attention_for, branch
 from ..press.attention import tallied
 from .tasks import ANSWER_TOKENS, Passkey, TextWindow, first_integer, key_ids
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One cell of the keep-sink table for a press: the fraction removed and the sinks kept."""
-
-    ratio: float
-    keep_sinks: int | str
-
-    @property
-    def key(self) -> str:
-        return f"{self.ratio:g}/{self.keep_sinks}"
-
-
 @torch.no_grad()
-def prefill(model, context: torch.Tensor, presses: list[Press]):
-    """The dense cache of ``context`` and, when any of ``presses`` scores from attention, the
+def prefill(model, context: torch.Tensor, policies: list):
+    """The dense cache of ``context`` and, when any of ``policies`` scores from attention, the
     prefill's attention sums (one pass for all of them)."""
-    wants = frozenset().union(*(p.recording for p in presses))
-    window_rows = max(p.window_rows for p in presses)
+    wants = frozenset().union(*(p.recording for p in policies))
+    window_rows = max(p.window_rows for p in policies)
     if not wants:
         return model(context, use_cache=True, logits_to_keep=1).cache, None
     with tallied(model, context.shape[-1], "received" in wants, window_rows) as tally:
@@ -45,14 +33,10 @@ def prefill(model, context: torch.Tensor, presses: list[Press]):
     return cache, tally
 
 
-def cells_of(press: Press, cells: list[Cell]) -> list[Press]:
-    return [replace(press, ratio=cell.ratio, keep_sinks=cell.keep_sinks) for cell in cells]
-
-
-def compressed(cache, press: Press, tally) -> tuple:
-    """A compressed copy of the dense ``cache`` and what the compression did."""
+def compressed(cache, policy, tally) -> tuple:
+    """A copy of the dense ``cache`` compressed by ``policy`` (a press or a quantizer), and what it did."""
     twin = branch(cache)
-    return twin, compress(twin, press, tally)
+    return twin, policy.apply(twin, tally)
 
 
 @torch.no_grad()
@@ -84,31 +68,34 @@ def passkey_answer(model, tokenizer, cache, prompt: Passkey) -> dict:
 
 
 def facts(compression) -> dict:
+    """What a compression did: the fraction of keys kept, the cache's bytes against the dense
+    cache's (None where the policy's storage is not counted: quanto's), the sinks protected."""
+    counted = compression.bytes_before and compression.bytes_after
     return {
         "kept_fraction": compression.kept_fraction,
-        "bytes_ratio": compression.bytes_after / compression.bytes_before,
+        "bytes_ratio": compression.bytes_after / compression.bytes_before if counted else None,
         "sinks": compression.sinks,
     }
 
 
-def score_inputs(model, tokenizer, press: Press, cells: list[Cell], windows, prompts) -> Iterator[tuple[str, Cell, dict]]:
-    """(input name, cell, scores) for every input and cell: ``ppl:<text>`` inputs give the
-    continuation's mean NLL, ``passkey:<depth>:<key>`` inputs the answer's scores; each with the
-    compression's facts."""
-    pressed = cells_of(press, cells)
-    with attention_for(model, press):
+def score_inputs(model, tokenizer, policies: dict, windows, prompts) -> Iterator[tuple[str, str, dict]]:
+    """(input name, cell, scores) for every input and every policy of ``policies`` (cell name ->
+    a press or a quantizer, all of one family): ``ppl:<text>`` inputs give the continuation's mean
+    NLL, ``passkey:<depth>:<key>`` inputs the answer's scores; each with the compression's facts."""
+    family = list(policies.values())
+    with attention_for(model, family[0]):
         for window in windows:
-            cache, tally = prefill(model, window.context.to(model.device), pressed)
-            for cell, cell_press in zip(cells, pressed):
-                twin, compression = compressed(cache, cell_press, tally)
+            cache, tally = prefill(model, window.context.to(model.device), family)
+            for cell, policy in policies.items():
+                twin, compression = compressed(cache, policy, tally)
                 yield (
                     f"ppl:{window.text}",
                     cell,
                     {"nll": continuation_nll(model, twin, window).mean().item(), **facts(compression)},
                 )
         for prompt in prompts:
-            cache, tally = prefill(model, prompt.context.to(model.device), pressed)
-            for cell, cell_press in zip(cells, pressed):
-                twin, compression = compressed(cache, cell_press, tally)
+            cache, tally = prefill(model, prompt.context.to(model.device), family)
+            for cell, policy in policies.items():
+                twin, compression = compressed(cache, policy, tally)
                 name = f"passkey:{prompt.depth:g}:{prompt.key}"
                 yield name, cell, {**passkey_answer(model, tokenizer, twin, prompt), **facts(compression)}

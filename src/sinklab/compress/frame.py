@@ -1,5 +1,5 @@
-"""A compression run's summary as tidy tables: one row per cell of the keep-sink table, and one
-per paired comparison with the sinks kept against none."""
+"""A compression run's summary as tidy tables: one row per cell of the keep-sink table (presses,
+and quantizers), and one per paired comparison with the sinks kept against none."""
 
 from __future__ import annotations
 
@@ -18,8 +18,15 @@ def cell_rows(summary: dict) -> Iterator[dict]:
     return table_rows(summary, (_flat(cell) for cell in summary["cells"]))
 
 
-def _flat(cell: dict) -> dict:
-    row = {key: cell[key] for key in ("press", "ratio", "keep_sinks", "context")}
+def quantized_rows(summary: dict) -> Iterator[dict]:
+    """One row per (quantizer, bits, protect, context), with the columns of :func:`cell_rows`
+    (``kept_fraction`` is 1: a quantizer keeps every key; ``bytes_ratio`` is None for quanto,
+    whose storage is not counted)."""
+    return table_rows(summary, (_flat(cell, ("quantizer", "bits", "protect", "context")) for cell in summary["quantized"]))
+
+
+def _flat(cell: dict, keys: tuple = ("press", "ratio", "keep_sinks", "context")) -> dict:
+    row = {key: cell[key] for key in keys}
     row |= {f"ppl_{text}": value for text, value in cell.get("ppl", {}).items()}
     row |= {f"ppl_ratio_{text}": value for text, value in cell.get("ppl_ratio", {}).items()}
     if "passkey" in cell:
@@ -32,12 +39,24 @@ def sink_effect_rows(summary: dict) -> Iterator[dict]:
     relative change of perplexity against keeping no sink: -0.1 is 10 % lower), ``accuracy_change``
     (passkey accuracy, in fractions) and ``logprob_change`` (nats)."""
 
-    def flat(effect: dict) -> dict:
-        row = {key: effect[key] for key in ("press", "ratio", "context", "keep_sinks")}
-        row |= {f"ppl_change_{text}": value for text, value in effect.get("ppl_change", {}).items()}
-        return row | {key: effect[key] for key in ("accuracy_change", "logprob_change") if key in effect}
-
-    return table_rows(summary, (flat(effect) for effect in summary["sink_effect"]))
+    return table_rows(summary, (_effect(e, ("press", "ratio", "context", "keep_sinks")) for e in summary["sink_effect"]))
 
 
-COMPRESS_TABLES = {"cells": cell_rows, "sink_effect": sink_effect_rows}
+def quantized_sink_effect_rows(summary: dict) -> Iterator[dict]:
+    """As :func:`sink_effect_rows`, per (quantizer, bits, context, protect other than 0)."""
+    effects = summary["quantized_sink_effect"]
+    return table_rows(summary, (_effect(e, ("quantizer", "bits", "context", "protect")) for e in effects))
+
+
+def _effect(effect: dict, keys: tuple) -> dict:
+    row = {key: effect[key] for key in keys}
+    row |= {f"ppl_change_{text}": value for text, value in effect.get("ppl_change", {}).items()}
+    return row | {key: effect[key] for key in ("accuracy_change", "logprob_change") if key in effect}
+
+
+COMPRESS_TABLES = {
+    "cells": cell_rows,
+    "sink_effect": sink_effect_rows,
+    "quantized": quantized_rows,
+    "quantized_sink_effect": quantized_sink_effect_rows,
+}

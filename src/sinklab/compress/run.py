@@ -1,10 +1,11 @@
 """``sinklab compress``: the keep-sink table. Every press at every ratio, with and without its
-sinks kept, judged by compressed-context perplexity and passkey retrieval against the full cache.
+sinks kept, and every KV quantizer at every bit width, with and without the sink protected,
+judged by compressed-context perplexity and passkey retrieval against the full cache.
 
-One job per press (its whole row: every ratio x keep_sinks cell, every context and input; see
+One job per press or quantizer (its whole row: every cell, context and input; see
 :mod:`.evaluate` for why a row costs about one prefill per input), plus one for the dense cache,
 through the launchers. With a run directory each finished job's cells are kept in
-``presses/<press>.json``, so a stopped run resumes with the jobs left.
+``presses/<name>.json``, so a stopped run resumes with the jobs left.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ..adapt.evaluate import corpus_windows
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
@@ -25,15 +27,20 @@ from ..core.runs import write_json
 from ..models.hf import LoadOptions, model_facts
 from ..models.subjects import transformers_model
 from ..press import DETECTED, PRESSES, press_named
+from ..press.quantized import KIVI, StaticKV, calibrate
+from ..press.quanto import QuantoKV
 from ..scan import BOS_CHOICES
 from . import plots
-from .evaluate import Cell, score_inputs
+from .evaluate import score_inputs
 from .frame import COMPRESS_TABLES
 from .tasks import CONTINUATION, DEPTHS, TASKS, passkey_prompts, text_window
 
 JOBS_DIR = "presses"
 DENSE = "dense"  # the uncompressed cache's job and row
 RATIOS = (0.25, 0.5, 0.75, 0.875)
+#: The KV quantizers and the bit widths each takes (``--bits`` picks among them).
+QUANTIZERS = {"kivi": (2, 4), "static": (4, 8), "quanto": (2, 4)}
+CALIBRATION = (4, 512)  # static scales: windows x tokens of the corpus's training part
 
 
 def keep_sinks_list(text: str) -> tuple:
@@ -62,6 +69,18 @@ class CompressConfig:
         metavar="K[,K...]",
         help="sinks kept inside the budget: numbers of first tokens, and/or 'detected'",
     )
+    quantizers: tuple[str, ...] = setting(
+        tuple(QUANTIZERS),
+        flag="--quant",
+        choices=tuple(QUANTIZERS),
+        metavar="Q[,Q...]",
+        help="KV quantizers: kivi (packed 2/4-bit, protect 0|N|detected), static (INT8/INT4 per-head scales, protect 0|N), "
+        "quanto (transformers' QuantizedCache, no protection); 'none' for presses only",
+        parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
+    )
+    bits: tuple[int, ...] = setting((2, 4, 8), metavar="B[,B...]", help="bit widths; each quantizer runs those it takes")
+    group_size: int = setting(32, help="KIVI's group: tokens per key scale, channels per value scale (KIVI's paper: 32)")
+    residual: int = setting(128, help="KIVI's recent tokens kept in full precision (KIVI's paper: 128)")
     tasks: tuple[str, ...] = setting(TASKS, flag="--task", choices=TASKS, metavar="T[,T...]", help="ppl and/or passkey")
     contexts: tuple[int, ...] = setting((2048,), flag="--context", metavar="C[,C...]", help="context lengths in tokens")
     corpus: str = setting("shakespeare", help="the text for ppl: shakespeare, a text file or folder, or hf:NAME")
@@ -87,9 +106,21 @@ class CompressConfig:
         check(self.keys >= 1, f"--keys must be at least 1, got {self.keys}")
         unknown = [p for p in self.presses if p not in PRESSES]
         check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}")
+        unknown = [q for q in self.quantizers if q not in QUANTIZERS]
+        check(not unknown, f"unknown quantizer {', '.join(unknown)}; choose from: {', '.join(QUANTIZERS)}")
+        check(self.presses or self.quantizers, "give at least one press or quantizer")
 
-    def cells(self) -> list[Cell]:
-        return [Cell(ratio, keep) for ratio in self.ratios for keep in self.keep_sinks]
+    def press_cells(self, name: str) -> dict:
+        """A press's row: cell name ("ratio/keep_sinks") -> the press."""
+        base = press_named(name, **({"seed": self.seed} if name == "random" else {}))
+        return {f"{r:g}/{k}": replace(base, ratio=r, keep_sinks=k) for r in self.ratios for k in self.keep_sinks}
+
+    def quantizer_bits(self, name: str) -> list[int]:
+        return [b for b in self.bits if b in QUANTIZERS[name]]
+
+    def protections(self, name: str) -> list:
+        """The protect settings a quantizer takes: quanto none, static numbers only, kivi all."""
+        return {"quanto": [0], "static": [k for k in self.keep_sinks if k != DETECTED]}.get(name, list(self.keep_sinks))
 
 
 @dataclass(frozen=True)
@@ -114,25 +145,46 @@ def _model_for(cfg: CompressConfig, subject=None):
 
 
 def run_job(job: PressJob, subject=None) -> dict:
-    """A press's row: {input: {cell: scores}} over every context; the dense job scores ratio 0."""
+    """A row of the table: {context|input: {cell: scores}}; the dense job scores ratio 0."""
     loaded = _model_for(job.cfg, subject)
     cfg, tokenizer = job.cfg, loaded.tokenizer
-    name = "knorm" if job.press == DENSE else job.press  # the dense cache: any press at ratio 0
-    press = press_named(name, **({"seed": cfg.seed} if name == "random" else {}))
-    cells = [Cell(0.0, 0)] if job.press == DENSE else cfg.cells()
     rows: dict = defaultdict(dict)
+    policies = job_policies(job, loaded)
     for context in cfg.contexts:
         texts = [cfg.corpus, *([cfg.outside] if cfg.outside else [])] if "ppl" in cfg.tasks else []
         windows = [text_window(tokenizer, text, context, cfg.bos) for text in texts]
         prompts = passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos) if "passkey" in cfg.tasks else []
-        for name, cell, scores in score_inputs(loaded.model, tokenizer, press, cells, windows, prompts):
-            rows[f"{context}|{name}"][cell.key] = scores
+        for name, cell, scores in score_inputs(loaded.model, tokenizer, policies, windows, prompts):
+            rows[f"{context}|{name}"][cell] = scores
     return {"facts": {"model": loaded.name, **model_facts(loaded.model)}, "rows": dict(rows)}
+
+
+def job_policies(job: PressJob, loaded) -> dict:
+    """The job's cells: cell name -> policy (a press, or a quantizer at "bits/protect")."""
+    cfg = job.cfg
+    if job.press == DENSE:
+        return {"0/0": press_named("knorm")}  # ratio 0: the full cache
+    if job.press in PRESSES:
+        return cfg.press_cells(job.press)
+    cells = {}
+    for bits in cfg.quantizer_bits(job.press):
+        for protect in cfg.protections(job.press):
+            cells[f"{bits}/{protect}"] = quantizer(job.press, bits, protect, cfg, loaded)
+    return cells
+
+
+def quantizer(name: str, bits: int, protect, cfg: CompressConfig, loaded):
+    if name == "kivi":
+        return KIVI(bits, protect, cfg.group_size, cfg.residual)
+    if name == "quanto":
+        return QuantoKV(bits)
+    windows = corpus_windows(cfg.corpus, loaded.tokenizer, CALIBRATION[1], CALIBRATION[0], held_out=False)
+    return StaticKV(bits, protect, scales=calibrate(loaded.model, windows, protect))
 
 
 def measure(cfg: CompressConfig, context: RunContext = RunContext()) -> RunResult:
     """Every press's row (and the dense cache's), then the table."""
-    jobs = [PressJob(cfg, name) for name in (DENSE, *cfg.presses)]
+    jobs = [PressJob(cfg, name) for name in (DENSE, *cfg.presses, *cfg.quantizers)]
     done = _finished_jobs(context.workdir) if context.resume else {}
     todo = [job for job in jobs if job.press not in done]
     if context.subject is not None or context.workdir is None:
@@ -155,34 +207,50 @@ def _finished_jobs(workdir: Optional[Path]) -> dict:
 
 def _keep(workdir: Optional[Path], job: PressJob, result: dict) -> None:
     if workdir is not None:
+        (workdir / JOBS_DIR).mkdir(exist_ok=True)
         write_json(workdir / JOBS_DIR / f"{job.press}.json", result)
 
 
 def summarise(cfg: CompressConfig, results: dict) -> dict:
-    """The summary: the dense cache's figures, then one entry per (press, ratio, keep_sinks, context)."""
-    dense_rows = results[DENSE]["rows"]
-    dense = {str(c): task_figures(dense_rows, c, "0/0") for c in cfg.contexts}
-    cells = []
-    for name in cfg.presses:
-        rows = results[name]["rows"]
-        for cell in cfg.cells():
-            for c in cfg.contexts:
-                figures = task_figures(rows, c, cell.key)
-                cells.append({"press": name, "ratio": cell.ratio, "keep_sinks": cell.keep_sinks, "context": c, **figures,
-                              **relative(figures, dense[str(c)])})  # fmt: skip
+    """The summary: the dense cache's figures, one entry per (press, ratio, keep_sinks, context)
+    (``cells``) and per (quantizer, bits, protect, context) (``quantized``), and the paired
+    comparisons against keeping no sink."""
+    dense = {str(c): task_figures(results[DENSE]["rows"], c, "0/0") for c in cfg.contexts}
+    cells = [
+        {"press": name, "ratio": r, "keep_sinks": k, "context": c, **_figures(results[name]["rows"], c, f"{r:g}/{k}", dense)}
+        for name in cfg.presses
+        for r in cfg.ratios
+        for k in cfg.keep_sinks
+        for c in cfg.contexts
+    ]
+    quantized = [
+        {"quantizer": name, "bits": b, "protect": p, "context": c, **_figures(results[name]["rows"], c, f"{b}/{p}", dense)}
+        for name in cfg.quantizers
+        for b in cfg.quantizer_bits(name)
+        for p in cfg.protections(name)
+        for c in cfg.contexts
+    ]
     return {
         **results[DENSE]["facts"],
         "presses": list(cfg.presses),
         "ratios": list(cfg.ratios),
         "keep_sinks": list(cfg.keep_sinks),
+        "quantizers": list(cfg.quantizers),
         "contexts": list(cfg.contexts),
         "tasks": list(cfg.tasks),
         "continuation": CONTINUATION,
         "passkey": {"depths": list(DEPTHS), "keys_per_depth": cfg.keys, "seed": cfg.seed},
         "dense": dense,
         "cells": cells,
-        "sink_effect": sink_effect(cells, cfg),
+        "quantized": quantized,
+        "sink_effect": paired(cells, ("press", "ratio", "context"), "keep_sinks"),
+        "quantized_sink_effect": paired(quantized, ("quantizer", "bits", "context"), "protect"),
     }
+
+
+def _figures(rows: dict, context: int, cell: str, dense: dict) -> dict:
+    figures = task_figures(rows, context, cell)
+    return {**figures, **relative(figures, dense[str(context)])}
 
 
 def task_figures(rows: dict, context: int, cell: str) -> dict:
@@ -195,7 +263,9 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
     every = list(mine.values())
     out = {
         "kept_fraction": statistics.fmean(s["kept_fraction"] for s in every) if every else None,
-        "bytes_ratio": statistics.fmean(s["bytes_ratio"] for s in every) if every else None,
+        "bytes_ratio": statistics.fmean(s["bytes_ratio"] for s in every)
+        if every and every[0]["bytes_ratio"] is not None
+        else None,
         "sinks": sorted({tuple(s["sinks"]) for s in every}),
     }
     if texts:
@@ -222,17 +292,18 @@ def relative(figures: dict, dense: dict) -> dict:
     return {"ppl_ratio": {text: value / dense["ppl"][text] for text, value in figures["ppl"].items()}}
 
 
-def sink_effect(cells: list[dict], cfg: CompressConfig) -> list[dict]:
-    """The paired statement: for each press, ratio, context and kept-sink setting other than 0,
-    the change against keeping none (perplexity ratio per text; passkey accuracy and mean key
-    log-probability differences)."""
-    by = {(c["press"], c["ratio"], c["context"], c["keep_sinks"]): c for c in cells}
+def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
+    """The paired statement: for each group (e.g. press, ratio, context) and each ``setting``
+    (keep_sinks or protect) other than 0, the change against 0: the perplexity ratio minus 1 per
+    text, and the passkey accuracy and mean key log-probability differences."""
+    by = {(*(c[k] for k in group), c[setting]): c for c in cells}
     effects = []
-    for (press, ratio, context, keep), cell in by.items():
-        base = by.get((press, ratio, context, 0))
-        if keep == 0 or base is None:
+    for key, cell in by.items():
+        *where, value = key
+        base = by.get((*where, 0))
+        if value == 0 or base is None:
             continue
-        entry = {"press": press, "ratio": ratio, "context": context, "keep_sinks": keep}
+        entry = {**dict(zip(group, where)), setting: value}
         if "ppl" in cell:
             entry["ppl_change"] = {t: cell["ppl"][t] / base["ppl"][t] - 1 for t in cell["ppl"]}
         if "passkey" in cell:

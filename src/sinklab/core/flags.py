@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Callable, Optional, Sequence
 
 from .configs import Leaf, base_type, build, flat, leaves, shown_default
-from .errors import check
+from .errors import SinklabError, check
 
 
 def comma_list(convert: Callable[[str], Any], what: str, choices: Optional[Sequence[str]] = None) -> Callable[[str], tuple]:
@@ -28,6 +28,18 @@ def comma_list(convert: Callable[[str], Any], what: str, choices: Optional[Seque
             raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
 
     return parse
+
+
+def _usage_errors(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A setting's own parser for argparse: its one-line SinklabError becomes argparse's usage error."""
+
+    def parsed(text: str) -> Any:
+        try:
+            return parse(text)
+        except SinklabError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parsed
 
 
 _SCALARS = {int: "integers", float: "numbers", str: "names"}
@@ -54,7 +66,7 @@ def seed_ranges(text: str) -> tuple[int, ...]:
 
 def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:
     if x.meta["parse"] is not None:
-        return x.meta["parse"]
+        return _usage_errors(x.meta["parse"])
     base, _ = base_type(x.kind)
     if typing.get_origin(base) is tuple:
         item = typing.get_args(base)[0]

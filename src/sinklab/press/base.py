@@ -143,6 +143,12 @@ class Press:
         """The last queries whose attention the press reads ("window" in :attr:`needs`)."""
         return 0
 
+    def apply(self, cache, tally=None):
+        """Compress ``cache`` (just filled by a prefill) in place; see :func:`~.applied.compress`."""
+        from .applied import compress
+
+        return compress(cache, self, tally)
+
     def settings(self) -> dict:
         """The press as a config records it: its name and every field."""
         return {"press": self.name, **{f.name: getattr(self, f.name) for f in fields(self)}}

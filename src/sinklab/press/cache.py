@@ -72,12 +72,12 @@ def _define():
 
 def branch(cache):
     """A copy of ``cache`` that a forward may extend without changing ``cache`` (the tensors are
-    shared until a forward concatenates new ones; a pressed layer's count and group are its own):
-    several continuations of one compressed context."""
+    shared until a forward concatenates new ones; a pressed layer's count and group are its own, a
+    quantized layer's store too): several continuations of one compressed context."""
     import copy
 
     twin = copy.copy(cache)
-    twin.layers = [copy.copy(layer) for layer in cache.layers]
+    twin.layers = [layer.branched() if hasattr(layer, "branched") else copy.copy(layer) for layer in cache.layers]
     group = [layer for layer in twin.layers if hasattr(layer, "group")]
     for layer in group:
         layer.group = group

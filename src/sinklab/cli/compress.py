@@ -1,0 +1,52 @@
+"""``sinklab compress``: the keep-sink table of KV-cache presses (sinklab.press)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..compress import COMPRESS, CompressConfig
+from ..compress import plots as compress_plots
+from ..core.text import format_table
+from ..press import PRESSES
+from .args import (
+    MODEL_HELP,
+    add_config_arguments,
+    add_launcher_arguments,
+    add_overwrite_argument,
+    config_from,
+    launcher_settings,
+    run_out,
+    written,
+)
+
+DEFAULT_OUT = "runs/compress"
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compress",
+        help="what KV-cache presses cost in perplexity and passkey retrieval, with and without the sink kept",
+        description=f"Compress a context's KV cache after its prefill with each press ({', '.join(PRESSES)}) at each ratio, "
+        "keeping sinks or not, and score the text after it and passkey retrieval against the full cache.",
+    )
+    p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
+    add_config_arguments(p, CompressConfig)
+    add_launcher_arguments(p)
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
+    add_overwrite_argument(p)
+    p.set_defaults(
+        handler=compress_command, on_interrupt="stopped; the presses finished are kept in --out and the same command resumes"
+    )
+
+
+def compress_command(args: argparse.Namespace) -> int:
+    launcher = launcher_settings(args)
+    result = run_out(args, COMPRESS, config_from(CompressConfig, args, launcher, model=args.model), launcher=launcher)
+    if not result.reused:
+        if result.summary["cells"]:
+            print(format_table(compress_plots.table_rows(result.summary), compress_plots.COLUMNS))
+        if result.summary["quantized"]:
+            print(format_table(compress_plots.table_rows(result.summary, "quantized"), compress_plots.QUANT_COLUMNS))
+        print("\n" + "\n".join(compress_plots.statements(result.summary)))
+        print(f"\noutputs: {written(result)}")
+    return 0

@@ -1,0 +1,273 @@
+"""KV quantization that can hold the sink in full precision, as a transformers-5 cache of packed
+integers (:mod:`.packing`: the bytes are real).
+
+* :class:`KIVI` (Liu et al. 2024): keys quantized per channel over groups of ``group_size``
+  tokens, values per token over groups of ``group_size`` channels, asymmetric, 2 or 4 bits; the
+  most recent ``residual`` tokens stay in full precision and are quantized a group at a time as
+  newer ones arrive (KIVI's streaming rule).
+* :class:`StaticKV`: symmetric INT8 or INT4 with one scale per layer and KV head for keys and one
+  for values, calibrated beforehand (:func:`calibrate`) and fixed: every token is quantized as it
+  arrives. Calibrated with the sink left out and held as a full-precision cached prefix
+  (``protect``), the scales fit the other tokens; calibrated with it, a sink's outlying keys or
+  values can set them (the sink-prefix idea of ``sinklab adapt``, applied to the cache).
+
+``protect``: 0 (everything quantized), N (the first N tokens kept in full precision) or
+"detected" (:mod:`.sinks`, KIVI only). Protected tokens are held apart, before the others:
+attention does not depend on the order of cached keys (their positions are already rotated in),
+and every cached key stays visible to every new token.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+import torch
+
+from ..core.errors import check
+from .base import DETECTED, KeepSinks, not_a_press
+from .cache import full_attention_layers
+from .packing import Quantized, pack, quantize_groups, unpack
+from .sinks import detected_sinks
+
+
+class KiviStore:
+    """KIVI's quantized part of one layer: key blocks (B, H, blocks, D, G), value rows (B, H, n, D/G, G)."""
+
+    def __init__(self, bits: int, group: int, residual: int) -> None:
+        self.bits, self.group, self.residual = bits, group, residual
+        self.keys: Optional[Quantized] = None
+        self.values: Optional[Quantized] = None
+
+    def absorb(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantize whole groups from the front of the full-precision tail, leaving ``residual``."""
+        take = max(0, (keys.shape[2] - self.residual) // self.group * self.group)
+        if take == 0:
+            return keys, values
+        batch, heads, _, dim = keys.shape
+        check(dim % self.group == 0, f"KIVI groups of {self.group} channels do not divide the head dimension {dim}")
+        k = keys[:, :, :take].reshape(batch, heads, take // self.group, self.group, dim).transpose(-1, -2)
+        v = values[:, :, :take].reshape(batch, heads, take, dim // self.group, self.group)
+        qk, qv = quantize_groups(k, self.bits), quantize_groups(v, self.bits)
+        self.keys = qk if self.keys is None else self.keys.appended(qk, 2)
+        self.values = qv if self.values is None else self.values.appended(qv, 2)
+        return keys[:, :, take:], values[:, :, take:]
+
+    def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        if self.keys is None:
+            return None
+        k = self.keys.dequantized(dtype).transpose(-1, -2)
+        v = self.values.dequantized(dtype)
+        return k.reshape(*k.shape[:2], -1, k.shape[-1]), v.reshape(*v.shape[:3], -1)
+
+    def tensors(self) -> list:
+        return [] if self.keys is None else [*self.keys.tensors(), *self.values.tensors()]
+
+    def branched(self) -> "KiviStore":
+        return copy.copy(self)  # absorb() rebinds, never changes, its quantized tensors
+
+
+class StaticStore:
+    """Symmetric integers with fixed per-head ranges ``key_peak``/``value_peak`` (H,, the largest
+    |entry| calibrated): every token quantized as it arrives, clipped to that range."""
+
+    def __init__(self, bits: int, key_peak: torch.Tensor, value_peak: torch.Tensor) -> None:
+        self.bits, self.levels = bits, 2 ** (bits - 1) - 1
+        self.scales = tuple((peak / self.levels).clamp(min=1e-8)[None, :, None, None] for peak in (key_peak, value_peak))
+        self.parts: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def _quantized(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        q = (x.float() / scale.to(x.device)).round().clamp(-self.levels, self.levels) + self.levels
+        return q.to(torch.uint8) if self.bits == 8 else pack(q, self.bits)
+
+    def absorb(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if keys.shape[2]:
+            self.parts.append((self._quantized(keys, self.scales[0]), self._quantized(values, self.scales[1])))
+        return keys[:, :, :0], values[:, :, :0]
+
+    def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        if not self.parts:
+            return None
+        out = []
+        for i, scale in enumerate(self.scales):
+            data = torch.cat([part[i] for part in self.parts], 2)
+            q = data if self.bits == 8 else unpack(data, self.bits)
+            out.append(((q.float() - self.levels) * scale.to(q.device)).to(dtype))
+        return out[0], out[1]
+
+    def tensors(self) -> list:
+        return [t for part in self.parts for t in part]
+
+    def branched(self) -> "StaticStore":
+        twin = copy.copy(self)
+        twin.parts = list(self.parts)
+        return twin
+
+
+def quantized_layer_class():
+    """:class:`QuantizedKVLayer`, built once transformers is imported (it subclasses DynamicLayer)."""
+    global QuantizedKVLayer
+    if QuantizedKVLayer is None:
+        QuantizedKVLayer = _define()
+    return QuantizedKVLayer
+
+
+QuantizedKVLayer = None
+
+
+def _define():
+    from transformers.cache_utils import DynamicLayer
+
+    class QuantizedKVLayer(DynamicLayer):
+        """A full-attention layer whose keys and values are held as the protected tokens in full
+        precision, the quantized ``store`` and a full-precision tail; ``seen`` counts every token."""
+
+        is_croppable = False
+
+        def __init__(self, sink: tuple, store, keys: torch.Tensor, values: torch.Tensor) -> None:
+            super().__init__()
+            self.lazy_initialization(keys, values)
+            self.dtype = keys.dtype
+            self.sink, self.store, self.seen = sink, store, sink[0].shape[2] + keys.shape[2]
+            self.tail = store.absorb(keys, values)
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            self.seen += key_states.shape[-2]
+            tail = (torch.cat([self.tail[0], key_states], 2), torch.cat([self.tail[1], value_states], 2))
+            self.tail = self.store.absorb(*tail)
+            stored = self.store.dequantized(self.dtype)
+            parts = [self.sink, *([stored] if stored is not None else []), self.tail]
+            return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 2)
+
+        def get_seq_length(self) -> int:
+            return self.seen
+
+        def branched(self) -> "QuantizedKVLayer":
+            """A copy whose updates leave this layer as it is (:func:`~.cache.branch`)."""
+            twin = copy.copy(self)
+            twin.store = self.store.branched()
+            return twin
+
+        def held_tensors(self) -> list:
+            """What the layer holds: the protected tokens, the packed store and the tail."""
+            return [*self.sink, *self.store.tensors(), *self.tail]
+
+    return QuantizedKVLayer
+
+
+def _split(keys: torch.Tensor, values: torch.Tensor, protected: list[int]):
+    """(the protected positions' keys and values, the others' in order)."""
+    keep = torch.ones(keys.shape[2], dtype=torch.bool, device=keys.device)
+    keep[protected] = False
+    return (keys[:, :, protected], values[:, :, protected]), keys[:, :, keep], values[:, :, keep]
+
+
+@dataclass(frozen=True)
+class KIVI:
+    """KIVI-style packed 2- or 4-bit cache (``bits``), ``protect``: 0, N or "detected"."""
+
+    bits: int = 2
+    protect: KeepSinks = 0
+    group_size: int = 32
+    residual: int = 128
+
+    name: ClassVar[str] = "kivi"
+    window_rows: ClassVar[int] = 0
+    per_layer_budgets: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        check(self.bits in (2, 4), f"KIVI quantizes to 2 or 4 bits, got {self.bits}")
+        check(self.group_size >= 1 and self.residual >= 0, "KIVI's group_size must be at least 1 and its residual at least 0")
+        check(
+            self.protect == DETECTED or (isinstance(self.protect, int) and self.protect >= 0),
+            f"protect must be 0, N or 'detected', got {self.protect!r}",
+        )
+
+    @property
+    def recording(self) -> frozenset:
+        return frozenset({"received"}) if self.protect == DETECTED else frozenset()
+
+    def make_store(self, layer: int) -> KiviStore:
+        return KiviStore(self.bits, self.group_size, self.residual)
+
+    def apply(self, cache, tally=None):
+        return quantize_cache(cache, self, tally)
+
+    def label(self) -> str:
+        return f"kivi {self.bits}-bit (protect {self.protect})"
+
+
+@dataclass(frozen=True)
+class StaticKV:
+    """Static symmetric INT8/INT4 with per-head ranges from :func:`calibrate` (``scales``: layer ->
+    (key peak (H,), value peak (H,))), the first ``protect`` tokens in full precision."""
+
+    bits: int = 8
+    protect: int = 0
+    scales: dict = field(default_factory=dict, compare=False, repr=False)
+
+    name: ClassVar[str] = "static"
+    window_rows: ClassVar[int] = 0
+    per_layer_budgets: ClassVar[bool] = False
+    recording: ClassVar[frozenset] = frozenset()
+
+    def __post_init__(self) -> None:
+        check(self.bits in (4, 8), f"static KV quantization is INT8 or INT4, got {self.bits} bits")
+        check(
+            isinstance(self.protect, int) and self.protect >= 0,
+            f"static protect is a number of first tokens, got {self.protect!r}",
+        )
+
+    def make_store(self, layer: int) -> StaticStore:
+        check(layer in self.scales, f"static KV quantization has no calibrated scales for layer {layer}: calibrate() first")
+        return StaticStore(self.bits, *self.scales[layer])
+
+    def apply(self, cache, tally=None):
+        return quantize_cache(cache, self, tally)
+
+    def label(self) -> str:
+        return f"static int{self.bits} (protect {self.protect})"
+
+
+def quantize_cache(cache, policy, tally=None):
+    """Replace every full-attention layer of ``cache`` (just filled by a prefill) by a
+    :class:`QuantizedKVLayer` under ``policy`` (:class:`KIVI` or :class:`StaticKV`); returns the
+    :class:`~.applied.Compression` (every key kept; ``sinks`` the protected positions)."""
+    from ..stream.caches import cache_bytes
+    from .applied import Compression
+
+    if not isinstance(policy, (KIVI, StaticKV)):
+        raise not_a_press(policy)
+    layers = full_attention_layers(cache)
+    length = cache.layers[layers[0]].keys.shape[-2]
+    report = Compression(length, bytes_before=cache_bytes(cache))
+    if policy.protect == DETECTED:
+        report.sinks = detected_sinks(tally.received)
+    else:
+        report.sinks = list(range(min(policy.protect, length)))
+    layer_class = quantized_layer_class()
+    for index in layers:
+        layer = cache.layers[index]
+        sink, keys, values = _split(layer.keys, layer.values, report.sinks)
+        cache.layers[index] = layer_class(sink, policy.make_store(index), keys, values)
+        report.positions[index] = torch.arange(length).expand(*layer.keys.shape[:2], -1)
+    report.bytes_after = cache_bytes(cache)
+    return report
+
+
+@torch.no_grad()
+def calibrate(model, windows: torch.Tensor, protect: int) -> dict:
+    """Per full-attention layer, the (key, value) ranges (H,) of static symmetric quantization:
+    each KV head's largest |entry| over the calibration ``windows`` (n, T), the positions before
+    ``protect`` (held in full precision at use) left out."""
+    found: dict = {}
+    for window in windows:
+        cache = model(window[None].to(model.device), use_cache=True, logits_to_keep=1).cache
+        for index in full_attention_layers(cache):
+            layer = cache.layers[index]
+            k, v = layer.keys[:, :, protect:], layer.values[:, :, protect:]
+            peak = (k.abs().amax(dim=(0, 2, 3)).float().cpu(), v.abs().amax(dim=(0, 2, 3)).float().cpu())
+            old = found.get(index)
+            found[index] = peak if old is None else (torch.maximum(old[0], peak[0]), torch.maximum(old[1], peak[1]))
+    return found

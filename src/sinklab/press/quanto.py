@@ -1,0 +1,55 @@
+"""transformers' own ``QuantizedCache`` (quanto backend) as the baseline of sink-protected KV
+quantization: each full-attention layer becomes a ``QuantoQuantizedLayer`` fed the context, which
+quantizes the whole context at its first update (groups of ``group_size`` along the channels of
+each token, 2 or 4 bits) and protects no sink; tokens after it stay in a full-precision window of
+up to ``residual`` tokens before they are quantized too (transformers' rule). Needs
+``optimum-quanto``; refused in one line where it is missing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from ..core.errors import SinklabError, check
+from .cache import full_attention_layers
+
+
+@dataclass(frozen=True)
+class QuantoKV:
+    bits: int = 4
+    group_size: int = 64
+    residual: int = 128
+
+    name: ClassVar[str] = "quanto"
+    protect: ClassVar[int] = 0
+    window_rows: ClassVar[int] = 0
+    per_layer_budgets: ClassVar[bool] = False
+    recording: ClassVar[frozenset] = frozenset()
+
+    def __post_init__(self) -> None:
+        check(self.bits in (2, 4), f"quanto's KV cache quantizes to 2 or 4 bits, got {self.bits}")
+
+    def label(self) -> str:
+        return f"quanto {self.bits}-bit"
+
+    def apply(self, cache, tally=None):
+        """Every full-attention layer of ``cache`` as transformers' quanto layer, fed the context."""
+        from transformers.cache_utils import QuantoQuantizedLayer
+
+        from .applied import Compression
+
+        layers = full_attention_layers(cache)
+        length = cache.layers[layers[0]].keys.shape[-2]
+        report = Compression(length)
+        for index in layers:
+            dense = cache.layers[index]
+            try:
+                layer = QuantoQuantizedLayer(nbits=self.bits, q_group_size=self.group_size, residual_length=self.residual)
+            except ImportError:
+                raise SinklabError("the quanto baseline needs optimum-quanto: pip install optimum-quanto") from None
+            layer.update(dense.keys, dense.values)
+            cache.layers[index] = layer
+            report.positions[index] = torch.arange(length).expand(*dense.keys.shape[:2], -1)
+        return report
