@@ -14,9 +14,8 @@ import torch
 
 from ..core import configs
 from ..core.errors import NumericalCheckFailed, SinklabError, check
-from ..core.progress import progress_bar
+from ..core.progress import PhaseClock, progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import PhaseClock
 from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from ..scan import BOS_CHOICES

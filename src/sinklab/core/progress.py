@@ -1,4 +1,5 @@
-"""Progress bars: every bar of sinklab is made by :func:`progress_bar`, so one switch governs them.
+"""Progress bars: every bar of sinklab is made by :func:`progress_bar`, so one switch governs them;
+and :class:`PhaseClock`, the wall time of a run's phases.
 
 ``--quiet`` (:func:`set_quiet`) turns every bar off. When stderr is not a terminal (a log file,
 a pipe, a batch job) a bar redraws at most once every :data:`LOG_INTERVAL` seconds instead of
@@ -9,7 +10,9 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from typing import Any, Iterable, Optional
+import time
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Optional
 
 # tqdm.auto draws a widget in a notebook, which needs ipywidgets; without it tqdm warns "IProgress
 # not found" on every bar, so a notebook without ipywidgets gets the text bar instead.
@@ -46,3 +49,18 @@ def _stderr_is_terminal() -> bool:
         return sys.stderr.isatty()
     except (AttributeError, ValueError):  # replaced or closed stderr
         return False
+
+
+class PhaseClock:
+    """Wall time of a run's named phases (what a user waits for), kept for its summary."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = round(time.perf_counter() - start, 3)

@@ -216,13 +216,12 @@ def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().pa
     return {"commit": commit, "uncommitted_changes": bool(changes)}
 
 
-NEW, RESUME, FINISHED = "new", "resume", "finished"
-RUNNING = "running"
+NEW, RESUME, FINISHED, RUNNING = "new", "resume", "finished", "running"
 
 
 def is_finished(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a finished run: its summary is written, its check did not fail and it
-    is not running again (a run of runs measured anew keeps its old summary until it finishes)."""
+    """Whether ``path`` holds a finished run: a summary, no failed check, not running again (a run of
+    runs measured anew keeps its old summary until it finishes)."""
     info = read_run_info(path)
     return (Path(path) / SUMMARY).exists() and FAILED_CHECK not in info and info.get("status") != RUNNING
 
@@ -249,9 +248,8 @@ def claim_run_dir(
     * the same configuration, finished (summary.json, no failed numerical check): FINISHED;
     * the same configuration, unfinished: RESUME when ``resumable(out)``, else the old outputs are
       removed and the run starts over (NEW);
-    * ``holds_runs`` (a run of runs, each in its own directory under ``out`` and claimed by its own
-      configuration: a sweep): another configuration is RESUME, not refused, so its runs are kept
-      (another seed adds a run; each run refuses a change of its own configuration).
+    * ``holds_runs`` (runs in their own directories under ``out``, each claimed by its own
+      configuration: a sweep): another configuration is RESUME, not refused, and its runs are kept.
 
     ``remove=False`` decides without removing anything: the other processes of a DDP run reach
     the main process's decision while it clears the folder (with ``overwrite``, without reading it).
@@ -279,7 +277,7 @@ def claim_run_dir(
             )
             if finished and differs is None:
                 return FINISHED
-            if resumable(path):
+            if differs is not None or resumable(path):
                 return RESUME
     if remove:
         _remove_run_dir(path)
@@ -321,21 +319,6 @@ def _remove_run_dir(path: Path) -> None:
     here, target = Path.cwd().resolve(), path.resolve()
     check(here != target and target not in here.parents, f"{path} holds the current directory; sinklab does not remove it")
     shutil.rmtree(path)
-
-
-class PhaseClock:
-    """Wall time of a run's named phases (what a user waits for), kept for its summary."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = round(time.perf_counter() - start, 3)
 
 
 def _from_cli() -> bool:

@@ -20,9 +20,8 @@ from ..core.configs import setting
 from ..core.errors import check
 from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
-from ..core.progress import progress_bar
+from ..core.progress import PhaseClock, progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import PhaseClock
 from ..models.hf import QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, plots

@@ -1,4 +1,5 @@
-"""All coupling to Hugging Face transformers: loading (:mod:`.loading`), where each architecture
+"""All coupling to Hugging Face transformers: loading (:mod:`.loading`; devices and dtypes in
+:mod:`.placement`), where each architecture
 keeps its layers (:mod:`.layouts`), instrumentation with sinklab's hook names
 (:mod:`.instrument`), and what sinklab refuses to measure (:mod:`.support`: anything but a causal
 decoder with a plain output layer). A new architecture is one line in ``layouts.LAYOUTS``."""
@@ -7,23 +8,19 @@ from .instrument import QUERY_CHUNK, evicted_tokens, head_nll, instrument, outpu
 from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, down_proj_weight, layout_of
 from .loading import (
     DEFAULT_MODEL,
-    DTYPES,
     MODEL_FACTS,
     LoadedModel,
     LoadOptions,
     cache_root,
-    check_device_map,
     default_gguf_path,
     default_model_folder,
     dequantised_dir,
-    device_name,
     input_device,
     load_model,
     model_facts,
-    resolve_device,
-    resolve_dtype,
     resolved_config,
 )
+from .placement import DTYPES, check_device_map, device_name, resolve_device, resolve_dtype
 from .support import check_causal, check_supported
 
 __all__ = [
