@@ -17,7 +17,7 @@ from conftest import one_line_error
 
 import sinklab
 from sinklab import cli
-from sinklab.core import configs
+from sinklab.core import configs, keywords
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
 from sinklab.core.results import CAPABILITIES
 from sinklab.core.runs import FAILED_CHECK, read_run_info
@@ -342,6 +342,53 @@ def test_a_notebook_argument_that_does_not_exist_is_one_line(loaded):
         sinklab.scan_model(loaded, text=PROMPT)
     with pytest.raises(SinklabError, match="not an intervention: .*give objects such as MaskSelf"):
         sinklab.intervene_model(loaded, None, [{"mask_self": [5]}], prompt=PROMPT, tokens=24)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (
+            lambda m: sinklab.scan_model(m, dtype="bfloat16", device="cuda", revision="v9"),
+            "scan_model: device, dtype, revision say ",
+        ),
+        (lambda m: sinklab.stream_model(m, device_map="auto"), "stream_model: device_map say how to load a model"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, batch=2.5), "scan_model: batch takes an integer, got 2.5"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, tokens="32"), "scan_model: tokens takes an integer, got '32'"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, batch=True), "scan_model: batch takes an integer, got True"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, tokens=None), "scan_model: tokens takes an integer, not None"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, layers=[0, "1"]), "each item of layers takes an integer, got '1'"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, layers=1), "layers takes a list or tuple (each an integer), got 1"),
+        (lambda m: sinklab.scan_model(m, prompt=PROMPT, bos="maybe"), "bos takes one of auto, yes, no, got 'maybe'"),
+        (lambda m: sinklab.stream_model(m, policies=("sink", "snk")), "each item of policies takes one of dense, "),
+        (lambda m: sinklab.intervene_model(m, None, 3, prompt=PROMPT), "interventions takes a list or tuple, got 3"),
+    ],
+    ids=["loading", "device-map", "float", "text", "bool", "none", "item", "bare-int", "choice", "item-choice", "not-a-list"],
+)
+def test_a_notebook_argument_of_the_wrong_type_is_one_line(loaded, call, message):
+    """Loading settings given with a loaded model are refused (they were ignored), and every value
+    is checked against its setting's type (batch=2.5 ended in a TypeError deep in the run,
+    policies="sink" in "unknown policy s, i, n, k"). Mutations tried: api._run without the
+    loading check (the first two calls run, ignoring them); from_kwargs without checked() (each
+    other call ends in another error or none)."""
+    with pytest.raises(SinklabError) as refused:
+        call(loaded)
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_bare_name_and_a_single_intervention_are_one_item(loaded, prompt_file):
+    """``policies="sink"`` is ``("sink",)`` (not the letters s, i, n, k) and one intervention is a
+    list of one; an int for a float setting is that float. Mutation tried: a bare string kept as it
+    is (the stream says "unknown policy s, i, n, k")."""
+    stream = dict(corpus=str(prompt_file), tokens=40, sinks=2, window=14, chunk=20, latency_steps=1)
+    assert without_timing(sinklab.stream_model(loaded, policies="sink", **stream).summary) == without_timing(
+        sinklab.stream_model(loaded, policies=("sink",), **stream).summary
+    )
+    one = sinklab.intervene_model(loaded, None, MaskSelf(5), prompt=PROMPT, tokens=24)
+    assert without_timing(one.summary) == without_timing(
+        sinklab.intervene_model(loaded, None, [MaskSelf(5)], prompt=PROMPT, tokens=24).summary
+    )
+    cfg = keywords.from_kwargs(CAPABILITIES["scan"].config, {"massive_absolute": 50})
+    assert cfg.settings.massive_absolute == 50.0 and isinstance(cfg.settings.massive_absolute, float)
 
 
 def test_load_result_reads_every_kind_it_wrote(loaded, prompt_file, tmp_path):

@@ -20,9 +20,10 @@ from typing import Any, Optional, Sequence
 
 from .adapt import ADAPT, PrefixConfig
 from .compress import COMPRESS, CompressConfig
-from .core import configs, pipeline
+from .core import configs, keywords, pipeline
+from .core.errors import check
 from .core.results import Capability, RunResult, load_result
-from .intervene import INTERVENE, InterveneConfig
+from .intervene import INTERVENE, InterveneConfig, Intervention
 from .models.hf import device_name, load_model, resolved_config
 from .models.subjects import Subject
 from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
@@ -55,8 +56,11 @@ def subject_of(model: Any, tokenizer: Any = None, query_chunk: Optional[int] = N
 def _run(
     capability: Capability, model: Any, tokenizer: Any, settings: dict, out: Optional[str], overwrite: bool, what: str, **fixed
 ) -> RunResult:
-    """Build the configuration from the keyword arguments, hand the model over, run the pipeline."""
-    cfg = configs.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
+    """Build the configuration from the keyword arguments, hand the model over, run the pipeline.
+    How to load a model is refused: the model given is loaded (the config records how)."""
+    moot = sorted(set(settings) & set(LOADING))
+    check(not moot, f"{what}: {', '.join(moot)} say how to load a model, and this one is loaded: give them to sinklab.load_model")
+    cfg = keywords.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
     subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
     cfg = configs.build(capability.config, {**configs.flat(cfg), **recorded_model(subject)})
     result = pipeline.run(capability, cfg, subject, out=out, overwrite=overwrite)
@@ -119,7 +123,7 @@ def scan_models(models, *, out: Optional[str] = None, overwrite: bool = False, l
         names.append(recorded_model(subject)["model"] if subject is not None else None if model is None else str(model))
         labels.append(label if label is not None else label_of(names[-1]))
         subjects.append(subject)
-    scan = replace(configs.from_kwargs(ScanConfig, settings, ALIASES, "scan_models"), model=names[0])  # as the command line's
+    scan = replace(keywords.from_kwargs(ScanConfig, settings, ALIASES, "scan_models"), model=names[0])  # as the command line's
     if launcher is None or launcher.runs_here:  # the models by name load here
         scan = resolved_config(scan)
     cfg = CompareConfig(models=tuple(names), labels=tuple(labels), scan=scan)
@@ -133,14 +137,15 @@ def intervene_model(
     model, tokenizer=None, interventions: Sequence = (), *, out: Optional[str] = None, overwrite: bool = False, **settings
 ) -> RunResult:
     """Interventions against a baseline (``sinklab intervene``): ``interventions`` are the values
-    :func:`sinklab.intervene.applied` takes (``[MaskSelf(10), VarianceAmplify(5, 4.0)]``), one run
-    each (a tuple of them is applied together; ``sinklab.intervene.interventions_for`` turns
+    :func:`sinklab.intervene.applied` takes (``[MaskSelf(10), VarianceAmplify(5, 4.0)]``, or one of
+    them), one run each (a tuple of them is applied together; ``sinklab.intervene.interventions_for`` turns
     command-line options into them). ``.frame()``: one row per (experiment, layer) with
     ``share_at_k`` and ``share_at_0`` (the attention weight later queries give to k and to 0, in
     [0, 1], averaged over heads, queries and sequences), before and after, and the next-token
     ``loss`` (nats) and ``ppl``. Settings:
     """
-    return _run(INTERVENE, model, tokenizer, settings, out, overwrite, "intervene_model", interventions=tuple(interventions))
+    asked = (interventions,) if isinstance(interventions, Intervention) else interventions
+    return _run(INTERVENE, model, tokenizer, settings, out, overwrite, "intervene_model", interventions=asked)
 
 
 def stream_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
@@ -183,8 +188,8 @@ def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequenc
         inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
         inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=False),
     ]
-    fn.__signature__ = configs.signature(cls, leading, trailing, skip)
-    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + configs.settings_doc(cls, skip) + "\n"
+    fn.__signature__ = keywords.signature(cls, leading, trailing, skip)
+    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + keywords.settings_doc(cls, skip) + "\n"
 
 
 _POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD

@@ -6,8 +6,8 @@ them: the inputs, the metric thresholds, the load options). Each field is declar
 flag, old spellings and parser. From that one declaration:
 
 * the command line's flags (:mod:`.flags`), so a default or a help text is never typed twice;
-* the notebook functions' keyword arguments (:func:`from_kwargs`, :func:`signature`): the same
-  names, flat, with the same defaults;
+* the notebook functions' keyword arguments (:mod:`.keywords`): the same names, flat, with the
+  same defaults, each checked against its setting's type;
 * whether two runs are the same run (:func:`first_difference`): every field decides it except
   those declared ``result=False`` (where or how a run is written, not what it computes);
 * the strict reading of a saved ``config.json`` (:func:`from_dict`: unknown or missing keys are
@@ -25,7 +25,6 @@ and a second description of the classes.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
@@ -190,54 +189,11 @@ def flat(cfg: Any) -> dict:
     return values
 
 
-# --------------------------------------------------------------------------- the notebook
-
-
-def from_kwargs(cls: type, kwargs: dict, aliases: Optional[dict] = None, what: str = "") -> Any:
-    """``cls`` from a notebook function's keyword arguments: flat setting names (and old
-    spellings in ``aliases``: old name -> name); an unknown name is one line listing the known."""
-    given = dict(kwargs)
-    for old, new in (aliases or {}).items():
-        if old in given:
-            check(new not in given, f"{what}: give {new}= or its old spelling {old}=, not both")
-            given[new] = given.pop(old)
-    known = {x.name for x in leaves(cls)}
-    unknown = sorted(set(given) - known)
-    check(not unknown, f"{what}: unknown argument {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    given = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
-    try:
-        return build(cls, given)
-    except TypeError as exc:
-        raise SinklabError(f"{what}: {exc}") from None
-
-
-def signature(
-    cls: type, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter] = (), skip: Sequence[str] = ()
-) -> inspect.Signature:
-    """The signature a notebook function shows (``help()``, tab completion): ``leading``
-    parameters, then every setting of ``cls`` as a keyword with its default, then ``trailing``."""
-    settings = [
-        inspect.Parameter(x.name, inspect.Parameter.KEYWORD_ONLY, default=x.default(), annotation=x.kind)
-        for x in leaves(cls)
-        if x.name not in skip and x.default() is not MISSING
-    ]
-    return inspect.Signature([*leading, *settings, *trailing])
-
-
 def shown_default(value: Any) -> str:
     """A default as help texts show it (a tuple as a comma list)."""
     if isinstance(value, tuple):
         return ",".join(str(v) for v in value) if value else "none"
     return str(value)
-
-
-def settings_doc(cls: type, skip: Sequence[str] = ()) -> str:
-    """The settings of ``cls`` as a docstring block (name, default, help)."""
-    return "\n".join(
-        f"    ``{x.name}`` ({shown_default(x.default())}): {x.meta['help']}"
-        for x in leaves(cls)
-        if x.name not in skip and x.meta["help"]
-    )
 
 
 # --------------------------------------------------------------------------- saved configurations
