@@ -124,6 +124,46 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
     assert records(out) == pool_trigger[1]
 
 
+def test_submitit_is_given_every_launcher_setting(monkeypatch, tmp_path):
+    """What a Slurm job asks for reaches submitit's executor in submitit's names (stopped there:
+    nothing is submitted). Mutations tried: timeout_min left out of the parameters (submitit's
+    default, 5 minutes, would kill an hour-long job), cpus_per_task taken from the pool instead
+    of --cpus-per-job, gpus_per_node fixed at 0: each fails."""
+    import submitit
+
+    class Stop(Exception):
+        pass
+
+    given = {}
+
+    def update_parameters(self, **parameters):
+        given.update(parameters)
+        raise Stop
+
+    monkeypatch.setattr(submitit.AutoExecutor, "update_parameters", update_parameters)
+    settings = LauncherSettings(
+        launcher="slurm",
+        cluster="local",
+        timeout_min=7,
+        cpus_per_job=3,
+        gpus_per_job=1,
+        partition="cpu",
+        array_parallelism=2,
+        slurm_extra={"account": "lab"},
+    )
+    with pytest.raises(Stop):
+        launch(str, [1, 2, 3], settings, tmp_path)
+    assert given == {
+        "name": "sinklab",
+        "timeout_min": 7,
+        "cpus_per_task": 3,
+        "gpus_per_node": 1,
+        "slurm_partition": "cpu",
+        "slurm_array_parallelism": 2,
+        "slurm_additional_parameters": {"account": "lab"},
+    }
+
+
 #: The Bigram-Backcopy sweep's own softmax and relu runs (seed 0) on a tiny model, 4 steps.
 TINY_BB = SweepConfig(
     corpus="bb",
