@@ -116,7 +116,8 @@ def _against_ratio(s: dict, name: str):
 
 
 def _first_text(s: dict) -> Optional[str]:
-    for cell in s["cells"]:
+    """The text the figures and tables show (the corpus; the outside text is in the frames)."""
+    for cell in [*s["cells"], *s["quantized"]]:
         if cell.get("ppl_ratio"):
             return next(iter(cell["ppl_ratio"]))
     return None

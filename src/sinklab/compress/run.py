@@ -60,7 +60,11 @@ class CompressConfig:
 
     model: Optional[str] = setting(None, help="a model folder, .gguf file or Hub id (None: the built-in SmolLM2)", cli=False)
     presses: tuple[str, ...] = setting(
-        tuple(PRESSES), flag="--press", choices=tuple(PRESSES), metavar="P[,P...]", help=f"from {', '.join(PRESSES)}"
+        tuple(PRESSES),
+        flag="--press",
+        metavar="P[,P...]",
+        help=f"from {', '.join(PRESSES)}; 'none' for quantizers only",
+        parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
     )
     ratios: tuple[float, ...] = setting(RATIOS, flag="--ratio", metavar="R[,R...]", help="fractions of the context removed")
     keep_sinks: tuple = setting(
