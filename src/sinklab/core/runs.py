@@ -300,7 +300,7 @@ def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
         ) from None
     cls = type(config) if is_dataclass(config) else None
     if cls is not None and isinstance(saved, dict):
-        saved = migrate(cls, saved)
+        saved = json.loads(json.dumps(jsonable(migrate(cls, saved))))  # as JSON, as today's: a migration may build tuples
     return first_difference(saved, json.loads(json.dumps(config_record(config))), not_result_paths(cls))
 
 

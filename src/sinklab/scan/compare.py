@@ -25,7 +25,7 @@ from ..core.runs import read_run_info
 from . import compare_page
 from .frame import COMPARE_TABLES
 from .inputs import renamed_max_tokens
-from .run import SCAN, ScanConfig
+from .run import SCAN, ScanConfig, every_layer
 
 MODELS_DIR = "models"
 DEFAULT_NAME = "default"  # the label of the built-in default model (MODEL left out)
@@ -35,7 +35,7 @@ DEFAULT_NAME = "default"  # the label of the built-in default model (MODEL left 
 class CompareConfig:
     """Several models scanned with one scan configuration (its ``model`` unused)."""
 
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
     MIGRATIONS: ClassVar[dict] = {
         0: lambda saved: {
             "models": saved["models"],
@@ -45,7 +45,8 @@ class CompareConfig:
                 **{k: v for k, v in saved.items() if k != "models"},
                 "inputs": renamed_max_tokens(saved["inputs"]),
             },
-        }
+        },
+        1: lambda saved: {**saved, "scan": every_layer(saved["scan"])},
     }
 
     models: tuple[Optional[str], ...] = setting(

@@ -31,12 +31,17 @@ from .recorder import Record, Recorder, RecordOptions
 from .summary import MetricSettings, summarise
 
 
+def every_layer(saved: dict) -> dict:
+    """Scans before config version 2 (``--layers``) recorded every layer."""
+    return {**saved, "layers": None}
+
+
 @dataclass
 class ScanConfig:
     """``sinklab scan``'s settings (and ``sinklab.scan_model``'s keyword arguments)."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": renamed_max_tokens(saved["inputs"])}}
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": renamed_max_tokens(saved["inputs"])}, 1: every_layer}
 
     model: Optional[str] = setting(
         None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
