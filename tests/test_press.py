@@ -248,3 +248,26 @@ def test_generate_under_a_press_continues_the_compressed_context():
 def test_a_press_is_refused_with_a_clear_error_when_not_a_press():
     with pytest.raises(SinklabError, match="press"), P.applied(tiny("llama"), "snapkv"):
         pass
+
+
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen3"])
+def test_the_last_queries_weights_beside_sdpa_equal_the_instrumented_ones(arch):
+    """SnapKV and TOVA read only the last queries' weights; on an SDPA model they are computed
+    beside the model's own SDPA (a (rows, T) block per layer) instead of the instrumented
+    attention: the same sums, sliding windows (Mistral's 8 tokens) and GQA included. Mutations
+    tried: the causal rule (SDPA handed no mask) off by one key fails Llama and Qwen3; the mask's
+    first rows taken instead of its last fails Mistral."""
+    from sinklab.press.attention import tallied
+
+    model = tiny(arch)
+    assert model.config._attn_implementation == "sdpa"
+    ids, _ = inputs()
+    with torch.no_grad():
+        with tallied(model, CONTEXT, False, 4) as fast:
+            model(ids, use_cache=True)
+        with tallied(model, CONTEXT, True, 4) as instrumented:
+            model(ids, use_cache=True)
+    assert fast.window.keys() == instrumented.window.keys() and not fast.received
+    for layer, sums in fast.window.items():
+        torch.testing.assert_close(sums, instrumented.window[layer], atol=1e-5, rtol=0)
+    assert model.config._attn_implementation == "sdpa"
