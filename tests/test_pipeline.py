@@ -17,11 +17,13 @@ from conftest import one_line_error
 
 import sinklab
 from sinklab import cli
-from sinklab.core import configs, keywords
+from sinklab.core import configs, keywords, pipeline
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
 from sinklab.core.results import CAPABILITIES
 from sinklab.core.runs import FAILED_CHECK, read_run_info
-from sinklab.intervene import MaskSelf, VarianceAmplify
+from sinklab.intervene import MaskSelf, TriggerEditConfig, VarianceAmplify
+from sinklab.pretrain import CompareRunsConfig, PretrainConfig
+from sinklab.trigger import ConstructConfig
 
 SRC = Path(sinklab.__file__).parent
 PROMPT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 3
@@ -317,6 +319,54 @@ def test_what_load_model_returns_every_function_takes_and_frames_concatenate(loa
     ]
     with pytest.raises(SinklabError, match="has no table 'bogus'; its tables: heads, layers, massive_activations, super_neurons"):
         one.frame("bogus")
+
+
+#: Kinds whose runs take more than seconds: their tables are another kind's, checked here.
+TABLES_OF = {"adapt-finetune": "adapt", "pretrain-sweep": "pretrain-compare"}
+#: A cheap run of every other kind (``m``: the tiny model loaded; ``text``: a text file; ``lab``: a trigger
+#: lab of the default softmax and ReLU models; ``out``: a folder of its own).
+CHEAP_RUNS = {
+    "scan": lambda m, text, lab, out: sinklab.scan_model(m, prompt=PROMPT, tokens=24, batch=2),
+    "scan-compare": lambda m, text, lab, out: sinklab.scan_models([m, m], prompt=PROMPT, tokens=24, batch=2),
+    "intervene": lambda m, text, lab, out: sinklab.intervene_model(m, None, [MaskSelf(5)], prompt=PROMPT, tokens=24),
+    "stream": lambda m, text, lab, out: sinklab.stream_model(
+        m, corpus=text, tokens=40, sinks=2, window=14, chunk=20, latency_steps=1, ablation=(0, 1)
+    ),
+    "adapt": lambda m, text, lab, out: sinklab.adapt_model(m, tokens=16, windows=1, calibration=1, schemes=("w8a8",)),
+    "compress": lambda m, text, lab, out: sinklab.compress_model(
+        m, presses=("knorm",), ratios=(0.5,), keep_sinks=(0, 1), quantizers=(), contexts=(400,), keys=1, outside=None
+    ),
+    "trigger": lambda m, text, lab, out: sinklab.load_result(lab),
+    "trigger-construct": lambda m, text, lab, out: pipeline.run(CAPABILITIES["trigger-construct"], ConstructConfig()),
+    "intervene-trigger": lambda m, text, lab, out: pipeline.run(
+        CAPABILITIES["intervene-trigger"], TriggerEditConfig(lab_dir=str(lab))
+    ),
+    "pretrain": lambda m, text, lab, out: pipeline.run(CAPABILITIES["pretrain"], TINY_PRETRAIN, out=out / "pretrain"),
+    "pretrain-compare": lambda m, text, lab, out: pipeline.run(
+        CAPABILITIES["pretrain-compare"],
+        CompareRunsConfig(runs=(str(pipeline.run(CAPABILITIES["pretrain"], TINY_PRETRAIN, out=out / "pretrain").out),)),
+    ),
+}
+TINY_PRETRAIN = PretrainConfig(
+    corpus="bb", steps=4, d_model=16, n_layers=1, n_heads=2, seq_len=16, batch=4, warmup=1, eval_every=2, eval_batches=1,
+    scan_tokens=8, scan_batch=2,
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", sorted(CAPABILITIES))
+def test_every_table_of_every_kind_leads_with_the_model_its_dtype_and_device(kind, loaded, prompt_file, trigger_pair, tmp_path):
+    """Frames of any two runs concatenate: every table of every kind starts with model, dtype and
+    device (None where a run has no such model, as a trigger lab). A kind is run cheaply here or
+    named in TABLES_OF with the kind whose tables it shares. Mutations tried: the stream's chunks
+    without table_rows, and the tables of pretrain-compare, trigger, trigger-construct and
+    intervene-trigger as they were (no model columns): each fails."""
+    assert kind in CHEAP_RUNS or CAPABILITIES[TABLES_OF[kind]].tables == CAPABILITIES[kind].tables, kind
+    if kind not in CHEAP_RUNS:
+        pytest.skip(f"{kind} trains for minutes; its tables are {TABLES_OF[kind]}'s, checked")
+    result = CHEAP_RUNS[kind](loaded, str(prompt_file), trigger_pair[0], tmp_path)
+    for table in result.tables:
+        frame = result.frame(table)
+        assert list(frame.columns[:3]) == ["model", "dtype", "device"], (kind, table)
 
 
 def test_several_models_from_the_notebook_by_name_or_object(folder, loaded, tmp_path):

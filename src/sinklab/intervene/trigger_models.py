@@ -11,7 +11,7 @@ from typing import ClassVar, Optional
 from ..core.attention import AttentionSpec
 from ..core.configs import setting
 from ..core.errors import SinklabError
-from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from ..trigger import PAPER_ATTNS, TriggerConfig, evaluate_trigger, load_trigger_model, train_trigger
 from . import page
 from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, validate_all
@@ -88,7 +88,7 @@ KIND = "intervene-trigger"
 def trigger_rows(summary: dict):
     """One row per (trigger model, intervention): the errors (MSE) at non-trigger and trigger rows
     and the sink head's BOS mass at non-trigger rows, before and after."""
-    return summary["results"]
+    return table_rows(summary, summary["results"])
 
 
 def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]):

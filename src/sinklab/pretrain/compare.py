@@ -10,7 +10,7 @@ from typing import Optional, Sequence
 
 from ..core.configs import setting
 from ..core.errors import check
-from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from . import page, plots
 from .results import load_run, run_row
 
@@ -62,7 +62,7 @@ COMPARE_RUNS = register(
         CompareRunsConfig,
         measure,
         lambda out, result: [],
-        tables={"runs": lambda s: s["rows"], "by_variant": lambda s: s["by_variant"]},
+        tables={"runs": lambda s: s["rows"], "by_variant": lambda s: table_rows(s, s["by_variant"])},
         write_page=page.write,
         figures=figures,
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from ..core.errors import SinklabError
+from ..core.results import model_columns
 from ..core.runs import read_jsonl
 
 COLUMNS = [
@@ -52,7 +53,10 @@ def steps_to(rows: Sequence[dict], target: float) -> Optional[int]:
 
 
 def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, target: Optional[float] = None) -> dict:
+    """A run's line in ``sinklab compare``: its model, dtype and device (so the tables of runs
+    trained apart concatenate), its variant and seed, final losses, speed and sink figures."""
     return {
+        **model_columns(summary),
         "run": Path(run_dir).name,
         "variant": summary["variant"],
         "seed": summary["seed"],

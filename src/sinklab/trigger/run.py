@@ -17,7 +17,7 @@ from ..core import pipeline
 from ..core.configs import setting
 from ..core.errors import NumericalCheckFailed, check
 from ..core.launchers import LOCAL, LauncherSettings
-from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from . import page, plots
 from .analyses import cap_tradeoff, check_relu_construction, variant_table
 from .config import TriggerConfig
@@ -112,7 +112,7 @@ def trained(run_dir: Path) -> bool:
 
 def run_rows(summary: dict):
     """One row per trained model: its record (configuration, steps, error, sink figures)."""
-    return [{k: v for k, v in r.items() if k != "heads_detail"} for r in summary["runs"]]
+    return table_rows(summary, [{k: v for k, v in r.items() if k != "heads_detail"} for r in summary["runs"]])
 
 
 LAB = register(
@@ -121,7 +121,7 @@ LAB = register(
         LabConfig,
         measure,
         lambda out, result: [],
-        tables={"runs": run_rows, "across_seeds": lambda s: s["across_seeds"]},
+        tables={"runs": run_rows, "across_seeds": lambda s: table_rows(s, s["across_seeds"])},
         write_page=page.write,
         resumable=trained,
         needs_run_dir=True,
@@ -176,7 +176,7 @@ CONSTRUCT = register(
         ConstructConfig,
         measure_construction,
         lambda out, result: [],
-        tables={"check": lambda s: [s["relu_construction"]]},
+        tables={"check": lambda s: table_rows(s, [s["relu_construction"]])},
         write_page=page.write,
         check=check_construction,
     )
