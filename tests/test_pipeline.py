@@ -218,12 +218,15 @@ def test_a_model_object_on_the_first_gpu_is_the_command_lines_device_auto(folder
 def test_a_failed_check_in_the_notebook_marks_the_run_failed(loaded, prompt_file, tmp_path, monkeypatch, capsys):
     """A stream whose one-pass check fails raises NumericalCheckFailed in the notebook too, its
     results kept and run.json marked, so the command runs it again instead of calling it finished.
-    Mutation tried: the pipeline recording the run finished before checking (the command then
-    skips the failed run: exit 0 with "holds this run, finished")."""
+    Mutations tried: the pipeline recording the run finished before checking (the command then
+    skips the failed run: exit 0 with "holds this run, finished"); the pipeline's path without
+    ``out`` not checking (the notebook's first call returns quietly)."""
     from sinklab.stream import benchmark
 
     monkeypatch.setattr(benchmark, "ONE_PASS_TOLERANCE", -1.0)
     settings = dict(corpus=str(prompt_file), tokens=40, sinks=2, window=14, policies=("sink",), chunk=20, latency_steps=1)
+    with pytest.raises(NumericalCheckFailed, match="one-pass"):
+        sinklab.stream_model(loaded, **settings)  # without out: nothing to mark, the check still raises
     with pytest.raises(NumericalCheckFailed, match="results kept in") as failed:
         sinklab.stream_model(loaded, out=tmp_path / "run", **settings)
     assert failed.value.run_dir == tmp_path / "run" and (tmp_path / "run" / "summary.json").exists()
@@ -261,6 +264,48 @@ def test_run_json_has_one_writer():
             if any(_writes_run_json(n) for stmt in body for n in ast.walk(stmt)):
                 writers.append(f"{path.relative_to(SRC)}:{getattr(function, 'name', '<module>')}")
     assert sorted(set(writers)) == ["core/runs.py:_write_run_info"], writers
+
+
+def test_every_write_of_run_json_comes_from_its_one_writer(folder, loaded, prompt_file, tmp_path, monkeypatch):
+    """Every write to a file named run.json during runs through the pipeline (a command's scan, a
+    notebook intervention, a stream whose check fails) happens inside core.runs._write_run_info,
+    whatever name the path was built from. Mutation tried: the pipeline writing run.json itself
+    through write_json(out / ("run" + ".json"), ...) after recording the model (missed by the
+    test above, which reads names; caught here)."""
+    import builtins
+    import io
+    import os
+
+    from sinklab.stream import benchmark
+
+    writers = []
+
+    def watched(real, target_of, writes=lambda args, kw: True):
+        def call(*args, **kw):
+            target = target_of(args, kw)
+            named = isinstance(target, (str, os.PathLike)) and Path(target).name == "run.json"
+            if named and writes(args, kw):
+                frames = inspect.stack(context=0)
+                writers.append({(f.frame.f_globals.get("__name__"), f.function) for f in frames})
+            return real(*args, **kw)
+
+        return call
+
+    opens_for_writing = lambda args, kw: any(c in (args[1] if len(args) > 1 else kw.get("mode", "r")) for c in "wax+")  # noqa: E731
+    monkeypatch.setattr(os, "replace", watched(os.replace, lambda args, kw: args[1]))
+    monkeypatch.setattr(os, "rename", watched(os.rename, lambda args, kw: args[1]))
+    monkeypatch.setattr(builtins, "open", watched(builtins.open, lambda args, kw: args[0], opens_for_writing))
+    monkeypatch.setattr(io, "open", watched(io.open, lambda args, kw: args[0], opens_for_writing))
+    assert (
+        cli.main(["scan", folder, "--prompt", PROMPT, "--tokens", "24", "--batch", "2", "--out", str(tmp_path / "s"), "--quiet"])
+        == 0
+    )
+    sinklab.intervene_model(loaded, None, [MaskSelf(5)], prompt=PROMPT, tokens=24, out=tmp_path / "i")
+    monkeypatch.setattr(benchmark, "ONE_PASS_TOLERANCE", -1.0)
+    with pytest.raises(NumericalCheckFailed):
+        sinklab.stream_model(loaded, corpus=str(prompt_file), tokens=40, sinks=2, window=14, chunk=20, out=tmp_path / "t")
+    assert len(writers) >= 9  # start, the model's facts and the end of each of the three runs
+    assert all(("sinklab.core.runs", "_write_run_info") in frames for frames in writers)
 
 
 def test_dir_lists_the_api_and_subpackages_import_on_first_use():
