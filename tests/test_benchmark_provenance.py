@@ -16,6 +16,7 @@ from conftest import benchmark_module
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import read_run_info, write_json
+from sinklab.core.schemas import validate
 from sinklab.pretrain import PretrainConfig, SweepConfig, train_lm
 from sinklab.pretrain import run as pretrain_run
 from sinklab.pretrain.sweep import SweepJob, run_dir, train_one
@@ -307,6 +308,7 @@ def test_a_finished_sweep_takes_more_seeds_and_rerun_stale_trains_another_budget
     kept = summary_written(seed0)
     more = run_sweep(replace(TINY_SWEEP, seeds=(0, 1)), root)
     assert not more.reused and [row["seed"] for row in more.summary["rows"]] == [0, 1] and summary_written(seed0) == kept
+    validate(more.summary)
     assert run_sweep(replace(TINY_SWEEP, seeds=(0, 1)), root).reused
     for _ in range(2):  # the root, left running with the old comparison, is not taken for finished
         with pytest.raises(

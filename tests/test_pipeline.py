@@ -21,6 +21,7 @@ from sinklab.core import configs, keywords, pipeline
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
 from sinklab.core.results import CAPABILITIES
 from sinklab.core.runs import FAILED_CHECK, read_run_info
+from sinklab.core.schemas import validate
 from sinklab.intervene import MaskSelf, TriggerEditConfig, VarianceAmplify
 from sinklab.pretrain import CompareRunsConfig, PretrainConfig
 from sinklab.trigger import ConstructConfig
@@ -366,18 +367,28 @@ def test_what_load_model_returns_every_function_takes_and_frames_concatenate(loa
         one.frame("bogus")
 
 
-#: Kinds whose runs take more than seconds: their tables are another kind's, checked here.
-TABLES_OF = {"adapt-finetune": "adapt", "pretrain-sweep": "pretrain-compare"}
+#: Kinds whose runs take more than seconds: their tables are another kind's, checked here (a sweep's
+#: summary is validated by tests/test_benchmark_provenance.py's tiny sweeps).
+TABLES_OF = {"pretrain-sweep": "pretrain-compare"}
 #: A cheap run of every other kind (``m``: the tiny model loaded; ``text``: a text file; ``lab``: a trigger
 #: lab of the default softmax and ReLU models; ``out``: a folder of its own).
 CHEAP_RUNS = {
-    "scan": lambda m, text, lab, out: sinklab.scan_model(m, prompt=PROMPT, tokens=24, batch=2),
+    "scan": lambda m, text, lab, out: sinklab.scan_model(m, prompt=PROMPT, tokens=24, batch=2, layers=(0, 1)),
     "scan-compare": lambda m, text, lab, out: sinklab.scan_models([m, m], prompt=PROMPT, tokens=24, batch=2),
     "intervene": lambda m, text, lab, out: sinklab.intervene_model(m, None, [MaskSelf(5)], prompt=PROMPT, tokens=24),
     "stream": lambda m, text, lab, out: sinklab.stream_model(
         m, corpus=text, tokens=40, sinks=2, window=14, chunk=20, latency_steps=1, ablation=(0, 1)
     ),
     "adapt": lambda m, text, lab, out: sinklab.adapt_model(m, tokens=16, windows=1, calibration=1, schemes=("w8a8",)),
+    "adapt-finetune": lambda m, text, lab, out: pipeline.run(
+        CAPABILITIES["adapt-finetune"],
+        configs.build(
+            CAPABILITIES["adapt-finetune"].config,
+            dict(mitigation="kv_bias", steps=1, seq_len=12, batch=2, tokens=16, windows=1, calibration=1, schemes=("w8a8",)),
+        ),
+        m,
+        out=out / "tune",
+    ),
     "compress": lambda m, text, lab, out: sinklab.compress_model(
         m, presses=("knorm",), ratios=(0.5,), keep_sinks=(0, 1), quantizers=(), contexts=(400,), keys=1, outside=None
     ),
@@ -399,16 +410,23 @@ TINY_PRETRAIN = PretrainConfig(
 
 
 @pytest.mark.parametrize("kind", sorted(CAPABILITIES))
-def test_every_table_of_every_kind_leads_with_the_model_its_dtype_and_device(kind, loaded, prompt_file, trigger_pair, tmp_path):
-    """Frames of any two runs concatenate: every table of every kind starts with model, dtype and
-    device (None where a run has no such model, as a trigger lab). A kind is run cheaply here or
-    named in TABLES_OF with the kind whose tables it shares. Mutations tried: the stream's chunks
+def test_every_kind_follows_its_schema_and_leads_its_tables_with_the_model(kind, loaded, prompt_file, trigger_pair, tmp_path):
+    """Every kind's summary follows its JSON schema, which refuses a key it does not list (here, in
+    a normal test, not only in the suite's closing check of every run directory). Frames of any two
+    runs concatenate: every table of every kind starts with model, dtype and device (None where a
+    run has no such model, as a trigger lab). A kind is run cheaply here or named in TABLES_OF with
+    the kind whose tables it shares (a pretraining summary may hold any per-head extra's switch:
+    its unknown keys must be booleans). Mutation tried: a schema without "additionalProperties":
+    false (the unlisted key passes). Mutations tried: the stream's chunks
     without table_rows, and the tables of pretrain-compare, trigger, trigger-construct and
     intervene-trigger as they were (no model columns): each fails."""
     assert kind in CHEAP_RUNS or CAPABILITIES[TABLES_OF[kind]].tables == CAPABILITIES[kind].tables, kind
     if kind not in CHEAP_RUNS:
         pytest.skip(f"{kind} trains for minutes; its tables are {TABLES_OF[kind]}'s, checked")
     result = CHEAP_RUNS[kind](loaded, str(prompt_file), trigger_pair[0], tmp_path)
+    validate(result.summary)
+    with pytest.raises(SinklabError, match="breaks its schema at (the top level: Additional properties .*'unlisted'|unlisted)"):
+        validate({**result.summary, "unlisted": 1})
     for table in result.tables:
         frame = result.frame(table)
         assert list(frame.columns[:3]) == ["model", "dtype", "device"], (kind, table)
