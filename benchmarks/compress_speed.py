@@ -31,7 +31,6 @@ from common import record
 from sinklab import press as P
 from sinklab.compress.tasks import text_window
 from sinklab.models.hf import load_model
-from sinklab.press.quantized import KIVI
 from sinklab.stream.caches import cache_bytes
 
 PRESSES = [P.StreamingLLM(0.5, keep_sinks=4), P.Knorm(0.5), P.KeyDiff(0.5), P.SnapKV(0.5), P.TOVA(0.5), P.H2O(0.5)]
@@ -96,8 +95,9 @@ def peak_kib(length: int, what: str) -> int:
 def h2o_memory(length: int) -> dict:
     loaded_only = peak_kib(16, "plain")  # the model loaded, no context to speak of
     plain, h2o = peak_kib(length, "plain"), peak_kib(length, "h2o")
+    above_loaded = (h2o - loaded_only) / (plain - loaded_only)
     return {"context": length, "plain_peak_mib": plain / 1024, "h2o_peak_mib": h2o / 1024, "loaded_mib": loaded_only / 1024,
-            "h2o_over_plain": h2o / plain, "h2o_over_plain_above_loaded": (h2o - loaded_only) / (plain - loaded_only)}  # fmt: skip
+            "h2o_over_plain": h2o / plain, "h2o_over_plain_above_loaded": above_loaded}  # fmt: skip
 
 
 @torch.no_grad()
@@ -114,11 +114,11 @@ def byte_counts(model, tokenizer, length: int) -> dict:
     for bits in (2, 4):
         for group in (32, 64):
             twin = P.branch(dense)
-            KIVI(bits, 0, group, residual=0).apply(twin)
+            P.KIVI(bits, 0, group, residual=0).apply(twin)
             packed = sum(t.numel() * t.element_size() for layer in twin.layers for t in layer.store.tensors())
             found[f"kivi{bits}/g{group}"] = {"packed_over_bfloat16": packed / (2 * elements)}
             twin = P.branch(dense)
-            KIVI(bits, 4, group, residual=128).apply(twin)
+            P.KIVI(bits, 4, group, residual=128).apply(twin)
             whole = cache_bytes(twin)  # residual and sinks in the model's float32
             found[f"kivi{bits}/g{group}/r128+4"] = {"whole_over_float32_dense": whole / (4 * elements)}
     return found
@@ -129,11 +129,16 @@ def decode(model, tokenizer, length: int, steps: int) -> dict:
     ids = text_window(tokenizer, "shakespeare", length, "auto").context
     token = torch.tensor([[ids[0, -1].item()]])
     found = {}
-    for name, policy in [("dense", None), ("snapkv@0.5", P.SnapKV(0.5)), ("snapkv@0.875", P.SnapKV(0.875)), ("kivi2", KIVI(2, 4))]:
+    for name, policy in [
+        ("dense", None),
+        ("snapkv@0.5", P.SnapKV(0.5)),
+        ("snapkv@0.875", P.SnapKV(0.875)),
+        ("kivi2", P.KIVI(2, 4)),
+    ]:
         cache = model(ids, use_cache=True, logits_to_keep=1).cache
         if policy is not None:
             if policy.recording or policy.window_rows:
-                with P.attention.tallied(model, length, False, policy.window_rows) as tally:
+                with P.tallied(model, length, False, policy.window_rows) as tally:
                     cache = model(ids, use_cache=True, logits_to_keep=1).cache
                 policy.apply(cache, tally)
             else:

@@ -16,9 +16,8 @@ from sinklab import cli
 from sinklab import press as P
 from sinklab.compress.tasks import DEPTHS, first_integer, passkey_prompts
 from sinklab.core.errors import SinklabError
-from sinklab.press.attention import tallied
+from sinklab.press import KIVI, StaticKV, calibrate, tallied
 from sinklab.press.packing import pack, quantize_groups, unpack
-from sinklab.press.quantized import KIVI, StaticKV, calibrate
 from sinklab.stream.caches import cache_bytes
 
 BOS, NEEDLE, QUESTION, ANSWER, OTHER = 0, 1, 2, 3, 4

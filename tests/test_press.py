@@ -257,7 +257,7 @@ def test_the_last_queries_weights_beside_sdpa_equal_the_instrumented_ones(arch):
     attention: the same sums, sliding windows (Mistral's 8 tokens) and GQA included. Mutations
     tried: the causal rule (SDPA handed no mask) off by one key fails Llama and Qwen3; the mask's
     first rows taken instead of its last fails Mistral."""
-    from sinklab.press.attention import tallied
+    from sinklab.press import tallied
 
     model = tiny(arch)
     assert model.config._attn_implementation == "sdpa"

@@ -4,7 +4,7 @@ for prefix tokens that absorb outliers (:mod:`.search`), and mitigations fine-tu
 model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.probe`)."""
 
 from .adapted import AdaptedModel
-from .evaluate import Evaluation
+from .evaluate import Evaluation, corpus_windows
 from .finetune import FINETUNE, FinetuneConfig, load_adapted
 from .frame import adapt_rows
 from .mitigations import MITIGATIONS, Mitigation
@@ -26,6 +26,7 @@ __all__ = [
     "SinkPrefix",
     "adapt_rows",
     "bos_token",
+    "corpus_windows",
     "fake_quant",
     "load_adapted",
     "quantize_activation",

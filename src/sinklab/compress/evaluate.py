@@ -15,8 +15,7 @@ from typing import Iterator
 import torch
 import torch.nn.functional as F
 
-from ..press import attention_for, branch
-from ..press.attention import tallied
+from ..press import attention_for, branch, tallied
 from .tasks import ANSWER_TOKENS, Passkey, TextWindow, first_integer, key_ids
 
 

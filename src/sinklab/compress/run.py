@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..adapt.evaluate import corpus_windows
+from ..adapt import corpus_windows
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
@@ -26,9 +26,7 @@ from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
 from ..models.hf import LoadOptions, model_facts
 from ..models.subjects import transformers_model
-from ..press import DETECTED, PRESSES, press_named
-from ..press.quantized import KIVI, StaticKV, calibrate
-from ..press.quanto import QuantoKV
+from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, press_named
 from ..scan import BOS_CHOICES
 from . import plots
 from .evaluate import score_inputs

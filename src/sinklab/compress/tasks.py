@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 
 from ..core.errors import check
-from ..stream.benchmark import stream_tokens
+from ..stream import stream_tokens
 
 CONTINUATION = 256
 TASKS = ("ppl", "passkey")

@@ -20,44 +20,14 @@ the sinks protected, and the cache's bytes before and after.
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
 from torch import nn
 
 from ..core.errors import check
 from .attention import tallied
-from .base import DETECTED, LayerContext, Press, gathered, not_a_press
-from .cache import NARROWED_SDPA, check_unpadded, full_attention_layers, pressed_layer_class, register_narrowed_sdpa
-from .sinks import detected_sinks
-
-
-@dataclass
-class Compression:
-    """What one press did to one context: ``length`` (tokens compressed), ``positions`` (per
-    compressed layer, the (B, Hkv, K) positions each KV head kept, ascending), ``sinks`` (the
-    positions protected), and the cache's bytes before and after (every layer's keys and values,
-    sliding-window layers included, which a press leaves as they are)."""
-
-    length: int
-    positions: dict = field(default_factory=dict)
-    sinks: list = field(default_factory=list)
-    bytes_before: int = 0
-    bytes_after: int = 0
-
-    @property
-    def layers(self) -> list[int]:
-        """The layers compressed (the full-attention ones)."""
-        return list(self.positions)
-
-    @property
-    def kept(self) -> dict[int, int]:
-        """Keys each KV head kept, per compressed layer."""
-        return {layer: positions.shape[-1] for layer, positions in self.positions.items()}
-
-    @property
-    def kept_fraction(self) -> float:
-        return sum(self.kept.values()) / (len(self.kept) * self.length)
+from .base import Compression, Press, compress, not_a_press
+from .cache import NARROWED_SDPA, check_unpadded, register_narrowed_sdpa
 
 
 class Pressing:
@@ -104,38 +74,6 @@ class Pressing:
         if self._prefill is not None:
             self._prefill.close()
             self._prefill = None
-
-
-def compress(cache, press: Press, tally=None) -> Compression:
-    """Compress every full-attention layer of ``cache`` (just filled by a prefill) with ``press``,
-    from the prefill's attention ``tally`` when the press needs it."""
-    from ..stream.caches import cache_bytes
-
-    layers = full_attention_layers(cache)
-    length = cache.layers[layers[0]].keys.shape[-2]
-    report = Compression(length, bytes_before=cache_bytes(cache))
-    if press.ratio == 0:  # every key kept: the cache only learns to count positions
-        report.sinks = []
-    elif press.keep_sinks == DETECTED:
-        report.sinks = detected_sinks(tally.received)
-    elif press.keep_sinks:
-        report.sinks = list(range(min(press.keep_sinks, length)))
-    group: list = []
-    layer_class = pressed_layer_class()
-    n_layers = len(cache.layers)
-    for index in layers:
-        layer = cache.layers[index]
-        context = LayerContext(
-            layer.keys, layer.values, index, n_layers,
-            received=tally.received.get(index) if tally is not None else None,
-            window=tally.window.get(index) if tally is not None else None,
-            window_rows=press.window_rows,
-        )  # fmt: skip
-        positions = press.keep(context, report.sinks)
-        cache.layers[index] = layer_class(gathered(layer.keys, positions), gathered(layer.values, positions), length, group)
-        report.positions[index] = positions.cpu()
-    report.bytes_after = cache_bytes(cache)
-    return report
 
 
 @contextmanager

@@ -21,12 +21,15 @@ prefill's queries paid each key: :mod:`.attention`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar, Optional, Union
 
 import torch
 
 from ..core.errors import SinklabError, check
+from ..stream import cache_bytes
+from .cache import full_attention_layers, pressed_layer_class
+from .sinks import detected_sinks
 
 KeepSinks = Union[int, str]
 DETECTED = "detected"
@@ -143,10 +146,8 @@ class Press:
         """The last queries whose attention the press reads ("window" in :attr:`needs`)."""
         return 0
 
-    def apply(self, cache, tally=None):
-        """Compress ``cache`` (just filled by a prefill) in place; see :func:`~.applied.compress`."""
-        from .applied import compress
-
+    def apply(self, cache, tally=None) -> "Compression":
+        """Compress ``cache`` (just filled by a prefill) in place; see :func:`compress`."""
         return compress(cache, self, tally)
 
     def settings(self) -> dict:
@@ -178,3 +179,61 @@ def gathered(states: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 def not_a_press(value) -> SinklabError:
     return SinklabError(f"expected a sinklab press (e.g. SnapKV(ratio=0.5, keep_sinks=4)), got {type(value).__name__}")
+
+
+@dataclass
+class Compression:
+    """What one press did to one context: ``length`` (tokens compressed), ``positions`` (per
+    compressed layer, the (B, Hkv, K) positions each KV head kept, ascending), ``sinks`` (the
+    positions protected), and the cache's bytes before and after (every layer's keys and values,
+    sliding-window layers included, which a press leaves as they are)."""
+
+    length: int
+    positions: dict = field(default_factory=dict)
+    sinks: list = field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+
+    @property
+    def layers(self) -> list[int]:
+        """The layers compressed (the full-attention ones)."""
+        return list(self.positions)
+
+    @property
+    def kept(self) -> dict[int, int]:
+        """Keys each KV head kept, per compressed layer."""
+        return {layer: positions.shape[-1] for layer, positions in self.positions.items()}
+
+    @property
+    def kept_fraction(self) -> float:
+        return sum(self.kept.values()) / (len(self.kept) * self.length)
+
+
+def compress(cache, press: Press, tally=None) -> Compression:
+    """Compress every full-attention layer of ``cache`` (just filled by a prefill) with ``press``,
+    from the prefill's attention ``tally`` when the press needs it."""
+    layers = full_attention_layers(cache)
+    length = cache.layers[layers[0]].keys.shape[-2]
+    report = Compression(length, bytes_before=cache_bytes(cache))
+    if press.ratio == 0:  # every key kept: the cache only learns to count positions
+        report.sinks = []
+    elif press.keep_sinks == DETECTED:
+        report.sinks = detected_sinks(tally.received)
+    elif press.keep_sinks:
+        report.sinks = list(range(min(press.keep_sinks, length)))
+    group: list = []
+    layer_class = pressed_layer_class()
+    n_layers = len(cache.layers)
+    for index in layers:
+        layer = cache.layers[index]
+        context = LayerContext(
+            layer.keys, layer.values, index, n_layers,
+            received=tally.received.get(index) if tally is not None else None,
+            window=tally.window.get(index) if tally is not None else None,
+            window_rows=press.window_rows,
+        )  # fmt: skip
+        positions = press.keep(context, report.sinks)
+        cache.layers[index] = layer_class(gathered(layer.keys, positions), gathered(layer.values, positions), length, group)
+        report.positions[index] = positions.cpu()
+    report.bytes_after = cache_bytes(cache)
+    return report

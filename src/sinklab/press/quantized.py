@@ -26,7 +26,8 @@ from typing import ClassVar, Optional
 import torch
 
 from ..core.errors import check
-from .base import DETECTED, KeepSinks, not_a_press
+from ..stream import cache_bytes
+from .base import DETECTED, Compression, KeepSinks, not_a_press
 from .cache import full_attention_layers
 from .packing import Quantized, pack, quantize_groups, unpack
 from .sinks import detected_sinks
@@ -234,9 +235,6 @@ def quantize_cache(cache, policy, tally=None):
     """Replace every full-attention layer of ``cache`` (just filled by a prefill) by a
     :class:`QuantizedKVLayer` under ``policy`` (:class:`KIVI` or :class:`StaticKV`); returns the
     :class:`~.applied.Compression` (every key kept; ``sinks`` the protected positions)."""
-    from ..stream.caches import cache_bytes
-    from .applied import Compression
-
     if not isinstance(policy, (KIVI, StaticKV)):
         raise not_a_press(policy)
     layers = full_attention_layers(cache)

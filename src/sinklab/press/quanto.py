@@ -13,6 +13,7 @@ from typing import ClassVar
 import torch
 
 from ..core.errors import SinklabError, check
+from .base import Compression
 from .cache import full_attention_layers
 
 
@@ -37,8 +38,6 @@ class QuantoKV:
     def apply(self, cache, tally=None):
         """Every full-attention layer of ``cache`` as transformers' quanto layer, fed the context."""
         from transformers.cache_utils import QuantoQuantizedLayer
-
-        from .applied import Compression
 
         layers = full_attention_layers(cache)
         length = cache.layers[layers[0]].keys.shape[-2]

@@ -3,7 +3,7 @@
 :mod:`.benchmark` (``sinklab stream``), :mod:`.generate` (``sinklab generate``) and :mod:`.hostsync` (decoding
 that never waits for the device, and its GPU check)."""
 
-from .benchmark import STREAM, StreamConfig, check_one_pass
+from .benchmark import STREAM, StreamConfig, check_one_pass, stream_tokens
 from .caches import POLICIES, NativeSinkCache, cache_bytes, make_sink_cache, sink_cache
 from .frame import stream_rows
 from .generate import check_generation, generate
@@ -29,4 +29,5 @@ __all__ = [
     "stream_rows",
     "sink_cache",
     "sink_window_attention",
+    "stream_tokens",
 ]
