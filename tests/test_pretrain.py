@@ -477,8 +477,10 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     of its steps loads with a warning naming the step, and the model is the one scored at that
     step; a device this machine lacks is one line. Mutations caught: the missing-key check removed
     (``lr`` then silently became the corpus default), adam_beta2 dropped from BEFORE_KEY_EXISTED
-    (the older run refused), the warning removed, the device not resolved first (torch's
-    RuntimeError for "gpu"), the unknown model key check removed (a TypeError)."""
+    (the older run refused), ModelConfig without its version-0 migration (learned_positions: the
+    older run refused; this default was filled outside the migrations before), the warning
+    removed, the device not resolved first (torch's RuntimeError for "gpu"), the unknown model key
+    check removed (a TypeError)."""
     out = tmp_path / "run"
     cli.main(
         [
@@ -518,9 +520,10 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     def rewritten(name, edit, architecture_in_config=False):
         shutil.copytree(out, tmp_path / name)
         config, info = json.loads((out / "config.json").read_text()), json.loads((out / "run.json").read_text())
-        if architecture_in_config:  # config version 0 kept the architecture there, and its run directory
+        if architecture_in_config:  # config version 0 kept the architecture there (unversioned), and its run directory
             config.pop("config_version")
             config.update(model=info["model"].pop("architecture"), out=str(out))
+            config["model"].pop("config_version")
         edit(config, config.get("model") or info["model"]["architecture"])
         (tmp_path / name / "config.json").write_text(json.dumps(config))
         (tmp_path / name / "run.json").write_text(json.dumps(info))

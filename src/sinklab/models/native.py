@@ -14,7 +14,7 @@ adapter fires, so probes and interventions work unchanged on both.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +27,11 @@ from ..core.hooks import HookSet
 
 @dataclass
 class ModelConfig:
-    """Architecture of a native model. Defaults are the paper's one-layer trigger model."""
+    """Architecture of a native model. Defaults are the paper's one-layer trigger model.
+    Architectures recorded before config version 1 (and before learned positions existed) had none."""
+
+    VERSION: ClassVar[int] = 1
+    MIGRATIONS: ClassVar[dict] = {0: lambda saved: {"learned_positions": False, **saved}}
 
     d_model: int = 16
     n_layers: int = 1

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
 from pathlib import Path
 
 from ..core import pipeline
 from ..core.checkpoint import latest_checkpoint
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, table_rows
-from ..core.runs import read_jsonl, read_run_info, record_model
+from ..core.runs import config_record, read_jsonl, read_run_info, record_model
 from . import page, plots
 from .distributed import Dist
 from .results import run_row
@@ -32,7 +31,7 @@ def measure(cfg: PretrainConfig, context: RunContext) -> RunResult:
     out, world = context.workdir, Dist.from_env(cfg.device)
     data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
     if world.main:
-        record_model(out, architecture=asdict(cfg.model_config(data.vocab_size)), data=data.describe())
+        record_model(out, architecture=config_record(cfg.model_config(data.vocab_size)), data=data.describe())
     model = train(cfg, out, context.resume, world, data)
     summary = finish(model, data, cfg, out) if world.main else {}
     world.close()

@@ -14,9 +14,6 @@ from ..models.native import ModelConfig, Transformer
 from .run import architecture_of
 from .train import PretrainConfig
 
-#: What an architecture recorded before a model setting existed meant by it: no learned positions.
-ARCHITECTURE_BEFORE_KEY_EXISTED = {"learned_positions": False}
-
 
 def load_trained(run_dir, device: str = "cpu") -> tuple[Transformer, PretrainConfig]:
     """The model a ``sinklab pretrain`` run wrote, at its last checkpoint, in eval mode on ``device``,
@@ -43,9 +40,7 @@ def load_trained(run_dir, device: str = "cpu") -> tuple[Transformer, PretrainCon
     cfg = from_dict(PretrainConfig, {**migrate(PretrainConfig, saved), "device": "auto"}, f"{run_dir}/config.json")
     checkpoint = latest_checkpoint(path)
     check(checkpoint is not None, f"{run_dir} holds no checkpoint yet")
-    model = Transformer(
-        from_dict(ModelConfig, {**ARCHITECTURE_BEFORE_KEY_EXISTED, **architecture_of(path)}, f"the model {run_dir} records")
-    )
+    model = Transformer(from_dict(ModelConfig, migrate(ModelConfig, architecture_of(path)), f"the model {run_dir} records"))
     step = load_checkpoint(checkpoint, model, None)["step"]  # a checkpoint that does not fit the architecture: one line
     if step < cfg.steps:
         warnings.warn(f"{run_dir} stopped at step {step} of {cfg.steps}: the model is the one at step {step}", stacklevel=2)
