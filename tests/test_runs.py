@@ -243,3 +243,15 @@ def test_every_kind_reads_the_config_its_earlier_versions_wrote(kind, tmp_path):
     for saved in written:
         write_json(tmp_path / "config.json", saved)
         assert run_differs(tmp_path, today) is None, saved.get("config_version", 0)
+
+
+@pytest.mark.parametrize("kind", ["intervene", "intervene-trigger"])
+def test_a_version_0_config_lacking_a_key_it_always_had_is_one_line(kind, tmp_path):
+    """An intervention run's version-0 config.json without ``lams`` is refused in one line (it was
+    a KeyError traceback for ``sinklab intervene``, and the trigger edits silently took today's
+    default lams). Mutation tried: the migrations reading ``saved.get("lams", DEFAULT_LAMS)`` and
+    ``saved["lams"]`` again (no error, and a KeyError)."""
+    saved = next(entry["config"] for entry in OLD_CONFIGS if entry["kind"] == kind)
+    write_json(tmp_path / "config.json", {**{k: v for k, v in saved.items() if k != "lams"}, "edits": {"mask_self": [3]}})
+    with pytest.raises(SinklabError, match="^a config.json of version 0 lacks lams: what made the run is unknown$"):
+        run_differs(tmp_path, CAPABILITIES[kind].config())

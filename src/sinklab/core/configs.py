@@ -221,6 +221,14 @@ def migrate(cls: type, saved: dict) -> dict:
     return {CONFIG_VERSION_KEY: current, **data}
 
 
+def recorded(saved: dict, keys: Sequence[str], version: int) -> dict:
+    """``saved``, a config.json of ``version`` that a migration reads, when it holds every key of
+    ``keys`` (that version always wrote them); else one line, never today's default."""
+    missing = [key for key in keys if key not in saved]
+    check(not missing, f"a config.json of version {version} lacks {', '.join(missing)}: what made the run is unknown")
+    return saved
+
+
 def first_difference(saved: Any, current: Any, skip: frozenset[str] = frozenset(), where: str = "") -> Optional[str]:
     """The first key of ``current`` (dotted, ``[i]`` for list items) whose value differs from
     ``saved``'s, with both values; None when they agree. Paths in ``skip`` (settings that do not

@@ -15,7 +15,7 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
-from ..core.configs import setting
+from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..models.hf import QUERY_CHUNK, LoadOptions
@@ -46,9 +46,8 @@ def share_at(record: Record, k: int) -> list[float]:
 def migrated_edits(saved: dict) -> dict:
     """Runs before config version 1 recorded command-line options (``edits``, ``lams``, ``layers``,
     ``heads``); version 1 records the interventions they asked for."""
-    asked = (
-        interventions_for(saved["edits"], saved["lams"], saved.get("layers"), saved.get("heads")) if saved.get("edits") else []
-    )
+    saved = recorded(saved, ("inputs", "edits", "lams", "layers", "heads"), 0)
+    asked = interventions_for(saved["edits"], saved["lams"], saved["layers"], saved["heads"]) if saved["edits"] else []
     kept = {k: v for k, v in saved.items() if k not in ("edits", "lams", "layers", "heads", "experiments", "mu")}
     return {**kept, "inputs": renamed_max_tokens(saved["inputs"]), "interventions": [iv.to_record() for iv in asked]}
 

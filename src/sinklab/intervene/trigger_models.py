@@ -9,26 +9,22 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ..core.attention import AttentionSpec
-from ..core.configs import setting
+from ..core.configs import recorded, setting
 from ..core.errors import SinklabError
 from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from ..trigger import PAPER_ATTNS, TriggerConfig, evaluate_trigger, load_trigger_model, train_trigger
 from . import page
-from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, validate_all
+from .experiments import Experiment, hooks_of, interventions_for, validate_all
 from .interventions import suppress_sink
 from .run import InterveneConfig
 
 
 def migrated_trigger_config(saved: dict) -> dict:
-    """Runs before config version 1 recorded an ``InterveneConfig`` of options and the lab folder."""
-    edits = saved.get("edits") or {"suppress_sink": True}
-    return {
-        "interventions": [
-            iv.to_record()
-            for iv in interventions_for(edits, saved.get("lams", DEFAULT_LAMS), saved.get("layers"), saved.get("heads"))
-        ],
-        "lab_dir": saved.get("lab_dir"),
-    }
+    """Runs before config version 1 recorded an ``InterveneConfig`` of options and the lab folder
+    (no edits: the sink suppressed, as those runs did)."""
+    saved = recorded(saved, ("edits", "lams", "layers", "heads", "lab_dir"), 0)
+    asked = interventions_for(saved["edits"] or {"suppress_sink": True}, saved["lams"], saved["layers"], saved["heads"])
+    return {"interventions": [iv.to_record() for iv in asked], "lab_dir": saved["lab_dir"]}
 
 
 @dataclass
