@@ -373,3 +373,12 @@ def test_report_on_a_damaged_summary_is_one_line(damaged, capsys, name, content,
     run = damaged(name, content)
     assert cli.main(["report", str(run)]) == 2
     assert str(run / "summary.json") in one_line_error(capsys, needle)
+
+
+def test_report_on_a_summary_without_its_run_says_so(tmp_path, capsys):
+    """A folder holding only ``{"kind": "scan"}`` as summary.json is an incomplete run, not one
+    without a summary. Mutation tried: kind_of without reading the summary (the old "no
+    summary.json" line, about a file that is there)."""
+    (tmp_path / "summary.json").write_text('{"kind": "scan"}')
+    assert cli.main(["report", str(tmp_path)]) == 2
+    one_line_error(capsys, "summary.json (kind 'scan') is there, but not the files its report reads")

@@ -49,6 +49,12 @@ def kind_of(run_dir: Path) -> str:
     if not run_dir.is_dir():
         raise SinklabError(f"no such run directory: {run_dir}")
     kind = next((name for name, page in PAGES.items() if page.is_run(run_dir)), None)
+    summary = html.read_summary(run_dir) if kind is None else None  # a damaged one: its own line
+    if summary is not None:
+        raise SinklabError(
+            f"{run_dir / 'summary.json'} (kind {summary.get('kind')!r}) is there, but not the files its report reads: "
+            "the run is incomplete or damaged; run its command again with --overwrite"
+        )
     if kind is None:
         raise SinklabError(
             f"{run_dir} is not a finished sinklab run (no summary.json, metrics.jsonl or compare.json that a report can read)"
