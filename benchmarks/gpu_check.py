@@ -95,7 +95,7 @@ def sink_cache(device: str, smoke: bool) -> dict:
     from transformers import DynamicCache
 
     from sinklab.stream import decode_without_host_sync, make_sink_cache
-    from sinklab.stream.benchmark import clock
+    from sinklab.stream.walks import clock
 
     dtype = "float32" if device == "cpu" else "bfloat16"
     model = load_model(None, device=device, dtype=dtype).model

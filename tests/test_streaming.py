@@ -20,11 +20,12 @@ from sinklab import cli
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import load_model
 from sinklab.models.native import KVCache, ModelConfig, Transformer
-from sinklab.stream import StreamConfig, benchmark, book, generate, rope, sink_layer
-from sinklab.stream.benchmark import policy_nll, real_cache_walk
+from sinklab.stream import StreamConfig, benchmark, book, generate, rope, sink_layer, walks
+from sinklab.stream.benchmark import policy_nll
 from sinklab.stream.caches import NativeSinkCache, cache_bytes, make_sink_cache, sink_cache
 from sinklab.stream.hostsync import greedy_decode
 from sinklab.stream.rope import RopeShift, rotate, rotation
+from sinklab.stream.walks import real_cache_walk
 
 ROPE_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi", "gpt_neox")
 
@@ -867,7 +868,7 @@ def test_generate_cli(tiny_model_dir, capsys):
 @torch.no_grad()
 def test_recompute_scores_each_token_from_a_fresh_window(sharp):
     model, ids = sharp("llama"), stream_ids(60)[0]
-    positions, nll, _ = benchmark.recompute_nll(model, ids, context=20, every=7)
+    positions, nll, _ = walks.recompute_nll(model, ids, context=20, every=7)
     assert positions.tolist() == list(range(20, 60, 7))
     dense = policy_nll(model, ids, "dense", 2, 8)
     assert nll[0].item() == pytest.approx(dense[19].item(), abs=1e-5)  # the first window is the stream's start

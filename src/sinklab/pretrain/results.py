@@ -94,3 +94,22 @@ def sink_figures(scan: dict) -> dict:
 def _mean_all(rows: list[list[float]]) -> float:
     values = [v for row in rows for v in row]
     return sum(values) / len(values)
+
+
+#: The sink metrics written at every evaluation and, at the end, into summary.json under the same
+#: names and types (metrics.jsonl key -> sink_figures key). Scalars only: summary.json's
+#: ``first_token_mass`` (L, H) and ``sink_rate`` (a dict) keep their own names for their own shapes.
+EMERGENCE = {
+    "first_token_mass_mean": "first_token_mass_mean",
+    "sink_rate_value": "sink_rate",
+    "dominance_first_max": "dominance_first_max",
+    "null_mass_mean": "null_mass_mean",
+    "value_drain_max": "value_drain_max",
+    "residual_peak_max": "residual_peak_max",
+}
+
+
+def emergence_figures(scan: dict) -> dict:
+    """The :data:`EMERGENCE` scalars of a native scan."""
+    figures = sink_figures(scan)
+    return {key: figures[name] for key, name in EMERGENCE.items()}

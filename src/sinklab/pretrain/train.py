@@ -33,7 +33,7 @@ from ..models.native import ModelConfig, Transformer
 from ..scan import scan_native
 from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
 from .distributed import Dist, wrap_ddp
-from .results import sink_figures
+from .results import emergence_figures
 from .sources import DataSource
 
 #: Defaults that depend on the corpus. Text: about 12 minutes on 2 CPU cores (BENCHMARKS.md 4).
@@ -288,25 +288,6 @@ def sink_snapshot(model: Transformer, data: DataSource, cfg: PretrainConfig) -> 
     """The headline sink metrics now, for curves against the step (on a CPU copy of the model:
     the scan is small and the recorder keeps its statistics on the CPU)."""
     return emergence_figures(scan_native(copy.deepcopy(model).cpu(), validation_windows(data, cfg)))
-
-
-#: The sink metrics written at every evaluation and, at the end, into summary.json under the same
-#: names and types (metrics.jsonl key -> sink_figures key). Scalars only: summary.json's
-#: ``first_token_mass`` (L, H) and ``sink_rate`` (a dict) keep their own names for their own shapes.
-EMERGENCE = {
-    "first_token_mass_mean": "first_token_mass_mean",
-    "sink_rate_value": "sink_rate",
-    "dominance_first_max": "dominance_first_max",
-    "null_mass_mean": "null_mass_mean",
-    "value_drain_max": "value_drain_max",
-    "residual_peak_max": "residual_peak_max",
-}
-
-
-def emergence_figures(scan: dict) -> dict:
-    """The :data:`EMERGENCE` scalars of a native scan."""
-    figures = sink_figures(scan)
-    return {key: figures[name] for key, name in EMERGENCE.items()}
 
 
 def _start(out: Path, model, opt, resume: bool, world: Dist) -> tuple[int, dict]:

@@ -28,6 +28,7 @@ from ..core import html
 from ..core.figures import GRID_TOP, LEGEND_BELOW, layer_axis, title
 from ..core.runs import atomic_path, write_json
 from ..core.text import html_text
+from . import page_tables
 from .recorder import Record
 
 MAP_TOKENS = 96
@@ -83,9 +84,9 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
             if summary.get("variance_by_position")
             else []
         ),
-        html.Section("Super neurons", _super_neurons(summary)),
-        html.Section("Secondary sinks", _secondary(summary)),
-        html.Section("Scanned tokens (sequence 0)", _token_table(strings[:1])),
+        html.Section("Super neurons", page_tables.super_neurons(summary)),
+        html.Section("Secondary sinks", page_tables.secondary_sinks(summary)),
+        html.Section("Scanned tokens (sequence 0)", page_tables.token_table(strings[:1], MAX_POINTS)),
     ]
 
 
@@ -330,42 +331,3 @@ m.forEach(function(r,l){{r.forEach(function(v,h){{if(v>m[best[0]][best[1]])best=
         "the head with the largest first-token mass is shown first.</p>"
     )
     return body + choose + detail + note + script
-
-
-def _super_neurons(s: dict) -> str:
-    rows = [
-        {**n, "writes": ", ".join(f"{w['dim']} ({w['magnitude']:.0f})" for w in n.get("writes_to", []))}
-        for n in s["super_neurons"]
-    ]
-    if not rows:
-        return "<p class='note'>none above the thresholds</p>"
-    return html.table(
-        rows,
-        [
-            ("layer", "layer", "d"),
-            ("neuron", "neuron", "d"),
-            ("mean |a| at 0", "act_first", ".1f"),
-            ("mean |a| elsewhere", "act_rest_mean", ".3f"),
-            ("ratio", "ratio", ".0f"),
-            ("writes to dims (magnitude)", "writes", "s"),
-        ],
-    )
-
-
-def _secondary(s: dict) -> str:
-    rows = [{**e, "token": " | ".join(e["tokens"])} for e in s["secondary_sinks"]]
-    if not rows:
-        return "<p class='note'>none</p>"
-    return html.table(
-        rows,
-        [("position", "position", "d"), ("mean alpha", "alpha_mean", ".3f"), ("tokens there (first sequences)", "token", "s")],
-    )
-
-
-def _token_table(strings: list[list[str]]) -> str:
-    if not strings:
-        return "<p class='note'>not recorded</p>"
-    shown = strings[0][:MAX_POINTS]
-    return html.table(
-        [{"position": i, "token": t} for i, t in enumerate(shown)], [("position", "position", "d"), ("token", "token", "s")]
-    )
