@@ -532,6 +532,23 @@ def test_load_result_reads_every_kind_it_wrote(loaded, prompt_file, tmp_path):
         sinklab.load_result(tmp_path / "x")
 
 
+def test_load_result_warns_of_a_failed_check_and_names_a_missing_file(loaded, prompt_file, tmp_path, monkeypatch):
+    """A run whose numerical check failed comes back with a warning (run.json says so), and a run
+    directory that lost a data file is one line. Mutations tried: load_result without reading
+    run.json (no warning) and without catching the missing file (safetensors' FileNotFoundError)."""
+    from sinklab.stream import benchmark
+
+    monkeypatch.setattr(benchmark, "ONE_PASS_TOLERANCE", -1.0)
+    with pytest.raises(NumericalCheckFailed):
+        sinklab.stream_model(loaded, corpus=str(prompt_file), tokens=40, sinks=2, window=14, chunk=20, out=tmp_path / "s")
+    with pytest.warns(UserWarning, match="failed its numerical check .*: these results did not pass it"):
+        assert sinklab.load_result(tmp_path / "s").kind == "stream"
+    sinklab.scan_model(loaded, prompt=PROMPT, tokens=24, batch=2, out=tmp_path / "scan")
+    (tmp_path / "scan" / "record.safetensors").unlink()
+    with pytest.raises(SinklabError, match="scan lacks a file its scan run writes .*record.safetensors.*--overwrite$"):
+        sinklab.load_result(tmp_path / "scan")
+
+
 def test_a_notebook_without_ipywidgets_gets_text_progress_bars():
     """tqdm.auto warns "IProgress not found" on every bar where ipywidgets is missing."""
     import importlib.util

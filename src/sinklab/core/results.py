@@ -19,12 +19,13 @@ keys are described by a JSON schema per kind (``sinklab/schemas/<kind>.json``).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from .errors import SinklabError, check
-from .runs import SUMMARY, jsonable
+from .runs import FAILED_CHECK, SUMMARY, jsonable, read_run_info
 
 SCHEMA_VERSION = 2  # 2: scan inputs' tokens (was max_tokens); no figures list (run.json's files); model facts in every table
 #: The columns every table carries first, so that tables of several models, dtypes or devices concatenate.
@@ -179,13 +180,24 @@ def read_summary(run_dir: Path) -> dict:
 
 def load_result(run_dir) -> RunResult:
     """The result of a finished run directory, by the kind its summary names: ``.summary``, the data
-    its files hold (``.data``), ``.frame()``, ``.figures()`` and ``.page()``."""
+    its files hold (``.data``), ``.frame()``, ``.figures()`` and ``.page()``. A run whose numerical
+    check failed (run.json says so) comes back with a warning; a data file it lacks is one line."""
     path = Path(run_dir)
     check(path.is_dir(), f"no such run directory: {run_dir}")
     summary = read_summary(path)
     capability = CAPABILITIES.get(summary["kind"])
     check(capability is not None, f"{path} holds a run of kind {summary['kind']!r}, which this sinklab cannot read")
-    return RunResult(summary, capability.read_data(path), path, capability)
+    failed = read_run_info(path).get(FAILED_CHECK)
+    if failed is not None:
+        warnings.warn(f"{path} failed its numerical check ({failed}): these results did not pass it", stacklevel=2)
+    try:
+        data = capability.read_data(path)
+    except FileNotFoundError as exc:
+        raise SinklabError(
+            f"{path} lacks a file its {summary['kind']} run writes ({exc}): the run directory is incomplete; "
+            "run its command again with --overwrite"
+        ) from None
+    return RunResult(summary, data, path, capability)
 
 
 def model_columns(summary: dict) -> dict:
