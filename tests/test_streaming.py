@@ -827,6 +827,16 @@ def test_stream_cli_contract(stream_run):
     assert "nll_by_position.png" in files and all((stream_run / f).exists() for f in files)
 
 
+def test_the_terminal_table_and_the_frame_name_the_ablation_alike(stream_run):
+    """One label for an ablation's run in every table (the terminal's said "sink x4", the frame's
+    "sink n=4"). Mutation tried: the terminal's old label: the sets of policies differ."""
+    import sinklab
+    from sinklab.stream.report import policy_rows
+
+    result = sinklab.load_result(stream_run)
+    assert {row["policy"] for row in policy_rows(result.summary)} == set(result.frame().policy) >= {"sink n=0", "sink n=1"}
+
+
 def test_a_failed_one_pass_check_fails_the_run_and_keeps_its_results(sharp, tokenizer, tmp_path, monkeypatch, capsys):
     """Exit status 3 (a failed numerical check), not 2 (a user error), and the run is not taken
     as finished. Mutation tried: making NumericalCheckFailed a SinklabError (status 2)."""

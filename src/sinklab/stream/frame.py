@@ -7,6 +7,11 @@ from typing import Iterator
 from ..core.results import table_rows
 
 
+def ablation_label(sinks) -> str:
+    """How every table names the ablation's run with ``sinks`` sink tokens."""
+    return f"sink n={sinks}"
+
+
 def stream_rows(summary: dict) -> Iterator[dict]:
     """Rows with ``policy`` (an ablation's is ``sink n=N``), ``sinks``, ``start`` and ``end`` of
     the chunk (token positions), its ``ppl`` (exp of the mean next-token NLL in nats over the
@@ -16,7 +21,7 @@ def stream_rows(summary: dict) -> Iterator[dict]:
 
 def _rows(summary: dict) -> Iterator[dict]:
     runs = [(name, summary["sinks"] if name == "sink" else 0, entry) for name, entry in summary["policies"].items()]
-    runs += [(f"sink n={n}", int(n), entry) for n, entry in (summary.get("ablation") or {}).items()]
+    runs += [(ablation_label(n), int(n), entry) for n, entry in (summary.get("ablation") or {}).items()]
     for name, sinks, entry in runs:
         timed = {c["start"]: c["ms"] for c in entry.get("ms_per_token_by_chunk", [])}
         for chunk in entry["ppl_by_chunk"]:

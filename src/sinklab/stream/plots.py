@@ -21,7 +21,7 @@ from ..core import html
 from ..core.figures import title
 from ..core.runs import atomic_path
 from ..core.text import html_text
-from .report import STREAM_COLUMNS, stream_rows
+from .report import STREAM_COLUMNS, policy_rows
 
 POINTS = 200
 CURVES_FILE = "nll.safetensors"
@@ -71,7 +71,7 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     }
     parts = [
         html.Section("Run", html.header(s["model"], figures, run_dir)),
-        html.Section("Policies", html.table(stream_rows(s), STREAM_COLUMNS)),
+        html.Section("Policies", html.table(policy_rows(s), STREAM_COLUMNS)),
     ]
     if data["nll"]:
         parts.append(

@@ -4,6 +4,7 @@ and cache size per policy."""
 from __future__ import annotations
 
 from ..core.text import format_table
+from .frame import ablation_label
 
 STREAM_COLUMNS = [
     ("policy", "policy", "s"),
@@ -15,10 +16,11 @@ STREAM_COLUMNS = [
 ]
 
 
-def stream_rows(summary: dict) -> list[dict]:
-    """One row per policy and per ablation sink count."""
+def policy_rows(summary: dict) -> list[dict]:
+    """One row per policy and per ablation sink count (the terminal's and the page's table; the
+    frame's :func:`~.frame.stream_rows` has one per chunk)."""
     rows = []
-    for name, p in {**summary["policies"], **{f"sink x{n}": a for n, a in summary.get("ablation", {}).items()}}.items():
+    for name, p in {**summary["policies"], **{ablation_label(n): a for n, a in summary.get("ablation", {}).items()}}.items():
         chunks = p["ppl_by_chunk"]
         rows.append(
             {
@@ -34,4 +36,4 @@ def stream_rows(summary: dict) -> list[dict]:
 
 
 def stream_table(summary: dict) -> str:
-    return format_table(stream_rows(summary), STREAM_COLUMNS)
+    return format_table(policy_rows(summary), STREAM_COLUMNS)
