@@ -30,6 +30,8 @@ from .inputs import Inputs, InputSpec, build_inputs, renamed_max_tokens
 from .recorder import Record, Recorder, RecordOptions
 from .summary import MetricSettings, summarise
 
+TOKENS_PER_PASS = 8192  # tokens run through a model per forward pass
+
 
 def every_layer(saved: dict) -> dict:
     """Scans before config version 2 (``--layers``) recorded every layer."""
@@ -63,7 +65,7 @@ class ScanConfig:
         "still runs every layer; the others' figures are null)",
     )
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
-    tokens_per_pass: int = setting(8192, help="tokens run through the model per forward pass", cli=False)
+    tokens_per_pass: int = setting(TOKENS_PER_PASS, help="tokens run through the model per forward pass", cli=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
 
@@ -71,7 +73,7 @@ def record_subject(
     subject: Subject,
     ids: torch.Tensor,
     options: RecordOptions,
-    tokens_per_pass: int = 8192,
+    tokens_per_pass: int = TOKENS_PER_PASS,
     extra_hooks=(),
     progress: bool = True,
 ) -> tuple[Record, torch.Tensor]:
