@@ -108,3 +108,31 @@ def test_capability_graph_is_acyclic():
 @pytest.mark.parametrize("path", sorted(ROOT.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_module_is_too_long(path):
     assert len(path.read_text().splitlines()) <= MAX_LINES
+
+
+def test_nothing_is_defined_and_never_used():
+    """A top-level function or class of the package that no code names (in the package,
+    benchmarks, examples or tests: a name, an attribute or an import), undecorated (a registry's
+    entries are used through it) and not a module dunder, is dead code. Mutation tried:
+    core.flags.add_arguments back (it was never called): fails naming it."""
+    repo = ROOT.parent.parent
+    named = set()
+    for folder in (ROOT, repo / "benchmarks", repo / "examples", repo / "tests"):
+        for path in folder.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Name):
+                    named.add(node.id)
+                elif isinstance(node, ast.Attribute):
+                    named.add(node.attr)
+                elif isinstance(node, ast.alias):
+                    named.add(node.name.rsplit(".", 1)[-1])
+    dead = [
+        f"{path.relative_to(ROOT)}:{node.name}"
+        for path in ROOT.rglob("*.py")
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+        and not node.decorator_list
+        and not node.name.startswith("__")
+        and node.name not in named
+    ]
+    assert not dead, dead

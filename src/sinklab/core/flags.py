@@ -9,7 +9,7 @@ import typing
 from collections import Counter
 from typing import Any, Callable, Optional, Sequence
 
-from .configs import Leaf, base_type, build, flat, leaves, shown_default
+from .configs import Leaf, base_type, build, leaves, shown_default
 from .errors import SinklabError, check
 
 
@@ -72,18 +72,6 @@ def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:
         item = typing.get_args(base)[0]
         return comma_list(item, _SCALARS.get(item, "values"), x.meta["choices"])
     return base if base in (int, float, str) else None
-
-
-def add_arguments(
-    parser, cls: type, only: Optional[Sequence[str]] = None, skip: Sequence[str] = (), defaults: Optional[Any] = None
-) -> None:
-    """One flag per setting of ``cls`` (those in ``only``, none in ``skip``), default and help from
-    the field (``defaults``: an instance whose values the flags default to instead)."""
-    values = flat(defaults) if defaults is not None else {}
-    for x in leaves(cls):
-        if not x.meta["cli"] or x.name in skip or (only is not None and x.name not in only):
-            continue
-        add_flag(parser, x, values.get(x.name, x.default()))
 
 
 def add_flag(parser, x: Leaf, default: Any) -> None:
