@@ -194,3 +194,15 @@ def test_exit_statuses_are_documented():
     """Mutation tried: a parser without the epilog."""
     epilog = cli.build_parser().epilog
     assert "2 a user error" in epilog and "3 a failed numerical check" in epilog
+
+
+def test_every_model_argument_has_the_one_help():
+    """Every command that takes a MODEL says what it takes in the one text (models.hf.MODEL_HELP; the
+    stream commands add that the model must have rotary positions). Mutation tried: sinklab
+    generate's own text back ("a RoPE model (default: ...)"): fails naming it."""
+    from sinklab.models.hf import MODEL_HELP
+
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    found = {name: a.help for name, p in commands.items() for a in p._actions if a.dest == "model" and not a.option_strings}
+    assert {"scan", "intervene", "stream", "generate", "adapt"} <= set(found), found
+    assert all(MODEL_HELP in help for help in found.values()), found

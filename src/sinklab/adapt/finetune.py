@@ -32,7 +32,7 @@ from ..core.errors import check
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import append_jsonl, atomic_path
-from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
+from ..models.hf import MODEL_HELP, LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from . import page, plots
 from .adapted import AdaptedModel
@@ -53,9 +53,7 @@ class FinetuneConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
 
-    model: Optional[str] = setting(
-        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
-    )
+    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     mitigation: str = setting("gate", help="the mitigation fine-tuned in", flag="--to", choices=tuple(MITIGATIONS), cli=False)
     steps: int = setting(300, help="optimizer steps")
     full: bool = setting(False, help="train every weight of the model, not only the mitigation's parameters")

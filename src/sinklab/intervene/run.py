@@ -18,7 +18,7 @@ import torch
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..models.hf import QUERY_CHUNK, LoadOptions
+from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, renamed_max_tokens, scan_inputs
 from . import page, plots
@@ -60,9 +60,7 @@ class InterveneConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: migrated_edits}
 
-    model: Optional[str] = setting(
-        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
-    )
+    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     inputs: InputSpec = field(default_factory=InputSpec)
     interventions: tuple = setting((), help="the interventions, one run each (a tuple of them is applied together)", cli=False)
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)

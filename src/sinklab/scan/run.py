@@ -22,7 +22,7 @@ from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.progress import PhaseClock, progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..models.hf import QUERY_CHUNK, LoadOptions
+from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, plots
 from .frame import SCAN_TABLES
@@ -45,9 +45,7 @@ class ScanConfig:
     VERSION: ClassVar[int] = 2
     MIGRATIONS: ClassVar[dict] = {0: lambda saved: {**saved, "inputs": renamed_max_tokens(saved["inputs"])}, 1: every_layer}
 
-    model: Optional[str] = setting(
-        None, help="a model folder, a .gguf file or a Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
-    )
+    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     inputs: InputSpec = field(default_factory=InputSpec)
     settings: MetricSettings = field(default_factory=MetricSettings)
     variance: Optional[bool] = setting(

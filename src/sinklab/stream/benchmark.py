@@ -35,7 +35,7 @@ from ..core.corpus import load_corpus
 from ..core.errors import NumericalCheckFailed, check
 from ..core.hooks import HookSet
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..models.hf import LoadOptions, input_device, instrument, model_facts, token_nll
+from ..models.hf import MODEL_HELP, LoadOptions, input_device, instrument, model_facts, token_nll
 from ..models.subjects import transformers_model
 from ..scan import BOS_CHOICES
 from . import page, plots
@@ -62,9 +62,7 @@ class StreamConfig:
     VERSION: ClassVar[int] = 1
     MIGRATIONS: ClassVar[dict] = {0: migrated_bos}
 
-    model: Optional[str] = setting(
-        None, help="a RoPE model folder, .gguf file or Hub id (None: the built-in SmolLM2-135M-Instruct)", cli=False
-    )
+    model: Optional[str] = setting(None, help=f"{MODEL_HELP}; one with rotary positions", cli=False)
     corpus: str = setting("shakespeare", help="shakespeare, a text file or folder, or hf:NAME")
     tokens: int = setting(4096, help="length of the stream in tokens, BOS included")
     sinks: int = setting(4, help="first tokens kept in the cache")

@@ -9,6 +9,7 @@ from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, dow
 from .loading import (
     DEFAULT_MODEL,
     MODEL_FACTS,
+    MODEL_HELP,
     LoadedModel,
     LoadOptions,
     cache_root,
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "DTYPES",
     "MODEL_FACTS",
+    "MODEL_HELP",
     "LAYOUTS",
     "QUERY_CHUNK",
     "Layout",

