@@ -8,7 +8,8 @@ For each length T (batch 1, the default model, T tokens of the shipped corpus), 
 
 Rounds alternate the two, reversing the order each round so neither always runs warm; the verdict
 is the ratio of the medians. Then one ``sinklab scan`` run (the pipeline) end to end per length reports the fixed costs a
-user waits for (load, record, summarise, figures, write, page).
+user waits for: the scan's own phases (load, record, summarise) and ``files``, everything the pipeline
+writes after them (the figures as PNGs through kaleido, the data, summary.json and the page).
 
 ``--random-llama-1b --device cuda`` runs the timing part on a randomly initialised Llama of the
 Llama-3.2-1B shape in bfloat16 (no download) and reports the peak GPU memory of each side.
@@ -100,13 +101,14 @@ def compare(subject: HFSubject, ids: torch.Tensor, rounds: int, device: str) -> 
 
 
 def end_to_end(tokens: int) -> dict:
-    """``sinklab scan --batch 1 --tokens T`` in-process: its phases and the files and page written after them."""
+    """``sinklab scan --batch 1 --tokens T`` in-process: its phases, then ``files``: the figures, data,
+    summary and page the pipeline writes after them."""
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         summary = pipeline.run(SCAN, ScanConfig(inputs=InputSpec(tokens=tokens, batch=1)), out=out).summary
         total = time.perf_counter() - start
     phases = summary["seconds"]
-    return {"tokens": tokens, "total_s": round(total, 2), **phases, "page": round(total - sum(phases.values()), 3)}
+    return {"tokens": tokens, "total_s": round(total, 2), **phases, "files": round(total - sum(phases.values()), 3)}
 
 
 def main() -> None:
