@@ -31,10 +31,9 @@ LOG_DIR = "launcher"  # under the run directory: failed pool jobs' tracebacks, s
 ENGINE_PACKAGES = {"slurm": ("submitit", "pip install submitit"), "ray": ("ray", "pip install 'sinklab[ray]'")}
 #: Old spellings a --launcher-config file may still use: old name -> the setting's name.
 RENAMED_SETTINGS = {"time": "timeout_min"}
-#: A Ray worker on this machine runs at the pool's priority: Ray's default, niceness 15, starves its
-#: jobs beside any other work (4 trivial tasks beside 6 busy processes on 2 cores: 316-509 s, 23 s
-#: at niceness 0). Ray's own job manager sets the same variable for its supervisors; a cluster
-#: joined with --ray-address keeps its own setting.
+#: A Ray worker on this machine runs at the pool's priority: Ray's default, niceness 15, puts its
+#: jobs behind any other busy process. Ray's own job manager sets the same variable for its
+#: supervisors; a cluster joined with --ray-address keeps its own setting.
 AS_THE_POOL = {"RAY_worker_niceness": "0"}
 
 
