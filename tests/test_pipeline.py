@@ -367,8 +367,8 @@ def test_what_load_model_returns_every_function_takes_and_frames_concatenate(loa
         one.frame("bogus")
 
 
-#: Kinds whose runs take more than seconds: their tables are another kind's, checked here (a sweep's
-#: summary is validated by tests/test_benchmark_provenance.py's tiny sweeps).
+#: Kinds not run here (a sweep starts a process pool for its runs): their tables are another kind's,
+#: checked here (a sweep's summary is validated by tests/test_benchmark_provenance.py's tiny sweeps).
 TABLES_OF = {"pretrain-sweep": "pretrain-compare"}
 #: A cheap run of every other kind (``m``: the tiny model loaded; ``text``: a text file; ``lab``: a trigger
 #: lab of the default softmax and ReLU models; ``out``: a folder of its own).
@@ -422,7 +422,7 @@ def test_every_kind_follows_its_schema_and_leads_its_tables_with_the_model(kind,
     intervene-trigger as they were (no model columns): each fails."""
     assert kind in CHEAP_RUNS or CAPABILITIES[TABLES_OF[kind]].tables == CAPABILITIES[kind].tables, kind
     if kind not in CHEAP_RUNS:
-        pytest.skip(f"{kind} trains for minutes; its tables are {TABLES_OF[kind]}'s, checked")
+        pytest.skip(f"{kind} launches its runs as jobs of a process pool; its tables are {TABLES_OF[kind]}'s, checked")
     result = CHEAP_RUNS[kind](loaded, str(prompt_file), trigger_pair[0], tmp_path)
     validate(result.summary)
     with pytest.raises(SinklabError, match="breaks its schema at (the top level: Additional properties .*'unlisted'|unlisted)"):
