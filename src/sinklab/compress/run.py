@@ -24,7 +24,7 @@ from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
-from ..models.hf import LoadOptions, model_facts
+from ..models.hf import MODEL_HELP, LoadOptions, model_facts
 from ..models.subjects import transformers_model
 from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, press_named
 from ..scan import BOS_CHOICES
@@ -56,7 +56,7 @@ class CompressConfig:
 
     VERSION: ClassVar[int] = 1
 
-    model: Optional[str] = setting(None, help="a model folder, .gguf file or Hub id (None: the built-in SmolLM2)", cli=False)
+    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     presses: tuple[str, ...] = setting(
         tuple(PRESSES),
         flag="--press",
