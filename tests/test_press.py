@@ -251,23 +251,30 @@ def test_a_press_is_refused_with_a_clear_error_when_not_a_press():
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen3"])
-def test_the_last_queries_weights_beside_sdpa_equal_the_instrumented_ones(arch):
-    """SnapKV and TOVA read only the last queries' weights; on an SDPA model they are computed
-    beside the model's own SDPA (a (rows, T) block per layer) instead of the instrumented
-    attention: the same sums, sliding windows (Mistral's 8 tokens) and GQA included. Mutations
-    tried: the causal rule (SDPA handed no mask) off by one key fails Llama and Qwen3; the mask's
-    first rows taken instead of its last fails Mistral."""
-    from sinklab.press import tallied
+def test_the_weights_beside_sdpa_equal_the_instrumented_ones(arch, monkeypatch):
+    """On an SDPA model the weights a press reads are computed beside the model's own SDPA (every
+    query's in blocks of rows, here 16 of the 40, or the last queries' only) instead of under the
+    instrumented attention: the same sums, sliding windows (Mistral's 8 tokens) and GQA included.
+    Mutations tried: the causal rule (SDPA handed no mask) off by one key fails Llama and Qwen3;
+    the mask's rows taken from the first block whatever the block fails Mistral; a block's window
+    rows counted from the block's start fails all three."""
+    from sinklab.core.hooks import HookSet
+    from sinklab.press import attention
 
+    monkeypatch.setattr(attention, "ROWS_AT_ONCE", 16)
     model = tiny(arch)
     assert model.config._attn_implementation == "sdpa"
     ids, _ = inputs()
+    reference, hooks = attention.AttentionTally(CONTEXT, True, 4), HookSet()
     with torch.no_grad():
-        with tallied(model, CONTEXT, False, 4) as fast:
+        with hooks.attached(reference.hooks()), instrument(model, hooks):
             model(ids, use_cache=True)
-        with tallied(model, CONTEXT, True, 4) as instrumented:
+        with attention.tallied(model, CONTEXT, True, 4) as every_row:
             model(ids, use_cache=True)
-    assert fast.window.keys() == instrumented.window.keys() and not fast.received
-    for layer, sums in fast.window.items():
-        torch.testing.assert_close(sums, instrumented.window[layer], atol=1e-5, rtol=0)
-    assert model.config._attn_implementation == "sdpa"
+        with attention.tallied(model, CONTEXT, False, 4) as last_rows:
+            model(ids, use_cache=True)
+    assert not last_rows.received and model.config._attn_implementation == "sdpa"
+    for layer, sums in reference.window.items():
+        torch.testing.assert_close(every_row.received[layer], reference.received[layer], atol=1e-5, rtol=0)
+        torch.testing.assert_close(every_row.window[layer], sums, atol=1e-5, rtol=0)
+        torch.testing.assert_close(last_rows.window[layer], sums, atol=1e-5, rtol=0)

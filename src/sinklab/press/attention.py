@@ -3,15 +3,17 @@
 Score-based presses need what the queries of the context attended to: H2O the attention every
 key received from every query, SnapKV and TOVA that of the last queries only.
 
-* Every query (H2O, detected sinks): the prefill runs under sinklab's instrumentation
-  (:func:`~sinklab.models.hf.instrument`), which attends in blocks of query rows; each block's
-  weights are added into per-key sums on arrival, so no (T, T) matrix ever exists, whatever the
-  context's length (the scanner's recorder works the same way). The instrumentation implements
-  each architecture's attention exactly (soft-capping, learned sink logits, sliding windows).
-* The last queries only, on a model that attends with SDPA: the model's own SDPA computes the
-  prefill, and the weights of the last ``window_rows`` queries alone are computed beside it from
-  the same queries, keys, mask and scaling (a (rows, T) block per layer), so a press costs a
-  small fraction of the prefill (BENCHMARKS.md). Other models take the instrumented path.
+* On a model that attends with SDPA (the default): the model's own SDPA computes the prefill, and
+  the weights the press reads are computed beside it from the same queries, keys, mask, scaling
+  and learned sink logits: every query's in blocks of 256 rows (H2O, detected sinks), or the last
+  ``window_rows`` queries' only (SnapKV, TOVA: a (rows, T) block per layer, a small fraction of the
+  prefill; BENCHMARKS.md 11).
+* Other models (eager: soft-capping, Gemma 2, gpt-oss) run under sinklab's instrumentation
+  (:func:`~sinklab.models.hf.instrument`), which attends in blocks of query rows and implements
+  each architecture's attention exactly.
+
+Either way each block's weights are added into per-key sums on arrival, so no (T, T) matrix ever
+exists, whatever the context's length (the scanner's recorder works the same way).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def tallied(model, length: int, received: bool, window_rows: int) -> Iterator[At
     from ..models.hf import instrument
 
     tally = AttentionTally(length, received, window_rows)
-    if not received and model.config._attn_implementation == "sdpa":
+    if model.config._attn_implementation == "sdpa":
         with _beside_sdpa(model, tally):
             yield tally
         return
@@ -69,7 +71,8 @@ def tallied(model, length: int, received: bool, window_rows: int) -> Iterator[At
         yield tally
 
 
-WINDOW_SDPA = "sinklab_window_sdpa"
+WINDOW_SDPA = "sinklab_tally_sdpa"
+ROWS_AT_ONCE = 256  # query rows whose weights exist at once: bounds the (rows, T) block on long contexts
 _TALLIES: dict = {}  # id(model) -> the tally its window attention fills, only inside _beside_sdpa
 
 
@@ -78,7 +81,7 @@ def _beside_sdpa(model, tally: AttentionTally) -> Iterator[None]:
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(WINDOW_SDPA, _sdpa_and_window)
+    AttentionInterface.register(WINDOW_SDPA, _sdpa_and_tally)
     AttentionMaskInterface.register(WINDOW_SDPA, sdpa_mask)
     modules = [m for m in model.modules() if hasattr(m, "layer_idx")]
     for module in modules:
@@ -92,32 +95,43 @@ def _beside_sdpa(model, tally: AttentionTally) -> Iterator[None]:
             _TALLIES.pop(id(module), None)
 
 
-def _sdpa_and_window(module, query, key, value, attention_mask, scaling=None, **kwargs):
-    """transformers' SDPA attention, and the last queries' weights added into the tally."""
+def _sdpa_and_tally(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """transformers' SDPA attention, and beside it the weights the tally wants: every query's in
+    blocks of :data:`ROWS_AT_ONCE` rows (received), or the last queries' only (window)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    tally = _TALLIES[id(module)]
-    rows = min(tally.window_rows, query.shape[2])
+    tally, n_queries = _TALLIES[id(module)], query.shape[2]
     groups = query.shape[1] // key.shape[1]
-    keys = key.repeat_interleave(groups, dim=1) if groups > 1 else key
+    keys = (key.repeat_interleave(groups, dim=1) if groups > 1 else key).float().transpose(-1, -2)
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    scores = (query[:, :, -rows:].float() @ keys.float().transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~_visible(attention_mask, rows, key.shape[2], scores.device), float("-inf"))
-    sinks = kwargs.get("s_aux")
-    if sinks is not None:  # learned sink logits: a column of their own, dropped after the softmax
-        column = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
-        weights = torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1]
-    else:
-        weights = scores.softmax(-1)
-    tally._add(tally.window, module.layer_idx, weights.sum(2))
+    window_start = n_queries - min(tally.window_rows, n_queries)
+    starts = range(0, n_queries, ROWS_AT_ONCE) if tally._want_received else [window_start] if tally.window_rows else []
+    for start in starts:
+        stop = n_queries if not tally._want_received else min(start + ROWS_AT_ONCE, n_queries)
+        scores = (query[:, :, start:stop].float() @ keys) * scale
+        visible = _visible(attention_mask, start, stop, n_queries, key.shape[2], scores.device)
+        weights = _normalised(scores.masked_fill(~visible, float("-inf")), kwargs.get("s_aux"))
+        if tally._want_received:
+            tally._add(tally.received, module.layer_idx, weights.sum(2))
+        if stop > window_start and tally.window_rows:
+            tally._add(tally.window, module.layer_idx, weights[:, :, max(0, window_start - start) :].sum(2))
     return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, attention_mask, scaling=scaling, **kwargs)
 
 
-def _visible(mask, rows: int, n_keys: int, device) -> torch.Tensor:
-    """(..., rows, n_keys) which keys the last ``rows`` queries see: the model's mask rows, or the
-    causal rule where SDPA was handed none."""
+def _normalised(scores: torch.Tensor, sinks) -> torch.Tensor:
+    """The softmax over keys; learned sink logits (gpt-oss) take a column of their own, dropped after."""
+    if sinks is None:
+        return scores.softmax(-1)
+    column = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
+    return torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1]
+
+
+def _visible(mask, start: int, stop: int, n_queries: int, n_keys: int, device) -> torch.Tensor:
+    """(..., stop - start, n_keys) which keys queries ``start`` to ``stop`` (of the last
+    ``n_queries`` positions) see: the model's mask rows, or the causal rule where SDPA was handed none."""
     if mask is None:
-        first = n_keys - rows
-        return torch.arange(n_keys, device=device)[None, :] <= torch.arange(first, n_keys, device=device)[:, None]
-    mask = mask[..., -rows:, :]
+        offset = n_keys - n_queries
+        rows = torch.arange(offset + start, offset + stop, device=device)
+        return torch.arange(n_keys, device=device)[None, :] <= rows[:, None]
+    mask = mask[..., start:stop, :]
     return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
