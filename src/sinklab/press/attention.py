@@ -5,7 +5,7 @@ key received from every query, SnapKV and TOVA that of the last queries only.
 
 * On a model that attends with SDPA (the default): the model's own SDPA computes the prefill, and
   the weights the press reads are computed beside it from the same queries, keys, mask, scaling
-  and learned sink logits: every query's in blocks of 256 rows (H2O, detected sinks), or the last
+  and learned sink logits: every query's in blocks of 128 rows (H2O, detected sinks), or the last
   ``window_rows`` queries' only (SnapKV, TOVA: a (rows, T) block per layer, a small fraction of the
   prefill; BENCHMARKS.md 11).
 * Other models (eager: soft-capping, Gemma 2, gpt-oss) run under sinklab's instrumentation
@@ -72,7 +72,7 @@ def tallied(model, length: int, received: bool, window_rows: int) -> Iterator[At
 
 
 WINDOW_SDPA = "sinklab_tally_sdpa"
-ROWS_AT_ONCE = 256  # query rows whose weights exist at once: bounds the (rows, T) block on long contexts
+ROWS_AT_ONCE = 128  # query rows whose weights exist at once: bounds the (rows, T) block on long contexts
 _TALLIES: dict = {}  # id(model) -> the tally its window attention fills, only inside _beside_sdpa
 
 
@@ -110,7 +110,7 @@ def _sdpa_and_tally(module, query, key, value, attention_mask, scaling=None, **k
         stop = n_queries if not tally._want_received else min(start + ROWS_AT_ONCE, n_queries)
         scores = (query[:, :, start:stop].float() @ keys) * scale
         visible = _visible(attention_mask, start, stop, n_queries, key.shape[2], scores.device)
-        weights = _normalised(scores.masked_fill(~visible, float("-inf")), kwargs.get("s_aux"))
+        weights = _normalised(scores.masked_fill_(~visible, float("-inf")), kwargs.get("s_aux"))
         if tally._want_received:
             tally._add(tally.received, module.layer_idx, weights.sum(2))
         if stop > window_start and tally.window_rows:
@@ -119,9 +119,11 @@ def _sdpa_and_tally(module, query, key, value, attention_mask, scaling=None, **k
 
 
 def _normalised(scores: torch.Tensor, sinks) -> torch.Tensor:
-    """The softmax over keys; learned sink logits (gpt-oss) take a column of their own, dropped after."""
+    """The softmax over keys, in place (a block of scores is the largest tensor a press adds to the
+    prefill's peak); learned sink logits (gpt-oss) take a column of their own, dropped after."""
     if sinks is None:
-        return scores.softmax(-1)
+        scores -= scores.amax(-1, keepdim=True)
+        return scores.exp_().div_(scores.sum(-1, keepdim=True))
     column = sinks.float().view(1, -1, 1, 1).expand(*scores.shape[:3], 1)
     return torch.cat([scores, column], dim=-1).softmax(-1)[..., :-1]
 
