@@ -108,8 +108,9 @@ def _sdpa_and_tally(module, query, key, value, attention_mask, scaling=None, **k
     starts = range(0, n_queries, ROWS_AT_ONCE) if tally._want_received else [window_start] if tally.window_rows else []
     for start in starts:
         stop = n_queries if not tally._want_received else min(start + ROWS_AT_ONCE, n_queries)
-        scores = (query[:, :, start:stop].float() @ keys) * scale
-        visible = _visible(attention_mask, start, stop, n_queries, key.shape[2], scores.device)
+        seen = key.shape[2] - n_queries + stop  # keys past the block's last query are masked for every row
+        scores = (query[:, :, start:stop].float() @ keys[..., :seen]) * scale
+        visible = _visible(attention_mask, start, stop, n_queries, key.shape[2], scores.device)[..., :seen]
         weights = _normalised(scores.masked_fill_(~visible, float("-inf")), kwargs.get("s_aux"))
         if tally._want_received:
             tally._add(tally.received, module.layer_idx, weights.sum(2))
