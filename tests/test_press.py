@@ -245,6 +245,15 @@ def test_generate_under_a_press_continues_the_compressed_context():
     assert generated == loop
 
 
+def test_a_prefill_given_as_embeddings_is_refused_not_left_dense():
+    """Without input_ids the press cannot tell a prefill's length the way it reads it: refused in
+    one line instead of leaving the cache silently uncompressed."""
+    model = tiny("llama")
+    ids, _ = inputs()
+    with pytest.raises(SinklabError, match="inputs_embeds"), P.applied(model, P.Knorm(0.5)), torch.no_grad():
+        model(inputs_embeds=model.get_input_embeddings()(ids), use_cache=True)
+
+
 def test_a_press_is_refused_with_a_clear_error_when_not_a_press():
     with pytest.raises(SinklabError, match="press"), P.applied(tiny("llama"), "snapkv"):
         pass

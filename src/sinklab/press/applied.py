@@ -44,7 +44,12 @@ class Pressing:
     def before(self, module, args, kwargs) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        if ids is None or ids.shape[-1] < 2 or (cache is not None and cache.get_seq_length() > 0):
+        filled = cache is not None and cache.get_seq_length() > 0
+        check(
+            ids is not None or filled or kwargs.get("inputs_embeds") is None,
+            "a press compresses a prefill given as input_ids; this one is given as inputs_embeds",
+        )
+        if ids is None or ids.shape[-1] < 2 or filled:
             return  # a decode step, or tokens after the context: not compressed
         check(
             kwargs.get("use_cache", True) is not False,
