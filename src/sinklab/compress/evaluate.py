@@ -10,6 +10,7 @@ so the dense cache is scored too (ratio 0) and every cell starts from the same s
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Iterator
 
 import torch
@@ -82,19 +83,15 @@ def score_inputs(model, tokenizer, policies: dict, windows, prompts) -> Iterator
     a press or a quantizer, all of one family): ``ppl:<text>`` inputs give the continuation's mean
     NLL, ``passkey:<depth>:<key>`` inputs the answer's scores; each with the compression's facts."""
     family = list(policies.values())
+    inputs = [(f"ppl:{w.text}", w.context, partial(_continuation_scores, model, w)) for w in windows]
+    inputs += [(f"passkey:{p.depth:g}:{p.key}", p.context, partial(passkey_answer, model, tokenizer, prompt=p)) for p in prompts]
     with attention_for(model, family[0]):
-        for window in windows:
-            cache, tally = prefill(model, window.context.to(model.device), family)
+        for name, context, score in inputs:
+            cache, tally = prefill(model, context.to(model.device), family)
             for cell, policy in policies.items():
                 twin, compression = compressed(cache, policy, tally)
-                yield (
-                    f"ppl:{window.text}",
-                    cell,
-                    {"nll": continuation_nll(model, twin, window).mean().item(), **facts(compression)},
-                )
-        for prompt in prompts:
-            cache, tally = prefill(model, prompt.context.to(model.device), family)
-            for cell, policy in policies.items():
-                twin, compression = compressed(cache, policy, tally)
-                name = f"passkey:{prompt.depth:g}:{prompt.key}"
-                yield name, cell, {**passkey_answer(model, tokenizer, twin, prompt), **facts(compression)}
+                yield name, cell, {**score(twin), **facts(compression)}
+
+
+def _continuation_scores(model, window: TextWindow, cache) -> dict:
+    return {"nll": continuation_nll(model, cache, window).mean().item()}

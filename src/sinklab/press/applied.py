@@ -3,7 +3,7 @@
 Within the block, the model's next prefill (a forward over several tokens into an empty cache:
 ``generate``'s first step, or ``model(context_ids, use_cache=True)``) runs as usual, and its cache
 is compressed when the forward returns: each full-attention layer keeps the positions the press
-chooses (:mod:`.base`), in a :class:`~.cache.PressedLayer`. Only the context is compressed: the
+chooses (:mod:`.base`), in a :class:`~.pressed_layer.PressedLayer`. Only the context is compressed: the
 tokens after it (a question, the continuation) are added whole, as in kvpress's pipeline.
 The prefill's own output is the dense model's (its attention ran before the compression).
 

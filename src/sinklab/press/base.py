@@ -28,7 +28,7 @@ import torch
 
 from ..core.errors import SinklabError, check
 from ..stream import cache_bytes
-from .cache import full_attention_layers, pressed_layer_class
+from .cache import full_attention_layers
 from .sinks import detected_sinks
 
 KeepSinks = Union[int, str]
@@ -209,20 +209,25 @@ class Compression:
         return sum(self.kept.values()) / (len(self.kept) * self.length)
 
 
+def sink_positions(setting: KeepSinks, length: int, tally=None) -> list[int]:
+    """The positions a ``keep_sinks`` (or a quantizer's ``protect``) setting names in a context of
+    ``length`` tokens: the first N, or those detected from the prefill's attention ``tally``."""
+    if setting == DETECTED:
+        return detected_sinks(tally.received)
+    return list(range(min(setting, length)))
+
+
 def compress(cache, press: Press, tally=None) -> Compression:
     """Compress every full-attention layer of ``cache`` (just filled by a prefill) with ``press``,
     from the prefill's attention ``tally`` when the press needs it."""
     layers = full_attention_layers(cache)
     length = cache.layers[layers[0]].keys.shape[-2]
     report = Compression(length, bytes_before=cache_bytes(cache))
-    if press.ratio == 0:  # every key kept: the cache only learns to count positions
-        report.sinks = []
-    elif press.keep_sinks == DETECTED:
-        report.sinks = detected_sinks(tally.received)
-    elif press.keep_sinks:
-        report.sinks = list(range(min(press.keep_sinks, length)))
+    # at ratio 0 every key is kept: the cache only learns to count positions
+    report.sinks = [] if press.ratio == 0 else sink_positions(press.keep_sinks, length, tally)
     group: list = []
-    layer_class = pressed_layer_class()
+    from .pressed_layer import PressedLayer
+
     n_layers = len(cache.layers)
     for index in layers:
         layer = cache.layers[index]
@@ -233,7 +238,7 @@ def compress(cache, press: Press, tally=None) -> Compression:
             window_rows=press.window_rows,
         )  # fmt: skip
         positions = press.keep(context, report.sinks)
-        cache.layers[index] = layer_class(gathered(layer.keys, positions), gathered(layer.values, positions), length, group)
+        cache.layers[index] = PressedLayer(gathered(layer.keys, positions), gathered(layer.values, positions), length, group)
         report.positions[index] = positions.cpu()
     report.bytes_after = cache_bytes(cache)
     return report

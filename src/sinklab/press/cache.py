@@ -1,6 +1,6 @@
 """A compressed cache layer: the kept keys at their original positions, the new tokens after them.
 
-After a press, a layer holds ``K`` of the context's ``C`` keys. :class:`PressedLayer` stores
+After a press, a layer holds ``K`` of the context's ``C`` keys. :class:`~.pressed_layer.PressedLayer` stores
 exactly those (the tensors shrink) and keeps counting the tokens it has been fed, so:
 
 * positions continue at the true position: ``get_seq_length()`` answers the tokens seen (C, then
@@ -19,55 +19,9 @@ hold the new tokens and the kept keys nearest to them, all of them visible.
 
 from __future__ import annotations
 
-import torch
-
 from ..core.errors import SinklabError, check
 
 NARROWED_SDPA = "sinklab_pressed_sdpa"
-
-
-def pressed_layer_class():
-    """:class:`PressedLayer`, built once transformers is imported (it subclasses DynamicLayer)."""
-    global PressedLayer
-    if PressedLayer is None:
-        PressedLayer = _define()
-    return PressedLayer
-
-
-PressedLayer = None
-
-
-def _define():
-    from transformers.cache_utils import DynamicLayer
-
-    class PressedLayer(DynamicLayer):
-        """A full-attention cache layer after a press: ``keys``/``values`` hold only the kept
-        positions; ``seen`` counts every token fed; ``group`` is the list of the cache's pressed
-        layers, whose widest sets the mask's size."""
-
-        is_croppable = False  # cropping n tokens would cut kept context keys once fewer were fed
-
-        def __init__(self, keys: torch.Tensor, values: torch.Tensor, seen: int, group: list) -> None:
-            super().__init__()
-            self.lazy_initialization(keys, values)
-            self.keys, self.values, self.seen, self.group = keys, values, seen, group
-            group.append(self)
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            self.seen += key_states.shape[-2]
-            return super().update(key_states, value_states, *args, **kwargs)
-
-        def stored(self) -> int:
-            return self.keys.shape[-2]
-
-        def get_seq_length(self) -> int:
-            return self.seen
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            width = max(layer.stored() for layer in self.group)
-            return width + query_length, self.seen - width
-
-    return PressedLayer
 
 
 def branch(cache):

@@ -27,10 +27,9 @@ import torch
 
 from ..core.errors import check
 from ..stream import cache_bytes
-from .base import DETECTED, Compression, KeepSinks, not_a_press
+from .base import DETECTED, Compression, KeepSinks, not_a_press, sink_positions
 from .cache import full_attention_layers
 from .packing import Quantized, pack, quantize_groups, unpack
-from .sinks import detected_sinks
 
 
 class KiviStore:
@@ -104,57 +103,6 @@ class StaticStore:
         twin = copy.copy(self)
         twin.parts = list(self.parts)
         return twin
-
-
-def quantized_layer_class():
-    """:class:`QuantizedKVLayer`, built once transformers is imported (it subclasses DynamicLayer)."""
-    global QuantizedKVLayer
-    if QuantizedKVLayer is None:
-        QuantizedKVLayer = _define()
-    return QuantizedKVLayer
-
-
-QuantizedKVLayer = None
-
-
-def _define():
-    from transformers.cache_utils import DynamicLayer
-
-    class QuantizedKVLayer(DynamicLayer):
-        """A full-attention layer whose keys and values are held as the protected tokens in full
-        precision, the quantized ``store`` and a full-precision tail; ``seen`` counts every token."""
-
-        is_croppable = False
-
-        def __init__(self, sink: tuple, store, keys: torch.Tensor, values: torch.Tensor) -> None:
-            super().__init__()
-            self.lazy_initialization(keys, values)
-            self.dtype = keys.dtype
-            self.sink, self.store, self.seen = sink, store, sink[0].shape[2] + keys.shape[2]
-            self.tail = store.absorb(keys, values)
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            self.seen += key_states.shape[-2]
-            tail = (torch.cat([self.tail[0], key_states], 2), torch.cat([self.tail[1], value_states], 2))
-            self.tail = self.store.absorb(*tail)
-            stored = self.store.dequantized(self.dtype)
-            parts = [self.sink, *([stored] if stored is not None else []), self.tail]
-            return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 2)
-
-        def get_seq_length(self) -> int:
-            return self.seen
-
-        def branched(self) -> "QuantizedKVLayer":
-            """A copy whose updates leave this layer as it is (:func:`~.cache.branch`)."""
-            twin = copy.copy(self)
-            twin.store = self.store.branched()
-            return twin
-
-        def held_tensors(self) -> list:
-            """What the layer holds: the protected tokens, the packed store and the tail."""
-            return [*self.sink, *self.store.tensors(), *self.tail]
-
-    return QuantizedKVLayer
 
 
 def _split(keys: torch.Tensor, values: torch.Tensor, protected: list[int]):
@@ -240,15 +188,13 @@ def quantize_cache(cache, policy, tally=None):
     layers = full_attention_layers(cache)
     length = cache.layers[layers[0]].keys.shape[-2]
     report = Compression(length, bytes_before=cache_bytes(cache))
-    if policy.protect == DETECTED:
-        report.sinks = detected_sinks(tally.received)
-    else:
-        report.sinks = list(range(min(policy.protect, length)))
-    layer_class = quantized_layer_class()
+    report.sinks = sink_positions(policy.protect, length, tally)
+    from .quantized_layer import QuantizedKVLayer
+
     for index in layers:
         layer = cache.layers[index]
         sink, keys, values = _split(layer.keys, layer.values, report.sinks)
-        cache.layers[index] = layer_class(sink, policy.make_store(index), keys, values)
+        cache.layers[index] = QuantizedKVLayer(sink, policy.make_store(index), keys, values)
         report.positions[index] = torch.arange(length).expand(*layer.keys.shape[:2], -1)
     report.bytes_after = cache_bytes(cache)
     return report

@@ -1,0 +1,45 @@
+"""The layer of a quantized cache (:class:`QuantizedKVLayer`), a transformers ``DynamicLayer``:
+this module imports transformers, so :func:`~.quantized.quantize_cache` imports it only when it
+quantizes a cache. The design is in :mod:`.quantized`."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from transformers.cache_utils import DynamicLayer
+
+
+class QuantizedKVLayer(DynamicLayer):
+    """A full-attention layer whose keys and values are held as the protected tokens in full
+    precision, the quantized ``store`` and a full-precision tail; ``seen`` counts every token."""
+
+    is_croppable = False
+
+    def __init__(self, sink: tuple, store, keys: torch.Tensor, values: torch.Tensor) -> None:
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.dtype = keys.dtype
+        self.sink, self.store, self.seen = sink, store, sink[0].shape[2] + keys.shape[2]
+        self.tail = store.absorb(keys, values)
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.seen += key_states.shape[-2]
+        tail = (torch.cat([self.tail[0], key_states], 2), torch.cat([self.tail[1], value_states], 2))
+        self.tail = self.store.absorb(*tail)
+        stored = self.store.dequantized(self.dtype)
+        parts = [self.sink, *([stored] if stored is not None else []), self.tail]
+        return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 2)
+
+    def get_seq_length(self) -> int:
+        return self.seen
+
+    def branched(self) -> "QuantizedKVLayer":
+        """A copy whose updates leave this layer as it is (:func:`~.cache.branch`)."""
+        twin = copy.copy(self)
+        twin.store = self.store.branched()
+        return twin
+
+    def held_tensors(self) -> list:
+        """What the layer holds: the protected tokens, the packed store and the tail."""
+        return [*self.sink, *self.store.tensors(), *self.tail]
