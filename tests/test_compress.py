@@ -14,7 +14,9 @@ from test_pipeline import without_timing
 import sinklab
 from sinklab import cli
 from sinklab import press as P
-from sinklab.compress.tasks import DEPTHS, first_integer, passkey_prompts
+from sinklab.compress import evaluate
+from sinklab.compress.evaluate import continuation_nll, score_inputs
+from sinklab.compress.tasks import CONTINUATION, DEPTHS, TextWindow, first_integer, passkey_prompts
 from sinklab.core.errors import SinklabError
 from sinklab.press import KIVI, StaticKV, calibrate, tallied
 from sinklab.press.packing import pack, quantize_groups, unpack
@@ -186,6 +188,19 @@ def test_the_planted_sink_breaks_the_output_when_dropped_and_restores_it_when_ke
     kept, dropped = after(P.StreamingLLM(0.5, keep_sinks=1)), after(P.StreamingLLM(0.5, keep_sinks=0))
     broken, restored = (dropped - dense).abs().max(), (kept - dense).abs().max()
     assert broken > 1.0 and restored < 0.01 * broken
+
+
+def test_cells_that_keep_the_same_keys_are_scored_once_with_the_same_scores(monkeypatch):
+    """Two cells of one press that keep the same keys share one continuation; a cell that keeps
+    others is scored on its own cache: each cell's scores equal those of scoring it alone."""
+    model, ids, _ = tiny_cache(length=CONTINUATION + 80)
+    windows = [TextWindow("text", ids)]
+    cells = {"a": P.Knorm(0.5), "again": P.Knorm(0.5, keep_sinks=0), "sinks": P.Knorm(0.5, keep_sinks=6)}
+    alone = {c: next(score_inputs(model, None, {c: p}, windows, []))[2] for c, p in cells.items()}
+    calls = []
+    monkeypatch.setattr(evaluate, "continuation_nll", lambda *a: calls.append(1) or continuation_nll(*a))
+    shared = {cell: scores for _, cell, scores in score_inputs(model, None, cells, windows, [])}
+    assert shared == alone and len(calls) == 2 and alone["a"]["nll"] != alone["sinks"]["nll"]
 
 
 def test_passkey_prompts_place_the_key_at_each_depth(tokenizer):

@@ -3,6 +3,8 @@ compressed cache attends exactly as the dense model with the dropped keys hidden
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import transformers
@@ -12,7 +14,7 @@ from sinklab import press as P
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
 from sinklab.models.hf import instrument
-from sinklab.press.base import LayerContext
+from sinklab.press.base import LayerContext, sink_positions
 from sinklab.press.sinks import detected_sinks
 
 CONTEXT, CONTINUATION = 40, 6
@@ -181,14 +183,28 @@ def test_sinks_come_out_of_the_budget_and_are_kept():
 
 def test_detected_sinks_are_the_keys_far_above_the_mean():
     """Position 0 and a planted secondary sink at 7 are found; uniform attention has none (the
-    division by the queries that see a key removes the early keys' advantage)."""
-    length = 64
+    division by the queries that see a key removes the early keys' advantage); a late key the
+    few queries after it attend to is no sink (too few queries to tell)."""
+    length = 256
     uniform = torch.tril(torch.ones(length, length)) / torch.arange(1, length + 1)[:, None]
     assert detected_sinks({0: uniform.sum(0)[None, None]}) == []
     sinky = uniform * 0.2
     sinky[:, 0] += 0.6
     sinky[7:, 7] += 0.2
+    late = length - 40
+    sinky[late:, late] += 0.2
     assert detected_sinks({0: sinky.sum(0)[None, None].expand(1, 3, length)}) == [0, 7]
+
+
+def test_detected_sinks_read_only_the_full_attention_layers():
+    """A sliding-window layer's received attention is left out of the detection."""
+    length = 256
+    uniform = torch.tril(torch.ones(length, length)) / torch.arange(1, length + 1)[:, None]
+    sliding = uniform.clone()
+    sliding[:, 30] += 0.5
+    tally = SimpleNamespace(received={0: uniform.sum(0)[None, None], 1: sliding.sum(0)[None, None]})
+    assert sink_positions(P.DETECTED, length, tally, layers=[0]) == []
+    assert sink_positions(P.DETECTED, length, tally, layers=[0, 1]) == [30]
 
 
 def test_pyramid_budgets_shrink_with_depth_and_fall_back_where_kvpress_does():

@@ -1,22 +1,24 @@
-"""One family of policies (a press at every ratio and keep_sinks, or a quantizer at every bits
-and protect) over every input: each context is prefilled once, then compressed once per cell from
-that prefill, and scored.
+"""One family of policies (a press at every ratio and keep_sinks, or a quantizer at every bits and
+protect) over every input: each context is prefilled once, then compressed once per cell from that
+prefill, and scored.
 
-The prefill's cache and attention sums do not depend on the cell, so a cell costs a compression
-and a short continuation, not a prefill: a family's whole row of the keep-sink table costs about
-one prefill per input. Each cell compresses a copy of the dense cache (:func:`~sinklab.press.branch`),
-so the dense cache is scored too (ratio 0) and every cell starts from the same state.
+The prefill's cache and attention sums do not depend on the cell, so a cell costs a compression and
+a short continuation, not a prefill. Cells of a press that keep the same keys in every layer (a
+score that already ranks the sink high keeps the same keys with and without ``keep_sinks``) hold the
+same cache, so their continuation is scored once and its scores shared. Each cell compresses a copy
+of the dense cache (:func:`~sinklab.press.branch`), so the dense cache is scored too (ratio 0) and
+every cell starts from the same state.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
 
-from ..press import attention_for, branch, tallied
+from ..press import Press, attention_for, branch, tallied
 from .tasks import ANSWER_TOKENS, Passkey, TextWindow, first_integer, key_ids
 
 
@@ -88,9 +90,21 @@ def score_inputs(model, tokenizer, policies: dict, windows, prompts) -> Iterator
     with attention_for(model, family[0]):
         for name, context, score in inputs:
             cache, tally = prefill(model, context.to(model.device), family)
+            scored: dict = {}  # kept keys -> the scores of a cell that kept them
             for cell, policy in policies.items():
                 twin, compression = compressed(cache, policy, tally)
-                yield name, cell, {**score(twin), **facts(compression)}
+                same_cache = _kept_keys(policy, compression) or cell
+                if same_cache not in scored:
+                    scored[same_cache] = score(twin)
+                yield name, cell, {**scored[same_cache], **facts(compression)}
+
+
+def _kept_keys(policy, compression) -> Optional[bytes]:
+    """What fixes a press's compressed cache (the positions each layer and head kept), or None for
+    a quantizer, whose cache also depends on its bits and protection."""
+    if not isinstance(policy, Press):
+        return None
+    return b"".join(positions.numpy().tobytes() for positions in compression.positions.values())
 
 
 def _continuation_scores(model, window: TextWindow, cache) -> dict:

@@ -209,11 +209,13 @@ class Compression:
         return sum(self.kept.values()) / (len(self.kept) * self.length)
 
 
-def sink_positions(setting: KeepSinks, length: int, tally=None) -> list[int]:
+def sink_positions(setting: KeepSinks, length: int, tally=None, layers=()) -> list[int]:
     """The positions a ``keep_sinks`` (or a quantizer's ``protect``) setting names in a context of
-    ``length`` tokens: the first N, or those detected from the prefill's attention ``tally``."""
+    ``length`` tokens: the first N, or those detected from the prefill's attention ``tally`` in the
+    full-attention ``layers`` (a sliding-window layer's keys are seen by a window of queries, not
+    by every later one, so its mean per query would be misread)."""
     if setting == DETECTED:
-        return detected_sinks(tally.received)
+        return detected_sinks({index: tally.received[index] for index in layers})
     return list(range(min(setting, length)))
 
 
@@ -224,7 +226,7 @@ def compress(cache, press: Press, tally=None) -> Compression:
     length = cache.layers[layers[0]].keys.shape[-2]
     report = Compression(length, bytes_before=cache_bytes(cache))
     # at ratio 0 every key is kept: the cache only learns to count positions
-    report.sinks = [] if press.ratio == 0 else sink_positions(press.keep_sinks, length, tally)
+    report.sinks = [] if press.ratio == 0 else sink_positions(press.keep_sinks, length, tally, layers)
     group: list = []
     from .pressed_layer import PressedLayer
 

@@ -188,7 +188,7 @@ def quantize_cache(cache, policy, tally=None):
     layers = full_attention_layers(cache)
     length = cache.layers[layers[0]].keys.shape[-2]
     report = Compression(length, bytes_before=cache_bytes(cache))
-    report.sinks = sink_positions(policy.protect, length, tally)
+    report.sinks = sink_positions(policy.protect, length, tally, layers)
     from .quantized_layer import QuantizedKVLayer
 
     for index in layers:
