@@ -77,6 +77,16 @@ def tiny_config(arch: str, vocab_size: int):
         "qwen3": lambda: t.Qwen3Config(**gqa, head_dim=8),
         "gemma": lambda: t.GemmaConfig(**gqa, head_dim=8),
         "gemma2": lambda: t.Gemma2Config(**gqa, head_dim=8, sliding_window=8, attn_logit_softcapping=5.0),
+        "gemma3": lambda: t.Gemma3TextConfig(
+            **gqa,
+            head_dim=8,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "full_attention": {"rope_type": "linear", "rope_theta": 1e6, "factor": 8.0},
+            },
+        ),
         "phi": lambda: t.PhiConfig(**decoder),
         "gpt2": lambda: t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **common),
         "gpt_neox": lambda: t.GPTNeoXConfig(**decoder),
@@ -99,7 +109,7 @@ def tiny_config(arch: str, vocab_size: int):
 
 
 #: One tiny config per architecture sinklab's layout table knows, plus gpt-oss (learned sink logits).
-ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi", "gpt2", "gpt_neox", "opt", "gpt_oss")
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi", "gpt2", "gpt_neox", "opt", "gpt_oss")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,8 @@ import torch
 import transformers
 from conftest import tiny_config
 from test_pipeline import without_timing
+from test_press import ARCHITECTURES as PRESS_ARCHITECTURES
+from test_press import inputs, layer_kinds, tiny
 
 import sinklab
 from sinklab import cli
@@ -89,6 +91,45 @@ def test_static_int8_holds_the_protected_prefix_exactly_and_quantizes_new_tokens
     assert torch.equal(keys[:, :, 0], cache.layers[0].keys[:, :, 0])  # the sink, as computed
     with pytest.raises(SinklabError, match="calibrate"):
         StaticKV(8).apply(P.branch(cache))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("arch", PRESS_ARCHITECTURES)
+def test_every_quantized_cache_works_on_every_architecture(arch):
+    """KIVI (2 bits with the first token protected, 4 with the detected sinks: none on a random
+    model), static INT4/INT8 (the first token as a
+    full-precision prefix) and quanto on each architecture: only the full-attention layers are
+    quantized (sliding-window layers left whole), the protected tokens come back exactly, the
+    cache's bytes shrink, and the continuation's logits move away from the dense cache's less at
+    more bits."""
+    model = tiny(arch)
+    ids, cont = inputs(1)
+    with tallied(model, ids.shape[-1], True, 0) as tally:
+        dense = model(ids, use_cache=True).cache
+    full = [i for i, kind in enumerate(layer_kinds(model)) if kind == "full_attention"]
+    expected = model(cont, cache=P.branch(dense)).logits
+    scales = calibrate(model, ids, protect=1)
+    policies = {
+        "kivi2": KIVI(2, 1, group_size=8, residual=4),
+        "kivi4": KIVI(4, "detected", group_size=8, residual=4),
+        "static4": StaticKV(4, protect=1, scales=scales),
+        "static8": StaticKV(8, protect=1, scales=scales),
+        "quanto4": P.QuantoKV(4, group_size=8, residual=4),
+    }
+    error = {}
+    for name, policy in policies.items():
+        twin = P.branch(dense)
+        report = policy.apply(twin, tally)
+        assert report.layers == full and all(twin.layers[i] is not dense.layers[i] for i in full)
+        assert all(type(twin.layers[i]) is type(dense.layers[i]) for i in range(len(dense.layers)) if i not in full)
+        if not name.startswith("quanto"):
+            assert report.sinks == ([] if name == "kivi4" else [0]) and report.bytes_after < report.bytes_before
+            keys, _ = twin.layers[full[0]].update(*(t[:, :, :0] for t in (dense.layers[full[0]].keys,) * 2))
+            assert torch.equal(keys[:, :, report.sinks], dense.layers[full[0]].keys[:, :, report.sinks])
+        logits = model(cont, cache=twin).logits
+        assert torch.isfinite(logits).all()
+        error[name] = (logits - expected).abs().max().item()
+    assert error["kivi4"] < error["kivi2"] and error["static8"] < error["static4"]
 
 
 @pytest.mark.parametrize(

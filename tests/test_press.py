@@ -31,7 +31,7 @@ PRESSED = [
     P.PyramidKV(0.5, window_size=4),
 ]
 #: The decoder architectures the scanner supports (Mistral's tiny config is all sliding window).
-ARCHITECTURES = ["llama", "qwen2", "qwen3", "gemma", "gemma2", "phi", "gpt_neox", "gpt_oss"]
+ARCHITECTURES = ["llama", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi", "gpt_neox", "gpt_oss"]
 
 
 def tiny(arch: str):

@@ -8,7 +8,9 @@ Position tests run on *sharp* tiny models (initializer range 0.2): the default t
 almost uniformly, so a wrong position would move their logits by ~1e-4 and pass unnoticed. Two
 mutation tests show that the position bugs these tests guard against do fail them."""
 
+import inspect
 import json
+import sys
 
 import pytest
 import torch
@@ -27,7 +29,7 @@ from sinklab.stream.hostsync import greedy_decode
 from sinklab.stream.rope import RopeShift, rotate, rotation
 from sinklab.stream.walks import real_cache_walk
 
-ROPE_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "phi", "gpt_neox")
+ROPE_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "phi", "gpt_neox", "gpt_oss")
 
 
 @pytest.fixture(scope="module")
@@ -235,18 +237,22 @@ class StreamingLLM:
         self.kept = None  # per layer (keys, values), each key rotated where it was computed
         self.rotated_at = torch.zeros(0, dtype=torch.long)
 
-    def _moved(self, keys: torch.Tensor) -> torch.Tensor:
-        from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
-
+    def _moved(self, keys: torch.Tensor, layer: int) -> torch.Tensor:
+        """Keys moved by the model's own rotary embedding and rotation function (a pure rotation:
+        the cos/sin without YaRN's attention scaling, which the model applies once)."""
+        rotary, modeling = self.model.model.rotary_emb, sys.modules[type(self.model).__module__]
         by = torch.arange(len(self.rotated_at)) - self.rotated_at  # to each key's index among the kept
-        cos, sin = self.model.model.rotary_emb(keys, by[None])
-        return apply_rotary_pos_emb(keys, keys, cos, sin)[1]
+        kind = (getattr(self.model.config, "layer_types", None) or [None] * (layer + 1))[layer]
+        per_type = "layer_type" in inspect.signature(rotary.forward).parameters  # Gemma 3: a setting per layer type
+        cos, sin = rotary(keys, by[None], *([kind] if per_type else []))
+        scaling = getattr(rotary, f"{kind}_attention_scaling" if per_type else "attention_scaling", 1.0)
+        return modeling.apply_rotary_pos_emb(keys, keys, cos / scaling, sin / scaling)[1]
 
     def __call__(self, ids: torch.Tensor) -> torch.Tensor:
         n_kept, n_new = len(self.rotated_at), ids.shape[1]
         dense = DynamicCache()
         for i, (keys, values) in enumerate(self.kept or ()):
-            dense.update(self._moved(keys), values, i)
+            dense.update(self._moved(keys, i), values, i)
         positions = torch.arange(n_kept, n_kept + n_new)
         logits = self.model(input_ids=ids, cache=dense, position_ids=positions[None]).logits
         new = [(layer.keys[..., n_kept:, :], layer.values[..., n_kept:, :]) for layer in dense.layers]
@@ -264,7 +270,8 @@ class StreamingLLM:
 
 
 @torch.no_grad()
-def test_a_stream_and_a_chunk_longer_than_the_strip_equal_streamingllm_by_its_definition(sharp):
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3", "gpt_oss"])  # sliding layers; Gemma 3: a RoPE base per layer type
+def test_a_stream_and_a_chunk_longer_than_the_strip_equal_streamingllm_by_its_definition(sharp, arch):
     """Every forward of a sink cache (single tokens through rebases, then a 60-token chunk, which
     borrows a strip longer than the usual one, and the steps after it, which give it back) gives
     the logits of :class:`StreamingLLM`, a reference that reads nothing of the cache. Mutations
@@ -272,7 +279,7 @@ def test_a_stream_and_a_chunk_longer_than_the_strip_equal_streamingllm_by_its_de
     given back without them (the step after the chunk differed), and a rebase that does not store
     the recent keys it moved (the step after 18 tokens differed; the two tests whose reference is built from
     ``keys_in_cache`` passed it, as that reads the same stale keys)."""
-    model, ids, (n_sink, window) = sharp("llama"), stream_ids(163), (2, 8)
+    model, ids, (n_sink, window) = sharp(arch), stream_ids(163), (2, 8)
     cache, reference = make_sink_cache(model, n_sink, window), StreamingLLM(model, n_sink, window)
     strip = cache.layers[0]._strip
     chunks = [ids[:, :5], *ids[:, 5:100].split(1, dim=1), ids[:, 100:160], *ids[:, 160:163].split(1, dim=1)]
@@ -682,10 +689,8 @@ def test_each_device_gets_the_rotation_tables_on_that_device(sharp):
         for tables in (step.sink_rotation, step.rotation):
             if tables is not None:
                 rotations += 1
-                assert {device.type: cos.device.type for device, (cos, _) in tables.tables.items()} == {
-                    "cpu": "cpu",
-                    "meta": "meta",
-                }
+                built = {device.type: cos.device.type for (_, device), (cos, _) in tables.tables.items()}
+                assert built == {"cpu": "cpu", "meta": "meta"} and len(tables.tables) == 2  # one set of frequencies
     assert rotations >= 12
 
 
@@ -739,9 +744,10 @@ def test_bad_sizes_and_models_are_clear_errors(llama, tiny_model_dir):
         llama.model(input_ids=ids[:1], cache=make_sink_cache(llama.model, 2, 10), position_ids=torch.tensor([[0, 1, 2, 7, 8, 9]]))
     per_layer_type = AutoModelForCausalLM.from_config(tiny_config("llama", 300))
     per_layer_type.config.rope_parameters = {
-        kind: {"rope_type": "default", "rope_theta": 1e4} for kind in ("full_attention", "sliding_attention")
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        "full_attention": {"rope_type": "dynamic", "rope_theta": 1e6, "factor": 2.0},
     }
-    with pytest.raises(SinklabError, match="per layer type"):
+    with pytest.raises(SinklabError, match="RoPE type 'dynamic' changes its frequencies with the sequence length"):
         make_sink_cache(per_layer_type, 2, 10)
 
 

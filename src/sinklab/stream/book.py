@@ -17,10 +17,10 @@ class SinkBook:
     are rotated, and this step's plan (worked out once, by layer 0, for all layers). Everything
     here is on the CPU: (B, kept) tensors, one row per sequence. ``taps`` record what the
     caller passes each forward; the book is their one owner, so their hooks leave the model with
-    the cache."""
+    the cache. ``ropes`` holds each layer's rotary frequencies (:func:`~.rope.layer_shifts`)."""
 
-    def __init__(self, n_sink: int, window: int, rope: RopeShift, taps: ForwardTaps) -> None:
-        self.n_sink, self.window, self.rope, self.taps = n_sink, window, rope, taps
+    def __init__(self, n_sink: int, window: int, ropes: list[RopeShift], taps: ForwardTaps) -> None:
+        self.n_sink, self.window, self.ropes, self.taps = n_sink, window, ropes, taps
         self.reset()
 
     def reset(self) -> None:
@@ -82,10 +82,10 @@ class SinkBook:
         n_sink = min(self.n_sink, rotated_at.shape[1])
         sink_rotation = rotation = None
         if not torch.equal(rotated_at[:, n_sink:], target[:, n_sink:]):  # a rebase, or the caller changed frames
-            rotation = _OnDevices(self.rope.rotation(rotated_at, target))
+            rotation = _Rotation(rotated_at.clone(), target)
             rotated_at[:, n_sink:] = target[:, n_sink:]  # the step stores the recent keys where it moved them
         elif not torch.equal(rotated_at[:, :n_sink], target[:, :n_sink]):
-            sink_rotation = _OnDevices(self.rope.rotation(rotated_at[:, :n_sink], target[:, :n_sink]))
+            sink_rotation = _Rotation(rotated_at[:, :n_sink].clone(), target[:, :n_sink])
         columns = torch.arange(self.seen, self.seen + n_new).expand(batch, n_new)
         positions = torch.cat([self.positions, columns if self.pads is None else columns - self.pads[:, None]], dim=1)
         dropped = max(0, rotated_at.shape[1] - (self.n_sink + self.window - 1))
@@ -168,27 +168,32 @@ class SinkBook:
         return shift.tolist() if bool(shift.any()) else None
 
 
-class _OnDevices:
-    """A step's rotation tables, built on the CPU and copied once to each device that asks: a
-    model split across devices rotates each layer's keys on that layer's device. The copies do
-    not wait for the device (the host memory is not reused while they run)."""
+class _Rotation:
+    """A step's move of keys rotated at ``source`` to ``target``: the tables are built on the CPU
+    once per set of rotary frequencies that asks (every layer's, or each Gemma 3 layer type's),
+    and copied once to each device that asks (a model split across devices rotates each layer's
+    keys on that layer's device). The copies do not wait for the device (the host memory is not
+    reused while they run)."""
 
-    def __init__(self, tables: tuple[torch.Tensor, torch.Tensor]) -> None:
-        self.tables = {tables[0].device: tables}
+    def __init__(self, source: torch.Tensor, target: torch.Tensor) -> None:
+        self.source, self.target = source, target
+        self.tables: dict = {}  # (RopeShift, device) -> (cos, signed sin)
 
-    def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        tables = self.tables.get(device)
-        if tables is None:
-            tables = self.tables[device] = tuple(t.to(device, non_blocking=True) for t in self.tables[torch.device("cpu")])
-        return tables
+    def on(self, device: torch.device, rope: RopeShift) -> tuple[torch.Tensor, torch.Tensor]:
+        host = torch.device("cpu")
+        if (rope, host) not in self.tables:
+            self.tables[rope, host] = rope.rotation(self.source, self.target)
+        if (rope, device) not in self.tables:
+            self.tables[rope, device] = tuple(t.to(device, non_blocking=True) for t in self.tables[rope, host])
+        return self.tables[rope, device]
 
 
 @dataclass
 class _Step:
     n_old: int
     n_new: int
-    sink_rotation: Optional[_OnDevices]  # moves the sinks alone (the usual step)
-    rotation: Optional[_OnDevices]  # moves every key (a rebase, or the caller's new frame); the recent keys are stored moved
+    sink_rotation: Optional[_Rotation]  # moves the sinks alone (the usual step)
+    rotation: Optional[_Rotation]  # moves every key (a rebase, or the caller's new frame); the recent keys are stored moved
     dropped: int  # tokens after the sinks evicted once the step is attended
     sink_shift: Optional[list[int]]  # per row, how far its sink slots move (left-padded rows), or None
 

@@ -58,7 +58,7 @@ from torch import nn
 from ..core.errors import check
 from ..models.native import KVCache
 from .book import SinkBook
-from .rope import ForwardTaps, RopeShift
+from .rope import ForwardTaps, layer_shifts
 
 POLICIES = ("dense", "window", "sink", "recompute")
 
@@ -98,7 +98,7 @@ def make_sink_cache(model: nn.Module, n_sink: int, window: int):
     from .sink_layer import SinkCacheLayer
 
     check_sizes(n_sink, window)
-    book = SinkBook(n_sink, window, RopeShift(model), ForwardTaps(model))
+    book = SinkBook(n_sink, window, layer_shifts(model), ForwardTaps(model))
     n_layers = model.config.get_text_config(decoder=True).num_hidden_layers
     return Cache(layers=[SinkCacheLayer(book, index) for index in range(n_layers)])
 

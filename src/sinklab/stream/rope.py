@@ -59,13 +59,17 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torc
 
 
 class RopeShift:
-    """The rotary frequencies of a Hugging Face model: the arithmetic that moves its keys. Reads
-    the model once and leaves nothing on it (the caller's positions are :class:`ForwardTaps`')."""
+    """The rotary frequencies of one layer of a Hugging Face model: the arithmetic that moves its
+    keys. Reads the model once and leaves nothing on it (the caller's positions are
+    :class:`ForwardTaps`'). Most models have one set of frequencies for every layer; Gemma 3 has
+    one per layer type (its local layers' base and its global layers'), :func:`layer_shifts`."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, layer: int = 0) -> None:
         _, rotary = _rotary_module(model)
         _check_rope_config(model.config)
-        self.inv_freq = rotary.inv_freq.detach().float().cpu().clone()  # the tables are built on the CPU (see .caches)
+        frequencies = _frequencies(rotary)
+        kind = None if None in frequencies else model.config.get_text_config(decoder=True).layer_types[layer]
+        self.inv_freq = frequencies[kind].detach().float().cpu().clone()  # the tables are built on the CPU (see .caches)
 
     def rotation(self, source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The :func:`rotation` that moves keys rotated at ``source`` to ``target``: (T, D) tables
@@ -81,6 +85,19 @@ class RopeShift:
             return x
         cos, sin = self.rotation(source, target)
         return rotate(x, cos.to(x.device), sin.to(x.device))
+
+
+def layer_shifts(model: nn.Module) -> list[RopeShift]:
+    """Each decoder layer's :class:`RopeShift`, one object per set of frequencies (a step's
+    rotation tables are built once per set)."""
+    config = model.config.get_text_config(decoder=True)
+    if None in _frequencies(_rotary_module(model)[1]):  # one set for every layer
+        return [RopeShift(model)] * config.num_hidden_layers
+    by_type: dict[str, RopeShift] = {}
+    for layer, kind in enumerate(config.layer_types):
+        if kind not in by_type:
+            by_type[kind] = RopeShift(model, layer)
+    return [by_type[kind] for kind in config.layer_types]
 
 
 class ForwardTaps:
@@ -135,27 +152,36 @@ def _remove(handles) -> None:
         handle.remove()
 
 
+def _frequencies(module: nn.Module) -> dict[Optional[str], torch.Tensor]:
+    """A rotary module's inverse frequencies: ``{None: inv_freq}``, or one per layer type
+    (Gemma 3's ``<type>_inv_freq`` buffers); empty for any other module."""
+    if isinstance(getattr(module, "inv_freq", None), torch.Tensor):
+        return {None: module.inv_freq}
+    kinds = getattr(module, "layer_types", None) or []
+    found = {kind: getattr(module, f"{kind}_inv_freq", None) for kind in kinds}
+    return found if found and all(isinstance(f, torch.Tensor) for f in found.values()) else {}
+
+
 def _rotary_module(model: nn.Module) -> tuple[str, nn.Module]:
-    """The model's rotary embedding (the module holding ``inv_freq``) and its name."""
-    found = next(((name, m) for name, m in model.named_modules() if isinstance(getattr(m, "inv_freq", None), torch.Tensor)), None)
+    """The model's rotary embedding (the module holding its inverse frequencies) and its name."""
+    found = next(((name, m) for name, m in model.named_modules() if _frequencies(m)), None)
     if found is None:
         raise SinklabError(f"{type(model).__name__} has no rotary position embedding; the sink cache needs a RoPE model")
     return found
 
 
 def _check_rope_config(config) -> None:
+    """Refuse rotary settings whose frequencies change with the sequence's length (a moved key
+    would be rotated by frequencies that no longer hold); one setting, or one per layer type."""
     rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    if isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values()):
-        raise SinklabError(
-            f"RoPE parameters per layer type ({', '.join(rope)}) are not supported by the sink cache: "
-            "it assumes one set of rotary frequencies"
-        )
-    kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
-    if kind not in STATIC_ROPE_TYPES:
-        raise SinklabError(
-            f"RoPE type {kind!r} changes its frequencies with the sequence length; "
-            f"the sink cache supports {', '.join(STATIC_ROPE_TYPES)}"
-        )
+    per_type = isinstance(rope, dict) and rope and all(isinstance(v, dict) for v in rope.values())
+    for setting in rope.values() if per_type else [rope]:
+        kind = setting.get("rope_type", setting.get("type", "default")) if isinstance(setting, dict) else "default"
+        if kind not in STATIC_ROPE_TYPES:
+            raise SinklabError(
+                f"RoPE type {kind!r} changes its frequencies with the sequence length; "
+                f"the sink cache supports {', '.join(STATIC_ROPE_TYPES)}"
+            )
 
 
 class _PositionTap:

@@ -119,11 +119,12 @@ class SinkCacheLayer(DynamicLayer):
             key_states, value_states = key_states[..., arriving:, :], value_states[..., arriving:, :]
             self._sinks = (sink_keys, sink_values)
         device = key_states.device
-        shown_sinks = sink_keys if step.sink_rotation is None else rotate(sink_keys, *step.sink_rotation.on(device))
+        rope = self.book.ropes[self.index]
+        shown_sinks = sink_keys if step.sink_rotation is None else rotate(sink_keys, *step.sink_rotation.on(device, rope))
         keys, values = self._strip.step(shown_sinks, sink_values, key_states, value_states, self.n_sink)
         shown = keys
         if step.rotation is not None:  # a rebase: the recent keys are stored where they are shown, moved once
-            shown = rotate(keys, *step.rotation.on(device))
+            shown = rotate(keys, *step.rotation.on(device, rope))
             self._strip.store_keys(shown[..., sink_keys.shape[-2] :, :])
         if step.sink_shift is not None:
             self._sinks = self._shifted_sinks(step)
@@ -142,7 +143,7 @@ class SinkCacheLayer(DynamicLayer):
     def keys_in_cache(self) -> torch.Tensor:
         """The kept keys rotated at their index in the cache (what the next query sees)."""
         rotated_at = self.book.rotated_at
-        return self.book.rope.move(self.keys, rotated_at, torch.arange(rotated_at.shape[1]).expand_as(rotated_at))
+        return self.book.ropes[self.index].move(self.keys, rotated_at, torch.arange(rotated_at.shape[1]).expand_as(rotated_at))
 
 
 def _single_row(x: torch.Tensor) -> torch.Tensor:

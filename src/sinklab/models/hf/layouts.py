@@ -35,6 +35,7 @@ LAYOUTS: dict[str, Layout] = {
     "Qwen3ForCausalLM": Layout("model.layers", "mlp.down_proj"),
     "GemmaForCausalLM": Layout("model.layers", "mlp.down_proj"),
     "Gemma2ForCausalLM": Layout("model.layers", "mlp.down_proj"),
+    "Gemma3ForCausalLM": Layout("model.layers", "mlp.down_proj"),
     "PhiForCausalLM": Layout("model.layers", "mlp.fc2"),
     "GPT2LMHeadModel": Layout("transformer.h", "mlp.c_proj"),
     "GPTNeoXForCausalLM": Layout("gpt_neox.layers", "mlp.dense_4h_to_h"),
