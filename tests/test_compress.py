@@ -76,6 +76,18 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     assert report.bytes_after == cache_bytes(twin) < report.bytes_before
 
 
+def test_quanto_bytes_are_its_packed_integers_scales_and_shifts():
+    """transformers' quanto layer quantizes the whole 40-token context at its first update: per
+    layer and part, 4-bit integers (half a byte each) plus a float32 scale and shift per group of
+    8 channels, counted from quanto's own tensors."""
+    _, _, cache = tiny_cache()
+    keys = cache.layers[0].keys
+    report = P.QuantoKV(4, group_size=8, residual=4).apply(P.branch(cache))
+    values, groups = keys.numel(), keys.numel() // 8
+    per_layer = 2 * (values // 2 + 2 * groups * 4)
+    assert report.bytes_after == len(cache.layers) * per_layer and report.bytes_before == cache_bytes(cache)
+
+
 def test_static_int8_holds_the_protected_prefix_exactly_and_quantizes_new_tokens_with_fixed_scales():
     model, ids, cache = tiny_cache()
     scales = calibrate(model, ids[:, :20], protect=1)
@@ -122,8 +134,9 @@ def test_every_quantized_cache_works_on_every_architecture(arch):
         report = policy.apply(twin, tally)
         assert report.layers == full and all(twin.layers[i] is not dense.layers[i] for i in full)
         assert all(type(twin.layers[i]) is type(dense.layers[i]) for i in range(len(dense.layers)) if i not in full)
+        assert report.bytes_after < report.bytes_before
         if not name.startswith("quanto"):
-            assert report.sinks == ([] if name == "kivi4" else [0]) and report.bytes_after < report.bytes_before
+            assert report.sinks == ([] if name == "kivi4" else [0])
             keys, _ = twin.layers[full[0]].update(*(t[:, :, :0] for t in (dense.layers[full[0]].keys,) * 2))
             assert torch.equal(keys[:, :, report.sinks], dense.layers[full[0]].keys[:, :, report.sinks])
         logits = model(cont, cache=twin).logits

@@ -71,11 +71,10 @@ def passkey_answer(model, tokenizer, cache, prompt: Passkey) -> dict:
 
 def facts(compression) -> dict:
     """What a compression did: the fraction of keys kept, the cache's bytes against the dense
-    cache's (None where the policy's storage is not counted: quanto's), the sinks protected."""
-    counted = compression.bytes_before and compression.bytes_after
+    cache's, the sinks protected."""
     return {
         "kept_fraction": compression.kept_fraction,
-        "bytes_ratio": compression.bytes_after / compression.bytes_before if counted else None,
+        "bytes_ratio": compression.bytes_after / compression.bytes_before,
         "sinks": compression.sinks,
     }
 

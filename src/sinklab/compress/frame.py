@@ -20,8 +20,7 @@ def cell_rows(summary: dict) -> Iterator[dict]:
 
 def quantized_rows(summary: dict) -> Iterator[dict]:
     """One row per (quantizer, bits, protect, context), with the columns of :func:`cell_rows`
-    (``kept_fraction`` is 1: a quantizer keeps every key; ``bytes_ratio`` is None for quanto,
-    whose storage is not counted)."""
+    (``kept_fraction`` is 1: a quantizer keeps every key)."""
     return table_rows(summary, (_flat(cell, ("quantizer", "bits", "protect", "context")) for cell in summary["quantized"]))
 
 

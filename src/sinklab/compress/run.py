@@ -265,9 +265,7 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
     every = list(mine.values())
     out = {
         "kept_fraction": statistics.fmean(s["kept_fraction"] for s in every) if every else None,
-        "bytes_ratio": statistics.fmean(s["bytes_ratio"] for s in every)
-        if every and every[0]["bytes_ratio"] is not None
-        else None,
+        "bytes_ratio": statistics.fmean(s["bytes_ratio"] for s in every) if every else None,
         "sinks": sorted({tuple(s["sinks"]) for s in every}),
     }
     if texts:

@@ -2,8 +2,9 @@
 quantization: each full-attention layer becomes a ``QuantoQuantizedLayer`` fed the context, which
 quantizes the whole context at its first update (groups of ``group_size`` along the channels of
 each token, 2 or 4 bits) and protects no sink; tokens after it stay in a full-precision window of
-up to ``residual`` tokens before they are quantized too (transformers' rule). Needs
-``optimum-quanto``; refused in one line where it is missing."""
+up to ``residual`` tokens before they are quantized too (transformers' rule). Its bytes are
+counted from quanto's own tensors (packed integers, scales and shifts). Needs ``optimum-quanto``;
+refused in one line where it is missing."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import ClassVar
 import torch
 
 from ..core.errors import SinklabError, check
+from ..stream import cache_bytes
 from .base import Compression
 from .cache import full_attention_layers
 
@@ -41,7 +43,7 @@ class QuantoKV:
 
         layers = full_attention_layers(cache)
         length = cache.layers[layers[0]].keys.shape[-2]
-        report = Compression(length)
+        report = Compression(length, bytes_before=cache_bytes(cache))
         for index in layers:
             dense = cache.layers[index]
             try:
@@ -51,4 +53,15 @@ class QuantoKV:
             layer.update(dense.keys, dense.values)
             cache.layers[index] = layer
             report.positions[index] = torch.arange(length).expand(*dense.keys.shape[:2], -1)
+        quantized = [getattr(cache.layers[i], f"_quantized_{part}", None) for i in layers for part in ("keys", "values")]
+        report.bytes_after = cache_bytes(cache) + sum(stored_bytes(q) for q in quantized if q is not None)
         return report
+
+
+def stored_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor, or of the tensors inside a tensor subclass (quanto's packed data, scales
+    and shifts), counted down to plain tensors."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(stored_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
