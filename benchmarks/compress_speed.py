@@ -4,8 +4,9 @@
   scoring and compression (``sinklab.press.applied``), per press; pairs alternate so a slow spell
   of this shared machine hits both, and the verdict is the median per-pair ratio minus one.
 * ``h2o_memory``: the peak resident memory (Linux ``VmHWM``, each in a fresh process) of a plain
-  prefill and of H2O's scored prefill at ``--memory-context`` tokens: H2O's received attention is
-  summed in blocks of query rows, never as a (T, T) matrix.
+  prefill and of H2O's scored prefill at ``--memory-context`` tokens, medians of
+  ``--memory-pairs`` alternating pairs: H2O's received attention is summed in blocks of query
+  rows, never as a (T, T) matrix.
 * ``bytes``: every press's cache bytes against the dense cache's, and the kept fraction; the packed
   KIVI bytes (2 and 4 bits, groups of 32 and 64, scales included, the full-precision residual and
   sinks not counted, then counted) against a bfloat16 cache of the same tokens.
@@ -93,12 +94,20 @@ def peak_kib(length: int, what: str) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
-def h2o_memory(length: int) -> dict:
+def h2o_memory(length: int, pairs: int) -> dict:
+    """Medians over ``pairs`` alternating fresh processes: a process's peak moves by about 10 %
+    between identical runs here (the allocator's heap), more than the difference measured."""
     loaded_only = peak_kib(16, "plain")  # the model loaded, no context to speak of
-    plain, h2o = peak_kib(length, "plain"), peak_kib(length, "h2o")
-    above_loaded = (h2o - loaded_only) / (plain - loaded_only)
-    return {"context": length, "plain_peak_mib": plain / 1024, "h2o_peak_mib": h2o / 1024, "loaded_mib": loaded_only / 1024,
-            "h2o_over_plain": h2o / plain, "h2o_over_plain_above_loaded": above_loaded}  # fmt: skip
+    plain, h2o = [], []
+    for _ in range(pairs):
+        plain.append(peak_kib(length, "plain"))
+        h2o.append(peak_kib(length, "h2o"))
+    ratios = [h / p for h, p in zip(h2o, plain)]
+    print("h2o memory", plain, h2o, flush=True)
+    return {"context": length, "pairs": pairs, "plain_peak_mib": statistics.median(plain) / 1024,
+            "h2o_peak_mib": statistics.median(h2o) / 1024, "loaded_mib": loaded_only / 1024,
+            "h2o_over_plain": statistics.median(ratios), "h2o_over_plain_range": [min(ratios), max(ratios)],
+            "h2o_over_plain_above_loaded": (statistics.median(h2o) - loaded_only) / (statistics.median(plain) - loaded_only)}  # fmt: skip
 
 
 @torch.no_grad()
@@ -159,6 +168,7 @@ def main() -> None:
     parser.add_argument("--contexts", default="2048,4096", help="context lengths for the overhead (default 2048,4096)")
     parser.add_argument("--pairs", type=int, default=4, help="alternating pairs per press and length (default 4)")
     parser.add_argument("--memory-context", type=int, default=8192, help="H2O's peak memory context (default 8192)")
+    parser.add_argument("--memory-pairs", type=int, default=3, help="alternating fresh processes for the peak (default 3)")
     parser.add_argument("--decode-context", type=int, default=4096, help="context before the decode steps (default 4096)")
     parser.add_argument("--steps", type=int, default=16, help="timed decode steps (default 16)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"which measurements (default {','.join(PARTS)})")
@@ -169,7 +179,7 @@ def main() -> None:
         "overhead": lambda: overhead(model, tokenizer, [int(c) for c in args.contexts.split(",")], args.pairs),
         "bytes": lambda: byte_counts(model, tokenizer, 2048),
         "decode": lambda: decode(model, tokenizer, args.decode_context, args.steps),
-        "h2o_memory": lambda: h2o_memory(args.memory_context),
+        "h2o_memory": lambda: h2o_memory(args.memory_context, args.memory_pairs),
     }
     row = {part: measured[part]() for part in args.parts.split(",")}
     record("compress_speed", {"args": vars(args), **row})

@@ -97,20 +97,26 @@ def _beside_sdpa(model, tally: AttentionTally) -> Iterator[None]:
 
 def _sdpa_and_tally(module, query, key, value, attention_mask, scaling=None, **kwargs):
     """transformers' SDPA attention, and beside it the weights the tally wants: every query's in
-    blocks of :data:`ROWS_AT_ONCE` rows (received), or the last queries' only (window)."""
+    blocks of :data:`ROWS_AT_ONCE` rows (received), or the last queries' only (window).
+
+    A block's scores are the one large tensor made: the queries are scaled before the product, and
+    each KV head's query heads are stacked as rows against its keys as cached (no key is copied
+    per query head, as ``repeat_interleave`` would)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     tally, n_queries = _TALLIES[id(module)], query.shape[2]
-    groups = query.shape[1] // key.shape[1]
-    keys = (key.repeat_interleave(groups, dim=1) if groups > 1 else key).float().transpose(-1, -2)
+    batch, kv_heads, n_keys, _ = key.shape
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    keys = key.float().transpose(-1, -2)  # (B, Hkv, D, T), a view when the cache is float32
     window_start = n_queries - min(tally.window_rows, n_queries)
     starts = range(0, n_queries, ROWS_AT_ONCE) if tally._want_received else [window_start] if tally.window_rows else []
     for start in starts:
         stop = n_queries if not tally._want_received else min(start + ROWS_AT_ONCE, n_queries)
-        seen = key.shape[2] - n_queries + stop  # keys past the block's last query are masked for every row
-        scores = (query[:, :, start:stop].float() @ keys[..., :seen]) * scale
-        visible = _visible(attention_mask, start, stop, n_queries, key.shape[2], scores.device)[..., :seen]
+        seen = n_keys - n_queries + stop  # keys past the block's last query are masked for every row
+        rows = query[:, :, start:stop].float() * scale  # (B, Hq, rows, D), query head h = kv head h // groups
+        stacked = rows.reshape(batch, kv_heads, -1, rows.shape[-1])  # each KV head's query heads, one after another
+        scores = (stacked @ keys[..., :seen]).view(batch, query.shape[1], stop - start, seen)
+        visible = _visible(attention_mask, start, stop, n_queries, n_keys, scores.device)[..., :seen]
         weights = _normalised(scores.masked_fill_(~visible, float("-inf")), kwargs.get("s_aux"))
         if tally._want_received:
             tally._add(tally.received, module.layer_idx, weights.sum(2))
