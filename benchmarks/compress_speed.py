@@ -104,10 +104,11 @@ def h2o_memory(length: int, pairs: int) -> dict:
         h2o.append(peak_kib(length, "h2o"))
     ratios = [h / p for h, p in zip(h2o, plain)]
     print("h2o memory", plain, h2o, flush=True)
-    return {"context": length, "pairs": pairs, "plain_peak_mib": statistics.median(plain) / 1024,
-            "h2o_peak_mib": statistics.median(h2o) / 1024, "loaded_mib": loaded_only / 1024,
-            "h2o_over_plain": statistics.median(ratios), "h2o_over_plain_range": [min(ratios), max(ratios)],
-            "h2o_over_plain_above_loaded": (statistics.median(h2o) - loaded_only) / (statistics.median(plain) - loaded_only)}  # fmt: skip
+    plain_kib, h2o_kib = statistics.median(plain), statistics.median(h2o)
+    return {"context": length, "pairs": pairs, "plain_peak_mib": plain_kib / 1024, "h2o_peak_mib": h2o_kib / 1024,
+            "loaded_mib": loaded_only / 1024, "h2o_over_plain": statistics.median(ratios),
+            "h2o_over_plain_range": [min(ratios), max(ratios)],
+            "h2o_over_plain_above_loaded": (h2o_kib - loaded_only) / (plain_kib - loaded_only)}  # fmt: skip
 
 
 @torch.no_grad()
