@@ -4,6 +4,7 @@ model with a planted sink and a planted needle, and the command and the notebook
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -299,6 +300,20 @@ def test_the_command_and_the_notebook_give_one_table(compressed_run):
         "passkey_accuracy",
     }
     assert len(result.frame("quantized")) == 2 and len(result.frame("sink_effect")) == 2
+
+
+def test_the_sink_effect_pairs_each_prompt_with_itself(compressed_run):
+    """Keeping sinks against not, per press: the mean log-probability change is the mean of the
+    per-prompt changes, whose spread and count of improved prompts come from the same prompts."""
+    _, _, summary = compressed_run
+    cells = {(c["press"], c["keep_sinks"]): c["passkey"] for c in summary["cells"]}
+    for effect in summary["sink_effect"]:
+        kept, none = cells[effect["press"], effect["keep_sinks"]], cells[effect["press"], 0]
+        changes = [a - b for a, b in zip(kept["logprobs"], none["logprobs"])]
+        assert len(changes) == effect["prompts"] == len(DEPTHS)
+        assert effect["logprob_change"] == pytest.approx(sum(changes) / len(changes), abs=1e-9)
+        assert effect["logprob_change_std"] == pytest.approx(statistics.pstdev(changes), abs=1e-9)
+        assert effect["prompts_more_likely"] == sum(c > 0 for c in changes)
 
 
 def test_a_compress_run_directory_and_its_resume(compressed_run, capsys):

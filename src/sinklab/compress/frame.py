@@ -33,11 +33,15 @@ def _flat(cell: dict, keys: tuple = ("press", "ratio", "keep_sinks", "context"))
     return row | {"kept_fraction": cell["kept_fraction"], "bytes_ratio": cell["bytes_ratio"]}
 
 
+EFFECT_KEYS = ("accuracy_change", "logprob_change", "logprob_change_std", "prompts_more_likely", "prompts")
+
+
 def sink_effect_rows(summary: dict) -> Iterator[dict]:
     """One row per (press, ratio, context, keep_sinks other than 0): ``ppl_change_<text>`` (the
     relative change of perplexity against keeping no sink: -0.1 is 10 % lower), ``accuracy_change``
-    (passkey accuracy, in fractions) and ``logprob_change`` (nats)."""
-
+    (passkey accuracy, in fractions), ``logprob_change`` (nats, the mean over prompts) with
+    ``logprob_change_std`` (the spread of the per-prompt changes) and ``prompts_more_likely``
+    (prompts whose key got more probable, of ``prompts``)."""
     return table_rows(summary, (_effect(e, ("press", "ratio", "context", "keep_sinks")) for e in summary["sink_effect"]))
 
 
@@ -50,7 +54,7 @@ def quantized_sink_effect_rows(summary: dict) -> Iterator[dict]:
 def _effect(effect: dict, keys: tuple) -> dict:
     row = {key: effect[key] for key in keys}
     row |= {f"ppl_change_{text}": value for text, value in effect.get("ppl_change", {}).items()}
-    return row | {key: effect[key] for key in ("accuracy_change", "logprob_change") if key in effect}
+    return row | {key: effect[key] for key in EFFECT_KEYS if key in effect}
 
 
 COMPRESS_TABLES = {

@@ -150,8 +150,9 @@ def statements(s: dict) -> list[str]:
 
 
 def _statement(name: str, mine: list[dict], setting: str) -> list[str]:
-    """Two sentences for one press or quantizer: the best and worst perplexity change from keeping
-    sinks, and the best passkey accuracy change, each with where it happened."""
+    """Up to three sentences for one press or quantizer: the best and worst perplexity change from
+    keeping sinks, the best passkey accuracy change, and the largest change of the true key's
+    log-probability with its spread over the prompts, each with where it happened."""
     lines = []
     ppl = [(min(e["ppl_change"].values()), e) for e in mine if e.get("ppl_change")]
     if ppl:
@@ -165,6 +166,14 @@ def _statement(name: str, mine: list[dict], setting: str) -> list[str]:
     if acc:
         top = max(acc, key=lambda e: e["accuracy_change"])
         lines.append(f"{name}: passkey accuracy {top['accuracy_change']:+.2f} at best ({_where(top, setting)})")
+    paired = [e for e in mine if "logprob_change_std" in e]
+    if paired:
+        top = max(paired, key=lambda e: e["logprob_change"])
+        lines.append(
+            f"{name}: the true key's log-probability {top['logprob_change']:+.2f} nats at best "
+            f"(per prompt {top['logprob_change_std']:.2f} nats of spread; more probable in {top['prompts_more_likely']} "
+            f"of {top['prompts']} prompts; {_where(top, setting)})"
+        )
     return lines
 
 

@@ -257,8 +257,8 @@ def _figures(rows: dict, context: int, cell: str, dense: dict) -> dict:
 
 def task_figures(rows: dict, context: int, cell: str) -> dict:
     """One cell's figures at one context: ppl per text, passkey accuracy (overall and per depth),
-    the true key's log-probability (mean, spread) and rank, the kept fraction, the bytes kept and
-    the sinks detected (per input)."""
+    the true key's log-probability (mean, spread, and per prompt in the prompts' order, for paired
+    differences) and rank, the kept fraction, the bytes kept and the sinks detected (per input)."""
     mine = {name.split("|", 1)[1]: by_cell[cell] for name, by_cell in rows.items() if name.startswith(f"{context}|")}
     texts = {name[4:]: s for name, s in mine.items() if name.startswith("ppl:")}
     keys = [(name.split(":")[1], s) for name, s in mine.items() if name.startswith("passkey:")]
@@ -280,6 +280,7 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
             "accuracy_by_depth": {d: statistics.fmean(v) for d, v in by_depth.items()},
             "logprob_mean": statistics.fmean(logprobs),
             "logprob_std": statistics.pstdev(logprobs),
+            "logprobs": logprobs,
             "rank_median": statistics.median(s["rank"] for _, s in keys),
         }
     return out
@@ -295,7 +296,8 @@ def relative(figures: dict, dense: dict) -> dict:
 def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
     """The paired statement: for each group (e.g. press, ratio, context) and each ``setting``
     (keep_sinks or protect) other than 0, the change against 0: the perplexity ratio minus 1 per
-    text, and the passkey accuracy and mean key log-probability differences."""
+    text, and the passkey accuracy and mean key log-probability differences, with the spread of the
+    per-prompt differences and the prompts whose key got more probable (the same prompts in both)."""
     by = {(*(c[k] for k in group), c[setting]): c for c in cells}
     effects = []
     for key, cell in by.items():
@@ -309,6 +311,10 @@ def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
         if "passkey" in cell:
             entry["accuracy_change"] = cell["passkey"]["accuracy"] - base["passkey"]["accuracy"]
             entry["logprob_change"] = cell["passkey"]["logprob_mean"] - base["passkey"]["logprob_mean"]
+            changes = [a - b for a, b in zip(cell["passkey"]["logprobs"], base["passkey"]["logprobs"])]
+            entry["logprob_change_std"] = statistics.pstdev(changes)
+            entry["prompts_more_likely"] = sum(change > 0 for change in changes)
+            entry["prompts"] = len(changes)
         effects.append(entry)
     return effects
 
