@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -19,10 +21,12 @@ from sinklab import cli
 from sinklab import press as P
 from sinklab.compress import evaluate
 from sinklab.compress.evaluate import continuation_nll, score_inputs
-from sinklab.compress.tasks import CONTINUATION, DEPTHS, TextWindow, first_integer, passkey_prompts
+from sinklab.compress.tasks import CONTINUATION, DEPTHS, TextWindow, calibration_windows, first_integer, passkey_prompts
 from sinklab.core.errors import SinklabError
 from sinklab.press import KIVI, StaticKV, calibrate, tallied
 from sinklab.press.packing import pack, quantize_groups, unpack
+from sinklab.press.quantized import KiviStore
+from sinklab.stream import stream_tokens
 from sinklab.stream.caches import cache_bytes
 
 BOS, NEEDLE, QUESTION, ANSWER, OTHER = 0, 1, 2, 3, 4
@@ -75,6 +79,58 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     full = (3 + 5) * kv_heads * head_dim * 4 * 2  # protected and recent tokens in float32
     assert sum(t.numel() * t.element_size() for t in layer.held_tensors()) == packed + scales + full
     assert report.bytes_after == cache_bytes(twin) < report.bytes_before
+
+
+def test_kivi_quantizes_keys_per_channel_and_values_per_token():
+    """KIVI's axes: a key channel with a large constant offset (an outlier channel, as sinks and
+    massive activations make) costs the other channels nothing, since each channel has its own
+    scales over a group of tokens; a value token 100 times larger costs the other tokens nothing,
+    since each token has its own scales over a group of channels. The last tokens that do not
+    fill a group, and at least ``residual`` of them, stay in full precision."""
+    g = torch.Generator().manual_seed(0)
+    keys, values = torch.randn(1, 1, 37, 16, generator=g), torch.randn(1, 1, 37, 16, generator=g)
+    keys[..., 3] += 100.0
+    values[:, :, 5] *= 100.0
+    store = KiviStore(bits=2, group=8, residual=6)
+    tail = store.absorb(keys, values)
+    assert torch.equal(tail[0], keys[:, :, 24:]) and torch.equal(tail[1], values[:, :, 24:])  # 37 - 6 = 31: 3 groups
+    k, v = store.dequantized(torch.float32)
+    ordinary_channels = [c for c in range(16) if c != 3]
+    assert (k - keys[:, :, :24])[..., ordinary_channels].abs().max() < 1.0
+    ordinary_tokens = [t for t in range(24) if t != 5]
+    assert (v - values[:, :, :24])[:, :, ordinary_tokens].abs().max() < 1.0
+
+
+def test_static_scales_leave_the_protected_sink_out():
+    """Calibrated with the first token protected, each head's ranges ignore that token's outlier
+    key and value (50 and 100 here, 1 and 2 elsewhere); with nothing protected they take them in."""
+
+    class PlantedSink:
+        device = torch.device("cpu")
+
+        def __call__(self, ids, **_):
+            keys = torch.ones(1, 2, ids.shape[-1], 8)
+            keys[:, :, 0] = 50.0
+            cache = transformers.DynamicCache()
+            cache.update(keys, 2 * keys, 0)
+            return SimpleNamespace(cache=cache)
+
+    windows = torch.zeros(2, 12, dtype=torch.long)
+    assert [t.tolist() for t in calibrate(PlantedSink(), windows, protect=1)[0]] == [[1.0, 1.0], [2.0, 2.0]]
+    assert [t.tolist() for t in calibrate(PlantedSink(), windows, protect=0)[0]] == [[50.0, 50.0], [100.0, 100.0]]
+
+
+def test_kivi_protects_the_detected_sinks_exactly():
+    """protect="detected" keeps the positions the prefill's attention marks (0 and a secondary
+    sink at 7, planted) in full precision."""
+    _, _, cache = tiny_cache(length=120)
+    received = (1 / torch.arange(1, 121.0)).flip(0).cumsum(0).flip(0)[None, None].expand(1, 4, 120).clone()
+    received[..., [0, 7]] += 60.0
+    tally = SimpleNamespace(received={i: received for i in range(len(cache.layers))})
+    twin = P.branch(cache)
+    report = KIVI(2, "detected", group_size=8, residual=4).apply(twin, tally)
+    keys, _ = twin.layers[1].update(*(t[:, :, :0] for t in (cache.layers[1].keys,) * 2))
+    assert report.sinks == [0, 7] and torch.equal(keys[:, :, :2], cache.layers[1].keys[:, :, [0, 7]])
 
 
 def test_quanto_bytes_are_its_packed_integers_scales_and_shifts():
@@ -245,17 +301,37 @@ def test_the_planted_sink_breaks_the_output_when_dropped_and_restores_it_when_ke
     assert broken > 1.0 and restored < 0.01 * broken
 
 
+@dataclass(frozen=True)
+class LaterLayersReversed(P.Knorm):
+    """Knorm in layer 0, its opposite after: the same keys as Knorm in the first layer only."""
+
+    def scores(self, context):
+        return super().scores(context) * (1 if context.layer == 0 else -1)
+
+
 def test_cells_that_keep_the_same_keys_are_scored_once_with_the_same_scores(monkeypatch):
     """Two cells of one press that keep the same keys share one continuation; a cell that keeps
     others is scored on its own cache: each cell's scores equal those of scoring it alone."""
     model, ids, _ = tiny_cache(length=CONTINUATION + 80)
     windows = [TextWindow("text", ids)]
     cells = {"a": P.Knorm(0.5), "again": P.Knorm(0.5, keep_sinks=0), "sinks": P.Knorm(0.5, keep_sinks=6)}
+    cells["later layers differ"] = LaterLayersReversed(0.5)
     alone = {c: next(score_inputs(model, None, {c: p}, windows, []))[2] for c, p in cells.items()}
     calls = []
     monkeypatch.setattr(evaluate, "continuation_nll", lambda *a: calls.append(1) or continuation_nll(*a))
     shared = {cell: scores for _, cell, scores in score_inputs(model, None, cells, windows, [])}
-    assert shared == alone and len(calls) == 2 and alone["a"]["nll"] != alone["sinks"]["nll"]
+    assert shared == alone and len(calls) == 3 and alone["a"]["nll"] != alone["sinks"]["nll"]
+    assert alone["a"]["nll"] != alone["later layers differ"]["nll"]
+
+
+def test_static_scales_are_calibrated_on_text_the_ppl_task_never_reads(tokenizer):
+    """The calibration windows come from the documents after those the ppl windows read: none of
+    them appears in the evaluated stream."""
+    skip = 3000
+    evaluated = stream_tokens(tokenizer, "shakespeare", skip, "no").tolist()
+    windows = calibration_windows(tokenizer, "shakespeare", skip, 32, 4)
+    text = " ".join(map(str, evaluated))
+    assert windows.shape == (4, 32) and all(" ".join(map(str, w.tolist())) not in text for w in windows)
 
 
 def test_passkey_prompts_place_the_key_at_each_depth(tokenizer):
@@ -339,6 +415,8 @@ def test_a_compress_run_directory_and_its_resume(compressed_run, capsys):
         (["--ratio", "1"], "in (0, 1)"),
         (["--quant", "fp3"], "unknown quantizer"),
         (["--context", "64"], "at least 128"),
+        (["--quant", "kivi", "--bits", "8"], "--quant kivi has nothing to run: it takes --bits 2,4"),
+        (["--quant", "static", "--keep-sinks", "detected"], "--quant static has nothing to run"),
     ],
 )
 def test_bad_compress_settings_are_one_line_errors(flags, needle, capsys, tmp_path):

@@ -118,6 +118,8 @@ def test_every_press_works_on_every_architecture_and_the_bytes_go(arch):
         logits, c = pressed_continuation(model, press, ids, cont)
         assert torch.isfinite(logits).all()
         assert c.layers == [i for i, kind in enumerate(layer_kinds(model)) if kind == "full_attention"]
+        if not press.per_layer_budgets:
+            assert c.kept_fraction == int(CONTEXT * (1 - press.ratio)) / CONTEXT
         per_key = (c.bytes_before - c.bytes_after) / sum(CONTEXT - k for k in c.kept.values())
         kv_heads = next(iter(c.positions.values())).shape[1]
         assert per_key == 2 * kv_heads * head_dim(model) * 4  # a key and a value per KV head, float32
@@ -171,6 +173,57 @@ def test_each_press_keeps_what_its_score_says():
     assert tova[0].tolist() == [[4, 19], [4, 19]]
 
 
+def test_attention_scores_use_each_kv_heads_own_query_heads_and_snapkv_pools_neighbours():
+    """GQA: a KV head's score averages its own query heads (heads 0-1 for KV head 0, 2-3 for KV
+    head 1, as transformers repeats them). SnapKV pools its window's attention over
+    ``kernel_size`` neighbours, so a key next to an attended one is kept with it."""
+    keys = torch.randn(1, 2, 20, 8)
+    by_head = torch.arange(4.0)[None, :, None].expand(1, 4, 20)
+    assert LayerContext(keys, keys, 0, 1).per_kv_head(by_head)[0, :, 0].tolist() == [0.5, 2.5]
+    window = torch.zeros(1, 4, 20)
+    window[..., 10] = 1.0
+    snap = positions(P.SnapKV(0.65, window_size=2, kernel_size=5), context_of(window=window, rows=2))
+    assert snap == [8, 9, 10, 11, 12, 18, 19]
+
+
+def test_h2o_keeps_its_heavy_hitters_and_the_most_recent_half_of_its_budget():
+    """Received attention falling with position (early keys are seen by more queries) and two
+    heavy hitters: a budget of 5 keeps the last two tokens (half the budget, rounded down), then the
+    two hitters and the best early key, not the three early keys the sums rank next."""
+    received = torch.linspace(2.0, 1.0, 20).expand(1, 4, 20).clone()
+    received[..., [6, 11]] = 9.0
+    assert positions(P.H2O(0.75), context_of(received=received)) == [0, 6, 11, 18, 19]
+
+
+def test_keydiff_measures_each_key_against_the_mean_direction_not_the_mean_key():
+    """19 unit keys near one direction and one key 1,000 times longer along another: the mean of
+    the raw keys points at the long key, the mean of the unit keys along the 19. KeyDiff keeps the
+    key least like the mean direction: the long one."""
+    keys = torch.zeros(1, 2, 20, 8)
+    keys[..., 0] = 1.0
+    keys[..., 1:] = 0.05 * torch.randn(1, 2, 20, 7, generator=torch.Generator().manual_seed(3))
+    keys[:, :, 12] = 0.0
+    keys[:, :, 12, 1] = 1000.0
+    assert positions(P.KeyDiff(0.95), context_of(keys)) == [12]
+
+
+def test_new_tokens_take_their_true_positions_without_position_ids():
+    """After a compressed prefill, tokens fed one at a time with no position_ids (transformers
+    places them at the cache's seen length) give the logits of the same loop with the true
+    positions passed: the cache counts every token fed, not only the kept ones."""
+    model = tiny("llama")
+    ids, cont = inputs(4)
+    with torch.no_grad(), P.applied(model, P.StreamingLLM(0.5, keep_sinks=1)):
+        runs = []
+        for give_positions in (False, True):
+            cache, logits = model(ids, use_cache=True).cache, []
+            for step in range(CONTINUATION):
+                where = {"position_ids": torch.tensor([[CONTEXT + step]])} if give_positions else {}
+                logits.append(model(cont[:, step : step + 1], cache=cache, **where).logits)
+            runs.append(torch.cat(logits, 1))
+    assert torch.equal(runs[0], runs[1])
+
+
 def test_sinks_come_out_of_the_budget_and_are_kept():
     keys = torch.randn(1, 2, 20, 8, generator=torch.Generator().manual_seed(2))
     keys[:, :, :3] *= 100  # the largest norms: Knorm would drop them
@@ -196,6 +249,16 @@ def test_detected_sinks_are_the_keys_far_above_the_mean():
     assert detected_sinks({0: sinky.sum(0)[None, None].expand(1, 3, length)}) == [0, 7]
 
 
+def test_detection_divides_by_the_queries_that_see_each_key():
+    """Uniform causal attention over 30,000 tokens: the first key's summed weight is 10.9 times the
+    mean sum (ln T + 0.58), yet per query that sees it, it is as ordinary as any key: no sink."""
+    length = 30_000
+    row_weight = 1 / torch.arange(1, length + 1, dtype=torch.float64)  # query i spreads 1 over i + 1 keys
+    received = row_weight.flip(0).cumsum(0).flip(0)  # key j: the sum over the queries i >= j
+    assert received[0] > 10 * received.mean()
+    assert detected_sinks({0: received.float()[None, None]}) == []
+
+
 def test_detected_sinks_read_only_the_full_attention_layers():
     """A sliding-window layer's received attention is left out of the detection."""
     length = 256
@@ -205,6 +268,21 @@ def test_detected_sinks_read_only_the_full_attention_layers():
     tally = SimpleNamespace(received={0: uniform.sum(0)[None, None], 1: sliding.sum(0)[None, None]})
     assert sink_positions(P.DETECTED, length, tally, layers=[0]) == []
     assert sink_positions(P.DETECTED, length, tally, layers=[0, 1]) == [30]
+
+
+def test_compress_detects_sinks_from_the_full_attention_layers_only():
+    """On Gemma 3 (layer 0 slides, layer 1 attends fully) a key the sliding layer's queries pile
+    onto is not protected; the same key in the full-attention layer is."""
+    model = tiny("gemma3")
+    ids = torch.randint(2, 300, (1, 200), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        dense = model(ids, use_cache=True).cache
+    uniform = (1 / torch.arange(1, 201.0)).flip(0).cumsum(0).flip(0)[None, None].expand(1, 4, 200)
+    spiked = uniform.clone()
+    spiked[..., 30] += 100.0
+    for sliding, full, expected in ((spiked, uniform, []), (uniform, spiked, [30])):
+        tally = SimpleNamespace(received={0: sliding, 1: full}, window={})
+        assert P.Knorm(0.5, keep_sinks=P.DETECTED).apply(P.branch(dense), tally).sinks == expected
 
 
 def test_pyramid_budgets_shrink_with_depth_and_fall_back_where_kvpress_does():

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..adapt import corpus_windows
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
@@ -31,14 +30,16 @@ from ..scan import BOS_CHOICES
 from . import plots
 from .evaluate import score_inputs
 from .frame import COMPRESS_TABLES
-from .tasks import CONTINUATION, DEPTHS, TASKS, passkey_prompts, text_window
+from .tasks import CONTINUATION, DEPTHS, TASKS, calibration_windows, passkey_prompts, text_window
 
 JOBS_DIR = "presses"
 DENSE = "dense"  # the uncompressed cache's job and row
 RATIOS = (0.25, 0.5, 0.75, 0.875)
 #: The KV quantizers and the bit widths each takes (``--bits`` picks among them).
 QUANTIZERS = {"kivi": (2, 4), "static": (4, 8), "quanto": (2, 4)}
-CALIBRATION = (4, 512)  # static scales: windows x tokens of the corpus's training part
+#: What each quantizer's protect setting (``--keep-sinks``) takes.
+PROTECTS = {"kivi": "0, N or detected", "static": "0 or N (first tokens)", "quanto": "nothing (0)"}
+CALIBRATION = (512, 4)  # static scales: tokens x windows of the corpus, after the text the ppl task reads
 
 
 def keep_sinks_list(text: str) -> tuple:
@@ -111,6 +112,13 @@ class CompressConfig:
         unknown = [q for q in self.quantizers if q not in QUANTIZERS]
         check(not unknown, f"unknown quantizer {', '.join(unknown)}; choose from: {', '.join(QUANTIZERS)}")
         check(self.presses or self.quantizers, "give at least one press or quantizer")
+        for name in self.quantizers:
+            check(
+                self.quantizer_bits(name) and self.protections(name),
+                f"--quant {name} has nothing to run: it takes --bits {','.join(map(str, QUANTIZERS[name]))} "
+                f"and protects {PROTECTS[name]}; got --bits {','.join(map(str, self.bits))} "
+                f"--keep-sinks {','.join(map(str, self.keep_sinks))}",
+            )
 
     def press_cells(self, name: str) -> dict:
         """A press's row: cell name ("ratio/keep_sinks") -> the press."""
@@ -180,7 +188,8 @@ def quantizer(name: str, bits: int, protect, cfg: CompressConfig, loaded):
         return KIVI(bits, protect, cfg.group_size, cfg.residual)
     if name == "quanto":
         return QuantoKV(bits)
-    windows = corpus_windows(cfg.corpus, loaded.tokenizer, CALIBRATION[1], CALIBRATION[0], held_out=False)
+    skip = max(cfg.contexts) + CONTINUATION + 1  # the ppl windows' tokens: never calibrated on
+    windows = calibration_windows(loaded.tokenizer, cfg.corpus, skip, *CALIBRATION)
     return StaticKV(bits, protect, scales=calibrate(loaded.model, windows, protect))
 
 

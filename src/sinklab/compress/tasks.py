@@ -20,6 +20,7 @@ from typing import Optional
 
 import torch
 
+from ..core.corpus import load_corpus
 from ..core.errors import check
 from ..stream import stream_tokens
 
@@ -66,6 +67,28 @@ class Passkey:
 def text_window(tokenizer, corpus: str, length: int, bos: str) -> TextWindow:
     """The first ``length`` tokens of ``corpus`` (after BOS unless ``bos`` is no) and the tokens after them."""
     return TextWindow(corpus, stream_tokens(tokenizer, corpus, length + CONTINUATION + 1, bos)[None])
+
+
+def calibration_windows(tokenizer, corpus: str, skip: int, length: int, count: int) -> torch.Tensor:
+    """(count, length) windows of the corpus for static scales, evenly spaced over the documents
+    after those the ``ppl`` windows read (the first ``skip`` tokens in name order, whole documents
+    left out), so the scales never saw the text they are judged on."""
+    ids: list[int] = []
+    read = 0
+    for doc in sorted(load_corpus(corpus), key=lambda d: d.name):
+        tokens = _ids(tokenizer, doc.text)
+        if read < skip:  # a document the ppl windows read from
+            read += len(tokens)
+            continue
+        ids += tokens
+        if len(ids) >= 8 * length * count:  # plenty to spread the windows over
+            break
+    check(
+        len(ids) >= length * count,
+        f"{corpus!r} has too few tokens after its first {skip} to calibrate {count} windows of {length}",
+    )
+    starts = torch.linspace(0, len(ids) // length - 1, count).round().long() * length
+    return torch.stack([torch.tensor(ids[s : s + length]) for s in starts.tolist()])
 
 
 def _ids(tokenizer, text: str) -> list[int]:

@@ -103,9 +103,7 @@ class Press:
 
     def __post_init__(self) -> None:
         check(0.0 <= self.ratio < 1.0, f"a press's ratio is the fraction of the context removed, in [0, 1); got {self.ratio}")
-        sinks = self.keep_sinks
-        valid = sinks == DETECTED or (isinstance(sinks, int) and not isinstance(sinks, bool) and sinks >= 0)
-        check(valid, f"keep_sinks must be 0, a number of first tokens N, or 'detected'; got {sinks!r}")
+        check_sink_setting(self.keep_sinks, "keep_sinks")
 
     # -- what a subclass defines ---------------------------------------------------------------
 
@@ -157,6 +155,16 @@ class Press:
     def label(self) -> str:
         sinks = {0: "no sink kept", DETECTED: "detected sinks kept"}.get(self.keep_sinks, f"first {self.keep_sinks} kept")
         return f"{self.name} (ratio {self.ratio:g}, {sinks})"
+
+
+def check_sink_setting(value, name: str, detected: bool = True) -> None:
+    """A ``keep_sinks`` or ``protect`` setting: a number of first tokens (not a bool), or
+    "detected" where ``detected`` allows it; anything else is a one-line error."""
+    number = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    check(
+        number or (detected and value == DETECTED),
+        f"{name} must be 0, a number of first tokens N{', or ' + repr(DETECTED) if detected else ''}; got {value!r}",
+    )
 
 
 def kept_positions(scores: torch.Tensor, budget: int, protected: list[int], windows: range) -> torch.Tensor:
@@ -215,6 +223,11 @@ def sink_positions(setting: KeepSinks, length: int, tally=None, layers=()) -> li
     full-attention ``layers`` (a sliding-window layer's keys are seen by a window of queries, not
     by every later one, so its mean per query would be misread)."""
     if setting == DETECTED:
+        check(
+            tally is not None and bool(tally.received),
+            "detected sinks are read from the prefill's attention: compress inside `press.applied(model, ...)`, "
+            "or pass the tally of a prefill run under `press.tallied(...)`",
+        )
         return detected_sinks({index: tally.received[index] for index in layers})
     return list(range(min(setting, length)))
 
@@ -222,6 +235,10 @@ def sink_positions(setting: KeepSinks, length: int, tally=None, layers=()) -> li
 def compress(cache, press: Press, tally=None) -> Compression:
     """Compress every full-attention layer of ``cache`` (just filled by a prefill) with ``press``,
     from the prefill's attention ``tally`` when the press needs it."""
+    check(
+        press.ratio == 0 or not press.needs or tally is not None,
+        f"{press.name} scores keys from the prefill's attention: compress inside `press.applied(model, ...)`",
+    )
     layers = full_attention_layers(cache)
     length = cache.layers[layers[0]].keys.shape[-2]
     report = Compression(length, bytes_before=cache_bytes(cache))

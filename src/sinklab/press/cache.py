@@ -9,7 +9,7 @@ exactly those (the tensors shrink) and keeps counting the tokens it has been fed
   keep the rotation of their original positions;
 * the attention mask numbers the kept keys as the columns right before the new tokens
   (``get_mask_sizes``), so every new token sees every kept key and the new tokens before it. A
-  left-padded batch would put its padding on the wrong kept columns: :func:`compressed` refuses it.
+  left-padded batch would put its padding on the wrong kept columns: :func:`check_unpadded` refuses it.
 
 Layers may keep different numbers of keys (PyramidKV). transformers builds one mask per forward
 from one layer's sizes, so every pressed layer reports the widest layer's size, and the attention

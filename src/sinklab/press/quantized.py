@@ -27,7 +27,7 @@ import torch
 
 from ..core.errors import check
 from ..stream import cache_bytes
-from .base import DETECTED, Compression, KeepSinks, not_a_press, sink_positions
+from .base import DETECTED, Compression, KeepSinks, check_sink_setting, not_a_press, sink_positions
 from .cache import full_attention_layers
 from .packing import Quantized, pack, quantize_groups, unpack
 
@@ -128,10 +128,7 @@ class KIVI:
     def __post_init__(self) -> None:
         check(self.bits in (2, 4), f"KIVI quantizes to 2 or 4 bits, got {self.bits}")
         check(self.group_size >= 1 and self.residual >= 0, "KIVI's group_size must be at least 1 and its residual at least 0")
-        check(
-            self.protect == DETECTED or (isinstance(self.protect, int) and self.protect >= 0),
-            f"protect must be 0, N or 'detected', got {self.protect!r}",
-        )
+        check_sink_setting(self.protect, "KIVI's protect")
 
     @property
     def recording(self) -> frozenset:
@@ -163,10 +160,7 @@ class StaticKV:
 
     def __post_init__(self) -> None:
         check(self.bits in (4, 8), f"static KV quantization is INT8 or INT4, got {self.bits} bits")
-        check(
-            isinstance(self.protect, int) and self.protect >= 0,
-            f"static protect is a number of first tokens, got {self.protect!r}",
-        )
+        check_sink_setting(self.protect, "static quantization's protect", detected=False)
 
     def make_store(self, layer: int) -> StaticStore:
         check(layer in self.scales, f"static KV quantization has no calibrated scales for layer {layer}: calibrate() first")
@@ -182,7 +176,7 @@ class StaticKV:
 def quantize_cache(cache, policy, tally=None):
     """Replace every full-attention layer of ``cache`` (just filled by a prefill) by a
     :class:`QuantizedKVLayer` under ``policy`` (:class:`KIVI` or :class:`StaticKV`); returns the
-    :class:`~.applied.Compression` (every key kept; ``sinks`` the protected positions)."""
+    :class:`~.base.Compression` (every key kept; ``sinks`` the protected positions)."""
     if not isinstance(policy, (KIVI, StaticKV)):
         raise not_a_press(policy)
     layers = full_attention_layers(cache)
