@@ -1,0 +1,79 @@
+"""The keep-sink table's figures from the jobs' per-input scores: one cell's perplexity, passkey
+accuracy and key log-probabilities at one context, against the full cache's, and the paired
+comparison of each kept-sink setting against keeping none (the same inputs, prompt by prompt)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+
+
+def cell_figures(rows: dict, context: int, cell: str, dense: dict) -> dict:
+    """:func:`task_figures`, and the perplexity against the full cache's (``dense``, per context)."""
+    figures = task_figures(rows, context, cell)
+    return {**figures, **relative(figures, dense[str(context)])}
+
+
+def task_figures(rows: dict, context: int, cell: str) -> dict:
+    """One cell's figures at one context: ppl per text, passkey accuracy (overall and per depth),
+    the true key's log-probability (mean, spread, and per prompt in the prompts' order, for paired
+    differences) and rank, the kept fraction, the bytes kept and the sinks detected (per input)."""
+    mine = {name.split("|", 1)[1]: by_cell[cell] for name, by_cell in rows.items() if name.startswith(f"{context}|")}
+    texts = {name[4:]: s for name, s in mine.items() if name.startswith("ppl:")}
+    keys = [(name.split(":")[1], s) for name, s in mine.items() if name.startswith("passkey:")]
+    every = list(mine.values())
+    out = {
+        "kept_fraction": statistics.fmean(s["kept_fraction"] for s in every) if every else None,
+        "bytes_ratio": statistics.fmean(s["bytes_ratio"] for s in every) if every else None,
+        "sinks": sorted({tuple(s["sinks"]) for s in every}),
+    }
+    if texts:
+        out["ppl"] = {text: math.exp(s["nll"]) for text, s in texts.items()}
+    if keys:
+        logprobs = [s["logprob"] for _, s in keys]
+        by_depth = defaultdict(list)
+        for depth, s in keys:
+            by_depth[depth].append(s["correct"])
+        out["passkey"] = {
+            "accuracy": statistics.fmean(s["correct"] for _, s in keys),
+            "accuracy_by_depth": {d: statistics.fmean(v) for d, v in by_depth.items()},
+            "logprob_mean": statistics.fmean(logprobs),
+            "logprob_std": statistics.pstdev(logprobs),
+            "logprobs": logprobs,
+            "rank_median": statistics.median(s["rank"] for _, s in keys),
+        }
+    return out
+
+
+def relative(figures: dict, dense: dict) -> dict:
+    """Perplexity against the full cache's (1: no loss), per text."""
+    if "ppl" not in figures:
+        return {}
+    return {"ppl_ratio": {text: value / dense["ppl"][text] for text, value in figures["ppl"].items()}}
+
+
+def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
+    """The paired statement: for each group (e.g. press, ratio, context) and each ``setting``
+    (keep_sinks or protect) other than 0, the change against 0: the perplexity ratio minus 1 per
+    text, and the passkey accuracy and mean key log-probability differences, with the spread of the
+    per-prompt differences and the prompts whose key got more probable (the same prompts in both)."""
+    by = {(*(c[k] for k in group), c[setting]): c for c in cells}
+    effects = []
+    for key, cell in by.items():
+        *where, value = key
+        base = by.get((*where, 0))
+        if value == 0 or base is None:
+            continue
+        entry = {**dict(zip(group, where)), setting: value}
+        if "ppl" in cell:
+            entry["ppl_change"] = {t: cell["ppl"][t] / base["ppl"][t] - 1 for t in cell["ppl"]}
+        if "passkey" in cell:
+            entry["accuracy_change"] = cell["passkey"]["accuracy"] - base["passkey"]["accuracy"]
+            entry["logprob_change"] = cell["passkey"]["logprob_mean"] - base["passkey"]["logprob_mean"]
+            changes = [a - b for a, b in zip(cell["passkey"]["logprobs"], base["passkey"]["logprobs"])]
+            entry["logprob_change_std"] = statistics.pstdev(changes)
+            entry["prompts_more_likely"] = sum(change > 0 for change in changes)
+            entry["prompts"] = len(changes)
+        effects.append(entry)
+    return effects
