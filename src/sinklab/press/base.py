@@ -217,6 +217,14 @@ class Compression:
         return sum(self.kept.values()) / (len(self.kept) * self.length)
 
 
+def started(cache) -> tuple[list[int], Compression]:
+    """The full-attention layers of ``cache`` (just filled by a prefill) that a press or a quantizer
+    rewrites, and the report it fills in: the context's length and the cache's bytes before."""
+    layers = full_attention_layers(cache)
+    length = cache.layers[layers[0]].keys.shape[-2]
+    return layers, Compression(length, bytes_before=cache_bytes(cache))
+
+
 def sink_positions(setting: KeepSinks, length: int, tally=None, layers=()) -> list[int]:
     """The positions a ``keep_sinks`` (or a quantizer's ``protect``) setting names in a context of
     ``length`` tokens: the first N, or those detected from the prefill's attention ``tally`` in the
@@ -239,9 +247,8 @@ def compress(cache, press: Press, tally=None) -> Compression:
         press.ratio == 0 or not press.needs or tally is not None,
         f"{press.name} scores keys from the prefill's attention: compress inside `press.applied(model, ...)`",
     )
-    layers = full_attention_layers(cache)
-    length = cache.layers[layers[0]].keys.shape[-2]
-    report = Compression(length, bytes_before=cache_bytes(cache))
+    layers, report = started(cache)
+    length = report.length
     # at ratio 0 every key is kept: the cache only learns to count positions
     report.sinks = [] if press.ratio == 0 else sink_positions(press.keep_sinks, length, tally, layers)
     group: list = []

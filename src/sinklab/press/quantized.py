@@ -27,7 +27,7 @@ import torch
 
 from ..core.errors import check
 from ..stream import cache_bytes
-from .base import DETECTED, Compression, KeepSinks, check_sink_setting, not_a_press, sink_positions
+from .base import DETECTED, KeepSinks, check_sink_setting, not_a_press, sink_positions, started
 from .cache import full_attention_layers
 from .packing import Quantized, pack, quantize_groups, unpack
 
@@ -179,9 +179,8 @@ def quantize_cache(cache, policy, tally=None):
     :class:`~.base.Compression` (every key kept; ``sinks`` the protected positions)."""
     if not isinstance(policy, (KIVI, StaticKV)):
         raise not_a_press(policy)
-    layers = full_attention_layers(cache)
-    length = cache.layers[layers[0]].keys.shape[-2]
-    report = Compression(length, bytes_before=cache_bytes(cache))
+    layers, report = started(cache)
+    length = report.length
     report.sinks = sink_positions(policy.protect, length, tally, layers)
     from .quantized_layer import QuantizedKVLayer
 

@@ -15,8 +15,7 @@ import torch
 
 from ..core.errors import SinklabError, check
 from ..stream import cache_bytes
-from .base import Compression
-from .cache import full_attention_layers
+from .base import started
 
 
 @dataclass(frozen=True)
@@ -41,9 +40,8 @@ class QuantoKV:
         """Every full-attention layer of ``cache`` as transformers' quanto layer, fed the context."""
         from transformers.cache_utils import QuantoQuantizedLayer
 
-        layers = full_attention_layers(cache)
-        length = cache.layers[layers[0]].keys.shape[-2]
-        report = Compression(length, bytes_before=cache_bytes(cache))
+        layers, report = started(cache)
+        length = report.length
         for index in layers:
             dense = cache.layers[index]
             try:
