@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..core.configs import setting
-from ..core.corpus import load_corpus, split_documents
+from ..core.corpus import load_corpus, spaced_windows, split_documents
 from ..core.errors import SinklabError, check
 from ..models.hf import head_nll
 from .adapted import AdaptedModel
@@ -79,12 +79,10 @@ def corpus_windows(corpus: str, tokenizer, length: int, count: int, held_out: bo
     """``count`` windows (count, length) of consecutive tokens, evenly spaced over the held-out
     documents (``held_out``) or the others."""
     ids = corpus_tokens(corpus, tokenizer, held_out, 8 * length * count)  # plenty to spread the windows over
-    n = len(ids) // length
-    if n < count:
+    if len(ids) // length < count:
         part = "held-out" if held_out else "calibration"
         raise SinklabError(f"the {part} part of {corpus!r} has {len(ids)} tokens: too few for {count} windows of {length}")
-    starts = torch.linspace(0, n - 1, count).round().long() * length
-    return torch.stack([ids[s : s + length] for s in starts.tolist()])
+    return spaced_windows(ids, length, count)
 
 
 def prepend(tokens: Sequence[int], content: torch.Tensor) -> torch.Tensor:

@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from ..core.corpus import load_corpus
+from ..core.corpus import load_corpus, spaced_windows
 from ..core.errors import check
 from ..stream import stream_tokens
 
@@ -87,8 +87,7 @@ def calibration_windows(tokenizer, corpus: str, skip: int, length: int, count: i
         len(ids) >= length * count,
         f"{corpus!r} has too few tokens after its first {skip} to calibrate {count} windows of {length}",
     )
-    starts = torch.linspace(0, len(ids) // length - 1, count).round().long() * length
-    return torch.stack([torch.tensor(ids[s : s + length]) for s in starts.tolist()])
+    return spaced_windows(torch.tensor(ids), length, count)
 
 
 def _ids(tokenizer, text: str) -> list[int]:

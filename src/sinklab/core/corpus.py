@@ -9,6 +9,8 @@ import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .errors import SinklabError, check
 
 TEXT_SUFFIXES = (".txt", ".md", ".text")
@@ -105,3 +107,11 @@ def _hf_documents(name: str) -> list[Document]:
     if "text" not in rows.column_names:
         raise SinklabError(f"the dataset {dataset_name!r} has no 'text' column (columns: {', '.join(rows.column_names)})")
     return [Document(f"{dataset_name}[{i}]", row) for i, row in enumerate(rows["text"])]
+
+
+def spaced_windows(ids: torch.Tensor, length: int, count: int) -> torch.Tensor:
+    """``count`` windows (count, length) of consecutive ``ids``, evenly spaced over them, the first
+    at the start and the last in the last whole window (the caller makes sure ``ids`` hold at
+    least ``count`` whole windows)."""
+    starts = torch.linspace(0, len(ids) // length - 1, count).round().long() * length
+    return torch.stack([ids[s : s + length] for s in starts.tolist()])

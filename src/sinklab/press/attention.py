@@ -34,7 +34,7 @@ class AttentionTally:
         self.length, self.window_rows = length, window_rows
         self.received: dict[int, torch.Tensor] = {}
         self.window: dict[int, torch.Tensor] = {}
-        self._want_received = received
+        self.want_received = received
 
     def hooks(self) -> list:
         return [(hook_name("*", "attn.hook_pattern"), self._on_pattern)]
@@ -42,7 +42,7 @@ class AttentionTally:
     def _on_pattern(self, weights: torch.Tensor, point: HookPoint) -> None:
         """A block of query rows (B, Hq, rows, keys seen so far) added into the layer's sums."""
         rows = weights.shape[2]
-        if self._want_received:
+        if self.want_received:
             self._add(self.received, point.layer, weights.sum(2))
         first_window_row = self.length - self.window_rows
         if self.window_rows and point.q_start + rows > first_window_row:
@@ -109,16 +109,16 @@ def _sdpa_and_tally(module, query, key, value, attention_mask, scaling=None, **k
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
     keys = key.float().transpose(-1, -2)  # (B, Hkv, D, T), a view when the cache is float32
     window_start = n_queries - min(tally.window_rows, n_queries)
-    starts = range(0, n_queries, ROWS_AT_ONCE) if tally._want_received else [window_start] if tally.window_rows else []
+    starts = range(0, n_queries, ROWS_AT_ONCE) if tally.want_received else [window_start] if tally.window_rows else []
     for start in starts:
-        stop = n_queries if not tally._want_received else min(start + ROWS_AT_ONCE, n_queries)
+        stop = n_queries if not tally.want_received else min(start + ROWS_AT_ONCE, n_queries)
         seen = n_keys - n_queries + stop  # keys past the block's last query are masked for every row
         rows = query[:, :, start:stop].float() * scale  # (B, Hq, rows, D), query head h = kv head h // groups
         stacked = rows.reshape(batch, kv_heads, -1, rows.shape[-1])  # each KV head's query heads, one after another
         scores = (stacked @ keys[..., :seen]).view(batch, query.shape[1], stop - start, seen)
         visible = _visible(attention_mask, start, stop, n_queries, n_keys, scores.device)[..., :seen]
         weights = _normalised(scores.masked_fill_(~visible, float("-inf")), kwargs.get("s_aux"))
-        if tally._want_received:
+        if tally.want_received:
             tally._add(tally.received, module.layer_idx, weights.sum(2))
         if stop > window_start and tally.window_rows:
             tally._add(tally.window, module.layer_idx, weights[:, :, max(0, window_start - start) :].sum(2))

@@ -225,11 +225,11 @@ def started(cache) -> tuple[list[int], Compression]:
     return layers, Compression(length, bytes_before=cache_bytes(cache))
 
 
-def sink_positions(setting: KeepSinks, length: int, tally=None, layers=()) -> list[int]:
+def sink_positions(setting: KeepSinks, length: int, tally, layers: list[int]) -> list[int]:
     """The positions a ``keep_sinks`` (or a quantizer's ``protect``) setting names in a context of
-    ``length`` tokens: the first N, or those detected from the prefill's attention ``tally`` in the
-    full-attention ``layers`` (a sliding-window layer's keys are seen by a window of queries, not
-    by every later one, so its mean per query would be misread)."""
+    ``length`` tokens: the first N, or those detected from the prefill's attention ``tally`` (None
+    when nothing was recorded) in the full-attention ``layers`` (a sliding-window layer's keys are
+    seen by a window of queries, not by every later one, so its mean per query would be misread)."""
     if setting == DETECTED:
         check(
             tally is not None and bool(tally.received),
