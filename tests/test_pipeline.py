@@ -335,7 +335,13 @@ def test_dir_lists_the_api_and_subpackages_import_on_first_use():
 
 @pytest.mark.parametrize(
     "capability, function",
-    [("scan", "scan_model"), ("intervene", "intervene_model"), ("stream", "stream_model"), ("adapt", "adapt_model")],
+    [
+        ("scan", "scan_model"),
+        ("intervene", "intervene_model"),
+        ("stream", "stream_model"),
+        ("adapt", "adapt_model"),
+        ("bench", "bench_models"),
+    ],  # fmt: skip
 )
 def test_the_notebook_and_the_command_line_share_every_default(capability, function):
     """Every setting the command line has is a keyword of the notebook function, with the same
@@ -392,6 +398,7 @@ CHEAP_RUNS = {
     "compress": lambda m, text, lab, out: sinklab.compress_model(
         m, presses=("knorm",), ratios=(0.5,), keep_sinks=(0, 1), quantizers=(), contexts=(400,), keys=1, outside=None
     ),
+    "bench": lambda m, text, lab, out: sinklab.bench_models([m.request["model"]], tasks=("sink_rate",), limit="quick"),
     "trigger": lambda m, text, lab, out: sinklab.load_result(lab),
     "trigger-construct": lambda m, text, lab, out: pipeline.run(CAPABILITIES["trigger-construct"], ConstructConfig()),
     "intervene-trigger": lambda m, text, lab, out: pipeline.run(

@@ -2,8 +2,9 @@
 
 In a notebook, on a model you loaded (or ``sinklab.load_model()``, the built-in default):
 ``sinklab.scan_model(model, tokenizer)``, ``scan_models``, ``intervene_model``, ``stream_model``,
-``adapt_model`` and ``compress_model`` return a :class:`RunResult` (``.summary``, ``.data``, ``.frame()``,
-``.figures()``, ``.page()``); ``sinklab.load_result(run_dir)`` reads any finished run back;
+``adapt_model``, ``compress_model``, ``bench_models`` and ``compare_bench`` return a :class:`RunResult`
+(``.summary``, ``.data``, ``.frame()``, ``.figures()``, ``.page()``); ``sinklab.load_result(run_dir)``
+reads any finished run back;
 ``sinklab.intervene.applied`` puts interventions, and ``sinklab.press.applied`` a KV-cache press,
 around your own forward or ``generate``.
 Names are imported on first use, so ``import sinklab`` stays light; ``dir(sinklab)`` lists them.
@@ -18,6 +19,8 @@ _EXPORTS = {
     "stream_model": ("api", "stream_model"),
     "adapt_model": ("api", "adapt_model"),
     "compress_model": ("api", "compress_model"),
+    "bench_models": ("api", "bench_models"),
+    "compare_bench": ("api", "compare_bench"),
     "load_result": ("api", "load_result"),
     "load_model": ("models.hf", "load_model"),
     "default_gguf_path": ("models.hf", "default_gguf_path"),
@@ -29,7 +32,7 @@ _EXPORTS = {
     "NumericalCheckFailed": ("core.errors", "NumericalCheckFailed"),
 }
 #: The capabilities' packages, imported on first use (``sinklab.intervene.applied`` after ``import sinklab``).
-_SUBPACKAGES = ("scan", "intervene", "stream", "adapt", "press", "compress", "pretrain", "trigger", "core", "models")
+_SUBPACKAGES = ("scan", "intervene", "stream", "adapt", "press", "compress", "bench", "pretrain", "trigger", "core", "models")
 __all__ = sorted(_EXPORTS)
 
 

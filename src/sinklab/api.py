@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 from .adapt import ADAPT, PrefixConfig
+from .bench import BENCH, BENCH_COMPARE, BenchCompareConfig, BenchConfig
 from .compress import COMPRESS, CompressConfig
 from .core import configs, keywords, pipeline
 from .core.errors import check
@@ -31,6 +32,8 @@ from .stream import STREAM, StreamConfig
 
 __all__ = [
     "adapt_model",
+    "bench_models",
+    "compare_bench",
     "compress_model",
     "intervene_model",
     "load_model",
@@ -182,6 +185,35 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     return _run(COMPRESS, model, tokenizer, settings, out, overwrite, "compress_model")
 
 
+def bench_models(models=(None,), *, out: Optional[str] = None, overwrite: bool = False, launcher=None, **settings) -> RunResult:
+    """The sink benchmark (``sinklab bench``): every task of ``suite`` on each of ``models`` (model
+    names: folders, .gguf files, Hub ids; None: the default), each task measured through its
+    capability with fixed inputs. With ``out``, one job per (model, task) on ``launcher``
+    (:class:`~sinklab.core.launchers.LauncherSettings`; default this machine), finished jobs kept
+    and reused, and one results file per model under ``out/results/``. ``.frame()`` (table
+    ``metrics``): one row per (model, task, metric) with ``value``, ``spread`` (the standard
+    deviation of the ``n`` units it is the mean of, ``over`` prompts, layers or chunks) and
+    ``better``; ``.frame("leaderboard")``: one row per model, each task's headline metric.
+    Settings:
+    """
+    names = tuple(None if m is None else str(m) for m in ([models] if isinstance(models, (str, os.PathLike)) else models))
+    cfg = keywords.from_kwargs(BenchConfig, {**settings, "models": names}, ALIASES, "bench_models")
+    if launcher is None or launcher.runs_here:
+        cfg = resolved_config(cfg)
+    result = pipeline.run(BENCH, cfg, out=out, overwrite=overwrite, launcher=launcher)
+    _warn_if_reused(result)
+    return result
+
+
+def compare_bench(runs: Sequence, *, out: Optional[str] = None, overwrite: bool = False) -> RunResult:
+    """One leaderboard from bench runs (or results files) made on different machines
+    (``sinklab bench --compare``); results of a task at different versions are refused."""
+    cfg = BenchCompareConfig(runs=tuple(str(run) for run in runs))
+    result = pipeline.run(BENCH_COMPARE, cfg, out=out, overwrite=overwrite)
+    _warn_if_reused(result)
+    return result
+
+
 def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequence[str]) -> None:
     """Give ``fn`` the signature and settings list of ``cls`` (``help()`` and tab completion)."""
     trailing = [
@@ -205,3 +237,12 @@ _document(stream_model, StreamConfig, _MODEL, LOADING)
 _document(adapt_model, PrefixConfig, _MODEL, LOADING)
 _document(compress_model, CompressConfig, _MODEL, LOADING)
 _document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], ("model",))
+_document(
+    bench_models,
+    BenchConfig,
+    [
+        inspect.Parameter("models", _POSITIONAL, default=(None,)),
+        inspect.Parameter("launcher", inspect.Parameter.KEYWORD_ONLY, default=None),
+    ],
+    ("models",),
+)

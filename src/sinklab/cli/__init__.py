@@ -11,9 +11,9 @@ from typing import Iterator, Optional, Sequence
 
 from ..core.errors import NumericalCheckFailed, SinklabError
 from ..core.progress import is_quiet, set_quiet
-from . import adapt, compress, demo, intervene, pretrain, report, scan, stream, sweep, trigger
+from . import adapt, bench, compress, demo, export, intervene, pretrain, report, scan, stream, sweep, trigger
 
-COMMANDS = (demo, trigger, scan, intervene, pretrain, sweep, stream, adapt, compress, report)
+COMMANDS = (demo, trigger, scan, intervene, pretrain, sweep, stream, adapt, compress, bench, export, report)
 
 #: Exit statuses (the epilog of ``sinklab --help`` and README.md list them).
 USER_ERROR, CHECK_FAILED, INTERRUPTED = 2, 3, 130

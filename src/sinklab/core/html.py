@@ -98,6 +98,22 @@ def table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
     return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
+def sortable_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
+    """:func:`table` whose rows a click on a header sorts by that column (numbers by value, largest
+    first on the first click; empty cells last)."""
+    head = "".join(f"<th class='sort' title='sort' onclick='sinklabSort(this)'>{esc(h)}</th>" for h, _, _ in columns)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td data-v='{esc('' if r.get(k) is None else str(r.get(k)))}'>{esc(format_value(r.get(k), spec))}</td>"
+            for _, k, spec in columns
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
 def key_figures(figures: dict) -> str:
     """A definition list of a run's headline numbers."""
     return (
@@ -133,7 +149,8 @@ h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bot
 .run,section{min-width:0} .wide{overflow-x:auto;max-width:100%} .plot{width:100%} code{overflow-wrap:anywhere} \
 dd{overflow-wrap:anywhere;margin:0}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
-th{background:#f4f4f4} dl.keys{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}
+th{background:#f4f4f4} th.sort{cursor:pointer}
+dl.keys{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}
 dt{font-weight:600} .meta{font-size:.8em;color:#555} code{background:#f4f4f4;padding:0 .2em} .note{font-size:.8em;color:#555}
 """
 
@@ -144,6 +161,12 @@ document.addEventListener('DOMContentLoaded',function(){var q=sinklabQueue;sinkl
 function sinklabChoose(sel){var box=sel.closest('.selector');
 box.querySelectorAll(':scope>.choice').forEach(function(d){d.hidden=(d.dataset.choice!==sel.value);
 if(!d.hidden){d.querySelectorAll('.plot').forEach(function(p){Plotly.Plots.resize(p);});}});}
+function sinklabSort(th){var table=th.closest('table'),body=table.tBodies[0],col=th.cellIndex;
+var down=th.dataset.order!=='desc';th.dataset.order=down?'desc':'asc';
+var key=function(r){var t=r.cells[col].dataset.v;var x=parseFloat(t);return isNaN(x)?t:x;};
+Array.from(body.rows).sort(function(a,b){var x=key(a),y=key(b);if(x===y)return 0;
+if(typeof x!==typeof y)return typeof x==='number'?-1:1;return (x<y?-1:1)*(down?-1:1);})
+.forEach(function(r){body.appendChild(r);});}
 """
 
 

@@ -1,5 +1,6 @@
-"""The JSON schema of each kind of ``summary.json`` (``sinklab/schemas/<kind>.json``): what a
-script reading run directories may rely on. The tests validate every run directory the suite
+"""The JSON schema of each kind of ``summary.json`` (``sinklab/schemas/<kind>.json``; also
+``bench_results``, a benchmark's per-model results file): what a script reading run directories
+may rely on. The tests validate every run directory the suite
 writes against its kind's schema; :func:`validate` does the same for any summary (it needs the
 ``jsonschema`` package)."""
 
@@ -35,7 +36,16 @@ def validate(summary: dict) -> None:
     except ImportError:
         raise SinklabError("validating a summary needs the jsonschema package: pip install jsonschema") from None
     check(isinstance(summary, dict) and isinstance(summary.get("kind"), str), "not a sinklab summary (no kind)")
-    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema_of(summary["kind"])).iter_errors(summary))
+    validator = jsonschema.Draft202012Validator(schema_of(summary["kind"]), registry=_registry())
+    error = jsonschema.exceptions.best_match(validator.iter_errors(summary))
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         raise SinklabError(f"a {summary['kind']} summary breaks its schema at {where}: {error.message[:300]}")
+
+
+def _registry():
+    """Every schema by its ``$id`` (``sinklab/<kind>.json``), so one kind's schema can refer to
+    another's (a bench summary holds results files)."""
+    from referencing import Registry, Resource
+
+    return Registry().with_resources((schema_of(kind)["$id"], Resource.from_contents(schema_of(kind))) for kind in kinds())

@@ -165,6 +165,28 @@ def _secondary_sinks(c: ScanContext):
     ]
 
 
+@entry("cumulative_sinks")
+def _cumulative_sinks(c: ScanContext):
+    """:func:`metrics.cumulative_sinks` per layer, position 0's ratio per layer (None: a layer not
+    recorded), and each flagged position with the layers that flag it and its tokens in the first
+    sequences."""
+    ratios = [metrics.cumulative_mass(received) for received in c.record.received]
+    by_layer = [metrics.cumulative_sinks(ratio) for ratio in ratios]
+    layers_of: dict[int, list[int]] = {}
+    for layer, found in enumerate(by_layer):
+        for position, _ in found:
+            layers_of.setdefault(position, []).append(layer)
+    return {
+        "slack": metrics.CUMULATIVE_SLACK,
+        "first_by_layer": [metrics.nan_to_none(float(ratio[0])) for ratio in ratios],
+        "by_layer": [[{"position": pos, "ratio": ratio} for pos, ratio in found] for found in by_layer],
+        "positions": [
+            {"position": pos, "layers": layers, "tokens": c.subject.token_strings(c.ids[:3, pos].tolist())}
+            for pos, layers in sorted(layers_of.items())
+        ],
+    }
+
+
 @entry("norms")
 def _norms(c: ScanContext):
     """Key and value norms at the first position against the mean over the others (the "no-op" account)."""

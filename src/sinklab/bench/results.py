@@ -1,0 +1,101 @@
+"""A model's results file, in the lm-evaluation-harness manner: which tasks ran at which version
+and configuration, with which sinklab (version, git commit) on which machine, the model's
+revision, dtype and device, the seeds, the wall time, and each metric with its spread where it has
+one. Validated against ``sinklab/schemas/bench_results.json``; ``sinklab bench --compare`` merges
+such files made on different machines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from importlib import metadata
+from pathlib import Path
+from typing import Optional
+
+from ..core.errors import SinklabError, check
+from ..core.runs import jsonable, source_revision
+
+RESULTS_KIND = "bench_results"
+RESULTS_VERSION = 1
+RESULTS_DIR = "results"
+
+
+def provenance() -> dict:
+    """Which sinklab and which machine measured: its version and git commit, the packages that
+    decide the numbers, and the host (for CPU timings, the core count)."""
+    import torch
+    import transformers
+
+    versions = {"sinklab": _version("sinklab"), "torch": torch.__version__, "transformers": transformers.__version__}
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "versions": versions,
+        "git": source_revision(),
+        "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(), "gpu": gpu},
+    }
+
+
+def _version(package: str) -> Optional[str]:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def model_results(model: Optional[str], label: str, suite: str, limit: Optional[str], entries: dict, where: dict) -> dict:
+    """One model's results file from its tasks' entries (:meth:`Task.run`) and ``where`` they ran
+    (:func:`provenance`). The model's facts (name, revision, dtype, device) are its tasks' own; tasks
+    that ran the model on different devices or dtypes would not line up and are refused."""
+    facts = [entry["model_facts"] for entry in entries.values()]
+    first = facts[0] if facts else {}
+    differing = [key for key in ("model", "dtype", "device", "revision") if len({json.dumps(f.get(key)) for f in facts}) > 1]
+    check(
+        not differing, f"{label}: its tasks ran with different {', '.join(differing)}; run them again with one --device/--dtype"
+    )
+    return jsonable({
+        "kind": RESULTS_KIND,
+        "schema_version": RESULTS_VERSION,
+        "model": model,
+        "label": label,
+        "model_name": first.get("model"),
+        "revision": first.get("revision"),
+        "dtype": first.get("dtype"),
+        "device": first.get("device"),
+        "suite": suite,
+        "limit": limit,
+        **where,
+        "seeds": {name: seed for name, entry in entries.items() if (seed := _seed(entry["config"])) is not None},
+        "wall_s": sum(entry["wall_s"] for entry in entries.values()),
+        "tasks": {name: {k: v for k, v in entry.items() if k != "model_facts"} for name, entry in entries.items()},
+    })  # fmt: skip
+
+
+def _seed(config: dict) -> Optional[int]:
+    """The seed a task's configuration draws its inputs with (scan and intervene keep it with
+    their inputs; None for a task with nothing random)."""
+    if "seed" in config:
+        return config["seed"]
+    return config.get("inputs", {}).get("seed")
+
+
+def read_results(path: Path) -> list[dict]:
+    """The results files of a bench run directory (its ``results/``), or one results file; each
+    validated against its schema (one line naming the first break)."""
+    from ..core.schemas import validate
+
+    path = Path(path)
+    files = sorted((path / RESULTS_DIR).glob("*.json")) if path.is_dir() else [path]
+    check(path.exists(), f"no such bench run or results file: {path}")
+    check(files, f"{path} holds no bench results ({RESULTS_DIR}/*.json): is it a finished sinklab bench run?")
+    found = []
+    for file in files:
+        try:
+            results = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SinklabError(f"{file} cannot be read as JSON ({type(exc).__name__})") from None
+        check(isinstance(results, dict) and results.get("kind") == RESULTS_KIND, f"{file} is not a sinklab bench results file")
+        validate(results)
+        found.append(results)
+    return found

@@ -1,0 +1,234 @@
+"""``sinklab bench``: a versioned suite of sink measurements run on any models, one job per
+(model, task) through the launchers, each model's results in a results file, and a leaderboard.
+
+With a run directory every finished job is kept in ``jobs/<model>/<task>.json`` (with the task's
+version and configuration), so a stopped run resumes with the jobs left, and a run with more
+models or tasks reuses those already measured. ``sinklab bench --compare`` (:data:`BENCH_COMPARE`)
+merges the results files of runs made elsewhere into one leaderboard.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from ..core.configs import setting
+from ..core.errors import check
+from ..core.launchers import LOCAL, launch
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.runs import config_record, write_json
+from ..models.hf import MODEL_HELP, LoadOptions
+from ..scan import label_of
+from . import plots
+from .frame import BENCH_TABLES, write_csv
+from .results import RESULTS_DIR, model_results, provenance, read_results
+from .task import GROUPS, LIMITS, TASKS
+from .tasks import DEFAULT_SUITE, SUITES
+
+JOBS_DIR = "jobs"
+
+
+def names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+@dataclass
+class BenchConfig:
+    """``sinklab bench``'s settings (and ``sinklab.bench_models``' keyword arguments)."""
+
+    VERSION: ClassVar[int] = 1
+
+    models: tuple = setting((None,), help=f"the models: {MODEL_HELP}", cli=False)
+    suite: str = setting(DEFAULT_SUITE, choices=tuple(SUITES), help="the suite of tasks")
+    tasks: tuple[str, ...] = setting(
+        (), metavar="T[,T...]", parse=names, shown="the suite's", help="only these tasks of the suite"
+    )
+    limit: Optional[str] = setting(None, choices=LIMITS, help="quick: every task on fewer inputs (a smoke test, not a result)")
+    load: LoadOptions = field(default_factory=LoadOptions)
+
+    def __post_init__(self) -> None:
+        self.models = tuple(self.models) or (None,)
+        check(self.suite in SUITES, f"unknown suite {self.suite!r}; suites: {', '.join(SUITES)}")
+        unknown = [t for t in self.tasks if t not in SUITES[self.suite]]
+        check(not unknown, f"--tasks: {', '.join(unknown)} not in {self.suite}; its tasks: {', '.join(SUITES[self.suite])}")
+        check(self.limit is None or self.limit in LIMITS, f"--limit takes {', '.join(LIMITS)}, got {self.limit!r}")
+        labels = [label_of(m) for m in self.models]
+        check(len(set(labels)) == len(labels), f"a model is named twice: {', '.join(labels)}")
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return self.tasks or SUITES[self.suite]
+
+
+@dataclass(frozen=True)
+class BenchJob:
+    """One (model, task) of the suite."""
+
+    model: Optional[str]
+    task: str
+    limit: Optional[str]
+    load: LoadOptions
+
+    @property
+    def label(self) -> str:
+        return label_of(self.model)
+
+    def config(self) -> dict:
+        return config_record(TASKS[self.task].config(self.model, self.load, self.limit))
+
+
+def run_job(job: BenchJob) -> dict:
+    """A task on a model: its results-file entry, with where it ran."""
+    return {**TASKS[job.task].run(job.model, job.load, job.limit), "where": provenance()}
+
+
+def measure(cfg: BenchConfig, context: RunContext = RunContext()) -> RunResult:
+    """Every (model, task) job, then one results file per model."""
+    check(context.subject is None, "sinklab bench loads each model by name (a folder, a .gguf file or a Hub id)")
+    jobs = [BenchJob(model, task, cfg.limit, cfg.load) for model in cfg.models for task in cfg.task_names]
+    done = {job: found for job in jobs if (found := _finished(context.workdir, job)) is not None}
+    todo = [job for job in jobs if job not in done]
+    if context.workdir is None:
+        ran = [run_job(job) for job in todo]
+    else:
+        keep = lambda job, entry: _keep(context.workdir, job, entry)  # noqa: E731
+        label = lambda job: f"{job.label}: {job.task}"  # noqa: E731
+        ran = launch(run_job, todo, context.launcher or LOCAL, context.workdir, 1, desc="bench", label=label, on_result=keep)
+    entries = {**done, **dict(zip(todo, ran))}
+    models = []
+    for model in cfg.models:
+        mine = {job.task: entries[job] for job in jobs if job.model == model}
+        where = next(iter(mine.values()))["where"]
+        models.append(model_results(model, label_of(model), cfg.suite, cfg.limit, {t: _entry(e) for t, e in mine.items()}, where))
+    return RunResult(stamped("bench", summarise(cfg.suite, cfg.limit, models, cfg.task_names)))
+
+
+def _entry(entry: dict) -> dict:
+    return {k: v for k, v in entry.items() if k != "where"}
+
+
+def _job_path(workdir: Path, job: BenchJob) -> Path:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.label).strip("-.")[:80] or "model"
+    return workdir / JOBS_DIR / slug / f"{job.task}.json"
+
+
+def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
+    """The job's kept entry when it measured this model with this task's version and configuration."""
+    path = None if workdir is None else _job_path(workdir, job)
+    if path is None or not path.exists():
+        return None
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    same = kept.get("model") == job.model and kept["entry"]["version"] == TASKS[job.task].version
+    return kept["entry"] if same and kept["entry"]["config"] == job.config() else None
+
+
+def _keep(workdir: Path, job: BenchJob, entry: dict) -> None:
+    path = _job_path(workdir, job)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"model": job.model, "task": job.task, "entry": entry})
+
+
+def task_card(name: str) -> dict:
+    """What a results reader needs to know of a task: its version, group, title, paper, headline."""
+    task = TASKS[name]
+    return {"version": task.version, "group": task.group, "title": task.title, "paper": task.paper, "headline": task.headline}
+
+
+def summarise(suite: str, limit: Optional[str], models: list[dict], task_names, sources: Optional[list] = None) -> dict:
+    return {
+        "suite": suite,
+        "limit": limit,
+        "groups": GROUPS,
+        "tasks": {name: task_card(name) for name in task_names},
+        "models": models,
+        "sources": sources,
+    }
+
+
+def write(out: Path, result: RunResult) -> list[str]:
+    """Each model's results file (``results/<label>.json``; files of models no longer in the run
+    removed) and the leaderboard as CSV."""
+    folder = out / RESULTS_DIR
+    folder.mkdir(exist_ok=True)
+    wanted = {}
+    for i, results in enumerate(result.summary["models"]):
+        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", results["label"]).strip("-.")[:80] or "model"
+        wanted[f"{i}-{slug}.json"] = results
+    for stale in folder.glob("*.json"):
+        if stale.name not in wanted:
+            stale.unlink()
+    for name, results in wanted.items():
+        write_json(folder / name, results)
+    return [*(f"{RESULTS_DIR}/{name}" for name in wanted), *write_csv(out, result.summary)]
+
+
+def resumable(run_dir: Path) -> bool:
+    return (run_dir / JOBS_DIR).is_dir()
+
+
+BENCH = register(
+    Capability(
+        "bench",
+        BenchConfig,
+        measure,
+        write,
+        tables=BENCH_TABLES,
+        write_page=plots.write_page,
+        resumable=resumable,
+        holds_runs=True,
+        figures=lambda result: plots.figures(result.summary),
+        sections=plots.sections,
+    )
+)
+
+
+# --------------------------------------------------------------------------- --compare
+
+
+@dataclass
+class BenchCompareConfig:
+    """``sinklab bench --compare``'s settings: the bench runs (or results files) merged."""
+
+    runs: tuple[str, ...] = setting((), help="bench run directories or results files", cli=False)
+
+    def __post_init__(self) -> None:
+        check(self.runs, "--compare needs at least one bench run directory or results file")
+
+
+def compare(cfg: BenchCompareConfig, context: RunContext = RunContext()) -> RunResult:
+    """One leaderboard from results made on different machines. Results of one task at two
+    versions measure different things and are refused; so are two suites or limits."""
+    models = [{**results, "source": str(run)} for run in cfg.runs for results in read_results(Path(run))]
+    labels = [m["label"] for m in models]
+    for results in models:  # the same model measured on two machines: told apart by its run
+        if labels.count(results["label"]) > 1:
+            results["label"] = f"{results['label']} [{Path(results['source']).name}]"
+    for key in ("suite", "limit"):
+        values = sorted({str(m[key]) for m in models})
+        check(len(values) == 1, f"these results were made with different {key}s ({', '.join(values)}): they do not line up")
+    versions: dict = {}
+    for results in models:
+        for name, entry in results["tasks"].items():
+            versions.setdefault(name, set()).add(entry["version"])
+    mixed = sorted(name for name, found in versions.items() if len(found) > 1)
+    check(not mixed, f"task {', '.join(mixed)} was measured at different versions in these results: they do not line up")
+    unknown = sorted(name for name in versions if name not in TASKS)
+    check(not unknown, f"task {', '.join(unknown)} is not known to this sinklab: compare with the sinklab that made it")
+    names = [name for name in SUITES.get(models[0]["suite"], tuple(versions)) if name in versions]
+    summary = summarise(models[0]["suite"], models[0]["limit"], models, names, sources=[str(run) for run in cfg.runs])
+    return RunResult(stamped("bench", summary))
+
+
+BENCH_COMPARE = Capability(  # its summary is a bench summary (kind "bench"): read back as one
+    "bench_compare",
+    BenchCompareConfig,
+    compare,
+    write,
+    tables=BENCH_TABLES,
+    write_page=plots.write_page,
+    figures=lambda result: plots.figures(result.summary),
+    sections=plots.sections,
+)

@@ -1,0 +1,64 @@
+"""What keeping the sink buys a compressed cache: every press of sinklab's KV-compression table at
+fixed ratios, with no sink and with the first token kept inside the budget, judged by the
+perplexity of the text after the compressed context (the default corpus, and Python's reference
+outside it) and by passkey retrieval (seeded keys at 10, 50 and 90 % depth), against the full
+cache. The presses follow kvpress (StreamingLLM, H2O, SnapKV, TOVA, Knorm, KeyDiff, random,
+PyramidKV)."""
+
+import math
+
+from ...compress import COMPRESS
+from ...press import PRESSES
+from ..task import Task, metric, register, spread_of
+
+KEEP = (0, 1)
+
+
+def cell_name(cell: dict) -> str:
+    return f"{cell['press']}@{cell['ratio']:g}/keep{cell['keep_sinks']}"
+
+
+def read(result) -> dict:
+    s = result.summary
+    metrics, by_pair = {}, {}
+    for cell in s["cells"]:
+        name, passkey = cell_name(cell), cell.get("passkey")
+        metrics[f"{name}/ppl_ratio"] = metric(cell["ppl_ratio"]["shakespeare"], better="lower")
+        metrics[f"{name}/ppl_ratio_outside"] = metric(cell["ppl_ratio"]["pydoc"], better="lower")
+        if passkey:
+            n = len(passkey["logprobs"])
+            metrics[f"{name}/passkey_accuracy"] = metric(passkey["accuracy"], n=n, over="prompts", better="higher")
+            metrics[f"{name}/key_logprob"] = metric(passkey["logprob_mean"], passkey["logprob_std"], n, "prompts", "higher")
+        by_pair.setdefault((cell["press"], cell["ratio"]), {})[cell["keep_sinks"]] = cell
+    gains = [math.log(pair[0]["ppl_ratio"]["shakespeare"] / pair[1]["ppl_ratio"]["shakespeare"]) for pair in by_pair.values()]
+    passkey_gains = [pair[1]["passkey"]["accuracy"] - pair[0]["passkey"]["accuracy"] for pair in by_pair.values()]
+    metrics["log_ppl_gain"] = spread_of(gains, over="press x ratio", better="higher")
+    metrics["passkey_gain"] = spread_of(passkey_gains, over="press x ratio", better="higher")
+    return {"metrics": metrics, "details": {"dense": s["dense"]}}
+
+
+TASK = register(
+    Task(
+        name="compressed_context",
+        version=1,
+        group="payoff",
+        title="compressed context: sink kept vs not",
+        paper="Xiao et al. 2024; kvpress (NVIDIA) presses; sinklab compress",
+        capability=COMPRESS,
+        settings={
+            "presses": tuple(PRESSES),
+            "ratios": (0.5, 0.875),
+            "keep_sinks": KEEP,
+            "quantizers": (),
+            "contexts": (1024,),
+            "tasks": ("ppl", "passkey"),
+            "corpus": "shakespeare",
+            "outside": "pydoc",
+            "keys": 2,
+            "seed": 0,
+        },  # fmt: skip
+        quick={"presses": ("streaming_llm", "snapkv", "knorm"), "ratios": (0.5,), "contexts": (512,), "keys": 1},
+        read=read,
+        headline="log_ppl_gain",
+    )
+)

@@ -1,0 +1,54 @@
+"""2-bit KV with and without the sink protected: KIVI's packed 2-bit cache (keys per channel,
+values per token, groups of 32, the last 128 tokens in full precision) with no token protected and
+with the first token kept in full precision (KVQuant's first-token ablation), judged like the
+compressed context: text perplexity after it and passkey retrieval, against the full cache."""
+
+from ...compress import COMPRESS
+from ..task import Task, metric, register
+
+PROTECT = (0, 1)
+
+
+def read(result) -> dict:
+    cells = {cell["protect"]: cell for cell in result.summary["quantized"]}
+    metrics = {}
+    for protect in PROTECT:
+        cell, name = cells[protect], f"protect{protect}"
+        metrics[f"{name}/ppl_ratio"] = metric(cell["ppl_ratio"]["shakespeare"], better="lower")
+        metrics[f"{name}/ppl_ratio_outside"] = metric(cell["ppl_ratio"]["pydoc"], better="lower")
+        passkey = cell["passkey"]
+        n = len(passkey["logprobs"])
+        metrics[f"{name}/passkey_accuracy"] = metric(passkey["accuracy"], n=n, over="prompts", better="higher")
+        metrics[f"{name}/key_logprob"] = metric(passkey["logprob_mean"], passkey["logprob_std"], n, "prompts", "higher")
+    protected, bare = cells[1]["ppl_ratio"]["shakespeare"], cells[0]["ppl_ratio"]["shakespeare"]
+    metrics["ppl_ratio_gain"] = metric(bare / protected, better="higher")
+    return {"metrics": metrics, "details": {"bytes_ratio": {str(p): cells[p]["bytes_ratio"] for p in PROTECT}}}
+
+
+TASK = register(
+    Task(
+        name="kv_2bit",
+        version=1,
+        group="payoff",
+        title="2-bit KV: sink protected vs not",
+        paper="Liu et al. 2024 (ICML), KIVI; Hooper et al. 2024, KVQuant (first token in fp16)",
+        capability=COMPRESS,
+        settings={
+            "presses": (),
+            "quantizers": ("kivi",),
+            "bits": (2,),
+            "keep_sinks": PROTECT,
+            "group_size": 32,
+            "residual": 128,
+            "contexts": (1024,),
+            "tasks": ("ppl", "passkey"),
+            "corpus": "shakespeare",
+            "outside": "pydoc",
+            "keys": 2,
+            "seed": 0,
+        },  # fmt: skip
+        quick={"contexts": (512,), "keys": 1},
+        read=read,
+        headline="ppl_ratio_gain",
+    )
+)

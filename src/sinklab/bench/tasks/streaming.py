@@ -1,0 +1,46 @@
+"""StreamingLLM's ablation: the perplexity of a long stream read through a cache of fixed size
+that keeps 0, 1 or 4 first tokens and fills the rest with the most recent ones (0 sinks: a plain
+window of the same size), against the full cache (Xiao et al. 2024, table 1's setting)."""
+
+from ...stream import STREAM
+from ..task import Task, metric, register, spread_of
+
+SINKS = (0, 1, 4)
+
+
+def read(result) -> dict:
+    s = result.summary
+    dense = s["policies"]["dense"]["ppl"]
+    metrics = {"ppl_dense": metric(dense, better="lower")}
+    for n in SINKS:
+        entry = s["ablation"][str(n)]
+        chunks = [c["ppl"] for c in entry["ppl_by_chunk"]]
+        metrics[f"ppl_sinks_{n}"] = {**spread_of(chunks, over="chunks", better="lower"), "value": entry["ppl"]}
+        metrics[f"ppl_ratio_sinks_{n}"] = metric(entry["ppl"] / dense, better="lower")
+    return {"metrics": metrics, "details": {"cache": s["sinks"] + s["window"], "tokens": s["tokens"]}}
+
+
+TASK = register(
+    Task(
+        name="streaming",
+        version=1,
+        group="dependence",
+        title="streaming ppl with 0 / 1 / 4 sinks",
+        paper="Xiao et al. 2024 (ICLR), Efficient Streaming Language Models with Attention Sinks",
+        capability=STREAM,
+        settings={
+            "corpus": "shakespeare",
+            "tokens": 2048,
+            "sinks": 4,
+            "window": 252,
+            "policies": ("dense",),
+            "ablation": SINKS,
+            "chunk": 256,
+            "latency_steps": 1,
+            "check": False,
+        },  # fmt: skip
+        quick={"tokens": 1024},
+        read=read,
+        headline="ppl_ratio_sinks_0",
+    )
+)

@@ -1,0 +1,138 @@
+"""``sinklab bench`` as a user runs it: models by folder and by .gguf file, one job per (model, task)
+kept and resumed, one results file per model valid against its schema, the leaderboard as tables,
+CSV and a page, ``--compare`` across runs, and the notebook function giving the command's results.
+(What each task measures is tested on planted models in ``test_bench_tasks.py``.)"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+from conftest import one_line_error
+
+import sinklab
+from sinklab import cli
+from sinklab.bench import TASKS
+from sinklab.core.errors import SinklabError
+from sinklab.core.schemas import validate
+
+TASK_ARGS = ["--tasks", "sink_rate,suppressed_sink", "--limit", "quick", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def two_models(tiny_model_dir, tmp_path_factory):
+    """Two tiny model folders, the second under a name a page must escape."""
+    odd = tmp_path_factory.mktemp("odd") / "<i>qwen</i>"
+    shutil.copytree(tiny_model_dir("qwen2"), odd)
+    return [str(tiny_model_dir("llama")), str(odd)]
+
+
+@pytest.fixture(scope="module")
+def bench_run(two_models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench") / "run"
+    assert cli.main(["bench", *two_models, *TASK_ARGS, "--out", str(out)]) == 0
+    return out
+
+
+def results_files(out):
+    return sorted((out / "results").glob("*.json"))
+
+
+def test_one_results_file_per_model_valid_against_its_schema(bench_run, two_models):
+    """Each file holds what the issue lists: task versions and configurations, sinklab's version
+    and commit, the model's revision, dtype and device, seeds, wall time, metrics with spreads.
+    Mutation tried: a task entry without its configuration fails the schema."""
+    files = results_files(bench_run)
+    assert len(files) == 2
+    for path, model in zip(files, two_models):
+        results = json.loads(path.read_text())
+        validate(results)
+        assert results["model"] == model and results["dtype"] == "float32" and results["device"] == "cpu"
+        assert results["versions"]["sinklab"] == sinklab.__version__ and "torch" in results["versions"]
+        assert set(results["tasks"]) == {"sink_rate", "suppressed_sink"}
+        assert results["seeds"] == {"sink_rate": 0, "suppressed_sink": 0}
+        entry = results["tasks"]["sink_rate"]
+        assert entry["version"] == TASKS["sink_rate"].version and entry["config"]["inputs"]["tokens"] == 64
+        assert entry["metrics"]["sink_rate"]["n"] == 3 * 4 if "llama" in model else True  # tiny llama: 3 layers x 4 heads
+        broken = {**results, "tasks": {"sink_rate": {k: v for k, v in entry.items() if k != "config"}}}
+        with pytest.raises(SinklabError, match="config"):
+            validate(broken)
+
+
+def test_the_leaderboard_as_frames_csv_and_a_sortable_escaped_page(bench_run):
+    result = sinklab.load_result(bench_run)
+    board = result.frame("leaderboard")
+    assert len(board) == 2 and {"sink_rate/sink_rate", "suppressed_sink/ppl_ratio", "wall_s"} <= set(board.columns)
+    metrics = result.frame()
+    assert set(metrics.task) == {"sink_rate", "suppressed_sink"} and {"value", "spread", "n", "better"} <= set(metrics.columns)
+    with open(bench_run / "leaderboard.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert float(rows[0]["suppressed_sink/ppl_ratio"]) == pytest.approx(board["suppressed_sink/ppl_ratio"][0])
+    page = (bench_run / "report.html").read_text()
+    assert "sinklabSort(this)" in page and "&lt;i&gt;qwen&lt;/i&gt;" in page and "<i>qwen</i>" not in page
+
+
+def test_finished_jobs_are_kept_and_reused_and_a_changed_task_is_measured_again(bench_run, two_models, tmp_path):
+    """A run with one more task measures only that task; a kept job whose configuration no longer
+    matches the task's (here: a full run after a quick one) is measured again."""
+    out = tmp_path / "run"
+    shutil.copytree(bench_run, out)
+    before = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
+    assert cli.main(["bench", two_models[0], "--tasks", "sink_rate,first_token_mass", "--limit", "quick", "--quiet",
+                     "--out", str(out)]) == 0  # fmt: skip
+    after = json.loads(results_files(out)[0].read_text())
+    assert after["tasks"]["sink_rate"] == before and "first_token_mass" in after["tasks"]
+    assert len(results_files(out)) == 1  # the other model is no longer in this run
+    assert cli.main(["bench", two_models[0], "--tasks", "sink_rate", "--quiet", "--out", str(out)]) == 0
+    full = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
+    assert full["config"]["inputs"]["batch"] == 32 and full["wall_s"] != before["wall_s"]
+
+
+def test_compare_merges_runs_and_refuses_results_that_do_not_line_up(bench_run, tmp_path, capsys):
+    other = tmp_path / "elsewhere"
+    shutil.copytree(bench_run, other)
+    merged = tmp_path / "merged"
+    assert cli.main(["bench", "--compare", str(bench_run), str(other), "--out", str(merged), "--quiet"]) == 0
+    board = sinklab.load_result(merged).frame("leaderboard")
+    assert len(board) == 4 and board.label.str.endswith("[elsewhere]").sum() == 2
+    assert sinklab.compare_bench([bench_run]).frame("leaderboard").shape[0] == 2
+
+    path = results_files(other)[0]
+    results = json.loads(path.read_text())
+    results["tasks"]["sink_rate"]["version"] += 1
+    path.write_text(json.dumps(results))
+    assert cli.main(["bench", "--compare", str(bench_run), str(other), "--out", str(tmp_path / "m2"), "--quiet"]) == 2
+    assert "different versions" in one_line_error(capsys, "sink_rate")
+    del results["seeds"]
+    path.write_text(json.dumps(results))
+    assert cli.main(["bench", "--compare", str(other), "--out", str(tmp_path / "m3"), "--quiet"]) == 2
+    assert "seeds" in one_line_error(capsys, "schema")
+
+
+def test_bad_input_is_one_line(capsys, two_models, tmp_path):
+    assert cli.main(["bench", two_models[0], "--tasks", "sink_rate,nope", "--out", str(tmp_path / "a"), "--quiet"]) == 2
+    one_line_error(capsys, "nope", "sinks-v1")
+    assert cli.main(["bench", two_models[0], "--compare", str(tmp_path), "--out", str(tmp_path / "b"), "--quiet"]) == 2
+    one_line_error(capsys, "--compare")
+    assert cli.main(["bench", "--compare", str(tmp_path / "missing"), "--out", str(tmp_path / "c"), "--quiet"]) == 2
+    one_line_error(capsys, "missing")
+    assert not (tmp_path / "a").exists() or not (tmp_path / "a" / "summary.json").exists()
+
+
+def test_the_notebook_function_gives_the_commands_metrics(bench_run, two_models):
+    """``sinklab.bench_models`` runs the same configuration in memory: every metric equal."""
+    in_memory = sinklab.bench_models(two_models[:1], tasks=("sink_rate", "suppressed_sink"), limit="quick")
+    written = json.loads(results_files(bench_run)[0].read_text())
+    for name, entry in in_memory.summary["models"][0]["tasks"].items():
+        assert entry["metrics"] == written["tasks"][name]["metrics"] and entry["config"] == written["tasks"][name]["config"]
+
+
+def test_a_gguf_file_is_a_model_like_any_other(tmp_path):
+    """The default model's .gguf named explicitly (what a user with another .gguf does)."""
+    gguf = sinklab.default_gguf_path()
+    result = sinklab.bench_models([str(gguf)], tasks=("sink_rate",), limit="quick", out=tmp_path / "gguf")
+    results = json.loads(results_files(tmp_path / "gguf")[0].read_text())
+    assert results["model"] == str(gguf) and results["model_name"] == gguf.name
+    assert result.frame("leaderboard")["sink_rate/sink_rate"][0] > 0.5  # SmolLM2 sinks (0.74 in BENCHMARKS.md)

@@ -1,0 +1,234 @@
+"""Each task of ``sinklab bench`` on tiny Llamas whose property is planted, so its result is known:
+
+* ``uniform``: no sink at all (query and key weights zero: every query spreads its attention evenly
+  over the keys it sees);
+* ``sink``: a planted sink. BOS's key is (0.5, 0.5) on two rotary dimensions that positions
+  barely rotate, every query scores it 80 x 1 / sqrt(32) = 14 and every other token at most 0, so
+  the weight on BOS is 1 - O(e^-14 T); BOS's value is zero (a drained sink). Other tokens' keys
+  follow three patterns, about (1.2, -1.7), (-1.7, 1.2) and (0, 0), so BOS's key is interior to
+  both channels' ranges: KIVI's 2-bit levels (about -1.8, -0.8, 0.2, 1.2) round it and the (0, 0)
+  keys to the same 0.2, which breaks the sink unless it is protected. With the sink, attention
+  writes nothing and the model predicts the next token by its corpus unigram frequency (a constant
+  dimension read by the LM head); without it, attention averages the other tokens' values into the
+  dimensions the head reads at random, which moves every prediction off the unigram (cross-entropy
+  grows: the unigram is the best context-free guess);
+* ``outlier``: the ``sink`` model with a planted massive activation: layer 0's FFN unit 0 reads only
+  BOS's own dimension (gain 10) and writes dimension 3 (about 6,400 at position 0, exactly 0
+  elsewhere: a super neuron), and the unigram reaches the head through FFN unit 1 (about 2.6), so
+  a per-tensor int8 scale set by BOS's 6,400 (50 a step) rounds it to 0 when BOS is in the stream.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import pytest
+import torch
+from conftest import make_tokenizer
+
+from sinklab.bench import TASKS
+from sinklab.core.corpus import load_corpus
+from sinklab.models.hf import LoadOptions
+
+HIDDEN, HEAD = 64, 32
+BOS_DIM, UNIGRAM_DIM, KEY_DIMS, READ_DIMS = 63, 62, (61, 60), list(range(40, 56))
+SINK_DIMS = (14, 15)  # in each head: RoPE's slowest pairs
+MASSIVE_DIM, UNIGRAM_UNIT_DIM = 3, 57
+
+
+def unigram_logp(tokenizer) -> torch.Tensor:
+    """Log unigram frequencies (add-one) of the tiny tokenizer's tokens in the default corpus."""
+    text = "".join(d.text for d in sorted(load_corpus("shakespeare"), key=lambda d: d.name)[:3])[:300_000]
+    counts = collections.Counter(tokenizer(text, add_special_tokens=False)["input_ids"])
+    total = sum(counts.values()) + len(tokenizer)
+    return torch.tensor([math.log((counts[i] + 1) / total) for i in range(len(tokenizer))])
+
+
+def blank_llama(logp: torch.Tensor):
+    """A 2-layer Llama with every weight zero but the norms' (one), content embeddings and the three
+    key patterns; BOS (id 0) is the unit vector of its own dimension. The patterns go round the
+    tokens by corpus frequency, so any stretch of text holds all three."""
+    vocab = len(logp)
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=HEAD, max_position_embeddings=4096, rope_theta=1e12, attention_bias=True,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.fill_(1.0) if "norm" in name else p.zero_()
+        emb = model.model.embed_tokens.weight
+        emb[:, :40] = 0.5 * torch.randn(vocab, 40, generator=g)
+        emb[:, UNIGRAM_DIM] = 1.0
+        pattern = torch.empty(vocab, dtype=torch.long)
+        pattern[logp.argsort(descending=True)] = torch.arange(vocab) % 3
+        emb[:, KEY_DIMS[0]] = torch.tensor([2.0, -3.0, 0.0])[pattern]
+        emb[:, KEY_DIMS[1]] = torch.tensor([-3.0, 2.0, 0.0])[pattern]
+        emb[0] = 0
+        emb[0, BOS_DIM] = 1.0
+        model.lm_head.weight[:, READ_DIMS] = 0.3 * torch.randn(vocab, len(READ_DIMS), generator=g)
+    return model
+
+
+def rms_scale(model, token: int = 5) -> float:
+    """The factor RMSNorm multiplies token ``token``'s embedding by."""
+    return float(1 / model.model.embed_tokens.weight[token].detach().pow(2).mean().sqrt())
+
+
+def plant_sink(model, logp: torch.Tensor, layers=(0, 1), key_source: dict = None) -> None:
+    """The planted sink in ``layers`` (see the module docstring); ``key_source`` maps a layer to the
+    residual dimension BOS's key reads there (default its own dimension)."""
+    g = torch.Generator().manual_seed(1)
+    scale = rms_scale(model)
+    with torch.no_grad():
+        model.lm_head.weight[:, UNIGRAM_DIM] = logp / scale
+        for index in layers:
+            attn = model.model.layers[index].self_attn
+            source = (key_source or {}).get(index, BOS_DIM)
+            for head in range(2):
+                for key_dim, sink_dim in zip(KEY_DIMS, SINK_DIMS):
+                    attn.k_proj.weight[head * HEAD + sink_dim, key_dim] = 1 / scale
+                    attn.k_proj.weight[head * HEAD + sink_dim, source] = 1 / 16.0  # BOS normalised: 8 on its dimension
+                    attn.q_proj.bias[head * HEAD + sink_dim] = 80.0
+                attn.v_proj.weight[head * HEAD : (head + 1) * HEAD, :40] = torch.randn(HEAD, 40, generator=g)
+            attn.o_proj.weight[READ_DIMS] = 0.03 * torch.randn(len(READ_DIMS), HIDDEN, generator=g)
+
+
+def uniform_model(logp):
+    return blank_llama(logp)
+
+
+def sink_model(logp):
+    model = blank_llama(logp)
+    plant_sink(model, logp)
+    return model
+
+
+def outlier_model(logp):
+    model = blank_llama(logp)
+    plant_sink(model, logp, key_source={1: MASSIVE_DIM})  # layer 1 sees BOS through its massive dimension
+    mlp = model.model.layers[0].mlp
+    with torch.no_grad():
+        mlp.gate_proj.weight[0, BOS_DIM] = mlp.up_proj.weight[0, BOS_DIM] = 10.0
+        mlp.down_proj.weight[MASSIVE_DIM, 0] = 1.0
+        mlp.gate_proj.weight[1, UNIGRAM_DIM] = mlp.up_proj.weight[1, UNIGRAM_DIM] = 1.0
+        mlp.down_proj.weight[UNIGRAM_UNIT_DIM, 1] = 1.0
+        unit = (lambda x: torch.nn.functional.silu(x) * x)(torch.tensor(rms_scale(model)))
+        model.lm_head.weight[:, UNIGRAM_DIM] = 0
+        model.lm_head.weight[:, UNIGRAM_UNIT_DIM] = logp * rms_scale(model) / float(unit) / 8.0
+    return model
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """The three models saved as folders, by name."""
+    from sinklab.cli import quiet
+
+    tokenizer = make_tokenizer()
+    logp = unigram_logp(tokenizer)
+    folders = {}
+    for name, model in (
+        ("uniform", uniform_model(logp)),
+        ("sink", sink_model(logp)),
+        ("outlier", outlier_model(logp)),
+    ):
+        folders[name] = tmp_path_factory.mktemp(name)
+        with quiet(True):
+            model.save_pretrained(folders[name])
+        tokenizer.save_pretrained(folders[name])
+    return {name: str(path) for name, path in folders.items()}
+
+
+def measured(planted, model: str, task: str) -> dict:
+    """The task's metric values on a planted model (``--limit quick``)."""
+    entry = TASKS[task].run(planted[model], LoadOptions(device="cpu"), "quick")
+    return {name: m["value"] for name, m in entry["metrics"].items()}
+
+
+def harmonic(n: int) -> float:
+    return sum(1 / i for i in range(1, n + 1))
+
+
+def test_sink_rate_is_one_with_the_planted_sink_and_zero_without(planted):
+    assert measured(planted, "sink", "sink_rate")["sink_rate"] == 1.0
+    assert measured(planted, "uniform", "sink_rate")["sink_rate"] == 0.0
+
+
+def test_first_token_mass_is_one_with_the_planted_sink_and_the_uniform_share_without(planted):
+    """Uniform causal attention gives query i (i >= 1) 1/(i+1) on position 0: the mean over the 63
+    queries after it is (H_64 - 1) / 63, in every layer."""
+    sink = measured(planted, "sink", "first_token_mass")
+    assert sink["mean"] == pytest.approx(1.0, abs=1e-4) and sink["start_layer"] == 0
+    uniform = measured(planted, "uniform", "first_token_mass")
+    assert uniform["mean"] == pytest.approx((harmonic(64) - 1) / 63, rel=1e-5)
+    assert uniform["start_layer"] is None
+
+
+def test_cumulative_mass_flags_the_planted_sink_only_and_nothing_in_a_model_without_one(planted):
+    """The planted sink receives all of the 64 rows' mass (64 times the mean); uniform attention
+    gives position 0 exactly H_64 = 4.74 times the mean, under the slack of 10."""
+    sink = measured(planted, "sink", "cumulative_mass")
+    assert sink["first_ratio"] == pytest.approx(64.0, rel=1e-3)
+    assert sink["layers_flagging_first"] == 1.0 and sink["positions_beyond_first"] == 0
+    uniform = measured(planted, "uniform", "cumulative_mass")
+    assert uniform["first_ratio"] == pytest.approx(harmonic(64), rel=1e-5)
+    assert uniform["layers_flagging_first"] == 0.0 and uniform["positions_beyond_first"] == 0
+
+
+def test_the_planted_massive_activation_and_super_neuron_are_found_where_they_were_planted(planted):
+    """silu(80) x 80 = 6,400 at (layer 0, position 0, dimension 3); FFN unit 0 of layer 0 is the
+    super neuron. The model without one has neither."""
+    found = measured(planted, "outlier", "massive_activation")
+    assert found["value"] == pytest.approx(6400.0, rel=1e-3)
+    assert (found["layer"], found["dim"], found["position"]) == (0, MASSIVE_DIM, 0)
+    neurons = measured(planted, "outlier", "super_neurons")
+    assert (neurons["count"], neurons["layer"], neurons["neuron"]) == (1, 0, 0)
+    assert measured(planted, "sink", "massive_activation")["value"] is None
+    assert measured(planted, "sink", "super_neurons")["count"] == 0
+
+
+def test_the_planted_sinks_value_is_drained(planted):
+    assert measured(planted, "sink", "sink_value_norm")["ratio"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_suppressing_the_planted_sink_costs_perplexity(planted):
+    """Without its sink the model's predictions leave the unigram: perplexity grows by more than 30 %."""
+    assert measured(planted, "sink", "suppressed_sink")["ppl_ratio"] > 1.3
+
+
+def test_streaming_needs_the_planted_sink_and_one_is_enough(planted):
+    found = measured(planted, "sink", "streaming")
+    assert found["ppl_ratio_sinks_0"] > 1.3
+    assert found["ppl_ratio_sinks_1"] == pytest.approx(1.0, abs=1e-3)
+    assert found["ppl_ratio_sinks_4"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_compressed_cache_keeping_the_planted_sink_scores_as_the_full_one(planted):
+    found = measured(planted, "sink", "compressed_context")
+    for press in ("streaming_llm", "snapkv", "knorm"):
+        assert found[f"{press}@0.5/keep1/ppl_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert found["streaming_llm@0.5/keep0/ppl_ratio"] > 1.3
+    assert found["log_ppl_gain"] > 0.1
+
+
+def test_two_bit_keys_break_the_planted_sink_unless_it_is_protected(planted):
+    """Protected, the sink holds (what is left, about 1.2, is the other tokens' 2-bit keys)."""
+    found = measured(planted, "sink", "kv_2bit")
+    assert found["protect0/ppl_ratio"] > 1.3
+    assert found["ppl_ratio_gain"] == pytest.approx(found["protect0/ppl_ratio"] / found["protect1/ppl_ratio"])
+    assert found["ppl_ratio_gain"] > 1.3
+
+
+def test_w8a8_pays_for_the_planted_outlier_only_with_bos_in_the_stream(planted):
+    """Per-tensor int8 activations: BOS's 6,400 sets the scale of layer 0's down-projection input
+    (50 a step), which rounds the unigram unit's 8 to 0 in the stream; the sink as a prefix keeps
+    the outlier out. The model without an outlier loses nothing either way."""
+    outlier = measured(planted, "outlier", "w8a8_prefix")
+    assert outlier["prefix_gain"] > 2.0
+    assert outlier["ppl_sink_prefix"] == pytest.approx(outlier["ppl_fp"], rel=0.05)
+    assert measured(planted, "sink", "w8a8_prefix")["prefix_gain"] == pytest.approx(1.0, abs=0.02)
