@@ -12,6 +12,7 @@
   dimension read by the LM head); without it, attention averages the other tokens' values into the
   dimensions the head reads at random, which moves every prediction off the unigram (cross-entropy
   grows: the unigram is the best context-free guess);
+* ``later``: the uniform model with one token (wherever it is) that every query after it looks at;
 * ``outlier``: the ``sink`` model with a planted massive activation: layer 0's FFN unit 0 reads only
   BOS's own dimension (gain 10) and writes dimension 3 (about 6,400 at position 0, exactly 0
   elsewhere: a super neuron), and the unigram reaches the head through FFN unit 1 (about 2.6), so
@@ -34,7 +35,7 @@ from sinklab.models.hf import LoadOptions
 HIDDEN, HEAD = 64, 32
 BOS_DIM, UNIGRAM_DIM, KEY_DIMS, READ_DIMS = 63, 62, (61, 60), list(range(40, 56))
 SINK_DIMS = (14, 15)  # in each head: RoPE's slowest pairs
-MASSIVE_DIM, UNIGRAM_UNIT_DIM = 3, 57
+MASSIVE_DIM, UNIGRAM_UNIT_DIM, LATER_DIM = 3, 57, 59
 
 
 def unigram_logp(tokenizer) -> torch.Tensor:
@@ -103,6 +104,25 @@ def uniform_model(logp):
     return blank_llama(logp)
 
 
+def later_sink_token(logp: torch.Tensor) -> int:
+    """The planted later sink: the corpus's 20th most frequent token (in many inputs, rarely twice)."""
+    return int(logp.argsort(descending=True)[20])
+
+
+def later_sink_model(logp):
+    """The uniform model, but every query scores one token, wherever it is, 80 x 8 / sqrt(32)."""
+    model = blank_llama(logp)
+    token = later_sink_token(logp)
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, LATER_DIM] = 0
+        model.model.embed_tokens.weight[token, LATER_DIM] = 1.0
+        for layer in model.model.layers:
+            for head in range(2):
+                layer.self_attn.k_proj.weight[head * HEAD + SINK_DIMS[0], LATER_DIM] = 1.0
+                layer.self_attn.q_proj.bias[head * HEAD + SINK_DIMS[0]] = 80.0
+    return model
+
+
 def sink_model(logp):
     model = blank_llama(logp)
     plant_sink(model, logp)
@@ -136,6 +156,7 @@ def planted(tmp_path_factory):
         ("uniform", uniform_model(logp)),
         ("sink", sink_model(logp)),
         ("outlier", outlier_model(logp)),
+        ("later", later_sink_model(logp)),
     ):
         folders[name] = tmp_path_factory.mktemp(name)
         with quiet(True):
@@ -169,15 +190,20 @@ def test_first_token_mass_is_one_with_the_planted_sink_and_the_uniform_share_wit
     assert uniform["start_layer"] is None
 
 
-def test_cumulative_mass_flags_the_planted_sink_only_and_nothing_in_a_model_without_one(planted):
-    """The planted sink receives all of the 64 rows' mass (64 times the mean); uniform attention
-    gives position 0 exactly H_64 = 4.74 times the mean, under the slack of 10."""
+def test_cumulative_mass_flags_the_planted_sinks_and_nothing_in_a_model_without_one(planted):
+    """Input by input: the planted first-token sink receives all 64 rows' mass (64 times the mean)
+    in every input; uniform attention gives position 0 exactly H_64 = 4.74 times the mean, under the
+    slack of 10; the planted later sink (one token that every later query looks at) is flagged, by
+    its token, in the inputs that hold it, wherever it sits."""
     sink = measured(planted, "sink", "cumulative_mass")
     assert sink["first_ratio"] == pytest.approx(64.0, rel=1e-3)
-    assert sink["layers_flagging_first"] == 1.0 and sink["positions_beyond_first"] == 0
+    assert (sink["first_share"], sink["later_share"]) == (1.0, 0.0)
     uniform = measured(planted, "uniform", "cumulative_mass")
     assert uniform["first_ratio"] == pytest.approx(harmonic(64), rel=1e-5)
-    assert uniform["layers_flagging_first"] == 0.0 and uniform["positions_beyond_first"] == 0
+    assert (uniform["first_share"], uniform["later_share"]) == (0.0, 0.0)
+    entry = TASKS["cumulative_mass"].run(planted["later"], LoadOptions(device="cpu"), "quick")
+    assert 0.0 < entry["metrics"]["later_share"]["value"] <= 1.0 and entry["metrics"]["first_share"]["value"] == 0.0
+    assert entry["details"]["later_tokens"][0]["id"] == later_sink_token(unigram_logp(make_tokenizer()))
 
 
 def test_the_planted_massive_activation_and_super_neuron_are_found_where_they_were_planted(planted):

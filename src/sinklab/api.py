@@ -196,7 +196,14 @@ def bench_models(models=(None,), *, out: Optional[str] = None, overwrite: bool =
     ``better``; ``.frame("leaderboard")``: one row per model, each task's headline metric.
     Settings:
     """
-    names = tuple(None if m is None else str(m) for m in ([models] if isinstance(models, (str, os.PathLike)) else models))
+    given = [models] if models is None or isinstance(models, (str, os.PathLike)) else list(models)
+    objects = [type(m).__name__ for m in given if m is not None and not isinstance(m, (str, os.PathLike))]
+    check(
+        not objects,
+        f"bench_models takes model names (folders, .gguf files, Hub ids; None: the default), "
+        f"not a {objects[0] if objects else ''}: each task loads its model",
+    )
+    names = tuple(None if m is None else str(m) for m in given)
     cfg = keywords.from_kwargs(BenchConfig, {**settings, "models": names}, ALIASES, "bench_models")
     if launcher is None or launcher.runs_here:
         cfg = resolved_config(cfg)

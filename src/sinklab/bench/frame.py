@@ -1,6 +1,6 @@
-"""A bench summary as tidy tables: ``metrics`` (one row per model, task and metric, with its spread)
-and ``leaderboard`` (one row per model, a column per task's headline metric), and the same two as
-CSV files in the run directory."""
+"""A bench summary as tidy tables: ``leaderboard`` (``.frame()``: one row per model, a column per
+task's headline metric, None where the task does not apply to the model) and ``metrics`` (one row
+per model, task and metric, with its spread), and the same two as CSV files in the run directory."""
 
 from __future__ import annotations
 
@@ -48,8 +48,8 @@ def leaderboard_rows(summary: dict):
         yield row
 
 
-BENCH_TABLES = {"metrics": metric_rows, "leaderboard": leaderboard_rows}
-CSV_FILES = {"metrics": "metrics.csv", "leaderboard": "leaderboard.csv"}
+BENCH_TABLES = {"leaderboard": leaderboard_rows, "metrics": metric_rows}  # .frame(): the leaderboard
+CSV_FILES = {"leaderboard": "leaderboard.csv", "metrics": "metrics.csv"}
 
 
 def write_csv(out: Path, summary: dict) -> list[str]:

@@ -45,14 +45,15 @@ def _version(package: str) -> Optional[str]:
 
 
 def model_results(model: Optional[str], label: str, suite: str, limit: Optional[str], entries: dict, where: dict) -> dict:
-    """One model's results file from its tasks' entries (:meth:`Task.run`) and ``where`` they ran
-    (:func:`provenance`). The model's facts (name, revision, dtype, device) are its tasks' own; tasks
-    that ran the model on different devices or dtypes would not line up and are refused."""
-    facts = [entry["model_facts"] for entry in entries.values()]
+    """One model's results file from its tasks' entries (:meth:`Task.run`, each with ``where`` it
+    ran: a kept job may come from another commit or machine) and ``where`` the file is written
+    (:func:`provenance`). The model's facts (name, revision, dtype, device) are its tasks' own;
+    tasks that ran the model on different devices or dtypes would not line up and are refused."""
+    facts = [entry["model_facts"] for entry in entries.values() if entry["model_facts"]]
     first = facts[0] if facts else {}
     differing = [key for key in ("model", "dtype", "device", "revision") if len({json.dumps(f.get(key)) for f in facts}) > 1]
     check(
-        not differing, f"{label}: its tasks ran with different {', '.join(differing)}; run them again with one --device/--dtype"
+        not differing, f"{label}: its tasks ran with different {', '.join(differing)}; run them again with one --device, --dtype"
     )
     return jsonable({
         "kind": RESULTS_KIND,

@@ -9,6 +9,7 @@ merges the results files of runs made elsewhere into one leaderboard.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import config_record, write_json
-from ..models.hf import MODEL_HELP, LoadOptions
+from ..models.hf import DEFAULT_MODEL, MODEL_HELP, LoadOptions, default_gguf_path
 from ..scan import label_of
 from . import plots
 from .frame import BENCH_TABLES, write_csv
@@ -44,7 +45,11 @@ class BenchConfig:
     models: tuple = setting((None,), help=f"the models: {MODEL_HELP}", cli=False)
     suite: str = setting(DEFAULT_SUITE, choices=tuple(SUITES), help="the suite of tasks")
     tasks: tuple[str, ...] = setting(
-        (), metavar="T[,T...]", parse=names, shown="the suite's", help="only these tasks of the suite"
+        (),
+        metavar="T[,T...]",
+        parse=names,
+        shown="the suite's",
+        help=f"only these tasks of the suite ({', '.join(SUITES[DEFAULT_SUITE])})",
     )
     limit: Optional[str] = setting(None, choices=LIMITS, help="quick: every task on fewer inputs (a smoke test, not a result)")
     load: LoadOptions = field(default_factory=LoadOptions)
@@ -76,13 +81,24 @@ class BenchJob:
     def label(self) -> str:
         return label_of(self.model)
 
+    def fingerprint(self) -> Optional[str]:
+        """What the model on disk is (names, sizes and times of its files), so a kept job is
+        reused only for the model it measured, not for another one saved at the same path; None
+        for a Hub id (its resolved commit is recorded as its revision)."""
+        path = default_gguf_path() if self.model in (None, DEFAULT_MODEL) else Path(self.model).expanduser()
+        if not path.exists():
+            return None
+        files = sorted(path.iterdir()) if path.is_dir() else [path]
+        stats = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.is_file()]
+        return hashlib.sha256(json.dumps(stats).encode()).hexdigest()[:16]
+
     def config(self) -> dict:
         return config_record(TASKS[self.task].config(self.model, self.load, self.limit))
 
 
 def run_job(job: BenchJob) -> dict:
-    """A task on a model: its results-file entry, with where it ran."""
-    return {**TASKS[job.task].run(job.model, job.load, job.limit), "where": provenance()}
+    """A task on a model: its results-file entry, with where it ran and what the model was."""
+    return {**TASKS[job.task].run(job.model, job.load, job.limit), "where": provenance(), "fingerprint": job.fingerprint()}
 
 
 def measure(cfg: BenchConfig, context: RunContext = RunContext()) -> RunResult:
@@ -98,16 +114,12 @@ def measure(cfg: BenchConfig, context: RunContext = RunContext()) -> RunResult:
         label = lambda job: f"{job.label}: {job.task}"  # noqa: E731
         ran = launch(run_job, todo, context.launcher or LOCAL, context.workdir, 1, desc="bench", label=label, on_result=keep)
     entries = {**done, **dict(zip(todo, ran))}
+    here = provenance()
     models = []
     for model in cfg.models:
-        mine = {job.task: entries[job] for job in jobs if job.model == model}
-        where = next(iter(mine.values()))["where"]
-        models.append(model_results(model, label_of(model), cfg.suite, cfg.limit, {t: _entry(e) for t, e in mine.items()}, where))
+        mine = {job.task: {k: v for k, v in entries[job].items() if k != "fingerprint"} for job in jobs if job.model == model}
+        models.append(model_results(model, label_of(model), cfg.suite, cfg.limit, mine, here))
     return RunResult(stamped("bench", summarise(cfg.suite, cfg.limit, models, cfg.task_names)))
-
-
-def _entry(entry: dict) -> dict:
-    return {k: v for k, v in entry.items() if k != "where"}
 
 
 def _job_path(workdir: Path, job: BenchJob) -> Path:
@@ -116,13 +128,16 @@ def _job_path(workdir: Path, job: BenchJob) -> Path:
 
 
 def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
-    """The job's kept entry when it measured this model with this task's version and configuration."""
+    """The job's kept entry when it measured this model (the same files) with this task's version
+    and configuration."""
     path = None if workdir is None else _job_path(workdir, job)
     if path is None or not path.exists():
         return None
     kept = json.loads(path.read_text(encoding="utf-8"))
-    same = kept.get("model") == job.model and kept["entry"]["version"] == TASKS[job.task].version
-    return kept["entry"] if same and kept["entry"]["config"] == job.config() else None
+    entry = kept["entry"]
+    same_model = kept.get("model") == job.model and entry.get("fingerprint") == job.fingerprint()
+    same_task = entry["version"] == TASKS[job.task].version and entry["config"] == job.config()
+    return entry if same_model and same_task else None
 
 
 def _keep(workdir: Path, job: BenchJob, entry: dict) -> None:
@@ -199,27 +214,37 @@ class BenchCompareConfig:
 
 
 def compare(cfg: BenchCompareConfig, context: RunContext = RunContext()) -> RunResult:
-    """One leaderboard from results made on different machines. Results of one task at two
-    versions measure different things and are refused; so are two suites or limits."""
+    """One leaderboard from results made on different machines. Results that would not line up
+    are refused: two suites or limits, a task at a version other than this sinklab's, a task run
+    with another configuration (its inputs) for two models."""
     models = [{**results, "source": str(run)} for run in cfg.runs for results in read_results(Path(run))]
-    labels = [m["label"] for m in models]
-    for results in models:  # the same model measured on two machines: told apart by its run
-        if labels.count(results["label"]) > 1:
-            results["label"] = f"{results['label']} [{Path(results['source']).name}]"
     for key in ("suite", "limit"):
         values = sorted({str(m[key]) for m in models})
         check(len(values) == 1, f"these results were made with different {key}s ({', '.join(values)}): they do not line up")
-    versions: dict = {}
-    for results in models:
-        for name, entry in results["tasks"].items():
-            versions.setdefault(name, set()).add(entry["version"])
-    mixed = sorted(name for name, found in versions.items() if len(found) > 1)
-    check(not mixed, f"task {', '.join(mixed)} was measured at different versions in these results: they do not line up")
-    unknown = sorted(name for name in versions if name not in TASKS)
-    check(not unknown, f"task {', '.join(unknown)} is not known to this sinklab: compare with the sinklab that made it")
-    names = [name for name in SUITES.get(models[0]["suite"], tuple(versions)) if name in versions]
-    summary = summarise(models[0]["suite"], models[0]["limit"], models, names, sources=[str(run) for run in cfg.runs])
+    names = list(dict.fromkeys(name for results in models for name in results["tasks"]))
+    for name in names:
+        check(name in TASKS, f"task {name} is not known to this sinklab: compare with the sinklab that made it")
+        found = [(m["label"], m["tasks"][name]) for m in models if name in m["tasks"]]
+        versions = sorted({entry["version"] for _, entry in found})
+        check(
+            versions == [TASKS[name].version],
+            f"task {name} was measured at version {', '.join(map(str, versions))}; this sinklab's is {TASKS[name].version}: "
+            "they do not line up",
+        )
+        inputs = {json.dumps(_inputs(entry["config"]), sort_keys=True) for _, entry in found}
+        check(len(inputs) == 1, f"task {name} ran with different settings in these results ({found[0][0]} and others)")
+    labels = [m["label"] for m in models]
+    for i, results in enumerate(models):  # the same model measured on two machines: told apart by its place
+        if labels.count(results["label"]) > 1:
+            results["label"] = f"{results['label']} [{i}: {results['source']}]"
+    order = [name for name in SUITES.get(models[0]["suite"], ()) if name in names] or names
+    summary = summarise(models[0]["suite"], models[0]["limit"], models, order, sources=[str(run) for run in cfg.runs])
     return RunResult(stamped("bench", summary))
+
+
+def _inputs(config: dict) -> dict:
+    """A task's configuration without where and how the model was loaded."""
+    return {k: v for k, v in config.items() if k not in ("model", "load")}
 
 
 BENCH_COMPARE = Capability(  # its summary is a bench summary (kind "bench"): read back as one

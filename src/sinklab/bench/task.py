@@ -8,8 +8,10 @@ every result: changing what a task measures (its settings, its inputs, its readi
 results of two versions are never set side by side.
 
 A task's inputs are fixed and generated offline (the default corpus, Python's reference as the
-outside-corpus text, seeded passkeys), so a result depends only on the model, its revision and
-dtype, and the task's version.
+outside-corpus text, seeded passkeys) and every setting it depends on is written in the task (none
+is left to a capability default that may change), so a result depends on the model, its revision,
+dtype and device (float32 results agree across devices to rounding), and the task's version; the
+results file records the sinklab commit too.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from ..core import configs, pipeline
-from ..core.errors import check
+from ..core.errors import SinklabError, check
 from ..core.results import Capability, RunResult
 from ..core.runs import config_record
+from ..models.subjects import Subject
 
 #: The groups a suite's tasks fall in (the issue's three questions), in the order pages list them.
 GROUPS = {
@@ -67,29 +70,42 @@ class Task:
     capability: Capability
     settings: dict
     read: Callable[[RunResult], dict]
+    positions: Callable[[dict], int]  # the longest input the task feeds the model, from its settings
     quick: dict = field(default_factory=dict)
     headline: str = ""  # the metric the leaderboard's table shows for this task
 
     def __post_init__(self) -> None:
         check(self.group in GROUPS, f"task {self.name}: group must be one of {', '.join(GROUPS)}")
 
+    def values(self, limit: Optional[str]) -> dict:
+        """The capability's settings this task runs with (``--limit quick``'s overrides applied)."""
+        return {**self.settings, **(self.quick if limit == "quick" else {})}
+
     def config(self, model: Optional[str], load: Any, limit: Optional[str]) -> Any:
         """The capability's configuration for ``model`` loaded with ``load``."""
-        values = {**self.settings, **(self.quick if limit == "quick" else {}), "model": model, **configs.flat(load)}
-        return configs.build(self.capability.config, values)
+        return configs.build(self.capability.config, {**self.values(limit), "model": model, **configs.flat(load)})
 
     def run(self, model: Optional[str], load: Any, limit: Optional[str] = None) -> dict:
-        """Measure ``model`` (in memory, through the one pipeline) and read the result: the task's
-        entry in a results file (its version, configuration, wall time, metrics)."""
+        """Measure ``model`` (loaded once, measured in memory through the one pipeline) and read the
+        result: the task's entry in a results file (its version, configuration, wall time,
+        metrics). A model the task cannot measure as defined (inputs longer than the positions it
+        was trained on, an architecture the capability refuses) gets an entry that says why
+        (``not_applicable``) and no metrics: never a number measured some other way."""
         cfg = self.config(model, load, limit)
         started = time.perf_counter()
-        result = pipeline.run(self.capability, cfg)
+        entry = {"version": self.version, "group": self.group, "capability": self.capability.kind, "config": config_record(cfg)}
+        try:
+            loaded = load.load(model)
+            needed, trained = self.positions(self.values(limit)), loaded.max_positions
+            check(trained is None or needed <= trained, f"it reads {needed} positions and the model has {trained}")
+            result = pipeline.run(self.capability, cfg, Subject.from_model(loaded))
+        except SinklabError as exc:
+            return {**entry, "not_applicable": str(exc), "wall_s": time.perf_counter() - started, "model_facts": {},
+                    "metrics": {}, "profiles": {}, "details": {}}  # fmt: skip
         read = self.read(result)
         return {
-            "version": self.version,
-            "group": self.group,
-            "capability": self.capability.kind,
-            "config": config_record(cfg),
+            **entry,
+            "not_applicable": None,
             "wall_s": time.perf_counter() - started,
             "model_facts": {key: result.summary.get(key) for key in pipeline.MODEL_FACTS},
             "metrics": read["metrics"],

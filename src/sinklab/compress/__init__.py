@@ -4,5 +4,6 @@ passkey retrieval, with and without the sink kept: :mod:`.tasks` (the inputs), :
 :mod:`.plots` (its tables, figures and page)."""
 
 from .run import COMPRESS, CompressConfig
+from .tasks import CONTINUATION
 
-__all__ = ["COMPRESS", "CompressConfig"]
+__all__ = ["COMPRESS", "CONTINUATION", "CompressConfig"]

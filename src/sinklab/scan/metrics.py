@@ -50,27 +50,28 @@ def sink_rate(alpha: torch.Tensor, eps: float = 0.3) -> float:
     return (alpha[recorded] > eps).double().mean().item()
 
 
-#: The survey's slack factor for :func:`cumulative_sinks`. Under a causal mask uniform attention
-#: gives key 0 a total of H_T = 1 + 1/2 + ... + 1/T (4.7 times the mean at T = 64, 6.4 at 256),
-#: so a factor below that would flag position 0 of a model with no sink at the lengths scanned.
+#: The slack factor of :func:`cumulative_sinks` (the survey leaves it to the user). sinklab's choice:
+#: under a causal mask uniform attention gives key 0 a total of H_T = 1 + 1/2 + ... + 1/T times the
+#: mean (4.7 at T = 64, 6.1 at 256, 10 only from T = 12,400 on), so 10 flags no position of a model
+#: without a sink at the lengths scanned.
 CUMULATIVE_SLACK = 10.0
 
 
 def cumulative_mass(received: torch.Tensor) -> torch.Tensor:
-    """Each key's total received attention, a_k = sum_i A[i, k] (mean over heads), over the mean
-    total over the keys (1 when every row sums to one): the quantity the sink survey (Su et al.
-    2026) thresholds. ``received``: (H, T) of one layer (:attr:`Record.received`); returns (T,)."""
-    mass = received.double().mean(0)
-    return mass / mass.mean()
+    """Each key's total received attention, a_k = sum_i A[i, k], over the mean total over the keys
+    (1 when every row sums to one): the quantity the sink survey (Su et al. 2026) thresholds.
+    ``received``: (..., T), one input's (and one layer's) totals, e.g. a row of
+    :attr:`Record.received_by_sequence`; returns (..., T)."""
+    received = received.double()
+    return received / received.mean(-1, keepdim=True)
 
 
-def cumulative_sinks(ratio: torch.Tensor, slack: float = CUMULATIVE_SLACK) -> list[tuple[int, float]]:
-    """The survey's cumulative-mass criterion: the keys whose :func:`cumulative_mass` exceeds
-    ``slack``, as (position, ratio) by position. Any position can be flagged, so sinks beyond the
-    first token show here; a layer not recorded (NaN) flags nothing."""
-    if ratio.isnan().any():
-        return []
-    return [(int(k), float(ratio[k])) for k in (ratio > slack).nonzero().flatten()]
+def cumulative_sinks(ratio: torch.Tensor, slack: float = CUMULATIVE_SLACK) -> list[int]:
+    """The survey's cumulative-mass criterion on one input: the positions whose
+    :func:`cumulative_mass` exceeds ``slack``. Any position can be flagged, so a sink that sits on a
+    later token (a delimiter, a repeated word) shows where it is in that input; nothing is flagged
+    for a layer not recorded (NaN)."""
+    return [] if ratio.isnan().any() else [int(k) for k in (ratio > slack).nonzero().flatten()]
 
 
 def secondary_sinks(alpha: torch.Tensor, top: int = 5, min_queries: int = 8, exclude: int = 1) -> list[tuple[int, float]]:

@@ -44,6 +44,7 @@ class Record:
     tokens: int
     columns: dict[int, torch.Tensor]  # key k -> (L, H, T): mean A[i, k] per query i
     received: torch.Tensor  # (L, H, T): mean over sequences of sum_i A[i, k] per key k
+    received_by_sequence: Optional[torch.Tensor]  # (L, N, T): sum_i A[i, k] per sequence, mean over heads
     own: torch.Tensor  # (L, H, T): mean over sequences of A[k, k], each key's weight in its own row
     row_mass: torch.Tensor  # (L, H): mean over sequences and query rows of sum_k A[i, k]
     key_norm: torch.Tensor  # (L, T): mean over sequences and heads of ||k_t||
@@ -80,6 +81,7 @@ class Recorder:
         self.layers = tuple(range(n_layers)) if self.options.layers is None else tuple(sorted(set(self.options.layers)))
         self.sequences = 0
         self._sums: dict[str, dict[int, torch.Tensor]] = defaultdict(dict)
+        self._by_sequence: dict[int, dict[int, torch.Tensor]] = {}  # layer -> first sequence of a pass -> (B, T)
         self._moments = [metrics.Moments() for _ in range(n_layers)]
         self._massive: dict[tuple[int, int, int], dict] = {}
 
@@ -143,6 +145,7 @@ class Recorder:
         # is key j, and point.n_keys is the full count (= the number of query positions here).
         T = point.n_keys or w.shape[-1]
         self._accumulate_span("received", point.layer, w.sum(dim=(0, 2)), 0, T)  # (H, T)
+        self._accumulate_by_sequence(point.layer, w.mean(1).sum(1), T)  # (B, keys)
         own = torch.diagonal(w, offset=point.q_start, dim1=-2, dim2=-1)  # (B, H, t): row q_start + r on key q_start + r
         self._accumulate_span("own", point.layer, own.sum(0), point.q_start, T)
         for key in self.options.key_columns:
@@ -151,6 +154,15 @@ class Recorder:
         if self.options.patterns:
             rows = F.pad(w, (0, T - w.shape[-1])).sum(0).permute(0, 2, 1)  # (H, T, t): keys x query rows, rows last
             self._accumulate_span("patterns", point.layer, rows, point.q_start, T)
+
+    def _accumulate_by_sequence(self, layer: int, value: torch.Tensor, size: int) -> None:
+        """Add ``value`` (B, n), the pass's sequences (the last B counted), into their (B, size)
+        block: each sequence's own received mass, for criteria applied input by input."""
+        blocks = self._by_sequence.setdefault(layer, {})
+        first = self.sequences - value.shape[0]
+        if first not in blocks:
+            blocks[first] = torch.zeros(value.shape[0], size, dtype=torch.float64, device=value.device)
+        blocks[first][:, : value.shape[-1]] += value.detach().double()
 
     def _on_key(self, k: torch.Tensor, point: HookPoint) -> None:
         self._accumulate("key_norm", point.layer, k.float().norm(dim=-1).mean(1).sum(0))  # (T,)
@@ -219,6 +231,11 @@ class Recorder:
             tokens=self._sums["received"][self.layers[0]].shape[-1],
             columns={k: mean(f"column{k}") for k in self.options.key_columns if f"column{k}" in self._sums},
             received=received,
+            received_by_sequence=self._by_layer(
+                {layer: torch.cat([blocks[i].cpu() for i in sorted(blocks)]) for layer, blocks in self._by_sequence.items()}
+            )
+            if self._by_sequence
+            else None,
             own=mean("own"),
             row_mass=received.sum(-1) / received.shape[-1],  # all rows' mass, summed key by key
             key_norm=mean("key_norm"),

@@ -9,6 +9,7 @@ An entry may return :data:`OMIT` to leave its key out (a statistic that does not
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Callable, Optional
@@ -167,23 +168,30 @@ def _secondary_sinks(c: ScanContext):
 
 @entry("cumulative_sinks")
 def _cumulative_sinks(c: ScanContext):
-    """:func:`metrics.cumulative_sinks` per layer, position 0's ratio per layer (None: a layer not
-    recorded), and each flagged position with the layers that flag it and its tokens in the first
-    sequences."""
-    ratios = [metrics.cumulative_mass(received) for received in c.record.received]
-    by_layer = [metrics.cumulative_sinks(ratio) for ratio in ratios]
-    layers_of: dict[int, list[int]] = {}
-    for layer, found in enumerate(by_layer):
-        for position, _ in found:
-            layers_of.setdefault(position, []).append(layer)
+    """:func:`metrics.cumulative_sinks` applied input by input (a sink on a later token sits at a
+    different position in each input, so the batch mean would dilute it): per layer, position 0's
+    mean ratio, the share of inputs that flag position 0 and the share that flag a later position;
+    and the later tokens flagged, by how often (input and layer pairs)."""
+    by_sequence = c.record.received_by_sequence  # (L, N, T)
+    ratios = metrics.cumulative_mass(by_sequence)
+    first, flag_first, flag_later, tokens = [], [], [], Counter()
+    for layer in range(ratios.shape[0]):
+        found = [metrics.cumulative_sinks(row) for row in ratios[layer]]
+        recorded = not ratios[layer].isnan().any()
+        first.append(float(ratios[layer, :, 0].mean()) if recorded else None)
+        flag_first.append(sum(0 in hits for hits in found) / len(found) if recorded else None)
+        flag_later.append(sum(any(k > 0 for k in hits) for hits in found) / len(found) if recorded else None)
+        for seq, hits in enumerate(found):
+            tokens.update(int(c.ids[seq, k]) for k in hits if k > 0)
+    later = [
+        {"token": c.subject.token_strings([token])[0], "id": token, "count": count} for token, count in tokens.most_common(10)
+    ]
     return {
         "slack": metrics.CUMULATIVE_SLACK,
-        "first_by_layer": [metrics.nan_to_none(float(ratio[0])) for ratio in ratios],
-        "by_layer": [[{"position": pos, "ratio": ratio} for pos, ratio in found] for found in by_layer],
-        "positions": [
-            {"position": pos, "layers": layers, "tokens": c.subject.token_strings(c.ids[:3, pos].tolist())}
-            for pos, layers in sorted(layers_of.items())
-        ],
+        "first_by_layer": first,
+        "first_share_by_layer": flag_first,
+        "later_share_by_layer": flag_later,
+        "later_tokens": later,
     }
 
 

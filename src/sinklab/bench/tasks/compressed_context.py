@@ -7,7 +7,7 @@ PyramidKV)."""
 
 import math
 
-from ...compress import COMPRESS
+from ...compress import COMPRESS, CONTINUATION
 from ...press import PRESSES
 from ..task import Task, metric, register, spread_of
 
@@ -28,12 +28,14 @@ def read(result) -> dict:
         if passkey:
             n = len(passkey["logprobs"])
             metrics[f"{name}/passkey_accuracy"] = metric(passkey["accuracy"], n=n, over="prompts", better="higher")
-            metrics[f"{name}/key_logprob"] = metric(passkey["logprob_mean"], passkey["logprob_std"], n, "prompts", "higher")
+            metrics[f"{name}/key_logprob"] = spread_of(passkey["logprobs"], over="prompts", better="higher")
         by_pair.setdefault((cell["press"], cell["ratio"]), {})[cell["keep_sinks"]] = cell
     gains = [math.log(pair[0]["ppl_ratio"]["shakespeare"] / pair[1]["ppl_ratio"]["shakespeare"]) for pair in by_pair.values()]
-    passkey_gains = [pair[1]["passkey"]["accuracy"] - pair[0]["passkey"]["accuracy"] for pair in by_pair.values()]
-    metrics["log_ppl_gain"] = spread_of(gains, over="press x ratio", better="higher")
-    metrics["passkey_gain"] = spread_of(passkey_gains, over="press x ratio", better="higher")
+    passkey_gains = [
+        pair[1]["passkey"]["accuracy"] - pair[0]["passkey"]["accuracy"] for pair in by_pair.values() if "passkey" in pair[1]
+    ]
+    metrics["log_ppl_gain"] = spread_of(gains, over="press x ratio")  # an effect size: neither direction is better
+    metrics["passkey_gain"] = spread_of(passkey_gains, over="press x ratio")
     return {"metrics": metrics, "details": {"dense": s["dense"]}}
 
 
@@ -46,6 +48,7 @@ TASK = register(
         paper="Xiao et al. 2024; kvpress (NVIDIA) presses; sinklab compress",
         capability=COMPRESS,
         settings={
+            "bos": "auto",
             "presses": tuple(PRESSES),
             "ratios": (0.5, 0.875),
             "keep_sinks": KEEP,
@@ -59,6 +62,7 @@ TASK = register(
         },  # fmt: skip
         quick={"presses": ("streaming_llm", "snapkv", "knorm"), "ratios": (0.5,), "contexts": (512,), "keys": 1},
         read=read,
+        positions=lambda s: max(s["contexts"]) + CONTINUATION + 1,  # the context, the scored text after it
         headline="log_ppl_gain",
     )
 )

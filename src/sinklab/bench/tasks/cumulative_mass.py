@@ -1,24 +1,24 @@
 """The sink survey's cumulative-mass criterion (Su et al. 2026, arXiv 2604.10098): a key is a sink
-when the total attention it receives exceeds a slack factor times the mean total; reported with
-the positions it flags, the first token's and any later ones."""
+when the total attention it receives exceeds a slack factor (10) times the mean total, applied to
+each input. Per layer: position 0's total over the mean, the share of inputs whose first token is
+flagged and the share with a later token flagged (sinks beyond position 0); the later tokens
+flagged, by how often, in the details."""
 
 from ...scan import SCAN
-from ..task import Task, metric, register, spread_of
+from ..task import Task, register, spread_of
 
 
 def read(result) -> dict:
     found = result.summary["cumulative_sinks"]
-    recorded = [v for v in found["first_by_layer"] if v is not None]
-    flagging_first = sum(1 for layer in found["by_layer"] if any(hit["position"] == 0 for hit in layer))
-    beyond = [p for p in found["positions"] if p["position"] > 0]
+    recorded = lambda values: [v for v in values if v is not None]  # noqa: E731
     return {
         "metrics": {
-            "first_ratio": spread_of(recorded, over="layers"),
-            "layers_flagging_first": metric(flagging_first / len(recorded) if recorded else None, n=len(recorded), over="layers"),
-            "positions_beyond_first": metric(len(beyond)),
+            "first_ratio": spread_of(recorded(found["first_by_layer"]), over="layers"),
+            "first_share": spread_of(recorded(found["first_share_by_layer"]), over="layers"),
+            "later_share": spread_of(recorded(found["later_share_by_layer"]), over="layers"),
         },
         "profiles": {"cumulative_mass_first_by_layer": found["first_by_layer"]},
-        "details": {"slack": found["slack"], "flagged": found["positions"]},
+        "details": {"slack": found["slack"], "later_tokens": found["later_tokens"]},
     }
 
 
@@ -30,9 +30,10 @@ TASK = register(
         title="cumulative-mass sinks (survey criterion)",
         paper="Su et al. 2026, Attention Sink in Transformers: A Survey (arXiv 2604.10098)",
         capability=SCAN,
-        settings={"corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0},
+        settings={"bos": "auto", "corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0},
         quick={"batch": 8},
         read=read,
-        headline="layers_flagging_first",
+        positions=lambda s: s["tokens"],
+        headline="first_share",
     )
 )

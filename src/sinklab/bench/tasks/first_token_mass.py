@@ -28,9 +28,10 @@ TASK = register(
         title="first-token mass per layer",
         paper="Xiao et al. 2024 (ICLR), Efficient Streaming Language Models with Attention Sinks",
         capability=SCAN,
-        settings={"corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0, "min_query": 1},
+        settings={"bos": "auto", "corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0, "min_query": 1},
         quick={"batch": 8},
         read=read,
+        positions=lambda s: s["tokens"],
         headline="mean",
     )
 )

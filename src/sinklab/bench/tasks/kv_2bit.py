@@ -3,8 +3,8 @@ values per token, groups of 32, the last 128 tokens in full precision) with no t
 with the first token kept in full precision (KVQuant's first-token ablation), judged like the
 compressed context: text perplexity after it and passkey retrieval, against the full cache."""
 
-from ...compress import COMPRESS
-from ..task import Task, metric, register
+from ...compress import COMPRESS, CONTINUATION
+from ..task import Task, metric, register, spread_of
 
 PROTECT = (0, 1)
 
@@ -19,9 +19,9 @@ def read(result) -> dict:
         passkey = cell["passkey"]
         n = len(passkey["logprobs"])
         metrics[f"{name}/passkey_accuracy"] = metric(passkey["accuracy"], n=n, over="prompts", better="higher")
-        metrics[f"{name}/key_logprob"] = metric(passkey["logprob_mean"], passkey["logprob_std"], n, "prompts", "higher")
+        metrics[f"{name}/key_logprob"] = spread_of(passkey["logprobs"], over="prompts", better="higher")
     protected, bare = cells[1]["ppl_ratio"]["shakespeare"], cells[0]["ppl_ratio"]["shakespeare"]
-    metrics["ppl_ratio_gain"] = metric(bare / protected, better="higher")
+    metrics["ppl_ratio_gain"] = metric(bare / protected)  # an effect size: neither direction is better
     return {"metrics": metrics, "details": {"bytes_ratio": {str(p): cells[p]["bytes_ratio"] for p in PROTECT}}}
 
 
@@ -34,6 +34,7 @@ TASK = register(
         paper="Liu et al. 2024 (ICML), KIVI; Hooper et al. 2024, KVQuant (first token in fp16)",
         capability=COMPRESS,
         settings={
+            "bos": "auto",
             "presses": (),
             "quantizers": ("kivi",),
             "bits": (2,),
@@ -49,6 +50,7 @@ TASK = register(
         },  # fmt: skip
         quick={"contexts": (512,), "keys": 1},
         read=read,
+        positions=lambda s: max(s["contexts"]) + CONTINUATION + 1,  # the context, the scored text after it
         headline="ppl_ratio_gain",
     )
 )

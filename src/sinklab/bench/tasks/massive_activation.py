@@ -35,6 +35,7 @@ TASK = register(
         paper="Sun et al. 2024 (COLM), Massive Activations in Large Language Models",
         capability=SCAN,
         settings={
+            "bos": "auto",
             "corpus": "shakespeare",
             "tokens": 64,
             "batch": 32,
@@ -44,6 +45,7 @@ TASK = register(
         },
         quick={"batch": 8},
         read=read,
+        positions=lambda s: s["tokens"],
         headline="value",
     )
 )

@@ -23,9 +23,10 @@ TASK = register(
         title="Sink_1^0.3 (T = 64)",
         paper="Gu et al. 2025 (ICLR), When Attention Sink Emerges in Language Models",
         capability=SCAN,
-        settings={"corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0, "eps": 0.3, "sink_k": 1},
+        settings={"bos": "auto", "corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0, "eps": 0.3, "sink_k": 1},
         quick={"batch": 8},
         read=read,
+        positions=lambda s: s["tokens"],
         headline="sink_rate",
     )
 )

@@ -24,9 +24,10 @@ TASK = register(
         title="sink value norm / others'",
         paper="Guo et al. 2024, Active-Dormant Attention Heads (value drain)",
         capability=SCAN,
-        settings={"corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0},
+        settings={"bos": "auto", "corpus": "shakespeare", "tokens": 64, "batch": 32, "seed": 0},
         quick={"batch": 8},
         read=read,
+        positions=lambda s: s["tokens"],
         headline="ratio",
     )
 )

@@ -29,6 +29,7 @@ TASK = register(
         paper="Li et al. 2026 (ICML), variance discrepancy and super neurons",
         capability=SCAN,
         settings={
+            "bos": "auto",
             "corpus": "shakespeare",
             "tokens": 64,
             "batch": 32,
@@ -38,6 +39,7 @@ TASK = register(
         },
         quick={"batch": 8},
         read=read,
+        positions=lambda s: s["tokens"],
         headline="count",
     )
 )

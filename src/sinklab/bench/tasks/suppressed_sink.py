@@ -13,7 +13,7 @@ def read(result) -> dict:
         "metrics": {
             "ppl_intact": metric(intact, better="lower"),
             "ppl_suppressed": metric(suppressed, better="lower"),
-            "ppl_ratio": metric(suppressed / intact, better="lower"),
+            "ppl_ratio": metric(suppressed / intact),  # how much it depends on its sink: neither direction is better
         },
         "profiles": {"first_token_mass_by_layer_suppressed": s["results"][0]["share_at_0"]},
     }
@@ -27,9 +27,17 @@ TASK = register(
         title="ppl with the sink suppressed / intact",
         paper="Gu et al. 2025 (ICLR); Li et al. 2026 (ICML): removing the sink",
         capability=INTERVENE,
-        settings={"corpus": "shakespeare", "tokens": 256, "batch": 8, "seed": 0, "interventions": (suppress_sink(0),)},
+        settings={
+            "bos": "auto",
+            "corpus": "shakespeare",
+            "tokens": 256,
+            "batch": 8,
+            "seed": 0,
+            "interventions": (suppress_sink(0),),
+        },
         quick={"tokens": 128, "batch": 4},
         read=read,
+        positions=lambda s: s["tokens"],
         headline="ppl_ratio",
     )
 )
