@@ -137,3 +137,75 @@ def test_a_gguf_file_is_a_model_like_any_other(tmp_path):
     results = json.loads(results_files(tmp_path / "gguf")[0].read_text())
     assert results["model"] == str(gguf) and results["model_name"] == gguf.name
     assert result.frame("leaderboard")["sink_rate/sink_rate"][0] > 0.5  # SmolLM2 sinks (0.74 in BENCHMARKS.md)
+
+
+def test_a_task_the_model_cannot_run_as_defined_says_why_and_the_others_still_count(two_models, tmp_path):
+    """The tiny llama has 128 positions: the quick stream (1,024 tokens) does not apply. Mutation
+    tried: the positions check removed (the stream runs past them and reports a ratio)."""
+    out = tmp_path / "na"
+    assert (
+        cli.main(["bench", two_models[0], "--tasks", "sink_rate,streaming", "--limit", "quick", "--quiet", "--out", str(out)])
+        == 0
+    )
+    results = json.loads(results_files(out)[0].read_text())
+    streaming = results["tasks"]["streaming"]
+    assert streaming["not_applicable"] == "it reads 1024 positions and the model has 128" and streaming["metrics"] == {}
+    assert results["tasks"]["sink_rate"]["not_applicable"] is None and results["tasks"]["sink_rate"]["metrics"]
+    board = sinklab.load_result(out).frame()
+    assert board["streaming/ppl_ratio_sinks_0"].isna().all() and board["sink_rate/sink_rate"].notna().all()
+
+
+def test_a_kept_job_is_not_reused_for_another_model_saved_at_the_same_path(tiny_model_dir, tmp_path):
+    """A run with one more task reuses the kept jobs of the same model files only. (The same
+    command on a finished run reads it back, as every command does with its --out.)"""
+    model, out = tmp_path / "model", tmp_path / "run"
+    shutil.copytree(tiny_model_dir("llama"), model)
+    args = ["bench", str(model), "--limit", "quick", "--quiet", "--out", str(out), "--tasks"]
+    assert cli.main([*args, "sink_rate"]) == 0
+    first = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
+    assert cli.main([*args, "sink_rate,first_token_mass"]) == 0
+    assert json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"] == first  # the same files: reused
+    shutil.rmtree(model)
+    shutil.copytree(tiny_model_dir("qwen2"), model)
+    assert cli.main([*args, "sink_rate,first_token_mass,sink_value_norm"]) == 0
+    second = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
+    assert second["wall_s"] != first["wall_s"]  # measured again (mutation: no fingerprint: read back)
+
+
+def test_each_task_records_where_it_ran(bench_run):
+    from sinklab.core.runs import source_revision
+
+    results = json.loads(results_files(bench_run)[0].read_text())
+    here = source_revision()
+    for entry in results["tasks"].values():
+        assert entry["where"]["git"] == here and entry["where"]["versions"]["sinklab"] == sinklab.__version__
+    assert results["git"] == here
+
+
+def test_compare_refuses_other_suites_limits_settings_and_unknown_tasks(bench_run, tmp_path, capsys):
+    def edited(name, change):
+        run = tmp_path / name
+        shutil.copytree(bench_run, run)
+        path = results_files(run)[0]
+        results = json.loads(path.read_text())
+        change(results)
+        path.write_text(json.dumps(results))
+        return run
+
+    full = edited("full", lambda r: r.update(limit=None))
+    assert cli.main(["bench", "--compare", str(bench_run), str(full), "--out", str(tmp_path / "o1"), "--quiet"]) == 2
+    one_line_error(capsys, "different limits")
+    other = edited("other", lambda r: r["tasks"]["sink_rate"]["config"]["inputs"].update(batch=2))
+    assert cli.main(["bench", "--compare", str(bench_run), str(other), "--out", str(tmp_path / "o2"), "--quiet"]) == 2
+    one_line_error(capsys, "sink_rate ran with different settings")
+    unknown = edited("unknown", lambda r: r["tasks"].update(mystery=r["tasks"]["sink_rate"]))
+    assert cli.main(["bench", "--compare", str(unknown), "--out", str(tmp_path / "o3"), "--quiet"]) == 2
+    one_line_error(capsys, "mystery is not known")
+
+
+def test_the_notebook_function_takes_names_and_says_so_in_one_line(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir("llama"))
+    with pytest.raises(SinklabError, match="bench_models takes model names .* not a LlamaForCausalLM"):
+        sinklab.bench_models([model], tasks=("sink_rate",))

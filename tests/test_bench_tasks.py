@@ -258,3 +258,87 @@ def test_w8a8_pays_for_the_planted_outlier_only_with_bos_in_the_stream(planted):
     assert outlier["prefix_gain"] > 2.0
     assert outlier["ppl_sink_prefix"] == pytest.approx(outlier["ppl_fp"], rel=0.05)
     assert measured(planted, "sink", "w8a8_prefix")["prefix_gain"] == pytest.approx(1.0, abs=0.02)
+
+
+# --------------------------------------------------------------------------- reading a result
+
+
+def read(task: str, summary: dict) -> dict:
+    """The task's metric values read from a hand-made summary of its capability."""
+    from sinklab.core.results import RunResult
+
+    return {name: m["value"] for name, m in TASKS[task].read(RunResult(summary))["metrics"].items()}
+
+
+def cell(ppl_in, ppl_out, accuracy, logprobs, **key):
+    return {**key, "ppl_ratio": {"shakespeare": ppl_in, "pydoc": ppl_out},
+            "passkey": {"accuracy": accuracy, "logprobs": logprobs, "logprob_mean": sum(logprobs) / len(logprobs)}}  # fmt: skip
+
+
+def test_each_metric_reads_its_own_entry_of_the_summary():
+    """Every number of a hand-made summary distinct, so a metric reading another entry (the
+    outside text for the corpus, one condition for another, min for max) changes a value here.
+    Mutations of the review (passkey_gain's sign, ppl_ratio_outside on the corpus, pairs keyed by
+    press only, streaming's dense as its 4-sink ppl, w8a8's BOS-in-stream read from no_bos,
+    first-token mass max as min, and more) each fail one of these."""
+    scan = {
+        "layers": 2, "heads": 3, "sink_rate": {"value": 0.25}, "sink_share_by_layer": [0.5, 0.0],
+        "first_token_mass_by_layer": [0.2, 0.6], "first_token_mass_start_layer": 1,
+        "massive_activations": [{"value": -300.0, "layer": 1, "dim": 7, "position": 0},
+                                {"value": 200.0, "layer": 0, "dim": 2, "position": 3}],
+        "max_over_median": [5.0, 9000.0], "settings": {"massive_absolute": 100.0, "massive_relative": 1000.0},
+        "super_neurons": [{"layer": 0, "neuron": 4, "act_first": 150.0, "ratio": 200.0},
+                          {"layer": 1, "neuron": 9, "act_first": 900.0, "ratio": 120.0}],
+        "norms": {"value": {"first": [1.0, 3.0], "rest_mean": [4.0, 2.0]}},
+        "cumulative_sinks": {"slack": 10.0, "first_by_layer": [20.0, 40.0], "first_share_by_layer": [0.5, 1.0],
+                             "later_share_by_layer": [0.25, 0.0], "later_tokens": []},
+    }  # fmt: skip
+    assert read("sink_rate", scan) == {"sink_rate": 0.25}
+    assert read("first_token_mass", scan) == {"mean": pytest.approx(0.4), "max": 0.6, "start_layer": 1}
+    assert read("cumulative_mass", scan) == {"first_ratio": 30.0, "first_share": 0.75, "later_share": 0.125}
+    assert read("massive_activation", scan) == {"value": 300.0, "layer": 1, "dim": 7, "position": 0, "max_over_median": 9000.0}
+    assert read("super_neurons", scan) == {"count": 2, "largest_activation": 900.0, "layer": 1, "neuron": 9}
+    assert read("sink_value_norm", scan) == {"ratio": pytest.approx(0.875), "min_ratio": 0.25}
+
+    suppressed = {"baseline": {"ppl": 10.0}, "results": [{"ppl": 15.0, "share_at_0": [0.0, 0.0]}]}
+    assert read("suppressed_sink", suppressed) == {"ppl_intact": 10.0, "ppl_suppressed": 15.0, "ppl_ratio": 1.5}
+
+    chunks = lambda *ppl: [{"ppl": p} for p in ppl]  # noqa: E731
+    stream = {"sinks": 4, "window": 252, "tokens": 2048, "policies": {"dense": {"ppl": 10.0}}, "ablation": {
+        "0": {"ppl": 30.0, "ppl_by_chunk": chunks(9.0, 28.0, 32.0)}, "1": {"ppl": 12.0, "ppl_by_chunk": chunks(9.0, 11.0, 13.0)},
+        "4": {"ppl": 11.0, "ppl_by_chunk": chunks(9.0, 10.5, 11.5)}}}  # fmt: skip
+    found = TASKS["streaming"].read(__import__("sinklab").RunResult(stream))["metrics"]
+    assert {k: m["value"] for k, m in found.items()} == {
+        "ppl_dense": 10.0, "ppl_sinks_0": 30.0, "ppl_ratio_sinks_0": 3.0, "ppl_sinks_1": 12.0, "ppl_ratio_sinks_1": 1.2,
+        "ppl_sinks_4": 11.0, "ppl_ratio_sinks_4": 1.1,
+    }  # fmt: skip
+    assert (found["ppl_sinks_0"]["n"], found["ppl_sinks_0"]["spread"]) == (2, pytest.approx(2**0.5 * 2))  # chunks after the first
+
+    cells = [
+        cell(3.0, 4.0, 0.0, [-6.0, -8.0], press="streaming_llm", ratio=0.5, keep_sinks=0),
+        cell(1.5, 2.5, 0.5, [-1.0, -3.0], press="streaming_llm", ratio=0.5, keep_sinks=1),
+        cell(6.0, 7.0, 0.5, [-2.0, -2.0], press="streaming_llm", ratio=0.875, keep_sinks=0),
+        cell(2.0, 3.5, 1.0, [-4.0, -4.0], press="streaming_llm", ratio=0.875, keep_sinks=1),
+    ]
+    found = read("compressed_context", {"cells": cells, "dense": {}})
+    assert found["streaming_llm@0.5/keep1/ppl_ratio"] == 1.5 and found["streaming_llm@0.5/keep1/ppl_ratio_outside"] == 2.5
+    assert found["streaming_llm@0.875/keep0/passkey_accuracy"] == 0.5 and found["streaming_llm@0.5/keep0/key_logprob"] == -7.0
+    assert found["log_ppl_gain"] == pytest.approx((math.log(2.0) + math.log(3.0)) / 2)
+    assert found["passkey_gain"] == pytest.approx(((0.5 - 0.0) + (1.0 - 0.5)) / 2)
+
+    quantized = [cell(2.0, 3.0, 0.5, [-5.0, -7.0], protect=0, bytes_ratio=0.2),
+                 cell(1.25, 1.5, 1.0, [-1.0, -2.0], protect=1, bytes_ratio=0.21)]  # fmt: skip
+    found = read("kv_2bit", {"quantized": quantized})
+    assert found == {
+        "protect0/ppl_ratio": 2.0, "protect0/ppl_ratio_outside": 3.0, "protect0/passkey_accuracy": 0.5,
+        "protect0/key_logprob": -6.0, "protect1/ppl_ratio": 1.25, "protect1/ppl_ratio_outside": 1.5,
+        "protect1/passkey_accuracy": 1.0, "protect1/key_logprob": -1.5, "ppl_ratio_gain": 1.6,
+    }  # fmt: skip
+
+    ppl = {"fp": {"bos": 10.0, "prefix": 10.5, "no_bos": 11.0}, "w8a8": {"bos": 30.0, "prefix": 12.0, "no_bos": 40.0}}
+    assert read("w8a8_prefix", {"ppl": ppl}) == {
+        "ppl_fp": 10.0,
+        "ppl_bos_in_stream": 30.0,
+        "ppl_sink_prefix": 12.0,
+        "prefix_gain": 2.5,
+    }

@@ -49,7 +49,8 @@ def figures(summary: dict) -> dict:
     for group, (name, bars) in BARS.items():
         fig = go.Figure()
         for results in summary["models"]:
-            shown = [(f"{t}/{m}", results["tasks"][t]["metrics"][m]["value"]) for t, m in bars if t in results["tasks"]]
+            cells = [(f"{t}/{m}", results["tasks"].get(t, {}).get("metrics", {}).get(m)) for t, m in bars]
+            shown = [(x, metric["value"]) for x, metric in cells if metric is not None]
             if shown:
                 fig.add_trace(go.Bar(x=[x for x, _ in shown], y=[y for _, y in shown], name=html_text(results["label"])))
         if fig.data:
