@@ -153,6 +153,7 @@ def test_a_task_the_model_cannot_run_as_defined_says_why_and_the_others_still_co
     assert results["tasks"]["sink_rate"]["not_applicable"] is None and results["tasks"]["sink_rate"]["metrics"]
     board = sinklab.load_result(out).frame()
     assert board["streaming/ppl_ratio_sinks_0"].isna().all() and board["sink_rate/sink_rate"].notna().all()
+    assert ">n/a</td>" in (out / "report.html").read_text()
 
 
 def test_a_kept_job_is_not_reused_for_another_model_saved_at_the_same_path(tiny_model_dir, tmp_path):
@@ -209,3 +210,14 @@ def test_the_notebook_function_takes_names_and_says_so_in_one_line(tiny_model_di
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir("llama"))
     with pytest.raises(SinklabError, match="bench_models takes model names .* not a LlamaForCausalLM"):
         sinklab.bench_models([model], tasks=("sink_rate",))
+
+
+def test_the_published_leaderboard_files_validate_and_merge():
+    """benchmarks/leaderboard/sinks-v1/ (BENCHMARKS.md 12) stays readable by this sinklab."""
+    from pathlib import Path
+
+    files = sorted((Path(__file__).parent.parent / "benchmarks" / "leaderboard" / "sinks-v1").glob("*.json"))
+    assert len(files) == 2
+    board = sinklab.compare_bench(files).frame()
+    rates = dict(zip(board.label, board["sink_rate/sink_rate"]))
+    assert rates == {"smollm2": pytest.approx(0.7556, abs=1e-4), "runs/sinklab-bytes-llama": 0.0}

@@ -72,6 +72,16 @@ def leaderboard_columns(summary: dict) -> list:
     return [*LEAD_COLUMNS, *headlines, ("wall s", "wall_s", ".0f")]
 
 
+def shown_rows(summary: dict) -> list[dict]:
+    """The leaderboard's rows with ``n/a`` where a task did not apply to the model."""
+    rows = list(leaderboard_rows(summary))
+    for row, results in zip(rows, summary["models"]):
+        for name, card in summary["tasks"].items():
+            if results["tasks"].get(name, {}).get("not_applicable"):
+                row[headline_column(name, card)] = "n/a"
+    return rows
+
+
 def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None) -> list[html.Section]:
     models = ", ".join(r["label"] for r in summary["models"])
     keys = {"suite": summary["suite"], "limit": summary["limit"] or "full", "models": models}
@@ -79,7 +89,9 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
         html.Section("Run", html.header(None, keys, run_dir)),
         html.Section(
             "Leaderboard (click a header to sort)",
-            html.sortable_table(list(leaderboard_rows(summary)), leaderboard_columns(summary)),
+            html.sortable_table(shown_rows(summary), leaderboard_columns(summary))
+            + "<p class='note'>n/a: the task does not apply to the model as defined (the results file says why); "
+            "-: measured, nothing found (e.g. no massive activation over the thresholds).</p>",
         ),
         html.Section("Tasks", html.table(task_rows(summary), TASK_COLUMNS)),
     ]

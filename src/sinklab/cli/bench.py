@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..bench import BENCH, BENCH_COMPARE, SUITES, BenchCompareConfig, BenchConfig
-from ..bench.frame import leaderboard_rows
-from ..bench.plots import leaderboard_columns
+from ..bench.plots import leaderboard_columns, shown_rows
 from ..core.errors import check
 from ..core.text import format_table
 from .args import (
@@ -52,6 +51,6 @@ def bench_command(args: argparse.Namespace) -> int:
         cfg = config_from(BenchConfig, args, launcher, models=tuple(args.model) or (None,))
         result = run_out(args, BENCH, cfg, launcher=launcher)
     if not result.reused:
-        print(format_table(list(leaderboard_rows(result.summary)), leaderboard_columns(result.summary)))
+        print(format_table(shown_rows(result.summary), leaderboard_columns(result.summary)))
         print(f"\noutputs: {written(result)}")
     return 0
