@@ -191,9 +191,10 @@ def bench_models(models=(None,), *, out: Optional[str] = None, overwrite: bool =
     capability with fixed inputs. With ``out``, one job per (model, task) on ``launcher``
     (:class:`~sinklab.core.launchers.LauncherSettings`; default this machine), finished jobs kept
     and reused, and one results file per model under ``out/results/``. ``.frame()`` (table
-    ``metrics``): one row per (model, task, metric) with ``value``, ``spread`` (the standard
-    deviation of the ``n`` units it is the mean of, ``over`` prompts, layers or chunks) and
-    ``better``; ``.frame("leaderboard")``: one row per model, each task's headline metric.
+    ``leaderboard``): one row per model, each task's headline metric (None where it does not
+    apply); ``.frame("metrics")``: one row per (model, task, metric) with ``value``, ``spread``
+    (the standard deviation, n - 1, over the ``n`` units named in ``over``: prompts, layers,
+    chunks) and ``better``.
     Settings:
     """
     given = [models] if models is None or isinstance(models, (str, os.PathLike)) else list(models)

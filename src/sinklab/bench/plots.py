@@ -97,7 +97,7 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     ]
     for name, fig in figures(summary).items():
         parts.append(html.Section(name.removesuffix(".png").replace("_", " "), html.plot(fig, f"{uid}-{name[:-4]}")))
-    rows = [r for r in metric_rows(summary) if "/" not in r["metric"]]  # per-cell metrics: in metrics.csv
+    rows = [r for r in metric_rows(summary) if "@" not in r["metric"]]  # each press cell's: in metrics.csv
     for group, heading in summary["groups"].items():
         mine = [r for r in rows if r["group"] == group]
         if mine:

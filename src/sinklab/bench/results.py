@@ -46,8 +46,8 @@ def _version(package: str) -> Optional[str]:
 
 def model_results(model: Optional[str], label: str, suite: str, limit: Optional[str], entries: dict, where: dict) -> dict:
     """One model's results file from its tasks' entries (:meth:`Task.run`, each with ``where`` it
-    ran: a kept job may come from another commit or machine) and ``where`` the file is written
-    (:func:`provenance`). The model's facts (name, revision, dtype, device) are its tasks' own;
+    ran: a kept job may come from another commit or machine; ``task_commits`` lists them) and
+    ``where`` the file is written (:func:`provenance`). The model's facts (name, revision, dtype, device) are its tasks' own;
     tasks that ran the model on different devices or dtypes would not line up and are refused."""
     facts = [entry["model_facts"] for entry in entries.values() if entry["model_facts"]]
     first = facts[0] if facts else {}
@@ -67,6 +67,7 @@ def model_results(model: Optional[str], label: str, suite: str, limit: Optional[
         "suite": suite,
         "limit": limit,
         **where,
+        "task_commits": sorted({(entry["where"]["git"] or {}).get("commit", "unknown") for entry in entries.values()}),
         "seeds": {name: seed for name, entry in entries.items() if (seed := _seed(entry["config"])) is not None},
         "wall_s": sum(entry["wall_s"] for entry in entries.values()),
         "tasks": {name: {k: v for k, v in entry.items() if k != "model_facts"} for name, entry in entries.items()},

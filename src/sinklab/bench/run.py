@@ -129,7 +129,8 @@ def _job_path(workdir: Path, job: BenchJob) -> Path:
 
 def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
     """The job's kept entry when it measured this model (the same files) with this task's version
-    and configuration."""
+    and configuration (whatever sinklab commit measured it: a task's version is what says its
+    numbers are comparable; each entry's ``where`` names the commit)."""
     path = None if workdir is None else _job_path(workdir, job)
     if path is None or not path.exists():
         return None
@@ -137,7 +138,7 @@ def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
     entry = kept["entry"]
     same_model = kept.get("model") == job.model and entry.get("fingerprint") == job.fingerprint()
     same_task = entry["version"] == TASKS[job.task].version and entry["config"] == job.config()
-    return entry if same_model and same_task else None
+    return entry if same_model and same_task and entry["not_applicable"] is None else None  # n/a: checked again
 
 
 def _keep(workdir: Path, job: BenchJob, entry: dict) -> None:

@@ -94,8 +94,8 @@ class Task:
         cfg = self.config(model, load, limit)
         started = time.perf_counter()
         entry = {"version": self.version, "group": self.group, "capability": self.capability.kind, "config": config_record(cfg)}
+        loaded = load.load(model)  # a model that does not load fails the job (its own error): no entry
         try:
-            loaded = load.load(model)
             needed, trained = self.positions(self.values(limit)), loaded.max_positions
             check(trained is None or needed <= trained, f"it reads {needed} positions and the model has {trained}")
             result = pipeline.run(self.capability, cfg, Subject.from_model(loaded))

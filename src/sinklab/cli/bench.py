@@ -43,6 +43,8 @@ def add_parser(sub) -> None:
 def bench_command(args: argparse.Namespace) -> int:
     if args.compare:
         check(not args.model, "--compare merges finished runs: give run directories to --compare, not models")
+        given = [flag for flag, value in (("--tasks", args.tasks), ("--limit", args.limit)) if value]
+        check(not given, f"--compare merges the results as they are: {', '.join(given)} would not change them")
         args.out = args.out or DEFAULT_COMPARE_OUT
         result = run_out(args, BENCH_COMPARE, BenchCompareConfig(runs=tuple(args.compare)))
     else:
