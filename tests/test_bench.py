@@ -120,6 +120,10 @@ def test_bad_input_is_one_line(capsys, two_models, tmp_path):
     assert cli.main(["bench", "--compare", str(tmp_path / "missing"), "--out", str(tmp_path / "c"), "--quiet"]) == 2
     one_line_error(capsys, "missing")
     assert not (tmp_path / "a").exists() or not (tmp_path / "a" / "summary.json").exists()
+    missing = str(tmp_path / "no-such-model")  # a model that does not load is an error, never "not applicable"
+    assert cli.main(["bench", missing, "--tasks", "sink_rate", "--limit", "quick", "--out", str(tmp_path / "d"), "--quiet"]) == 2
+    one_line_error(capsys, "no-such-model")
+    assert not (tmp_path / "d" / "summary.json").exists()
 
 
 def test_the_notebook_function_gives_the_commands_metrics(bench_run, two_models):
