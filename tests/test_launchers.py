@@ -323,7 +323,10 @@ def lingering_command(tmp_path: Path, launcher: dict, patch: str = "") -> subpro
     script = tmp_path / "lingering.py"
     script.write_text(LINGERING.replace("{launcher}", repr(launcher)).replace("if __name__", patch + "\nif __name__"))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "LINGER_DIR": str(tmp_path)}
-    return subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env)
+    # SIGINT at its default, as in a terminal: a suite started in the background (``cmd &`` without job
+    # control) ignores it, and submitit's local controllers, which end their job on SIGINT, inherit that
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    return subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env, preexec_fn=default_sigint)
 
 
 def start_lingering_jobs(tmp_path: Path, launcher: dict) -> tuple[subprocess.Popen, list[int]]:
