@@ -10,12 +10,11 @@ from __future__ import annotations
 import json
 import os
 import platform
-from importlib import metadata
 from pathlib import Path
 from typing import Optional
 
 from ..core.errors import SinklabError, check
-from ..core.runs import jsonable, source_revision
+from ..core.runs import jsonable, package_versions, source_revision
 
 RESULTS_KIND = "bench_results"
 RESULTS_VERSION = 1
@@ -26,22 +25,13 @@ def provenance() -> dict:
     """Which sinklab and which machine measured: its version and git commit, the packages that
     decide the numbers, and the host (for CPU timings, the core count)."""
     import torch
-    import transformers
 
-    versions = {"sinklab": _version("sinklab"), "torch": torch.__version__, "transformers": transformers.__version__}
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
-        "versions": versions,
+        "versions": package_versions(),
         "git": source_revision(),
         "machine": {"platform": platform.platform(), "python": platform.python_version(), "cpus": os.cpu_count(), "gpu": gpu},
     }
-
-
-def _version(package: str) -> Optional[str]:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def model_results(model: Optional[str], label: str, suite: str, limit: Optional[str], entries: dict, where: dict) -> dict:

@@ -32,10 +32,6 @@ from .tasks import DEFAULT_SUITE, SUITES
 JOBS_DIR = "jobs"
 
 
-def names(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
-
-
 @dataclass
 class BenchConfig:
     """``sinklab bench``'s settings (and ``sinklab.bench_models``' keyword arguments)."""
@@ -47,7 +43,6 @@ class BenchConfig:
     tasks: tuple[str, ...] = setting(
         (),
         metavar="T[,T...]",
-        parse=names,
         shown="the suite's",
         help=f"only these tasks of the suite ({', '.join(SUITES[DEFAULT_SUITE])})",
     )
@@ -122,9 +117,13 @@ def measure(cfg: BenchConfig, context: RunContext = RunContext()) -> RunResult:
     return RunResult(stamped("bench", summarise(cfg.suite, cfg.limit, models, cfg.task_names)))
 
 
+def _slug(label: str) -> str:
+    """A model's label as a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")[:80] or "model"
+
+
 def _job_path(workdir: Path, job: BenchJob) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", job.label).strip("-.")[:80] or "model"
-    return workdir / JOBS_DIR / slug / f"{job.task}.json"
+    return workdir / JOBS_DIR / _slug(job.label) / f"{job.task}.json"
 
 
 def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
@@ -169,10 +168,7 @@ def write(out: Path, result: RunResult) -> list[str]:
     removed) and the leaderboard as CSV."""
     folder = out / RESULTS_DIR
     folder.mkdir(exist_ok=True)
-    wanted = {}
-    for i, results in enumerate(result.summary["models"]):
-        slug = re.sub(r"[^A-Za-z0-9._-]+", "-", results["label"]).strip("-.")[:80] or "model"
-        wanted[f"{i}-{slug}.json"] = results
+    wanted = {f"{i}-{_slug(results['label'])}.json": results for i, results in enumerate(result.summary["models"])}
     for stale in folder.glob("*.json"):
         if stale.name not in wanted:
             stale.unlink()

@@ -19,17 +19,27 @@ def cell_name(cell: dict) -> str:
     return f"{cell['press']}@{cell['ratio']:g}/keep{cell['keep_sinks']}"
 
 
+def judged(cell: dict, name: str) -> dict:
+    """A compressed or quantized cache's cell of ``sinklab compress`` as metrics named ``name/...``:
+    the perplexity ratios after it (corpus, outside text) and passkey retrieval."""
+    found = {
+        f"{name}/ppl_ratio": metric(cell["ppl_ratio"]["shakespeare"], better="lower"),
+        f"{name}/ppl_ratio_outside": metric(cell["ppl_ratio"]["pydoc"], better="lower"),
+    }
+    passkey = cell.get("passkey")
+    if passkey:
+        found[f"{name}/passkey_accuracy"] = metric(
+            passkey["accuracy"], n=len(passkey["logprobs"]), over="prompts", better="higher"
+        )
+        found[f"{name}/key_logprob"] = spread_of(passkey["logprobs"], over="prompts", better="higher")
+    return found
+
+
 def read(result) -> dict:
     s = result.summary
     metrics, by_pair = {}, {}
     for cell in s["cells"]:
-        name, passkey = cell_name(cell), cell.get("passkey")
-        metrics[f"{name}/ppl_ratio"] = metric(cell["ppl_ratio"]["shakespeare"], better="lower")
-        metrics[f"{name}/ppl_ratio_outside"] = metric(cell["ppl_ratio"]["pydoc"], better="lower")
-        if passkey:
-            n = len(passkey["logprobs"])
-            metrics[f"{name}/passkey_accuracy"] = metric(passkey["accuracy"], n=n, over="prompts", better="higher")
-            metrics[f"{name}/key_logprob"] = spread_of(passkey["logprobs"], over="prompts", better="higher")
+        metrics.update(judged(cell, cell_name(cell)))
         by_pair.setdefault((cell["press"], cell["ratio"]), {})[cell["keep_sinks"]] = cell
     gains = [math.log(pair[0]["ppl_ratio"]["shakespeare"] / pair[1]["ppl_ratio"]["shakespeare"]) for pair in by_pair.values()]
     passkey_gains = [

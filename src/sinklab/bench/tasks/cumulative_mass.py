@@ -10,12 +10,11 @@ from ..task import Task, register, spread_of
 
 def read(result) -> dict:
     found = result.summary["cumulative_sinks"]
-    recorded = lambda values: [v for v in values if v is not None]  # noqa: E731
     return {
-        "metrics": {
-            "first_ratio": spread_of(recorded(found["first_by_layer"]), over="layers"),
-            "first_share": spread_of(recorded(found["first_share_by_layer"]), over="layers"),
-            "later_share": spread_of(recorded(found["later_share_by_layer"]), over="layers"),
+        "metrics": {  # spread_of leaves out the layers not recorded (None)
+            "first_ratio": spread_of(found["first_by_layer"], over="layers"),
+            "first_share": spread_of(found["first_share_by_layer"], over="layers"),
+            "later_share": spread_of(found["later_share_by_layer"], over="layers"),
         },
         "profiles": {"cumulative_mass_first_by_layer": found["first_by_layer"]},
         "details": {"slack": found["slack"], "later_tokens": found["later_tokens"]},

@@ -4,7 +4,8 @@ with the first token kept in full precision (KVQuant's first-token ablation), ju
 compressed context: text perplexity after it and passkey retrieval, against the full cache."""
 
 from ...compress import COMPRESS, CONTINUATION
-from ..task import Task, metric, register, spread_of
+from ..task import Task, metric, register
+from .compressed_context import judged
 
 PROTECT = (0, 1)
 
@@ -13,13 +14,7 @@ def read(result) -> dict:
     cells = {cell["protect"]: cell for cell in result.summary["quantized"]}
     metrics = {}
     for protect in PROTECT:
-        cell, name = cells[protect], f"protect{protect}"
-        metrics[f"{name}/ppl_ratio"] = metric(cell["ppl_ratio"]["shakespeare"], better="lower")
-        metrics[f"{name}/ppl_ratio_outside"] = metric(cell["ppl_ratio"]["pydoc"], better="lower")
-        passkey = cell["passkey"]
-        n = len(passkey["logprobs"])
-        metrics[f"{name}/passkey_accuracy"] = metric(passkey["accuracy"], n=n, over="prompts", better="higher")
-        metrics[f"{name}/key_logprob"] = spread_of(passkey["logprobs"], over="prompts", better="higher")
+        metrics.update(judged(cells[protect], f"protect{protect}"))
     protected, bare = cells[1]["ppl_ratio"]["shakespeare"], cells[0]["ppl_ratio"]["shakespeare"]
     metrics["ppl_ratio_gain"] = metric(bare / protected)  # an effect size: neither direction is better
     return {"metrics": metrics, "details": {"bytes_ratio": {str(p): cells[p]["bytes_ratio"] for p in PROTECT}}}
