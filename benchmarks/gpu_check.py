@@ -166,8 +166,10 @@ SECTIONS = {
 }
 
 
-def run_sections(device: str, smoke: bool, names=tuple(SECTIONS)) -> dict:
-    """Every section in turn; a failure is recorded (with its traceback's last line) and the rest run."""
+def run_sections(device: str, smoke: bool, names=tuple(SECTIONS), done=lambda name, result: None) -> dict:
+    """Every section in turn; a failure is recorded (with its traceback's last line) and the rest run.
+    ``done(name, result)`` is called as each section ends, so a run stopped at a time limit keeps the
+    sections it finished (the first GPU run lost four finished sections when the fifth ran over)."""
     results = {}
     for name in names:
         start = time.perf_counter()
@@ -180,7 +182,8 @@ def run_sections(device: str, smoke: bool, names=tuple(SECTIONS)) -> dict:
                 "where": traceback.format_exc().strip().splitlines()[-3:],
             }
         results[name]["section_seconds"] = round(time.perf_counter() - start, 1)
-        print(name, json.dumps(results[name])[:600], flush=True)
+        print(name, json.dumps(results[name]), flush=True)
+        done(name, results[name])
     return results
 
 
@@ -192,11 +195,9 @@ def main() -> None:
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: PyTorch sees no GPU here; run it on a GPU machine, or --smoke for the CPU rehearsal")
-    results = run_sections(device, args.smoke, args.only.split(","))
-    record(
-        "gpu_check_smoke" if args.smoke else "gpu_check",
-        {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "sections": results},
-    )
+    where = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    name = "gpu_check_smoke" if args.smoke else "gpu_check"
+    run_sections(device, args.smoke, args.only.split(","), lambda section, result: record(name, {"device": where, "section": section, **result}))
 
 
 if __name__ == "__main__":
