@@ -62,5 +62,33 @@ bench-llama-cpp: install
 	$(BIN)/python -c "import llama_cpp" 2>/dev/null || CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/pip install llama-cpp-python==0.3.36
 	$(BIN)/python benchmarks/llama_cpp_yardstick.py
 
+# The peers, side by side with sinklab (BENCHMARKS.md 7 and 11): kvpress 0.5.5 (it pins transformers < 5.3),
+# TransformerLens 4.3 and nnsight 0.8, each in its own `pip install --target` site under .peers/ (git-ignored)
+# beside this venv's torch, never in the venv; a benchmark's worker for a peer puts that site alone on its
+# PYTHONPATH. --no-deps, with every dependency the peer imports pinned here, so that no second torch lands in a
+# site (kvpress's transformers 5.2 and its huggingface_hub 1.x and tokenizers 0.22 are the point of its site).
+# Left out as not imported by what is measured: kvpress's peft and eval extras, TransformerLens's wandb,
+# sentencepiece, protobuf and transformers-stream-generator, nnsight's remote-execution packages.
+# PEERS_ARGS=--smoke runs every script at small sizes and records nothing.
+.PHONY: bench-peers
+PEERS := .peers
+PEERS_ARGS ?=
+PEER_DATASETS := datasets==5.2.0 pyarrow==26.0.1 dill==0.4.1 xxhash==4.1.0 multiprocess==0.70.19
+SITE_kvpress := kvpress==0.5.5 transformers==5.2.0 huggingface_hub==1.33.0 tokenizers==0.22.2 httpx==0.28.1 httpcore==1.0.9 \
+	cachetools==5.5.2 fire==0.6.0 termcolor==3.3.0 six==1.17.0 $(PEER_DATASETS)
+SITE_transformer_lens := transformer-lens==4.3.0 beartype==0.23.1 einops==0.8.2 fancy-einsum==0.0.3 jaxtyping==0.3.11 \
+	wadler-lindig==0.1.8 typeguard==4.6.1 $(PEER_DATASETS)
+SITE_nnsight := nnsight==0.8.1
+
+$(PEERS)/%/.installed: | $(STAMP)
+	rm -rf $(PEERS)/$*
+	$(BIN)/pip install -q --no-deps --target $(PEERS)/$* $(SITE_$*)
+	touch $@
+
+bench-peers: install $(PEERS)/kvpress/.installed $(PEERS)/transformer_lens/.installed $(PEERS)/nnsight/.installed
+	$(BIN)/python benchmarks/peers_kvpress.py $(PEERS_ARGS)
+	$(BIN)/python benchmarks/peers_scan.py $(PEERS_ARGS)
+	$(BIN)/python benchmarks/peers_quantized_cache.py $(PEERS_ARGS)
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -59,15 +59,21 @@ def make_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>")
 
 
-def tiny_config(arch: str, vocab_size: int):
-    """A tiny random config of ``arch``: every architecture of the layout table, and gpt-oss.
+def tiny_config(arch: str, vocab_size: int, positions: int = 128):
+    """A tiny random config of ``arch``: every architecture of the layout table, and gpt-oss, trained
+    (as its config says) on ``positions`` positions.
 
     Sliding windows are shorter than the test inputs, so that the mask has to carry them."""
     import transformers as t
 
     common = dict(vocab_size=vocab_size, bos_token_id=0, eos_token_id=1, pad_token_id=1)
     decoder = dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=128, **common
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=positions,
+        **common,
     )
     gqa = dict(decoder, num_key_value_heads=2)
     configs = {
@@ -88,14 +94,14 @@ def tiny_config(arch: str, vocab_size: int):
             },
         ),
         "phi": lambda: t.PhiConfig(**decoder),
-        "gpt2": lambda: t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=128, **common),
+        "gpt2": lambda: t.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=positions, **common),
         "gpt_neox": lambda: t.GPTNeoXConfig(**decoder),
         "opt": lambda: t.OPTConfig(
             hidden_size=32,
             ffn_dim=64,
             num_hidden_layers=2,
             num_attention_heads=4,
-            max_position_embeddings=128,
+            max_position_embeddings=positions,
             word_embed_proj_dim=32,
             **common,
         ),
@@ -119,7 +125,8 @@ def tokenizer():
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer):
-    """A factory: the folder of a saved tiny random model of the given architecture.
+    """A factory: the folder of a saved tiny random model of the given architecture (and number of
+    positions: a run that reads more than the default 128, as ``sinklab compress`` does, is refused).
 
     The first test to ask for an architecture builds it inside its own body, so saving prints
     nothing (transformers' "Writing model shards" bar would land in that test's captured stderr
@@ -130,16 +137,16 @@ def tiny_model_dir(tmp_path_factory, tokenizer):
 
     made = {}
 
-    def make(arch: str):
-        if arch not in made:
+    def make(arch: str, positions: int = 128):
+        if (arch, positions) not in made:
             torch.manual_seed(0)
-            model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tokenizer)))
+            model = AutoModelForCausalLM.from_config(tiny_config(arch, len(tokenizer), positions))
             path = tmp_path_factory.mktemp(f"tiny-{arch}")
             with quiet(True):
                 model.save_pretrained(path)
             tokenizer.save_pretrained(path)
-            made[arch] = path
-        return made[arch]
+            made[arch, positions] = path
+        return made[arch, positions]
 
     return make
 

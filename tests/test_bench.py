@@ -77,18 +77,22 @@ def test_the_leaderboard_as_frames_csv_and_a_sortable_escaped_page(bench_run):
 
 def test_finished_jobs_are_kept_and_reused_and_a_changed_task_is_measured_again(bench_run, two_models, tmp_path):
     """A run with one more task measures only that task; a kept job whose configuration no longer
-    matches the task's (here: a full run after a quick one) is measured again."""
+    matches the task's (edited here, as a sinklab whose task changed would find it) is measured
+    again. (A run that would drop a model, a task or the --limit is refused: test_bench_out.py.)"""
     out = tmp_path / "run"
     shutil.copytree(bench_run, out)
     before = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
-    assert cli.main(["bench", two_models[0], "--tasks", "sink_rate,first_token_mass", "--limit", "quick", "--quiet",
-                     "--out", str(out)]) == 0  # fmt: skip
+    args = ["bench", *two_models, "--limit", "quick", "--quiet", "--out", str(out), "--tasks", "sink_rate,suppressed_sink"]
+    assert cli.main([*args[:-1], f"{args[-1]},first_token_mass"]) == 0
     after = json.loads(results_files(out)[0].read_text())
     assert after["tasks"]["sink_rate"] == before and "first_token_mass" in after["tasks"]
-    assert len(results_files(out)) == 1  # the other model is no longer in this run
-    assert cli.main(["bench", two_models[0], "--tasks", "sink_rate", "--quiet", "--out", str(out)]) == 0
-    full = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
-    assert full["config"]["inputs"]["batch"] == 32 and full["wall_s"] != before["wall_s"]
+    job = next(p for p in (out / "jobs").glob("*/sink_rate.json") if json.loads(p.read_text())["model"] == two_models[0])
+    kept = json.loads(job.read_text())
+    kept["entry"]["config"]["inputs"]["batch"] += 1
+    job.write_text(json.dumps(kept))
+    assert cli.main([*args[:-1], f"{args[-1]},first_token_mass,sink_value_norm"]) == 0
+    again = json.loads(results_files(out)[0].read_text())["tasks"]["sink_rate"]
+    assert again["config"] == before["config"] and again["wall_s"] != before["wall_s"]
 
 
 def test_compare_merges_runs_and_refuses_results_that_do_not_line_up(bench_run, tmp_path, capsys):
@@ -106,6 +110,8 @@ def test_compare_merges_runs_and_refuses_results_that_do_not_line_up(bench_run, 
     path.write_text(json.dumps(results))
     assert cli.main(["bench", "--compare", str(bench_run), str(other), "--out", str(tmp_path / "m2"), "--quiet"]) == 2
     assert "measured at version 1, 2; this sinklab's is 1" in one_line_error(capsys, "sink_rate")
+    with pytest.raises(SinklabError, match="measured at version 2; this sinklab's is 1"):
+        sinklab.compare_bench([path])  # alone it agrees with itself, but not with this sinklab's task
     del results["seeds"]
     path.write_text(json.dumps(results))
     assert cli.main(["bench", "--compare", str(other), "--out", str(tmp_path / "m3"), "--quiet"]) == 2

@@ -59,9 +59,11 @@ def tiny_cache(arch="llama", length=40):
 
 
 def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
-    """The first 3 tokens (protected) and the last ``residual`` ones come back bit-exact; the
-    others within the 2-bit steps; the bytes are the packed data plus float16 scales (keys per
-    channel over 8-token groups, values per token over 8-channel groups)."""
+    """The first 3 tokens (protected) and the recent ones come back bit-exact; the others within
+    the 2-bit steps; the bytes are the packed data plus float16 scales (keys per channel over
+    8-token groups, values per token over 8-channel groups). The groups sit at positions 0-7,
+    8-15, ... as without protection: positions 0-31 are quantized ((40 - residual 5) // 8 groups),
+    the protected 0-2 leaving holes in the first key group, and 32-39 stay in full precision."""
     model, ids, cache = tiny_cache()
     dense_k, dense_v = cache.layers[0].keys.clone(), cache.layers[0].values.clone()
     policy = KIVI(bits=2, protect=3, group_size=8, residual=5)
@@ -70,13 +72,13 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     layer = twin.layers[0]
     keys, values = layer.update(dense_k[:, :, :0], dense_v[:, :, :0])  # no new token: what the layer holds
     assert keys.shape == dense_k.shape and report.sinks == [0, 1, 2]
-    assert torch.equal(keys[:, :, :3], dense_k[:, :, :3]) and torch.equal(values[:, :, -5:], dense_v[:, :, -5:])
-    stored = 40 - 3 - 5  # quantized tokens: whole groups of 8 leaving the residual: 32
-    assert (keys[:, :, 3:-5] - dense_k[:, :, 3:-5]).abs().max() < dense_k.abs().max() / 2
+    assert torch.equal(keys[:, :, :3], dense_k[:, :, :3]) and torch.equal(values[:, :, -8:], dense_v[:, :, -8:])
+    slots, stored = 32, 32 - 3  # key slots (4 whole groups, 3 of them holes) and quantized tokens
+    assert (keys[:, :, 3:-8] - dense_k[:, :, 3:-8]).abs().max() < dense_k.abs().max() / 2
     kv_heads, head_dim = dense_k.shape[1], dense_k.shape[-1]
-    packed = 2 * stored * kv_heads * head_dim * 2 // 8  # keys and values, 2 bits each
-    scales = 2 * 2 * (stored // 8) * kv_heads * head_dim * 2  # keys: per channel per group; values: per token per group
-    full = (3 + 5) * kv_heads * head_dim * 4 * 2  # protected and recent tokens in float32
+    packed = (slots + stored) * kv_heads * head_dim * 2 // 8  # keys and values, 2 bits each
+    scales = 2 * 2 * kv_heads * (slots // 8 * head_dim + stored * head_dim // 8)  # float16 scale and offset per group
+    full = (3 + 8) * kv_heads * head_dim * 4 * 2  # protected and recent tokens in float32
     assert sum(t.numel() * t.element_size() for t in layer.held_tensors()) == packed + scales + full
     assert report.bytes_after == cache_bytes(twin) < report.bytes_before
 
@@ -356,7 +358,7 @@ SETTINGS = dict(presses=("snapkv", "knorm"), ratios=(0.5,), keep_sinks=(0, 1), q
 
 @pytest.fixture(scope="module")
 def compressed_run(tiny_model_dir, tmp_path_factory):
-    folder = str(tiny_model_dir("llama"))
+    folder = str(tiny_model_dir("llama", positions=1024))  # the 400-token contexts and the text after them
     out = tmp_path_factory.mktemp("compress") / "run"
     assert cli.main(["compress", folder, *COMPRESS, "--out", str(out), "--quiet"]) == 0
     return folder, out, json.loads((out / "summary.json").read_text())

@@ -179,8 +179,11 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     passkey retrieval, against the full cache. ``.frame()``: one row per (press, ratio,
     keep_sinks, context) with ``ppl_<text>``, ``ppl_ratio_<text>`` (1: no loss),
     ``passkey_accuracy`` (in [0, 1]), ``key_logprob`` (nats), ``kept_fraction`` and
-    ``bytes_ratio``; ``.frame("sink_effect")``: keeping sinks against none, paired. To compress
-    your own ``generate``: :func:`sinklab.press.applied`. Settings:
+    ``bytes_ratio`` (a run of quantizers only: their rows, ``.frame("quantized")``);
+    ``.frame("sink_effect")``: keeping sinks against none, paired. Naming ``presses`` runs those
+    presses only, naming ``quantizers`` those quantizers only, naming neither the default grid of
+    both. A context longer than the model's positions allow is refused before anything runs. To
+    compress your own ``generate``: :func:`sinklab.press.applied`. Settings:
     """
     return _run(COMPRESS, model, tokenizer, settings, out, overwrite, "compress_model")
 

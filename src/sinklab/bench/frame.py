@@ -8,8 +8,17 @@ import csv
 from pathlib import Path
 
 from ..core.runs import atomic_path
+from ..models.hf import DEFAULT_MODEL
+from ..scan import label_of
 
 LEAD = ("model", "dtype", "device", "label")
+
+
+def model_label(model) -> str:
+    """A model's row on the leaderboard: the built-in model is ``smollm2`` however it was named
+    (left out on the command line, None or ``"smollm2"`` in a notebook), so one model is one label
+    and its results merge and compare as one; any other model is named as typed."""
+    return DEFAULT_MODEL if model in (None, DEFAULT_MODEL) else label_of(model)
 
 
 def _lead(results: dict) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core import html
-from ..core.figures import styled, title
+from ..core.figures import LEGEND_BELOW, styled, title
 from ..core.text import html_text
 from .frame import headline_column, leaderboard_rows, metric_rows
 
@@ -32,32 +32,67 @@ BARS = {
 }  # fmt: skip
 
 
+#: One colour per model, by its place in the summary (every figure the same; plotly's own
+#: cycle follows the traces drawn, so a model missing from one figure would shift the rest).
+COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52"]
+SYMBOLS, DASHES = ["circle", "square", "diamond", "triangle-up", "x"], ["solid", "dash", "dot", "dashdot"]
+
+
+def model_style(index: int) -> dict:
+    """A model's colour, marker and dash in every figure. Markers shrink and dashes change with
+    the model's place, so the curves of two models that measured the same (one model from two
+    machines) both show: the later one's smaller markers and broken line lie on the earlier one's."""
+    return {
+        "color": COLORS[index % len(COLORS)],
+        "symbol": SYMBOLS[index % len(SYMBOLS)],
+        "size": max(5, 11 - 2 * index),
+        "dash": DASHES[index % len(DASHES)],
+    }
+
+
 def figures(summary: dict) -> dict:
+    """Every figure of the leaderboard that has something to draw, by file name."""
+    found = {name: _profile(summary, profile, axis) for profile, (name, axis) in PROFILES.items()}
+    found |= {name: _bars(summary, group, bars) for group, (name, bars) in BARS.items()}
+    return {name: fig for name, fig in found.items() if fig is not None}
+
+
+def _profile(summary: dict, profile: str, axis: str):
+    """One per-layer curve per model that has it, against depth as a fraction."""
     import plotly.graph_objects as go
 
-    found = {}
-    for profile, (name, axis) in PROFILES.items():
-        fig = go.Figure()
-        for results in summary["models"]:
-            curve = next((e["profiles"][profile] for e in results["tasks"].values() if profile in e.get("profiles", {})), None)
-            if curve:
-                depth = [i / max(len(curve) - 1, 1) for i in range(len(curve))]
-                fig.add_trace(go.Scatter(x=depth, y=curve, mode="lines+markers", name=html_text(results["label"])))
-        if fig.data:
-            fig.update_layout(title=title(f"{axis} through depth"), xaxis_title="layer / (layers - 1)", yaxis_title=axis)
-            found[name] = styled(fig)
-    for group, (name, bars) in BARS.items():
-        fig = go.Figure()
-        for results in summary["models"]:
-            cells = [(f"{t}/{m}", results["tasks"].get(t, {}).get("metrics", {}).get(m)) for t, m in bars]
-            shown = [(x, metric["value"]) for x, metric in cells if metric is not None]
-            if shown:
-                fig.add_trace(go.Bar(x=[x for x, _ in shown], y=[y for _, y in shown], name=html_text(results["label"])))
-        if fig.data:
-            fig.add_hline(y=1.0, line_dash="dot")
-            fig.update_layout(barmode="group", title=title(summary["groups"][group], "ratios; 1 = no effect"))
-            found[name] = styled(fig)
-    return found
+    fig = go.Figure()
+    for i, results in enumerate(summary["models"]):
+        curve = next((e["profiles"][profile] for e in results["tasks"].values() if profile in e.get("profiles", {})), None)
+        if curve:
+            style = model_style(i)
+            fig.add_trace(go.Scatter(
+                x=[k / max(len(curve) - 1, 1) for k in range(len(curve))], y=curve, mode="lines+markers",
+                name=html_text(results["label"]), line={"color": style["color"], "dash": style["dash"]},
+                marker={"color": style["color"], "symbol": style["symbol"], "size": style["size"]},
+            ))  # fmt: skip
+    if not fig.data:
+        return None
+    fig.update_layout(title=title(f"{axis} through depth"), xaxis_title="layer / (layers - 1)", yaxis_title=axis)
+    return styled(fig.update_layout(legend=LEGEND_BELOW))
+
+
+def _bars(summary: dict, group: str, bars: list):
+    """One bar per model for each (task, metric) ratio it measured, grouped; 1 is no effect."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for i, results in enumerate(summary["models"]):
+        cells = [(f"{t}/{m}", results["tasks"].get(t, {}).get("metrics", {}).get(m)) for t, m in bars]
+        shown = [(x, metric["value"]) for x, metric in cells if metric is not None]
+        if shown:
+            bar = go.Bar(x=[x for x, _ in shown], y=[y for _, y in shown], name=html_text(results["label"]))
+            fig.add_trace(bar.update(marker_color=model_style(i)["color"]))
+    if not fig.data:
+        return None
+    fig.add_hline(y=1.0, line_dash="dot")
+    fig.update_layout(barmode="group", title=title(summary["groups"][group], "ratios; 1 = no effect"), legend=LEGEND_BELOW)
+    return styled(fig)
 
 
 LEAD_COLUMNS = [("model", "label", "s"), ("dtype", "dtype", "s"), ("device", "device", "s")]
@@ -72,14 +107,36 @@ def leaderboard_columns(summary: dict) -> list:
     return [*LEAD_COLUMNS, *headlines, ("wall s", "wall_s", ".0f")]
 
 
+#: The leaderboard's marks for a cell with no number, and what each means (the page's legend).
+MARKS = {
+    "not run": "the task was not run on the model (its results hold no such task)",
+    "n/a": "the task does not apply to the model as defined (the results file says why)",
+    "none found": "measured, and nothing met the task's thresholds (e.g. no massive activation)",
+}
+
+
+def headline_cell(results: dict, name: str, card: dict):
+    """A model's leaderboard cell for a task: the headline value, or the mark saying why there is none."""
+    entry = results["tasks"].get(name)
+    if entry is None:
+        return "not run"
+    if entry.get("not_applicable"):
+        return "n/a"
+    value = entry["metrics"].get(card["headline"], {}).get("value")
+    return "none found" if value is None else value
+
+
 def shown_rows(summary: dict) -> list[dict]:
-    """The leaderboard's rows with ``n/a`` where a task did not apply to the model."""
+    """The leaderboard's rows as the page shows them: a mark of :data:`MARKS` where a number is missing."""
     rows = list(leaderboard_rows(summary))
     for row, results in zip(rows, summary["models"]):
         for name, card in summary["tasks"].items():
-            if results["tasks"].get(name, {}).get("not_applicable"):
-                row[headline_column(name, card)] = "n/a"
+            row[headline_column(name, card)] = headline_cell(results, name, card)
     return rows
+
+
+def marks_legend() -> str:
+    return "<p class='note'>" + "; ".join(f"<b>{html.esc(m)}</b>: {html.esc(why)}" for m, why in MARKS.items()) + ".</p>"
 
 
 def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None) -> list[html.Section]:
@@ -89,20 +146,23 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
         html.Section("Run", html.header(None, keys, run_dir)),
         html.Section(
             "Leaderboard (click a header to sort)",
-            html.sortable_table(shown_rows(summary), leaderboard_columns(summary))
-            + "<p class='note'>n/a: the task does not apply to the model as defined (the results file says why); "
-            "-: measured, nothing found (e.g. no massive activation over the thresholds).</p>",
+            html.sortable_table(shown_rows(summary), leaderboard_columns(summary)) + marks_legend(),
         ),
         html.Section("Tasks", html.table(task_rows(summary), TASK_COLUMNS)),
     ]
     for name, fig in figures(summary).items():
         parts.append(html.Section(name.removesuffix(".png").replace("_", " "), html.plot(fig, f"{uid}-{name[:-4]}")))
-    rows = [r for r in metric_rows(summary) if "@" not in r["metric"]]  # each press cell's: in metrics.csv
-    for group, heading in summary["groups"].items():
+    rows = [{**r, "value": _value_or_mark(r["value"])} for r in metric_rows(summary) if "@" not in r["metric"]]
+    for group, heading in summary["groups"].items():  # each press cell's metrics ("@") are in metrics.csv
         mine = [r for r in rows if r["group"] == group]
         if mine:
-            parts.append(html.Section(f"Every metric: {heading}", html.sortable_table(mine, METRIC_COLUMNS)))
+            note = "<p class='note'>-: no spread, count or direction for this metric.</p>"
+            parts.append(html.Section(f"Every metric: {heading}", html.sortable_table(mine, METRIC_COLUMNS) + note))
     return parts
+
+
+def _value_or_mark(value):
+    return "none found" if value is None else value
 
 
 TASK_COLUMNS = [

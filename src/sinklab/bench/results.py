@@ -8,6 +8,7 @@ such files made on different machines.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 from pathlib import Path
@@ -19,6 +20,12 @@ from ..core.runs import jsonable, package_versions, source_revision
 RESULTS_KIND = "bench_results"
 RESULTS_VERSION = 1
 RESULTS_DIR = "results"
+#: What makes two results files results of one model: its name, revision, dtype and device.
+IDENTITY = ("model_name", "revision", "dtype", "device")
+#: The relative difference under which two values of one model and task version are one result:
+#: float32 rounding on another machine moves a figure by far less, a changed measurement by more
+#: (the kv_2bit figures that moved without a version bump differed by 4 %).
+SAME_VALUE = 1e-3
 
 
 def provenance() -> dict:
@@ -74,7 +81,12 @@ def _seed(config: dict) -> Optional[int]:
 
 def read_results(path: Path) -> list[dict]:
     """The results files of a bench run directory (its ``results/``), or one results file; each
-    validated against its schema (one line naming the first break)."""
+    validated against its schema (one line naming the file and the first break)."""
+    return [results for _, results in read_results_files(path)]
+
+
+def read_results_files(path: Path) -> list[tuple[Path, dict]]:
+    """(file, results) for :func:`read_results`: ``--compare`` names the files it refuses."""
     from ..core.schemas import validate
 
     path = Path(path)
@@ -88,6 +100,41 @@ def read_results(path: Path) -> list[dict]:
         except (OSError, ValueError) as exc:
             raise SinklabError(f"{file} cannot be read as JSON ({type(exc).__name__})") from None
         check(isinstance(results, dict) and results.get("kind") == RESULTS_KIND, f"{file} is not a sinklab bench results file")
-        validate(results)
-        found.append(results)
+        try:
+            validate(results)
+        except SinklabError as exc:
+            raise SinklabError(f"{file}: {exc}") from None
+        found.append((file, results))
     return found
+
+
+def check_one_result_per_version(found: list[tuple[Path, dict]]) -> None:
+    """Refuse results files that give one model (:data:`IDENTITY`) different values for a task at
+    the same version: a version says the numbers are comparable, so two different numbers under it
+    cannot both stand on one leaderboard (a changed measurement bumps the version). One line names
+    the task and both files."""
+    first: dict = {}
+    for file, results in found:
+        model = tuple(results[key] for key in IDENTITY)
+        for name, entry in results["tasks"].items():
+            other_file, other = first.setdefault((model, name, entry["version"]), (file, entry))
+            check(
+                _agree(other, entry),
+                f"task {name} (version {entry['version']}) gives {results['model_name']} ({results['dtype']}, "
+                f"{results['device']}) different values in {other_file} and {file}: results that differ at one task "
+                "version do not mix; compare one of them (a change in what a task measures bumps its version)",
+            )
+
+
+def _agree(a: dict, b: dict) -> bool:
+    """Two entries of one task are one result: both measured (or both not applicable) and every
+    metric's value and spread within :data:`SAME_VALUE` of each other."""
+    if a["not_applicable"] != b["not_applicable"] or a["metrics"].keys() != b["metrics"].keys():
+        return False
+    pairs = [(a["metrics"][m][k], b["metrics"][m][k]) for m in a["metrics"] for k in ("value", "spread")]
+    return all(x == y or _close(x, y) for x, y in pairs)
+
+
+def _close(x, y) -> bool:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y))
+    return numbers and math.isclose(x, y, rel_tol=SAME_VALUE, abs_tol=1e-9)

@@ -3,7 +3,9 @@
 
 With a run directory every finished job is kept in ``jobs/<model>/<task>.json`` (with the task's
 version and configuration), so a stopped run resumes with the jobs left, and a run with more
-models or tasks reuses those already measured. ``sinklab bench --compare`` (:data:`BENCH_COMPARE`)
+models or tasks reuses those already measured; a run that would drop what the directory measured
+(a model or a task left out, another suite, limit or load options) is refused before anything is
+written (:func:`keeps_what_was_measured`). ``sinklab bench --compare`` (:data:`BENCH_COMPARE`)
 merges the results files of runs made elsewhere into one leaderboard.
 """
 
@@ -16,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..core.configs import setting
+from ..core.configs import first_difference, migrate, not_result_paths, setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import config_record, write_json
+from ..core.runs import CONFIG, config_record, jsonable, run_differs, write_json
 from ..models.hf import DEFAULT_MODEL, MODEL_HELP, LoadOptions, default_gguf_path
 from ..scan import label_of
 from . import plots
-from .frame import BENCH_TABLES, write_csv
-from .results import RESULTS_DIR, model_results, provenance, read_results
+from .frame import BENCH_TABLES, model_label, write_csv
+from .results import RESULTS_DIR, check_one_result_per_version, model_results, provenance, read_results_files
 from .task import GROUPS, LIMITS, TASKS
 from .tasks import DEFAULT_SUITE, SUITES
 
@@ -55,7 +57,7 @@ class BenchConfig:
         unknown = [t for t in self.tasks if t not in SUITES[self.suite]]
         check(not unknown, f"--tasks: {', '.join(unknown)} not in {self.suite}; its tasks: {', '.join(SUITES[self.suite])}")
         check(self.limit is None or self.limit in LIMITS, f"--limit takes {', '.join(LIMITS)}, got {self.limit!r}")
-        labels = [label_of(m) for m in self.models]
+        labels = [model_label(m) for m in self.models]
         check(len(set(labels)) == len(labels), f"a model is named twice: {', '.join(labels)}")
 
     @property
@@ -113,7 +115,7 @@ def measure(cfg: BenchConfig, context: RunContext = RunContext()) -> RunResult:
     models = []
     for model in cfg.models:
         mine = {job.task: {k: v for k, v in entries[job].items() if k != "fingerprint"} for job in jobs if job.model == model}
-        models.append(model_results(model, label_of(model), cfg.suite, cfg.limit, mine, here))
+        models.append(model_results(model, model_label(model), cfg.suite, cfg.limit, mine, here))
     return RunResult(stamped("bench", summarise(cfg.suite, cfg.limit, models, cfg.task_names)))
 
 
@@ -181,6 +183,38 @@ def resumable(run_dir: Path) -> bool:
     return (run_dir / JOBS_DIR).is_dir()
 
 
+def keeps_what_was_measured(cfg: BenchConfig, context: RunContext) -> None:
+    """Refuse, before the run directory is claimed, a run that would drop what the directory
+    measured: its results files, leaderboard and page would be rewritten without a model or task it
+    holds, or with numbers of another suite, limit or model loading in their place. A run that
+    adds models or tasks goes on (it reuses the jobs measured); ``--overwrite`` replaces the run."""
+    if context.workdir is None or context.overwrite or run_differs(context.workdir, cfg) is None:
+        return
+    saved = json.loads(json.dumps(jsonable(migrate(BenchConfig, json.loads((context.workdir / CONFIG).read_text())))))
+    dropped = _dropped(saved, cfg)
+    check(
+        dropped is None,
+        f"{context.workdir} holds a bench run that this one would drop results of ({dropped}); "
+        "pass --overwrite to replace it, or choose another --out",
+    )
+
+
+def _dropped(saved: dict, cfg: BenchConfig) -> Optional[str]:
+    """What a run of ``cfg`` would drop of the run whose config.json is ``saved``: the first
+    setting other than the models and tasks that differs, else the models or tasks it leaves out."""
+    now = json.loads(json.dumps(config_record(cfg)))
+    rest = [{k: v for k, v in config.items() if k not in ("models", "tasks")} for config in (saved, now)]
+    differs = first_difference(*rest, not_result_paths(BenchConfig))
+    if differs is not None:
+        return differs
+    here = {model_label(m) for m in cfg.models}
+    models = [model_label(m) for m in saved.get("models", []) if model_label(m) not in here]
+    if models:
+        return f"models measured there and left out now: {', '.join(models)}"
+    tasks = [t for t in saved.get("tasks") or SUITES.get(saved.get("suite"), ()) if t not in cfg.task_names]
+    return f"tasks measured there and left out now: {', '.join(tasks)}" if tasks else None
+
+
 BENCH = register(
     Capability(
         "bench",
@@ -193,6 +227,7 @@ BENCH = register(
         holds_runs=True,
         figures=lambda result: plots.figures(result.summary),
         sections=plots.sections,
+        preflight=keeps_what_was_measured,
     )
 )
 
@@ -211,25 +246,9 @@ class BenchCompareConfig:
 
 
 def compare(cfg: BenchCompareConfig, context: RunContext = RunContext()) -> RunResult:
-    """One leaderboard from results made on different machines. Results that would not line up
-    are refused: two suites or limits, a task at a version other than this sinklab's, a task run
-    with another configuration (its inputs) for two models."""
-    models = [{**results, "source": str(run)} for run in cfg.runs for results in read_results(Path(run))]
-    for key in ("suite", "limit"):
-        values = sorted({str(m[key]) for m in models})
-        check(len(values) == 1, f"these results were made with different {key}s ({', '.join(values)}): they do not line up")
+    """One leaderboard from results made on different machines, once they line up (:func:`lined_up`)."""
+    models = lined_up(cfg)
     names = list(dict.fromkeys(name for results in models for name in results["tasks"]))
-    for name in names:
-        check(name in TASKS, f"task {name} is not known to this sinklab: compare with the sinklab that made it")
-        found = [(m["label"], m["tasks"][name]) for m in models if name in m["tasks"]]
-        versions = sorted({entry["version"] for _, entry in found})
-        check(
-            versions == [TASKS[name].version],
-            f"task {name} was measured at version {', '.join(map(str, versions))}; this sinklab's is {TASKS[name].version}: "
-            "they do not line up",
-        )
-        inputs = {json.dumps(_inputs(entry["config"]), sort_keys=True) for _, entry in found}
-        check(len(inputs) == 1, f"task {name} ran with different settings in these results ({found[0][0]} and others)")
     labels = [m["label"] for m in models]
     for i, results in enumerate(models):  # the same model measured on two machines: told apart by its place
         if labels.count(results["label"]) > 1:
@@ -237,6 +256,42 @@ def compare(cfg: BenchCompareConfig, context: RunContext = RunContext()) -> RunR
     order = [name for name in SUITES.get(models[0]["suite"], ()) if name in names] or names
     summary = summarise(models[0]["suite"], models[0]["limit"], models, order, sources=[str(run) for run in cfg.runs])
     return RunResult(stamped("bench", summary))
+
+
+def lined_up(cfg: BenchCompareConfig) -> list[dict]:
+    """The results of ``cfg.runs``, each with its label and source, refused in one line naming a
+    file where they would not line up: two suites or limits, a task at a version other than this
+    sinklab's, a task run with other settings (its inputs) for two models, one model given
+    different values by a task at one version. Also ``--compare``'s preflight, so a refusal
+    leaves ``--out`` as it was."""
+    found = [(run, file, results) for run in cfg.runs for file, results in read_results_files(Path(run))]
+    for key in ("suite", "limit"):
+        values = _first_file_of((str(results[key]), file) for _, file, results in found)
+        listed = "; ".join(f"{value} in {file}" for value, file in values.items())
+        check(len(values) == 1, f"these results were made with different {key}s ({listed}): they do not line up")
+    for name in dict.fromkeys(name for _, _, results in found for name in results["tasks"]):
+        entries = [(file, results["tasks"][name]) for _, file, results in found if name in results["tasks"]]
+        check(name in TASKS, f"task {name} is not known to this sinklab ({entries[0][0]}): compare with the sinklab that made it")
+        versions = sorted({entry["version"] for _, entry in entries})
+        other = next((file for file, entry in entries if entry["version"] != TASKS[name].version), None)
+        check(
+            other is None,
+            f"task {name} was measured at version {', '.join(map(str, versions))}; this sinklab's is {TASKS[name].version}: "
+            f"they do not line up ({other})",
+        )
+        inputs = _first_file_of((json.dumps(_inputs(entry["config"]), sort_keys=True), file) for file, entry in entries)
+        listed = " and ".join(map(str, inputs.values()))
+        check(len(inputs) == 1, f"task {name} ran with different settings in these results ({listed})")
+    check_one_result_per_version([(file, results) for _, file, results in found])
+    return [{**results, "label": model_label(results["model"]), "source": str(run)} for run, _, results in found]
+
+
+def _first_file_of(pairs) -> dict:
+    """{value: the first file that has it} of (value, file) pairs: what a refusal names."""
+    first: dict = {}
+    for value, file in pairs:
+        first.setdefault(value, file)
+    return first
 
 
 def _inputs(config: dict) -> dict:
@@ -253,4 +308,5 @@ BENCH_COMPARE = Capability(  # its summary is a bench summary (kind "bench"): re
     write_page=plots.write_page,
     figures=lambda result: plots.figures(result.summary),
     sections=plots.sections,
+    preflight=lambda cfg, context: lined_up(cfg),
 )

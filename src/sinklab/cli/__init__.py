@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NoReturn, Optional, Sequence
 
 from ..core.errors import NumericalCheckFailed, SinklabError
 from ..core.progress import is_quiet, set_quiet
@@ -27,8 +27,30 @@ EXIT_STATUSES = (
 )
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors as one line, like sinklab's own (``sinklab compress: error: argument
+    --keep-sinks: ...``, exit status 2): argparse would print the command's 12-17-line usage first,
+    burying the line that says what to change. Subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        _refuse(self, self.prog, message)
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, with an unknown flag named by the command it was given to (argparse
+        reports it from the top-level parser, which would send the user to ``sinklab --help``)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            command = getattr(parsed, "command", None)
+            _refuse(self, f"{self.prog} {command}" if command else self.prog, f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+
+def _refuse(parser: argparse.ArgumentParser, prog: str, message: str) -> NoReturn:
+    parser.exit(USER_ERROR, f"{prog}: error: {message} (`{prog} --help` lists the options)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sinklab",
         description="Study attention sinks: theory labs, scanners, interventions, mitigation pretraining, streaming.",
         epilog=EXIT_STATUSES,

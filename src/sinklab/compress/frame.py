@@ -57,6 +57,12 @@ def _effect(effect: dict, keys: tuple) -> dict:
     return row | {key: effect[key] for key in EFFECT_KEYS if key in effect}
 
 
+def default_table(summary: dict) -> str:
+    """What ``frame()`` shows: the presses' cells, or the quantizers' in a run of quantizers only
+    (an empty table would read as "nothing was measured")."""
+    return "quantized" if summary["quantized"] and not summary["cells"] else "cells"
+
+
 COMPRESS_TABLES = {
     "cells": cell_rows,
     "sink_effect": sink_effect_rows,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core import html
-from ..core.figures import title
+from ..core.figures import GRID_TOP, title
 from ..core.text import html_text
 
 COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3"]
@@ -27,6 +27,8 @@ METRICS = {
         lambda d, _: d.get("passkey", {}).get("logprob_mean"),
     ),
 }
+#: An accuracy axis spans what an accuracy can be (plotly would centre all-zero accuracies in -1..1).
+ACCURACY_AXIS = {"range": [-0.05, 1.05]}
 COLUMNS = [
     ("press", "press", "s"),
     ("ratio", "ratio", "g"),
@@ -73,13 +75,20 @@ def _quantized(s: dict):
         for col, (_, read) in enumerate(panels, start=1):
             bars = go.Bar(x=[f"{c['quantizer']} {c['bits']}-bit" for c in chosen], y=[read(c) for c in chosen],
                           name=f"protected: {protect}", legendgroup=protect, showlegend=col == 1)  # fmt: skip
-            fig.add_trace(bars.update(marker_color=COLORS[j % len(COLORS)]), row=1, col=col)
+            bars.update(marker_color=COLORS[j % len(COLORS)], texttemplate="%{y:.3g}", textposition="outside", textangle=0)
+            fig.add_trace(bars, row=1, col=col)  # equal bars, and bars of height 0, read by their numbers
+    if "passkey" in s["tasks"]:
+        fig.update_yaxes(range=[0, 1.15], col=len(panels))  # room for the numbers over bars of 1
     heading = title(html_text(s["model"], 60), f"KV quantization with and without the sink protected ({context}-token context)")
-    return fig.update_layout(title=heading, barmode="group", height=420)
+    return fig.update_layout(title=heading, barmode="group", height=420, margin_t=GRID_TOP)
+
+
+#: Kept-sink settings told apart where their values are equal: markers and dashes differ, and
+#: each setting's points sit DODGE (of the ratio axis) from the next (hover shows the true ratio).
+SYMBOLS, DASHES, DODGE = ["circle", "square", "diamond", "triangle-up", "x"], ["solid", "dash", "dot", "dashdot"], 0.015
 
 
 def _against_ratio(s: dict, name: str):
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     label, read, dense_value = METRICS[name]
@@ -92,27 +101,32 @@ def _against_ratio(s: dict, name: str):
         for j, keep in enumerate(s["keep_sinks"]):
             cells = sorted((c for c in s["cells"] if c["press"] == press and c["keep_sinks"] == keep and c["context"] == context),
                            key=lambda c: c["ratio"])  # fmt: skip
-            fig.add_trace(
-                go.Scatter(
-                    x=[c["ratio"] for c in cells],
-                    y=[read(c, text) for c in cells],
-                    mode="lines+markers",
-                    name=f"sinks kept: {keep}",
-                    legendgroup=str(keep),
-                    showlegend=i == 0,
-                    line_color=COLORS[j % len(COLORS)],
-                ),  # fmt: skip
-                row=row,
-                col=col,
-            )
+            trace = _setting_trace(j, len(s["keep_sinks"]), [c["ratio"] for c in cells], [read(c, text) for c in cells])
+            fig.add_trace(trace.update(name=f"sinks kept: {keep}", legendgroup=str(keep), showlegend=i == 0), row=row, col=col)
         dense = dense_value(s["dense"][str(context)], text)
         if dense is not None:
-            fig.add_hline(y=dense, line_dash="dash", line_color="gray", row=row, col=col)
+            fig.add_hline(y=dense, line_dash="dash", line_color="gray", layer="below", row=row, col=col)
     where = f"{context}-token context" + (f", text: {html_text(text, 30)}" if name == "ppl_ratio.png" else "")
+    fig.update_xaxes(range=[-0.05, 1.05], tickvals=sorted({0, *s["ratios"], 1}))
     fig.update_xaxes(title_text="ratio removed", row=rows)
     fig.update_yaxes(title_text=label, col=1)
+    if name == "passkey_accuracy.png":
+        fig.update_yaxes(**ACCURACY_AXIS)
     heading = title(html_text(s["model"], 60), f"{label} against the ratio removed ({where}; dashed: the full cache)")
-    return fig.update_layout(title=heading, height=260 * rows + 160)
+    return fig.update_layout(title=heading, height=260 * rows + 160, margin_t=GRID_TOP)
+
+
+def _setting_trace(j: int, n: int, ratios: list, values: list):
+    """The ``j``-th of ``n`` kept-sink settings' line: its own colour, marker and dash, dodged."""
+    import plotly.graph_objects as go
+
+    shift = DODGE * (j - (n - 1) / 2)
+    return go.Scatter(
+        x=[r + shift for r in ratios], y=values, customdata=ratios, mode="lines+markers",
+        hovertemplate="ratio %{customdata:g}: %{y:.4g}",
+        line={"color": COLORS[j % len(COLORS)], "dash": DASHES[j % len(DASHES)]},
+        marker={"symbol": SYMBOLS[j % len(SYMBOLS)], "size": 9, "opacity": 0.8},
+    )  # fmt: skip
 
 
 def _first_text(s: dict) -> Optional[str]:
@@ -139,42 +153,87 @@ def table_rows(s: dict, entries: str = "cells") -> list[dict]:
 
 
 def statements(s: dict) -> list[str]:
-    """The paired statement per press and quantizer: where keeping (protecting) sinks changed
-    perplexity or retrieval most."""
-    lines = []
+    """The paired statements, one line each, led by the press's or quantizer's name (the terminal's)."""
+    return [f"{name}: {line}" for name, lines in family_statements(s).items() for line in lines]
+
+
+def family_statements(s: dict) -> dict[str, list[str]]:
+    """Per press and quantizer: what its paired comparisons are over, then where keeping
+    (protecting) sinks changed perplexity or retrieval most."""
     families = [(p, "press", "sink_effect", "keep_sinks") for p in s["presses"]]
     families += [(q, "quantizer", "quantized_sink_effect", "protect") for q in s["quantizers"]]
-    for name, kind, key, setting in families:
-        lines += _statement(name, [e for e in s[key] if e[kind] == name], setting)
-    return lines
+    found = {name: _statement([e for e in s[key] if e[kind] == name], setting) for name, kind, key, setting in families}
+    return {name: lines for name, lines in found.items() if lines}
 
 
-def _statement(name: str, mine: list[dict], setting: str) -> list[str]:
-    """Up to three sentences for one press or quantizer: the best and worst perplexity change from
-    keeping sinks, the best passkey accuracy change, and the largest change of the true key's
-    log-probability with its spread over the prompts, each with where it happened."""
-    lines = []
-    ppl = [(min(e["ppl_change"].values()), e) for e in mine if e.get("ppl_change")]
+def _statement(mine: list[dict], setting: str) -> list[str]:
+    """Up to four sentences for one press or quantizer: what its best and worst are taken over,
+    the best and worst perplexity change from keeping sinks, the best passkey accuracy change, and
+    the largest change of the true key's log-probability with its spread over the prompts, each
+    with where it happened."""
+    if not mine:
+        return []
+    lines = [_scope(mine, setting)]
+    ppl = [(change, text, e) for e in mine for text, change in e.get("ppl_change", {}).items()]
     if ppl:
-        change, best = min(ppl, key=lambda pair: pair[0])
-        worst = max(max(e["ppl_change"].values()) for _, e in ppl)
+        (low, low_text, best), (high, high_text, worst) = min(ppl, key=lambda t: t[0]), max(ppl, key=lambda t: t[0])
         lines.append(
-            f"{name}: keeping sinks changes perplexity by {change:+.1%} at best ({_where(best, setting)}) "
-            f"and by {worst:+.1%} at worst"
+            f"{VERBS[setting]} sinks changes perplexity by {_percent(low)} at best ({_where(best, setting)}, "
+            f"text {low_text}) and by {_percent(high)} at worst ({_where(worst, setting)}, text {high_text})"
         )
     acc = [e for e in mine if "accuracy_change" in e]
     if acc:
         top = max(acc, key=lambda e: e["accuracy_change"])
-        lines.append(f"{name}: passkey accuracy {top['accuracy_change']:+.2f} at best ({_where(top, setting)})")
+        lines.append(f"passkey accuracy {_signed(top['accuracy_change'])} at best ({_where(top, setting)})")
     paired = [e for e in mine if "logprob_change_std" in e]
     if paired:
         top = max(paired, key=lambda e: e["logprob_change"])
         lines.append(
-            f"{name}: the true key's log-probability {top['logprob_change']:+.2f} nats at best "
-            f"(per prompt {top['logprob_change_std']:.2f} nats of spread; more probable in {top['prompts_more_likely']} "
-            f"of {top['prompts']} prompts; {_where(top, setting)})"
+            f"the true key's log-probability {_signed(top['logprob_change'])} nats at best "
+            f"(per prompt {_signed(top['logprob_change_std'], sign='')} nats of spread; more probable in "
+            f"{top['prompts_more_likely']} of {top['prompts']} prompts; {_where(top, setting)})"
         )
     return lines
+
+
+#: How a statement names a key's values: (one value, several).
+NOUNS = {"keep_sinks": ("keep sinks",) * 2, "protect": ("protect",) * 2, "ratio": ("ratio", "ratios"),
+         "bits": ("bit width", "bit widths"), "context": ("context", "contexts"), "ppl_change": ("text", "texts")}  # fmt: skip
+VERBS = {"keep_sinks": "keeping", "protect": "protecting"}
+
+
+def _scope(mine: list[dict], setting: str) -> str:
+    """What a family's best and worst are taken over: each setting against 0 at every ratio (or
+    bit width) and context, pairs of cells that read the same inputs (and every text, for perplexity)."""
+    level, texts = "ratio" if "ratio" in mine[0] else "bits", _listed(mine, "ppl_change")
+    return (
+        f"best and worst over {len(mine)} pair{'s' * (len(mine) > 1)} of cells on the same inputs: "
+        f"{_listed(mine, setting)} against 0; {_listed(mine, level)}; {_listed(mine, 'context')} tokens"
+        + (f"; perplexity on {texts}" if texts else "")
+    )
+
+
+def _listed(effects: list[dict], key: str) -> str:
+    """The values of ``key`` among ``effects`` (the keys, where they are dicts), in order, once
+    each, after their name in :data:`NOUNS`; empty when no effect has ``key``."""
+    values = dict.fromkeys(v for e in effects if key in e for v in (e[key] if isinstance(e[key], dict) else [e[key]]))
+    shown = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+    return f"{NOUNS[key][len(values) > 1]} {shown}" if values else ""
+
+
+def _percent(change: float) -> str:
+    """A relative change as a percentage that a small change does not round to zero: one decimal
+    from 0.1 % up, two significant digits below (``-0.0052%``, not ``-0.0%``); none reads ``0%``."""
+    if change == 0:
+        return "0%"
+    return f"{change:+.1%}" if abs(change) >= 1e-3 else f"{change * 100:+.2g}%"
+
+
+def _signed(value: float, sign: str = "+") -> str:
+    """A difference with two decimals, or two significant digits where two decimals would read 0."""
+    if value == 0 or abs(value) >= 5e-3:
+        return f"{value:{sign}.2f}"
+    return f"{value:{sign}.1e}"
 
 
 def _where(effect: dict, setting: str) -> str:
@@ -193,7 +252,7 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     }
     parts = [
         html.Section("Run", html.header(s["model"], headline, run_dir)),
-        html.Section("Does keeping the sink help?", "".join(f"<p>{html.esc(line)}</p>" for line in statements(s))),
+        html.Section("Does keeping the sink help?", _statements_html(s)),
     ]
     for name, fig in figures(s).items():
         heading = METRICS[name][0] + " against the ratio removed" if name in METRICS else "KV quantization"
@@ -203,6 +262,15 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     if s["quantized"]:
         parts.append(html.Section("Every quantizer cell", html.table(table_rows(s, "quantized"), QUANT_COLUMNS)))
     return parts
+
+
+def _statements_html(s: dict) -> str:
+    """Each press's and quantizer's statements: its name and what they range over, then a list."""
+    blocks = []
+    for name, (scope, *lines) in family_statements(s).items():
+        items = "".join(f"<li>{html_text(line, limit=600)}</li>" for line in lines)
+        blocks.append(f"<p><b>{html.esc(name)}</b>: {html_text(scope, limit=600)}</p><ul>{items}</ul>")
+    return "".join(blocks)
 
 
 PAGE = html.RunPage("compress", "compress", lambda run_dir: {}, sections)

@@ -17,17 +17,17 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ..core.configs import setting
-from ..core.errors import check
+from ..core.errors import SinklabError, check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
 from ..models.hf import MODEL_HELP, LoadOptions, model_facts
 from ..models.subjects import transformers_model
-from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, press_named
+from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, check_quanto, check_ratio, press_named
 from ..scan import BOS_CHOICES
 from . import plots
 from .evaluate import score_inputs
-from .frame import COMPRESS_TABLES
+from .frame import COMPRESS_TABLES, default_table
 from .summary import cell_figures, paired, task_figures
 from .tasks import CONTINUATION, DEPTHS, TASKS, calibration_windows, passkey_prompts, text_window
 
@@ -38,6 +38,7 @@ RATIOS = (0.25, 0.5, 0.75, 0.875)
 QUANTIZERS = {"kivi": (2, 4), "static": (4, 8), "quanto": (2, 4)}
 #: What each quantizer's protect setting (``--keep-sinks``) takes.
 PROTECTS = {"kivi": "0, N or detected", "static": "0 or N (first tokens)", "quanto": "nothing (0)"}
+MIN_CONTEXT = 128  # the shortest --context: room for the passkey template and SnapKV's window
 CALIBRATION = (512, 4)  # static scales: tokens x windows of the corpus, after the text the ppl task reads
 
 
@@ -57,23 +58,27 @@ class CompressConfig:
     VERSION: ClassVar[int] = 1
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
-    presses: tuple[str, ...] = setting(
-        tuple(PRESSES),
+    presses: Optional[tuple[str, ...]] = setting(
+        None,
         flag="--press",
         metavar="P[,P...]",
+        shown="all, or none when only --quant is given",
         help=f"from {', '.join(PRESSES)}; 'none' for quantizers only",
         parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
     )
-    ratios: tuple[float, ...] = setting(RATIOS, flag="--ratio", metavar="R[,R...]", help="fractions of the context removed")
+    ratios: tuple[float, ...] = setting(
+        RATIOS, flag="--ratio", metavar="R[,R...]", help="fractions of the context removed, in [0, 1) (0: the full cache)"
+    )
     keep_sinks: tuple = setting(
         (0, 1, 4, DETECTED),
         parse=keep_sinks_list,
         metavar="K[,K...]",
         help="sinks kept inside the budget: numbers of first tokens, and/or 'detected'",
     )
-    quantizers: tuple[str, ...] = setting(
-        tuple(QUANTIZERS),
+    quantizers: Optional[tuple[str, ...]] = setting(
+        None,
         flag="--quant",
+        shown=f"{','.join(QUANTIZERS)}, or none when only --press is given",
         choices=tuple(QUANTIZERS),
         metavar="Q[,Q...]",
         help="KV quantizers: kivi (packed 2/4-bit, protect 0|N|detected), static (INT8/INT4 per-head scales, protect 0|N), "
@@ -99,12 +104,13 @@ class CompressConfig:
     load: LoadOptions = field(default_factory=LoadOptions)
 
     def __post_init__(self) -> None:
+        self._fill_grid()
         for ratio in self.ratios:
-            check(0 < ratio < 1, f"--ratio takes fractions of the context removed, in (0, 1); got {ratio}")
+            check_ratio(ratio, "--ratio")
         for keep in self.keep_sinks:
             check(keep == DETECTED or (isinstance(keep, int) and keep >= 0), f"--keep-sinks: bad value {keep!r}")
         for context in self.contexts:
-            check(context >= 128, f"--context must be at least 128 tokens, got {context}")
+            check(context >= MIN_CONTEXT, f"--context must be at least {MIN_CONTEXT} tokens, got {context}")
         check(self.keys >= 1, f"--keys must be at least 1, got {self.keys}")
         unknown = [p for p in self.presses if p not in PRESSES]
         check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}")
@@ -118,6 +124,23 @@ class CompressConfig:
                 f"and protects {PROTECTS[name]}; got --bits {','.join(map(str, self.bits))} "
                 f"--keep-sinks {','.join(map(str, self.keep_sinks))}",
             )
+
+    def _fill_grid(self) -> None:
+        """Presses and quantizers left out (None): naming some of one kind runs that kind only (a
+        presses-only table never pays for the quantizers, nor the reverse); otherwise a kind left
+        out runs all of it (the default grid; ``--press none`` alone: every quantizer)."""
+        presses, quantizers = self.presses, self.quantizers
+        if presses is None:
+            self.presses = () if quantizers else tuple(PRESSES)
+        if quantizers is None:
+            self.quantizers = () if presses else tuple(QUANTIZERS)
+
+    @property
+    def positions(self) -> int:
+        """The longest input the run feeds the model: a ppl window, the longest context and the
+        ``CONTINUATION + 1`` tokens scored after it (which also bounds a passkey prompt: its filler
+        sentence, question and answer are shorter than that, even in bytes)."""
+        return max(self.contexts) + CONTINUATION + 1
 
     def press_cells(self, name: str) -> dict:
         """A press's row: cell name ("ratio/keep_sinks") -> the press."""
@@ -153,9 +176,34 @@ def _model_for(cfg: CompressConfig, subject=None):
     return _LOADED[key]
 
 
+def check_feasible(cfg: CompressConfig, loaded) -> None:
+    """Refuse, in one line, a run the model cannot do: inputs past the positions it was trained on
+    (such a run goes on for long, on positions the model never saw, and its numbers mean nothing)."""
+    trained = loaded.max_positions
+    if trained is None or cfg.positions <= trained:
+        return
+    most = trained - CONTINUATION - 1
+    raise SinklabError(
+        f"--context {max(cfg.contexts)} reads {cfg.positions} positions (the context and the {CONTINUATION + 1} tokens "
+        f"after it) and {loaded.name} has {trained}: "
+        + (f"give --context {most} or less" if most >= MIN_CONTEXT else "too few for sinklab compress")
+    )
+
+
+def preflight(cfg: CompressConfig, context: RunContext) -> None:
+    """Before the run directory is claimed: the quanto baseline's package, and the model's positions
+    where the jobs run in this process (the model loaded here is kept for them; a cluster's jobs
+    check it themselves, in :func:`run_job`)."""
+    if "quanto" in cfg.quantizers:
+        check_quanto()
+    if context.subject is not None or context.workdir is None or (context.launcher or LOCAL).launcher == "local":
+        check_feasible(cfg, _model_for(cfg, context.subject))
+
+
 def run_job(job: PressJob, subject=None) -> dict:
     """A row of the table: {context|input: {cell: scores}}; the dense job scores ratio 0."""
     loaded = _model_for(job.cfg, subject)
+    check_feasible(job.cfg, loaded)
     cfg, tokenizer = job.cfg, loaded.tokenizer
     rows: dict = defaultdict(dict)
     policies = job_policies(job, loaded)
@@ -278,5 +326,7 @@ COMPRESS = register(
         resumable=resumable,
         figures=lambda result: plots.figures(result.summary),
         sections=plots.sections,
+        preflight=preflight,
+        default_table=default_table,
     )
 )

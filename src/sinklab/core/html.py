@@ -21,6 +21,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
@@ -88,12 +89,29 @@ def when_laid_out(js: str) -> str:
     return f"<script>sinklabLater(function(){{{js}}});</script>"
 
 
+#: Where a long name may break: after a ``/`` or ``_`` between two name characters either side
+#: (not in ``n/a``, nor next to an escaped ``<`` or ``>``).
+BREAKS = re.compile(r"(?<=[\w.-]{2})([/_])(?=[\w.-]{2})")
+
+
+def breakable(value) -> str:
+    """:func:`esc` text that may break after a ``/`` or ``_``: a path or a ``task_name/metric``
+    would otherwise set its column's width and push a wide table past the page."""
+    return BREAKS.sub(r"\1<wbr>", esc(value))
+
+
+def heading(text: str) -> str:
+    """A column header on two lines at a ``task/metric`` slash (and breakable after an ``_``)."""
+    return breakable(text).replace("/<wbr>", "/<br>")
+
+
 def table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
     """An HTML table; ``columns`` are (header, key, format spec) as for the terminal tables. A
-    table wider than its column scrolls inside it."""
-    head = "".join(f"<th>{esc(h)}</th>" for h, _, _ in columns)
+    table wider than its column scrolls inside it, its first column (what a row is) staying in
+    view, with a shadow at the edge that has more to show."""
+    head = "".join(f"<th>{heading(h)}</th>" for h, _, _ in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{esc(format_value(r.get(k), spec))}</td>" for _, k, spec in columns) + "</tr>" for r in rows
+        "<tr>" + "".join(f"<td>{breakable(format_value(r.get(k), spec))}</td>" for _, k, spec in columns) + "</tr>" for r in rows
     )
     return f"<div class='wide'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
@@ -101,11 +119,11 @@ def table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
 def sortable_table(rows: Sequence[dict], columns: Sequence[tuple[str, str, str]]) -> str:
     """:func:`table` whose rows a click on a header sorts by that column (numbers by value, largest
     first on the first click; empty cells last)."""
-    head = "".join(f"<th class='sort' title='sort' onclick='sinklabSort(this)'>{esc(h)}</th>" for h, _, _ in columns)
+    head = "".join(f"<th class='sort' title='sort' onclick='sinklabSort(this)'>{heading(h)}</th>" for h, _, _ in columns)
     body = "".join(
         "<tr>"
         + "".join(
-            f"<td data-v='{esc('' if r.get(k) is None else str(r.get(k)))}'>{esc(format_value(r.get(k), spec))}</td>"
+            f"<td data-v='{esc('' if r.get(k) is None else str(r.get(k)))}'>{breakable(format_value(r.get(k), spec))}</td>"
             for _, k, spec in columns
         )
         + "</tr>"
@@ -148,8 +166,12 @@ h1{font-size:1.4em} h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bot
 .runs{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:1.5em}
 .run,section{min-width:0} .wide{overflow-x:auto;max-width:100%} .plot{width:100%} code{overflow-wrap:anywhere} \
 dd{overflow-wrap:anywhere;margin:0}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0} td,th{border:1px solid #ddd;padding:.2em .5em;text-align:right}
-th{background:#f4f4f4} th.sort{cursor:pointer}
+table{border-collapse:separate;border-spacing:0;font-size:.85em;margin:.5em 0}
+td,th{border:solid #ddd;border-width:0 1px 1px 0;padding:.2em .5em;text-align:right}
+tr>:first-child{border-left-width:1px} thead th{border-top-width:1px} th{background:#f4f4f4} th.sort{cursor:pointer}
+.wide tr>:first-child{position:sticky;left:0;z-index:1} .wide td:first-child{background:#fff}
+.wide{background:linear-gradient(to left,#fff 30%,#fff0) right/3em 100% no-repeat local,\
+radial-gradient(farthest-side at 100% 50%,#0003,#0000) right/1em 100% no-repeat scroll}
 dl.keys{display:grid;grid-template-columns:max-content auto;gap:.1em 1em;font-size:.9em}
 dt{font-weight:600} .meta{font-size:.8em;color:#555} code{background:#f4f4f4;padding:0 .2em} .note{font-size:.8em;color:#555}
 """

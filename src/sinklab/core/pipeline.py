@@ -1,7 +1,10 @@
 """The one run pipeline: every capability runs through :func:`run`, from the command line and from
 a notebook alike, so both apply the same run-directory policy and get the same summary.
 
-Without a run directory, :func:`run` measures and checks, and writes nothing. With one (``out``):
+Without a run directory, :func:`run` checks what the run needs (the capability's ``preflight``),
+measures and checks, and writes nothing. With one (``out``), the preflight refuses first what the
+run could not do (inputs past the model's positions, results that do not line up, a run that would
+drop what the directory measured), so a refused run leaves the directory as it was; then:
 
 1. claim it (:func:`~.runs.claim_run_dir`: the ``--out`` policy): a finished run of the same
    configuration is read back and returned, another configuration is refused (a run of runs, a
@@ -58,11 +61,12 @@ def run(
             not capability.needs_run_dir,
             f"a {capability.kind} run keeps checkpoints while it works: give it a run directory (out=)",
         )
+        capability.preflight(cfg, RunContext(subject, None, launcher))
         result = capability.measure(cfg, RunContext(subject, None, launcher))
         capability.check(result)
         return _as_result(result, capability, None)
     out = Path(out)
-    capability.preflight(cfg, RunContext(subject, out, launcher))
+    capability.preflight(cfg, RunContext(subject, out, launcher, overwrite=overwrite))
     if resume:
         check(
             capability.resumable is not None and capability.resumable(out), f"nothing to resume in {out}: it holds no checkpoint"

@@ -1,14 +1,18 @@
 """Progress bars: every bar of sinklab is made by :func:`progress_bar`, so one switch governs them;
 and :class:`PhaseClock`, the wall time of a run's phases.
 
-``--quiet`` (:func:`set_quiet`) turns every bar off. When stderr is not a terminal (a log file,
-a pipe, a batch job) a bar redraws at most once every :data:`LOG_INTERVAL` seconds instead of
-ten times a second, so a long run leaves a few lines in its log rather than megabytes.
+``--quiet`` (:func:`set_quiet`) turns every bar off, and so does tqdm's own switch, the environment
+variable ``TQDM_DISABLE`` (any value but empty, 0, false or no; read when a bar is made), which tqdm
+alone would not honour here because every bar is made with an explicit ``disable``. When stderr
+is not a terminal (a log file, a pipe, a batch job) a bar redraws at most once every
+:data:`LOG_INTERVAL` seconds instead of ten times a second, so a long run leaves a few lines in its
+log rather than megabytes.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -41,7 +45,12 @@ def progress_bar(iterable: Optional[Iterable] = None, *, enabled: bool = True, *
     """A tqdm bar under the one policy; ``enabled=False`` (a caller's ``progress=False``) turns it off too."""
     if not _stderr_is_terminal():
         kwargs.setdefault("mininterval", LOG_INTERVAL)
-    return tqdm(iterable, disable=_quiet or not enabled, **kwargs)
+    return tqdm(iterable, disable=_quiet or not enabled or _disabled_by_env(), **kwargs)
+
+
+def _disabled_by_env() -> bool:
+    """Whether ``TQDM_DISABLE`` asks for no bars (anything but empty, 0, false or no)."""
+    return os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _stderr_is_terminal() -> bool:

@@ -47,12 +47,15 @@ class RunContext:
     the configuration's model is loaded); ``workdir``, the run directory when there is one (where a
     capability that works in steps keeps its checkpoints or its jobs' run directories; the others
     ignore it); ``launcher``, the settings its jobs run under (None: this machine's pool);
-    ``resume``, whether the pipeline resumes an unfinished run there (from its checkpoints)."""
+    ``resume``, whether the pipeline resumes an unfinished run there (from its checkpoints);
+    ``overwrite``, whether the run there is to be replaced (a preflight that guards what a run
+    directory holds has nothing to guard then)."""
 
     subject: Any = None
     workdir: Optional[Path] = None
     launcher: Any = None
     resume: bool = False
+    overwrite: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ class Capability:
     holds runs each claimed by its own configuration (a sweep's), so another configuration of it
     resumes over them instead of being refused; ``needs_run_dir`` refuses a run
     without one (it keeps checkpoints while it works); ``preflight(cfg, context)`` refuses, before
-    anything is written, what the run could not do (a lab that would not fit in memory)."""
+    anything is written, what the run could not do (a lab that would not fit in memory, inputs
+    longer than the model's positions); ``default_table(summary)`` names the table ``frame()``
+    shows when none is named (None: the first of ``tables``)."""
 
     kind: str
     config: type
@@ -88,6 +93,7 @@ class Capability:
     holds_runs: bool = False
     needs_run_dir: bool = False
     preflight: Callable[[Any, "RunContext"], None] = lambda cfg, context: None
+    default_table: Optional[Callable[[dict], str]] = None
 
 
 CAPABILITIES: dict[str, Capability] = {}
@@ -121,13 +127,16 @@ class RunResult:
 
     def frame(self, table: Optional[str] = None):
         """A table of the summary as a pandas DataFrame, one observation per row (``table``: one of
-        :attr:`tables`; default the first). Every row starts with the model, its dtype and device."""
+        :attr:`tables`; default the first, or the one the kind of run says holds its rows). Every
+        row starts with the model, its dtype and device."""
         try:
             import pandas as pd
         except ImportError:
             raise SinklabError("frame() needs pandas: pip install pandas") from None
-        tables = self._capability().tables
-        name = table or next(iter(tables))
+        capability = self._capability()
+        tables = capability.tables
+        default = capability.default_table(self.summary) if capability.default_table else next(iter(tables))
+        name = table or default
         check(name in tables, f"a {self.kind} result has no table {name!r}; its tables: {', '.join(tables)}")
         rows = list(tables[name](self.summary))
         return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(MODEL_COLUMNS))  # an empty table still concatenates

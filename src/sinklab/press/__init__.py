@@ -17,14 +17,14 @@ and a ``scores`` method, imported below.
 
 from .applied import Pressing, applied, attention_for
 from .attention import tallied
-from .base import DETECTED, PRESSES, Compression, LayerContext, Press, compress, press_named, register
+from .base import DETECTED, PRESSES, Compression, LayerContext, Press, check_ratio, compress, press_named, register
 from .cache import branch
 from .h2o import H2O
 from .keydiff import KeyDiff
 from .knorm import Knorm
 from .pyramidkv import PyramidKV
 from .quantized import KIVI, StaticKV, calibrate, quantize_cache
-from .quanto import QuantoKV
+from .quanto import QuantoKV, check_quanto
 from .random import Random
 from .snapkv import SnapKV
 from .streaming_llm import StreamingLLM
@@ -52,6 +52,8 @@ __all__ = [
     "attention_for",
     "branch",
     "calibrate",
+    "check_quanto",
+    "check_ratio",
     "compress",
     "press_named",
     "quantize_cache",

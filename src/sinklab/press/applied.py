@@ -7,6 +7,14 @@ chooses (:mod:`.base`), in a :class:`~.pressed_layer.PressedLayer`. Only the con
 tokens after it (a question, the continuation) are added whole, as in kvpress's pipeline.
 The prefill's own output is the dense model's (its attention ran before the compression).
 
+A prompt that ends with a question compresses the question too, and a press that scores keys by the
+last queries (SnapKV, TOVA) then scores them by the question. ``applied(model, press,
+question=question_ids)`` keeps it out, as kvpress's pipeline does with ``pipe(context,
+question=...)``: a prefill whose ids end with ``question_ids`` runs on the context alone, the context
+is compressed, and the question is fed through the compressed cache within the same call; its
+output is the question's forward, with the context's logits before the question's (so ``generate``
+and ``model(prompt)`` work as written).
+
 What the press needs from the prefill's attention (H2O, SnapKV, TOVA, detected sinks) is summed
 while the prefill runs (:mod:`.attention`), never as a (T, T) matrix. Hooks live only inside the
 block; the compressed cache outlives it (the same ``model.generate`` may continue it later;
@@ -22,6 +30,7 @@ from __future__ import annotations
 from contextlib import ExitStack, contextmanager
 from typing import Iterator, Optional
 
+import torch
 from torch import nn
 
 from ..core.errors import check
@@ -33,15 +42,16 @@ from .cache import NARROWED_SDPA, check_unpadded, register_narrowed_sdpa
 class Pressing:
     """The state of an :func:`applied` block: the press, the model, and the last compression."""
 
-    def __init__(self, model: nn.Module, press: Press) -> None:
-        self.model, self.press = model, press
+    def __init__(self, model: nn.Module, press: Press, question: Optional[torch.Tensor] = None) -> None:
+        self.model, self.press, self.question = model, press, question
         self.last: Optional[Compression] = None
         self._prefill: Optional[ExitStack] = None
         self._tally = None
+        self._held_back: Optional[dict] = None  # the question's forward, run after the context's compression
 
     # -- hooks on the model's forward --------------------------------------------------------
 
-    def before(self, module, args, kwargs) -> None:
+    def before(self, module, args, kwargs) -> Optional[tuple]:
         ids = kwargs.get("input_ids", args[0] if args else None)
         cache = kwargs.get("cache", kwargs.get("past_key_values"))
         filled = cache is not None and cache.get_seq_length() > 0
@@ -56,14 +66,43 @@ class Pressing:
             "a press compresses the prefill's cache: call the model with use_cache=True",
         )
         check_unpadded(kwargs.get("attention_mask"))
+        if self.question is not None:
+            args, kwargs = self._hold_back_question(args, kwargs, ids)
         wants = self.press.recording
+        self._prefill = ExitStack()
         if wants:
-            self._prefill = ExitStack()
+            context_length = ids.shape[-1] - (0 if self.question is None else self.question.shape[-1])
             self._tally = self._prefill.enter_context(
-                tallied(self.model, ids.shape[-1], "received" in wants, self.press.window_rows)
+                tallied(self.model, context_length, "received" in wants, self.press.window_rows)
             )
+        return args, kwargs
+
+    def _hold_back_question(self, args: tuple, kwargs: dict, ids: torch.Tensor) -> tuple[tuple, dict]:
+        """The prefill's inputs cut to the context; the question's own (its ids, positions, the full
+        attention mask, the cache argument) kept for :meth:`after`."""
+        size = self.question.shape[-1]
+        question = self.question.to(ids.device)
+        check(
+            ids.shape[-1] > size and bool((ids[..., -size:] == question).all()),
+            f"the prompt does not end with the question given to applied(question=...) ({size} tokens): "
+            "pass the ids the prompt ends with, or leave question out to compress the whole prompt",
+        )
+        keep = kwargs.get("logits_to_keep", 0)
+        check(isinstance(keep, int), "with question=, logits_to_keep must be a number of last positions")
+        cache_key = "past_key_values" if "past_key_values" in kwargs else "cache"
+        held = {"input_ids": ids[..., -size:], "logits_to_keep": keep, "cache_key": cache_key, "use_cache": True}
+        kwargs = dict(kwargs)
+        for key in ("position_ids", "cache_position"):  # per-token arguments: the context's, then the question's
+            if isinstance(kwargs.get(key), torch.Tensor) and kwargs[key].shape[-1] == ids.shape[-1]:
+                kwargs[key], held[key] = kwargs[key][..., :-size], kwargs[key][..., -size:]
+        if kwargs.get("attention_mask") is not None:  # the question sees the context and itself
+            held["attention_mask"], kwargs["attention_mask"] = kwargs["attention_mask"], kwargs["attention_mask"][..., :-size]
+        if "input_ids" in kwargs:
+            kwargs["input_ids"] = ids[..., :-size]
         else:
-            self._prefill = ExitStack()
+            args = (ids[..., :-size], *args[1:])
+        self._held_back = held
+        return args, kwargs
 
     def after(self, module, args, kwargs, output) -> None:
         if self._prefill is None:
@@ -74,28 +113,47 @@ class Pressing:
         cache = getattr(output, "cache", None)
         check(cache is not None, "the prefill returned no cache to compress (call the model with use_cache=True)")
         self.last = compress(cache, self.press, tally)
+        if self._held_back is not None:
+            return self._ask_question(module, output.logits, cache)
+
+    def _ask_question(self, module: nn.Module, context_logits: torch.Tensor, cache):
+        """The held-back question through the compressed cache (this block's hooks see a filled
+        cache: a continuation, not compressed); its output with the context's logits first."""
+        held, self._held_back = self._held_back, None
+        keep = held.pop("logits_to_keep")
+        held[held.pop("cache_key")] = cache
+        output = module(**held)
+        logits = torch.cat([context_logits, output.logits], dim=-2)
+        output.logits = logits[..., -keep:, :] if keep else logits
+        return output
 
     def close(self) -> None:
+        self._held_back = None
         if self._prefill is not None:
             self._prefill.close()
             self._prefill = None
 
 
 @contextmanager
-def applied(model: nn.Module, press: Press) -> Iterator[Pressing]:
+def applied(model: nn.Module, press: Press, question=None) -> Iterator[Pressing]:
     """Compress the cache of the model's next prefill(s) inside the block with ``press``; yields the
     :class:`Pressing`, whose ``last`` describes the last compression. Nothing stays on the model
-    after the block (its hooks and attention implementation are restored, also on error)."""
+    after the block (its hooks and attention implementation are restored, also on error).
+
+    ``question``: the token ids a prompt ends with (a list, or a tensor of shape (Q,) or (1, Q)),
+    kept out of the compression as kvpress's pipeline keeps its ``question=``: the context before
+    them is compressed, then they are fed through the compressed cache (see the module's docstring)."""
     from ..models.hf.support import check_causal
 
     if not isinstance(press, Press):
         raise not_a_press(press)
+    question = None if question is None else _question_ids(question)
     check(
         isinstance(model, nn.Module) and hasattr(model, "config"),
         f"expected a transformers causal LM, got {type(model).__name__}",
     )
     check_causal(model)
-    state = Pressing(model, press)
+    state = Pressing(model, press, question)
     with attention_for(model, press):
         handles = [
             model.register_forward_pre_hook(state.before, with_kwargs=True),
@@ -107,6 +165,17 @@ def applied(model: nn.Module, press: Press) -> Iterator[Pressing]:
             for handle in handles:
                 handle.remove()
             state.close()
+
+
+def _question_ids(question) -> torch.Tensor:
+    """``question`` as a (1, Q) tensor of token ids, or one line saying what it takes."""
+    ids = torch.as_tensor(question)
+    check(
+        ids.dtype in (torch.int64, torch.int32) and ids.dim() in (1, 2) and ids.shape[-1] >= 1 and ids.numel() == ids.shape[-1],
+        f"question= takes the token ids the prompt ends with (a list, or a tensor of shape (Q,) or (1, Q)), "
+        f"got {tuple(ids.shape)} of {ids.dtype}",
+    )
+    return ids.reshape(1, -1).long()
 
 
 @contextmanager

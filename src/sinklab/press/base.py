@@ -17,10 +17,15 @@ A new press is one file in this package: a dataclass subclass of :class:`Press` 
 ``@register("name")`` that implements :meth:`Press.scores` from a :class:`LayerContext` (the
 layer's keys and values, and, when the press declares it ``needs`` them, the attention the
 prefill's queries paid each key: :mod:`.attention`).
+
+kvpress's argument names are accepted as aliases (:data:`KVPRESS_NAMES`: ``compression_ratio`` for
+``ratio`` on every press, ``n_sink`` for StreamingLLM's ``keep_sinks``), so a kvpress user's
+``SnapKV(compression_ratio=0.5)`` works as written.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar, Optional, Union
 
@@ -33,6 +38,8 @@ from .sinks import detected_sinks
 
 KeepSinks = Union[int, str]
 DETECTED = "detected"
+#: kvpress's argument names a press also takes (kvpress's name -> sinklab's); a press class may add its own.
+KVPRESS_NAMES = {"compression_ratio": "ratio"}
 #: What a press may ask the prefill to record per layer (:mod:`.attention`): every query's
 #: attention summed per key ("received"), and the last queries' ("window").
 NEEDS = ("received", "window")
@@ -87,22 +94,58 @@ class LayerContext:
         return attention.view(batch, heads // groups, groups, length).mean(2)
 
 
+class _TakesKvpressNames(type):
+    """Presses take kvpress's argument names too: a dataclass's own ``__init__`` would reject
+    ``compression_ratio=`` with a bare TypeError, so the names in the class's ``kvpress_names`` are
+    renamed before it runs (giving both spellings is one line)."""
+
+    def __call__(cls, *args, **kwargs):
+        for theirs, ours in cls.kvpress_names.items():
+            if theirs in kwargs:
+                check(ours not in kwargs, f"{cls.__name__}: give {ours}= or kvpress's {theirs}=, not both")
+                kwargs[ours] = kwargs.pop(theirs)
+        return super().__call__(*args, **kwargs)
+
+    @property
+    def __signature__(cls) -> inspect.Signature:
+        """The dataclass's fields, as ``help()`` and tab completion show them (not ``__call__``'s)."""
+        init = inspect.signature(cls.__init__)
+        return init.replace(parameters=list(init.parameters.values())[1:])
+
+
+def check_ratio(ratio: float, name: str = "ratio") -> None:
+    """A press's ``ratio`` (and ``--ratio``): the fraction of the context removed, 0 (nothing: the
+    full cache, kvpress's default) or in (0, 1). The one check of it, for the class and the command."""
+    number = isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
+    check(
+        number and 0 <= ratio < 1,
+        f"{name} is the fraction of the context removed: 0 (the full cache) or in (0, 1); got {ratio!r}",
+    )
+
+
 @dataclass(frozen=True)
-class Press:
-    """A compression rule. ``ratio``: the fraction of the context's keys removed, in [0, 1) (0
-    keeps every key: the dense cache); ``keep_sinks``: 0, N (the first N tokens) or "detected"."""
+class Press(metaclass=_TakesKvpressNames):
+    """A compression rule: after a prefill, each full-attention layer keeps the context's keys its
+    :meth:`scores` rank highest and drops the rest from the cache.
+
+    ``ratio``: the fraction of the context's keys removed, 0 (keeps every key: the dense cache) or
+    in (0, 1); kvpress's ``compression_ratio``, accepted under that name too. ``keep_sinks``: 0, N
+    (the first N tokens) or "detected", protected inside the budget. Use it with
+    ``with sinklab.press.applied(model, press): model.generate(...)``, or ``press.apply(cache)``."""
 
     ratio: float = 0.0
     keep_sinks: KeepSinks = 0
 
     name: ClassVar[str] = ""
+    #: kvpress's argument names this press takes (kvpress's name -> field).
+    kvpress_names: ClassVar[dict] = KVPRESS_NAMES
     #: What the prefill must record for :meth:`scores` (from :data:`NEEDS`).
     needs: ClassVar[frozenset] = frozenset()
     #: Whether layers keep different numbers of keys (:meth:`budget` depends on the layer).
     per_layer_budgets: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        check(0.0 <= self.ratio < 1.0, f"a press's ratio is the fraction of the context removed, in [0, 1); got {self.ratio}")
+        check_ratio(self.ratio)
         check_sink_setting(self.keep_sinks, "keep_sinks")
 
     # -- what a subclass defines ---------------------------------------------------------------

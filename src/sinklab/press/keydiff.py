@@ -20,6 +20,9 @@ from .base import LayerContext, Press, register
 @register("keydiff")
 @dataclass(frozen=True)
 class KeyDiff(Press):
+    """KeyDiff: keep the keys least similar (cosine) to the mean key direction, per KV head. As
+    kvpress's ``KeyDiffPress(compression_ratio)``; ``compression_ratio`` is accepted for ``ratio``."""
+
     def scores(self, context: LayerContext) -> torch.Tensor:
         unit = F.normalize(context.keys.float(), dim=-1)
         anchor = unit.mean(dim=2, keepdim=True)

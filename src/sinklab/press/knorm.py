@@ -19,5 +19,8 @@ from .base import LayerContext, Press, register
 @register("knorm")
 @dataclass(frozen=True)
 class Knorm(Press):
+    """Knorm: keep the keys of lowest L2 norm, per KV head. As kvpress's
+    ``KnormPress(compression_ratio)``; ``compression_ratio`` is accepted for ``ratio``."""
+
     def scores(self, context: LayerContext) -> torch.Tensor:
         return -context.keys.float().norm(dim=-1)

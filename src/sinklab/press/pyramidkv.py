@@ -21,6 +21,12 @@ from .snapkv import SnapKV
 @register("pyramidkv")
 @dataclass(frozen=True)
 class PyramidKV(SnapKV):
+    """PyramidKV: SnapKV's scores with per-layer budgets that shrink with depth (layer 0 keeps the
+    most, the last layer about 1/``beta`` of the mean), the total about SnapKV's; where the pyramid
+    does not fit, SnapKV's uniform budget. As kvpress's ``PyramidKVPress(compression_ratio,
+    window_size=64, kernel_size=5, beta=20)``; ``compression_ratio`` is accepted for ``ratio``.
+    Layers keep different numbers of keys, which needs the sdpa attention."""
+
     beta: int = 20
 
     per_layer_budgets = True

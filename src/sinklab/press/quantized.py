@@ -3,8 +3,11 @@ integers (:mod:`.packing`: the bytes are real).
 
 * :class:`KIVI` (Liu et al. 2024): keys quantized per channel over groups of ``group_size``
   tokens, values per token over groups of ``group_size`` channels, asymmetric, 2 or 4 bits; the
-  most recent ``residual`` tokens stay in full precision and are quantized a group at a time as
-  newer ones arrive (KIVI's streaming rule).
+  most recent tokens stay in full precision, ``residual`` to ``residual + group_size - 1`` of
+  them, and are quantized a group at a time as newer ones arrive (KIVI's streaming rule). The
+  groups and the recent window are where an unprotected cache has them (:class:`KiviStore`), so
+  protected and unprotected caches are compared at the same full-precision recent tokens, the
+  protected ones counted besides them: ``protect=N`` holds exactly N more tokens in full precision.
 * :class:`StaticKV`: symmetric INT8 or INT4 with one scale per layer and KV head for keys and one
   for values, calibrated beforehand (:func:`calibrate`) and fixed: every token is quantized as it
   arrives. Calibrated with the sink left out and held as a full-precision cached prefix
@@ -33,25 +36,62 @@ from .packing import Quantized, pack, quantize_groups, unpack
 
 
 class KiviStore:
-    """KIVI's quantized part of one layer: key blocks (B, H, blocks, D, G), value rows (B, H, n, D/G, G)."""
+    """KIVI's quantized part of one layer: key blocks (B, H, blocks, D, G), value rows (B, H, n, D/G, G).
 
-    def __init__(self, bits: int, group: int, residual: int) -> None:
+    Groups of ``group`` tokens sit where an unprotected cache puts them: at positions 0 to G - 1,
+    G to 2G - 1, ... of the sequence (the positions counted with the protected ones). A group is
+    quantized once the newest token is ``residual`` or more past its end, so after ``n`` tokens the
+    positions from ``(n - residual) // G * G`` on are the full-precision recent tokens, between
+    ``residual`` and ``residual + G - 1`` of them (KIVI's streaming rule), the same ones whatever
+    is protected. A protected position (``protected``, held apart by the layer) leaves a hole in its
+    group: the group's scales come from its other tokens (the hole's key slot holds a copy of one
+    of them, so it moves no range; it is dropped when the keys are read back); a group with no other
+    token is not stored. So protecting N tokens keeps exactly N more in full precision than
+    protecting none, and every other token is quantized with the same neighbours."""
+
+    def __init__(self, bits: int, group: int, residual: int, protected=()) -> None:
         self.bits, self.group, self.residual = bits, group, residual
+        self.protected = torch.tensor(sorted(set(protected)), dtype=torch.long)
+        self.done = 0  # the positions below are quantized (a multiple of group)
         self.keys: Optional[Quantized] = None
         self.values: Optional[Quantized] = None
+        self.slots = 0  # key slots stored (whole groups)
+        self.holes: list[int] = []  # the key slots that hold a protected position's stand-in
 
-    def absorb(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Quantize whole groups from the front of the full-precision tail, leaving ``residual``."""
-        take = max(0, (keys.shape[2] - self.residual) // self.group * self.group)
-        if take == 0:
+    def absorb(self, keys: torch.Tensor, values: torch.Tensor, end: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Quantize the groups that ``residual`` tokens have passed from the front of the
+        full-precision tail ``keys``/``values`` (the unprotected positions from the last group
+        quantized up to ``end``, the number of tokens seen; by default the tail and the protected
+        positions after that group); return what stays in full precision."""
+        later = int((self.protected >= self.done).sum())
+        end = self.done + keys.shape[2] + later if end is None else end
+        upto = max(self.done, (end - self.residual) // self.group * self.group)
+        if upto == self.done:
             return keys, values
         batch, heads, _, dim = keys.shape
         check(dim % self.group == 0, f"KIVI groups of {self.group} channels do not divide the head dimension {dim}")
-        k = keys[:, :, :take].reshape(batch, heads, take // self.group, self.group, dim).transpose(-1, -2)
+        slots = torch.arange(self.done, upto).view(-1, self.group)  # (blocks, G) positions
+        real = ~torch.isin(slots, self.protected)
+        take = int(real.sum())
+        check(
+            int((~torch.isin(torch.arange(self.done, end), self.protected)).sum()) == keys.shape[2],
+            "KIVI's full-precision tail does not match the positions seen",
+        )
+        if bool(real.all()):
+            k = keys[:, :, :take].reshape(batch, heads, -1, self.group, dim)
+            holes: list[int] = []
+        else:
+            index = real.flatten().cumsum(0).view_as(slots) - 1  # a real slot's index in the tail
+            first = index.gather(1, real.long().argmax(1, keepdim=True))  # each group's first real token
+            kept = real.any(1)  # groups with a token to quantize
+            source, real = torch.where(real, index, first)[kept], real[kept]
+            k = keys[:, :, source.flatten()].reshape(batch, heads, -1, self.group, dim)
+            holes = [self.slots + int(i) for i in (~real.flatten()).nonzero().flatten()]
         v = values[:, :, :take].reshape(batch, heads, take, dim // self.group, self.group)
-        qk, qv = quantize_groups(k, self.bits), quantize_groups(v, self.bits)
+        qk, qv = quantize_groups(k.transpose(-1, -2), self.bits), quantize_groups(v, self.bits)
         self.keys = qk if self.keys is None else self.keys.appended(qk, 2)
         self.values = qv if self.values is None else self.values.appended(qv, 2)
+        self.done, self.slots, self.holes = upto, self.slots + k.shape[2] * self.group, self.holes + holes
         return keys[:, :, take:], values[:, :, take:]
 
     def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
@@ -59,13 +99,18 @@ class KiviStore:
             return None
         k = self.keys.dequantized(dtype).transpose(-1, -2)
         v = self.values.dequantized(dtype)
-        return k.reshape(*k.shape[:2], -1, k.shape[-1]), v.reshape(*v.shape[:3], -1)
+        k = k.reshape(*k.shape[:2], -1, k.shape[-1])
+        if self.holes:
+            keep = torch.ones(self.slots, dtype=torch.bool, device=k.device)
+            keep[self.holes] = False
+            k = k[:, :, keep]
+        return k, v.reshape(*v.shape[:3], -1)
 
     def tensors(self) -> list:
         return [] if self.keys is None else [*self.keys.tensors(), *self.values.tensors()]
 
     def branched(self) -> "KiviStore":
-        return copy.copy(self)  # absorb() rebinds, never changes, its quantized tensors
+        return copy.copy(self)  # absorb() rebinds, never changes, its quantized tensors and holes
 
 
 class StaticStore:
@@ -81,7 +126,7 @@ class StaticStore:
         q = (x.float() / scale.to(x.device)).round().clamp(-self.levels, self.levels) + self.levels
         return q.to(torch.uint8) if self.bits == 8 else pack(q, self.bits)
 
-    def absorb(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def absorb(self, keys: torch.Tensor, values: torch.Tensor, end: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
         if keys.shape[2]:
             self.parts.append((self._quantized(keys, self.scales[0]), self._quantized(values, self.scales[1])))
         return keys[:, :, :0], values[:, :, :0]
@@ -114,7 +159,15 @@ def _split(keys: torch.Tensor, values: torch.Tensor, protected: list[int]):
 
 @dataclass(frozen=True)
 class KIVI:
-    """KIVI-style packed 2- or 4-bit cache (``bits``), ``protect``: 0, N or "detected"."""
+    """KIVI-style packed 2- or 4-bit cache (``bits``), ``protect``: 0, N or "detected".
+
+    The full-precision recent tokens do not depend on ``protect``: groups of ``group_size`` tokens
+    are aligned to the sequence's positions, protected ones included, and a protected token leaves
+    a hole in its group (:class:`KiviStore`). Protected and unprotected caches are therefore
+    compared at the same full-precision recent tokens (``residual`` to ``residual + group_size - 1``
+    of them), with the N protected tokens held in full precision besides them. (Before, the groups
+    were counted from after the protected tokens: at 1,024 tokens protecting one kept 1 + 159 in
+    full precision against 128, so part of the "sink gain" was 31 more recent tokens.)"""
 
     bits: int = 2
     protect: KeepSinks = 0
@@ -134,8 +187,8 @@ class KIVI:
     def recording(self) -> frozenset:
         return frozenset({"received"}) if self.protect == DETECTED else frozenset()
 
-    def make_store(self, layer: int) -> KiviStore:
-        return KiviStore(self.bits, self.group_size, self.residual)
+    def make_store(self, layer: int, protected=()) -> KiviStore:
+        return KiviStore(self.bits, self.group_size, self.residual, protected)
 
     def apply(self, cache, tally=None):
         return quantize_cache(cache, self, tally)
@@ -162,7 +215,7 @@ class StaticKV:
         check(self.bits in (4, 8), f"static KV quantization is INT8 or INT4, got {self.bits} bits")
         check_sink_setting(self.protect, "static quantization's protect", detected=False)
 
-    def make_store(self, layer: int) -> StaticStore:
+    def make_store(self, layer: int, protected=()) -> StaticStore:
         check(layer in self.scales, f"static KV quantization has no calibrated scales for layer {layer}: calibrate() first")
         return StaticStore(self.bits, *self.scales[layer])
 
@@ -187,7 +240,7 @@ def quantize_cache(cache, policy, tally=None):
     for index in layers:
         layer = cache.layers[index]
         sink, keys, values = _split(layer.keys, layer.values, report.sinks)
-        cache.layers[index] = QuantizedKVLayer(sink, policy.make_store(index), keys, values)
+        cache.layers[index] = QuantizedKVLayer(sink, policy.make_store(index, report.sinks), keys, values)
         report.positions[index] = torch.arange(length).expand(*layer.keys.shape[:2], -1)
     report.bytes_after = cache_bytes(cache)
     return report

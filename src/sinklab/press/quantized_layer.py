@@ -21,12 +21,12 @@ class QuantizedKVLayer(DynamicLayer):
         self.lazy_initialization(keys, values)
         self.dtype = keys.dtype
         self.sink, self.store, self.seen = sink, store, sink[0].shape[2] + keys.shape[2]
-        self.tail = store.absorb(keys, values)
+        self.tail = store.absorb(keys, values, self.seen)
 
     def update(self, key_states, value_states, *args, **kwargs):
         self.seen += key_states.shape[-2]
         tail = (torch.cat([self.tail[0], key_states], 2), torch.cat([self.tail[1], value_states], 2))
-        self.tail = self.store.absorb(*tail)
+        self.tail = self.store.absorb(*tail, self.seen)
         stored = self.store.dequantized(self.dtype)
         parts = [self.sink, *([stored] if stored is not None else []), self.tail]
         return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 2)

@@ -8,6 +8,7 @@ refused in one line where it is missing."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -17,9 +18,25 @@ from ..core.errors import SinklabError, check
 from ..stream import cache_bytes
 from .base import started
 
+MISSING = "the quanto baseline needs optimum-quanto: pip install optimum-quanto"
+
+
+def check_quanto() -> None:
+    """Refuse, in one line and before any work, the quanto baseline where optimum-quanto is missing."""
+    try:
+        found = importlib.util.find_spec("optimum.quanto") is not None
+    except ModuleNotFoundError:  # no optimum at all
+        found = False
+    check(found, MISSING)
+
 
 @dataclass(frozen=True)
 class QuantoKV:
+    """The baseline KV quantizer: transformers' own quanto ``QuantizedCache`` layers, ``bits`` 2 or 4
+    in groups of ``group_size`` channels per token, the last ``residual`` new tokens in full
+    precision, no sink protected. ``QuantoKV(bits=2).apply(cache)`` after a prefill; needs
+    ``optimum-quanto``."""
+
     bits: int = 4
     group_size: int = 64
     residual: int = 128
@@ -47,7 +64,7 @@ class QuantoKV:
             try:
                 layer = QuantoQuantizedLayer(nbits=self.bits, q_group_size=self.group_size, residual_length=self.residual)
             except ImportError:
-                raise SinklabError("the quanto baseline needs optimum-quanto: pip install optimum-quanto") from None
+                raise SinklabError(MISSING) from None
             layer.update(dense.keys, dense.values)
             cache.layers[index] = layer
             report.positions[index] = torch.arange(length).expand(*dense.keys.shape[:2], -1)

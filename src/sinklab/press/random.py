@@ -14,6 +14,10 @@ from .base import LayerContext, Press, register
 @register("random")
 @dataclass(frozen=True)
 class Random(Press):
+    """The control: keep a random subset of the context's keys per KV head, drawn from ``seed`` so a
+    run repeats. As kvpress's ``RandomPress(compression_ratio, seed)``; ``compression_ratio`` is
+    accepted for ``ratio``."""
+
     seed: int = 0
 
     def scores(self, context: LayerContext) -> torch.Tensor:

@@ -24,6 +24,13 @@ from .base import LayerContext, Press, register
 @register("snapkv")
 @dataclass(frozen=True)
 class SnapKV(Press):
+    """SnapKV: keep the keys the last ``window_size`` queries of the compressed context attend to
+    most (averaged over those queries, smoothed over ``kernel_size`` neighbouring keys, per KV head)
+    and the window's own keys. As kvpress's ``SnapKVPress(compression_ratio, window_size=64,
+    kernel_size=5)``; ``compression_ratio`` is accepted for ``ratio``. The window is the end of
+    what is compressed: to choose keys by a question without compressing it, as kvpress's pipeline
+    does, use ``press.applied(model, press, question=question_ids)``."""
+
     window_size: int = 64
     kernel_size: int = 5
 

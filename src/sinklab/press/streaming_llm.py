@@ -1,11 +1,8 @@
-"""StreamingLLM (Xiao et al. 2024) as a press: keep the first tokens and the most recent ones.
+"""StreamingLLM (Xiao et al. 2024) as a press (the class says what it keeps, and kvpress's names).
 
-The score is the position itself, so the budget goes to the most recent tokens; the sinks come
-from ``keep_sinks`` (kvpress's ``StreamingLLMPress(n_sink=4)`` is ``StreamingLLM(keep_sinks=4)``
-here, and ``keep_sinks=0`` is the plain recent window, StreamingLLM's failing baseline). As in
-kvpress, kept keys stay at their original positions (the paper re-numbers the cache's positions:
-kvpress's ``KeyRerotationPress`` does that; for one compression of a context within the trained
-length the original positions are the model's own).
+As in kvpress, kept keys stay at their original positions (the paper re-numbers the cache's
+positions: kvpress's ``KeyRerotationPress`` does that; for one compression of a context within the
+trained length the original positions are the model's own).
 """
 
 from __future__ import annotations
@@ -14,12 +11,20 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import LayerContext, Press, register
+from .base import KVPRESS_NAMES, LayerContext, Press, register
 
 
 @register("streaming_llm")
 @dataclass(frozen=True)
 class StreamingLLM(Press):
+    """StreamingLLM: keep the most recent keys (the score is the position) and the first
+    ``keep_sinks`` tokens inside the budget (``keep_sinks=0``: the plain recent window, the paper's
+    failing baseline). kvpress's ``StreamingLLMPress(compression_ratio=0.5, n_sink=4)`` is
+    ``StreamingLLM(ratio=0.5, keep_sinks=4)``, and kvpress's two names are accepted as they are
+    (kvpress keeps 4 sinks unless told otherwise; here none are kept unless asked)."""
+
+    kvpress_names = {**KVPRESS_NAMES, "n_sink": "keep_sinks"}
+
     def scores(self, context: LayerContext) -> torch.Tensor:
         batch, kv_heads = context.keys.shape[:2]
         recency = torch.arange(context.length, dtype=torch.float32, device=context.keys.device)

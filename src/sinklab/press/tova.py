@@ -18,6 +18,10 @@ from .base import LayerContext, Press, register
 @register("tova")
 @dataclass(frozen=True)
 class TOVA(Press):
+    """TOVA: keep the keys the context's last query attends to most, averaged over all heads (every
+    head keeps the same positions), and that last token. As kvpress's ``TOVAPress(compression_ratio)``;
+    ``compression_ratio`` is accepted for ``ratio``."""
+
     needs = frozenset({"window"})
 
     @property

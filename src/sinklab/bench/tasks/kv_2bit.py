@@ -1,7 +1,15 @@
 """2-bit KV with and without the sink protected: KIVI's packed 2-bit cache (keys per channel,
-values per token, groups of 32, the last 128 tokens in full precision) with no token protected and
-with the first token kept in full precision (KVQuant's first-token ablation), judged like the
-compressed context: text perplexity after it and passkey retrieval, against the full cache."""
+values per token, groups of 32, the last 128 to 159 tokens in full precision) with no token
+protected and with the first token kept in full precision (KVQuant's first-token ablation), judged
+like the compressed context: text perplexity after it and passkey retrieval, against the full cache.
+
+The two are compared at the same full-precision recent tokens (the same positions; 128 at the
+1,024-token ppl windows), the protected token held in full precision besides them.
+
+Versions: 1 (sinklab before issue 39) counted KIVI's groups from after the protected token, so
+protect=1 also kept up to 31 more recent tokens in full precision (1 + 159 against 128 at 1,024
+tokens): part of its gain was those tokens. 2: the same recent tokens with and without protection
+(:class:`~sinklab.press.KIVI`)."""
 
 from ...compress import COMPRESS, CONTINUATION
 from ..task import Task, metric, register
@@ -23,7 +31,7 @@ def read(result) -> dict:
 TASK = register(
     Task(
         name="kv_2bit",
-        version=1,
+        version=2,
         group="payoff",
         title="2-bit KV: sink protected vs not",
         paper="Liu et al. 2024 (ICML), KIVI; Hooper et al. 2024, KVQuant (first token in fp16)",

@@ -1,0 +1,193 @@
+"""How sinklab compress judges and reports a compressed cache, on inputs whose answer is known: the
+passkey judge reading the greedy answer's text, the paired sink effect's sign, a compression's
+bytes against the dense cache's, the tables' columns, the ppl window's context and continuation,
+and the static quantizer's calibration text kept apart from the text it is judged on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+import sinklab
+from sinklab.compress import run as compress_run
+from sinklab.compress.evaluate import facts, passkey_answer
+from sinklab.compress.frame import cell_rows, quantized_rows, sink_effect_rows
+from sinklab.compress.run import CompressConfig, PressJob, job_policies
+from sinklab.compress.summary import paired
+from sinklab.compress.tasks import ANSWER_TOKENS, CONTINUATION, Passkey, text_window
+from sinklab.press import Compression, StaticKV
+
+# --------------------------------------------------------------------------- the passkey judge
+
+
+class CharTokenizer:
+    """One token per character: the digits are ids 0-9, then space, '?', '.' and 'x'."""
+
+    chars = "0123456789 ?.x"
+    bos_token_id = None
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [self.chars.index(c) for c in text]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(self.chars[i] for i in ids)
+
+
+def chain_model(chain: str):
+    """A one-layer Llama over :class:`CharTokenizer`'s characters that predicts, whatever came
+    before, the character after the current one in ``chain`` (attention and FFN write nothing: the
+    one-hot embedding, normalised to 4, meets an LM head weight of 10 on the next character)."""
+    tok = CharTokenizer()
+    config = transformers.LlamaConfig(
+        vocab_size=len(tok.chars), hidden_size=16, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=False,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.fill_(1.0) if "norm" in name else p.zero_()
+        model.model.embed_tokens.weight[:, : len(tok.chars)] = torch.eye(len(tok.chars))
+        ids = tok(chain)["input_ids"]
+        for now, after in zip(ids, ids[1:]):
+            model.lm_head.weight[after, now] = 10.0
+    return model
+
+
+@torch.no_grad()
+def test_the_passkey_judge_reads_the_first_integer_of_the_decoded_answer():
+    """A model that answers "?" with " 12345." (then "." again): the key 12345 is judged correct,
+    ranked first, with a log-probability of about 0; the key 54321 is judged wrong (the answer's
+    text holds another integer) and its first digit is not the model's first choice after the
+    space. Mutation tried: the judge reading the answer's token ids (str(answer)) instead of the
+    decoded text fails here."""
+    tok, model = CharTokenizer(), chain_model("? 12345..")
+    context = torch.tensor([tok("xxxxxxxx")["input_ids"]])
+    cache = model(context, use_cache=True).cache
+    question = torch.tensor([tok("?")["input_ids"]])
+    right = passkey_answer(model, tok, cache, Passkey(context, question, 12345, 0.5))
+    assert right["correct"] is True and right["rank"] == 1 and right["logprob"] == pytest.approx(0.0, abs=1e-6)
+    wrong = passkey_answer(model, tok, cache, Passkey(context, question, 54321, 0.5))
+    assert wrong["correct"] is False and wrong["logprob"] < -10
+    assert tok.decode(tok(" 12345...")["input_ids"][:ANSWER_TOKENS]) == " 12345.."  # what the model says
+
+
+# --------------------------------------------------------------------------- figures and tables
+
+
+def passkey(accuracy, logprobs):
+    return {"accuracy": accuracy, "logprobs": logprobs, "logprob_mean": sum(logprobs) / len(logprobs)}
+
+
+def test_the_sink_effect_is_the_relative_change_from_keeping_no_sink():
+    """Perplexity 10 with no sink kept and 8 with one: -20 % (lower is better, so keeping the sink
+    helped); 12.5 with four: +25 %. The passkey changes are the kept cell's minus the unkept's.
+    Mutation tried: the change inverted (base / cell - 1: +25 % and -20 %) fails here."""
+    where = {"press": "knorm", "ratio": 0.5, "context": 128}
+    cells = [
+        {**where, "keep_sinks": 0, "ppl": {"t": 10.0}, "passkey": passkey(0.5, [-4.0, -6.0])},
+        {**where, "keep_sinks": 1, "ppl": {"t": 8.0}, "passkey": passkey(1.0, [-1.0, -7.0])},
+        {**where, "keep_sinks": 4, "ppl": {"t": 12.5}, "passkey": passkey(0.0, [-5.0, -8.0])},
+    ]
+    one, four = paired(cells, ("press", "ratio", "context"), "keep_sinks")
+    assert (one["keep_sinks"], four["keep_sinks"]) == (1, 4)
+    assert one["ppl_change"] == {"t": pytest.approx(-0.2)} and four["ppl_change"] == {"t": pytest.approx(0.25)}
+    assert one["accuracy_change"] == 0.5 and one["logprob_change"] == pytest.approx(1.0)
+    assert (one["prompts_more_likely"], one["prompts"]) == (1, 2) and one["logprob_change_std"] == pytest.approx(2.0)
+    assert four["accuracy_change"] == -0.5 and four["logprob_change"] == pytest.approx(-1.5)
+
+
+def test_a_compressions_facts_are_its_kept_fraction_and_its_bytes_against_the_dense_caches():
+    """Two layers keeping 5 of 20 keys per head, the cache down from 1,000 bytes to 400: a kept
+    fraction of 0.25 and a bytes ratio of 0.4 (after over before: below 1 is smaller). Mutation
+    tried: bytes before over after (2.5) fails here."""
+    kept = {0: torch.zeros(1, 2, 5, dtype=torch.long), 1: torch.zeros(1, 2, 5, dtype=torch.long)}
+    compression = Compression(20, positions=kept, sinks=[0], bytes_before=1000, bytes_after=400)
+    assert facts(compression) == {"kept_fraction": 0.25, "bytes_ratio": 0.4, "sinks": [0]}
+
+
+def test_each_tables_column_carries_its_own_figure():
+    """A hand-made summary whose every figure differs: each column of the cells, quantized and
+    sink-effect tables holds its own. Mutation tried: the bytes_ratio column showing the kept
+    fraction fails here."""
+    figures = dict(ppl={"t": 9.0}, ppl_ratio={"t": 1.5}, passkey=passkey(0.75, [-2.0]), kept_fraction=0.5, bytes_ratio=0.52)
+    summary = {
+        "model": "m", "dtype": "float32", "device": "cpu",
+        "cells": [{"press": "knorm", "ratio": 0.5, "keep_sinks": 1, "context": 128, **figures}],
+        "quantized": [{"quantizer": "kivi", "bits": 2, "protect": 1, "context": 128, **figures,
+                       "kept_fraction": 1.0, "bytes_ratio": 0.2}],
+        "sink_effect": [{"press": "knorm", "ratio": 0.5, "context": 128, "keep_sinks": 1, "ppl_change": {"t": -0.2},
+                         "accuracy_change": 0.25, "logprob_change": 1.0, "logprob_change_std": 0.5,
+                         "prompts_more_likely": 3, "prompts": 4}],
+    }  # fmt: skip
+    lead = {"model": "m", "dtype": "float32", "device": "cpu"}
+    shared = {"ppl_t": 9.0, "ppl_ratio_t": 1.5, "passkey_accuracy": 0.75, "key_logprob": -2.0}
+    assert list(cell_rows(summary)) == [
+        {**lead, "press": "knorm", "ratio": 0.5, "keep_sinks": 1, "context": 128, **shared, "kept_fraction": 0.5,
+         "bytes_ratio": 0.52}
+    ]  # fmt: skip
+    assert list(quantized_rows(summary)) == [
+        {**lead, "quantizer": "kivi", "bits": 2, "protect": 1, "context": 128, **shared, "kept_fraction": 1.0,
+         "bytes_ratio": 0.2}
+    ]  # fmt: skip
+    assert list(sink_effect_rows(summary)) == [
+        {**lead, "press": "knorm", "ratio": 0.5, "context": 128, "keep_sinks": 1, "ppl_change_t": -0.2,
+         "accuracy_change": 0.25, "logprob_change": 1.0, "logprob_change_std": 0.5, "prompts_more_likely": 3, "prompts": 4}
+    ]  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the texts
+
+
+def numbered_text(doc: str, words: int) -> str:
+    """Words that name their document and their place ("b-w17"): any dozen tokens of one document
+    appear in no other."""
+    return " ".join(f"{doc}-w{i}" for i in range(words))
+
+
+@pytest.fixture
+def three_documents(tmp_path):
+    """A corpus folder of three documents, read in name order: a (about 1,800 tokens of the tiny
+    tokenizer), then b and c."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    for doc, words in (("a", 300), ("b", 400), ("c", 400)):
+        (folder / f"{doc}.txt").write_text(numbered_text(doc, words))
+    return folder
+
+
+def test_a_text_window_is_the_contexts_first_tokens_then_the_scored_continuation(tokenizer, three_documents):
+    """The ppl input over a 20-token context: BOS and the first 19 tokens of the first document,
+    then the next CONTINUATION + 1 tokens (the first fed to the compressed cache, the rest scored).
+    Mutation tried: the context shifted by one token either way fails here."""
+    window = text_window(tokenizer, str(three_documents), 20, "yes")
+    stream = [tokenizer.bos_token_id, *tokenizer(numbered_text("a", 300), add_special_tokens=False)["input_ids"]]
+    assert window.context[0].tolist() == stream[:20]
+    assert window.continuation[0].tolist() == stream[20 : 20 + CONTINUATION + 1]
+
+
+def grams(ids: list[int], n: int = 12) -> set:
+    return {tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)}
+
+
+def test_the_static_quantizer_never_calibrates_on_the_text_it_is_judged_on(three_documents, tiny_model_dir, monkeypatch):
+    """The static quantizer's scales come from windows of the corpus after the documents the ppl
+    window reads (here: a), so no stretch of the judged text is among them, while b and c are.
+    Mutation tried: calibrating from the corpus's start (skip = 0) fails here."""
+    loaded = sinklab.load_model(str(tiny_model_dir("llama")))
+    cfg = CompressConfig(presses=(), quantizers=("static",), bits=(8,), keep_sinks=(0,), contexts=(128,),
+                         corpus=str(three_documents), outside=None)  # fmt: skip
+    seen, real = [], compress_run.calibrate
+
+    def calibrate(model, windows, protect):
+        seen.append(windows)
+        return real(model, windows, protect)
+
+    monkeypatch.setattr(compress_run, "calibrate", calibrate)
+    policies = job_policies(PressJob(cfg, "static"), loaded)
+    assert list(policies) == ["8/0"] and isinstance(policies["8/0"], StaticKV) and len(seen) == 1
+    judged = grams(text_window(loaded.tokenizer, cfg.corpus, 128, cfg.bos).ids[0].tolist())
+    calibrated = set().union(*(grams(w.tolist()) for w in seen[0]))
+    ids = lambda doc: loaded.tokenizer(numbered_text(doc, 400), add_special_tokens=False)["input_ids"]  # noqa: E731
+    later = grams(ids("b") + ids("c"))  # each document tokenised alone, then joined
+    assert calibrated and not calibrated & judged and calibrated <= later
