@@ -52,6 +52,7 @@ KVPRESS_CLASSES = {
 EAGER = {"h2o"}  # kvpress's press reads the materialised weights
 SINKS = {"streaming_llm": 4}
 FRAMEWORKS = {"sinklab": None, "kvpress": "kvpress"}  # framework -> its site
+VERSIONS: dict = {}  # framework -> what its workers ran (torch, transformers, the framework, threads)
 
 
 # -- workers ------------------------------------------------------------------------------------
@@ -123,7 +124,8 @@ def worker(job: dict) -> dict:
         plain, pressed, kept = [], [], None
         for i in range(job["pairs"]):
             for which in ("plain", "pressed") if i % 2 == 0 else ("pressed", "plain"):
-                seconds, fraction = peers.timed(lambda: prefill(ids, None if which == "plain" else name))
+                target = None if which == "plain" else name
+                seconds, fraction = peers.timed(lambda target=target: prefill(ids, target))
                 (plain if which == "plain" else pressed).append(round(seconds, 3))
                 kept = fraction if which == "pressed" else kept
         presses[name] = {"plain_s": plain, "pressed_s": pressed, "kept_fraction": kept}
@@ -133,6 +135,14 @@ def worker(job: dict) -> dict:
 # -- the orchestrator ---------------------------------------------------------------------------
 
 
+def run(job: dict, threads: int, limit_gb: float) -> dict:
+    """One worker of ``job["framework"]``; what it ran is kept for the row."""
+    result = peers.run_worker(SCRIPT, FRAMEWORKS[job["framework"]], job, threads, limit_gb)
+    if "versions" in result:
+        VERSIONS.setdefault(job["framework"], result["versions"])
+    return result
+
+
 def time_part(jobs: dict, args, presses: list) -> dict:
     """Per length: every round's workers, then per press each framework's overhead."""
     found = {}
@@ -140,12 +150,11 @@ def time_part(jobs: dict, args, presses: list) -> dict:
         runs = {name: [] for name in FRAMEWORKS}
         for r, order in peers.alternated(list(FRAMEWORKS), args.rounds):
             for name in order:
-                result = peers.run_worker(SCRIPT, FRAMEWORKS[name], {**job, "framework": name, "mode": "time",
-                                          "presses": presses, "pairs": args.pairs}, args.threads, args.limit_gb)  # fmt: skip
+                timing = {**job, "framework": name, "mode": "time", "presses": presses, "pairs": args.pairs}
+                result = run(timing, args.threads, args.limit_gb)
                 print(f"time {length} round {r} {name}:", str(result)[:400], flush=True)
                 runs[name].append(result)
         found[str(length)] = {press: compare_times(runs, press) for press in presses}
-        found[str(length)]["versions"] = {n: next((w["versions"] for w in ws if "versions" in w), None) for n, ws in runs.items()}
     return found
 
 
@@ -181,8 +190,7 @@ def memory_part(jobs: dict, args, presses: list) -> dict:
         for r, order in peers.alternated(list(FRAMEWORKS), args.memory_pairs):
             for what in ("plain", *presses):
                 for name in order:
-                    result = peers.run_worker(SCRIPT, FRAMEWORKS[name], {**job, "framework": name, "mode": "memory",
-                                              "what": what}, args.threads, args.limit_gb)  # fmt: skip
+                    result = run({**job, "framework": name, "mode": "memory", "what": what}, args.threads, args.limit_gb)
                     print(f"memory {length} {what} round {r} {name}:", str(result)[:300], flush=True)
                     peaks[name][what].append(result)
         found[str(length)] = {name: summarise_memory(peaks[name]) for name in FRAMEWORKS}
@@ -197,19 +205,23 @@ def memory_part(jobs: dict, args, presses: list) -> dict:
 
 
 def summarise_memory(by_what: dict) -> dict:
-    """Per prefill: median peak and what it added, and its peak over the plain prefill's (the
-    median of the per-round ratios)."""
+    """Per prefill: median peak and what it added, and its peak (and what it added) over the plain
+    prefill's, the median of the per-round ratios. Across frameworks compare what was added: the
+    loaded process differs (kvpress's site imports datasets and pyarrow)."""
     plain = by_what["plain"]
     out = {}
     for what, results in by_what.items():
         ok = [r for r in results if "failed" not in r]
-        ratios = [r["peak_mib"] / p["peak_mib"] for r, p in zip(results, plain) if "failed" not in r and "failed" not in p]
+        pairs = [(r, p) for r, p in zip(results, plain) if "failed" not in r and "failed" not in p]
+        ratios = [r["peak_mib"] / p["peak_mib"] for r, p in pairs]
+        added = [r["above_loaded_mib"] / max(p["above_loaded_mib"], 1.0) for r, p in pairs]
         out[what] = {
             "peak_mib": peers.median([r["peak_mib"] for r in ok], 1),
             "above_loaded_mib": peers.median([r["above_loaded_mib"] for r in ok], 1),
             "loaded_mib": peers.median([r["loaded_mib"] for r in ok], 1),
             "over_plain": peers.median(ratios, 3) if what != "plain" else None,
             "over_plain_range": peers.spread(ratios) if what != "plain" else None,
+            "above_loaded_over_plain": peers.median(added, 3) if what != "plain" else None,
             "seconds": peers.median([r["seconds"] for r in ok], 2),
             "kept_fraction": ok[0]["kept_fraction"] if ok else None,
             "memory_method": ok[0]["memory_method"] if ok else None,
@@ -253,13 +265,18 @@ def main() -> None:
         jobs = {}
         for length in (int(c) for c in args.contexts.split(",")):
             ids = text_window(tokenizer, "shakespeare", length, "auto").context
-            jobs[length] = {"model": str(folder), "ratio": args.ratio, "ids": peers.write_ids(ids, Path(tmp) / f"ids{length}.json")}
+            jobs[length] = {
+                "model": str(folder),
+                "ratio": args.ratio,
+                "ids": peers.write_ids(ids, Path(tmp) / f"ids{length}.json"),
+            }
         parts = args.parts.split(",")
         row = {"model": folder.name, "threads": args.threads, "ratio": args.ratio, "args": vars(args)}
         if "time" in parts:
             row["time"] = time_part(jobs, args, presses)
         if "memory" in parts:
             row["memory"] = memory_part(jobs, args, presses)
+    row["versions"] = VERSIONS
     peers.done(row, "peers_kvpress", args.smoke)
 
 

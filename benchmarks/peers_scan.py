@@ -114,7 +114,9 @@ def nnsight_capture(job: dict):
     import torch
     from nnsight import TransformersModel
 
-    model = TransformersModel(job["model"], task="text-generation", dispatch=True, attn_implementation="eager", dtype=torch.float32)
+    model = TransformersModel(
+        job["model"], task="text-generation", dispatch=True, attn_implementation="eager", dtype=torch.float32
+    )
     layers = model.model.layers
     keep_patterns = job["method"].endswith("patterns")
 
@@ -222,7 +224,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, help="threads of every worker (default: torch's default here)")
     parser.add_argument("--limit-gb", type=float, default=20.0, help="address-space cap per worker (default 20)")
     parser.add_argument("--mass-atol", type=float, default=1e-4, help="agreement: largest mass difference (default 1e-4)")
-    parser.add_argument("--resid-rtol", type=float, default=1e-3, help="agreement: largest relative residual difference (default 1e-3)")
+    parser.add_argument(
+        "--resid-rtol", type=float, default=1e-3, help="agreement: largest relative residual difference (default 1e-3)"
+    )
     args = parser.parse_args()
     if not args.smoke:
         import common  # noqa: F401 - refuses a dirty tree before measuring
@@ -252,7 +256,13 @@ def main() -> None:
                 result = peers.run_worker(SCRIPT, METHODS[method], {**job, "method": method}, args.threads, args.limit_gb)
                 print(f"round {r} {method}:", {k: v for k, v in result.items() if k not in ("mass", "resid0")}, flush=True)
                 runs[method].append(result)
-    row = {"model": folder.name, "tokens": ids.shape[1], "threads": args.threads, "args": vars(args), "methods": summarise(runs, args)}
+    row = {
+        "model": folder.name,
+        "tokens": ids.shape[1],
+        "threads": args.threads,
+        "args": vars(args),
+        "methods": summarise(runs, args),
+    }
     peers.done(row, "peers_scan", args.smoke)
 
 

@@ -4,9 +4,11 @@ finishes, says why and writes its page; a run's data goes to its files and back 
 page can be drawn from a result in memory; ``sinklab report`` on a damaged summary is one line."""
 
 import json
+import os
 import shutil
 import stat
 import struct
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -161,6 +163,7 @@ def _reset_browser(monkeypatch):
     """This test's own kaleido state (the process's browser comes back after the test)."""
     monkeypatch.setattr(figures, "_browser", None)
     monkeypatch.setattr(figures, "_unavailable", None)
+    monkeypatch.setattr(figures, "_start_failure", None)
 
 
 def test_save_images_writes_pngs_of_the_figures_size(tmp_path, monkeypatch, with_images):
@@ -201,6 +204,47 @@ def test_a_run_without_a_browser_finishes_warns_once_and_records_why(scan_run, t
         f"no PNG figures written: {info['figures_skipped']}; report.html still shows every plot"
     ]
     assert (tmp_path / "run" / "report.html").exists() and not list((tmp_path / "run").glob("*.png"))
+
+
+def test_a_run_starts_its_browser_in_the_background_and_a_failed_start_is_the_exports(
+    scan_run, tmp_path, monkeypatch, with_images
+):
+    """The pipeline warms the browser up before measuring, so its start overlaps the measurement
+    (the browser is made in the warm-up thread, not by the export after it); a background start
+    that fails is reported once, by the export, with its reason, and not retried. Mutations caught:
+    warm_up not called by the pipeline (the export's own thread makes the browser); the background
+    failure dropped (the export tries again and succeeds here, the reason lost)."""
+
+    class Drawn:
+        pid = os.getpid()
+
+        def render(self, jobs, timeout):
+            for job in jobs:
+                Path(job["path"]).write_bytes(b"png")
+
+        def close(self):
+            pass
+
+    def failing():
+        raise figures.BrowserUnavailable("no Chrome or Chromium found (test)")
+
+    _reset_browser(monkeypatch)
+    starts = []
+    monkeypatch.setattr(figures, "_Browser", lambda: starts.append(threading.current_thread().name) or Drawn())
+    model = json.loads((scan_run / "config.json").read_text())["model"]
+    assert cli.main(["scan", model, "--random-tokens", "--max-tokens", "16", "--batch", "2", "--out", str(tmp_path / "run")]) == 0
+    assert starts == ["sinklab-browser-start"] and list((tmp_path / "run").glob("*.png"))
+    _reset_browser(monkeypatch)
+    monkeypatch.setattr(figures, "_Browser", failing)
+    figures.warm_up()
+    deadline = time.monotonic() + 10
+    while figures._start_failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    starts.clear()
+    monkeypatch.setattr(figures, "_Browser", lambda: starts.append("retried") or Drawn())
+    with pytest.warns(UserWarning, match=r"no Chrome or Chromium found \(test\)"):
+        assert figures.save_images({"x.png": go.Figure()}, tmp_path).skipped == "no Chrome or Chromium found (test)"
+    assert not starts
 
 
 def test_images_turned_off_start_no_browser_and_say_why(tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ the one ``BROWSER_PATH`` names). A PNG therefore shows what the page shows, with
 fetched from the network.
 
 One browser serves a process: it starts on the first export (a few seconds) and is reused until
-the process exits, so a batch of figures costs only its rendering. With no browser, or one that
+the process exits, so a batch of figures costs only its rendering. :func:`warm_up` starts it in the
+background when a run begins, so that the start overlaps the measurement instead of following it. With no browser, or one that
 does not answer within :data:`START_TIMEOUT_S` (or a batch that does not finish within
 :func:`batch_timeout`), no image is written: the run goes on, a warning says why (once per
 process, which then stops trying), and :attr:`Images.skipped` holds the reason for the run's
@@ -35,7 +36,7 @@ from typing import Optional
 
 from .runs import atomic_path
 
-__all__ = ["GRID_TOP", "LEGEND_BELOW", "Images", "layer_axis", "save_images", "styled", "title"]
+__all__ = ["GRID_TOP", "LEGEND_BELOW", "Images", "layer_axis", "save_images", "styled", "title", "warm_up"]
 
 #: The environment variable that turns PNG figures off (``off``, ``0``, ``no`` or ``false``).
 IMAGES_ENV = "SINKLAB_IMAGES"
@@ -90,6 +91,37 @@ class BrowserUnavailable(Exception):
 #: Why this process writes no images (set by the first failure; later exports skip at once).
 _unavailable: Optional[str] = None
 _browser: Optional["_Browser"] = None
+#: Why a background start (:func:`warm_up`) failed: the next export reports it instead of retrying.
+_start_failure: Optional[BrowserUnavailable] = None
+#: Held while the browser starts, so an export waits for a start already under way.
+_starting = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child starts its own browser: a lock held by the parent's start thread is not its own."""
+    global _starting, _start_failure
+    _starting, _start_failure = threading.Lock(), None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def warm_up() -> None:
+    """Start this process's browser in a daemon thread, unless images are off, the browser is
+    known to be unavailable, or it is already started: a run calls it before measuring, so the
+    browser's few seconds of start-up overlap the measurement. A failure is kept for the first
+    export, which reports it as its own (warning and ``Images.skipped``)."""
+    if images_turned_off() or _unavailable is not None or (_browser is not None and _browser.pid == os.getpid()):
+        return
+    threading.Thread(target=_start_in_background, name="sinklab-browser-start", daemon=True).start()
+
+
+def _start_in_background() -> None:
+    global _start_failure
+    try:
+        _process_browser()
+    except BrowserUnavailable as exc:
+        _start_failure = exc
 
 
 def save_images(figures: dict, out: str | os.PathLike) -> Images:
@@ -131,11 +163,16 @@ def _write_batch(figures: dict, out: Path) -> None:
 
 
 def _process_browser() -> "_Browser":
-    """The process's browser, started on first use (a forked child starts its own)."""
-    global _browser
-    if _browser is None or _browser.pid != os.getpid():
-        _browser = _Browser()
-    return _browser
+    """The process's browser, started on first use (a forked child starts its own); waits for a
+    start that :func:`warm_up` has under way, and raises the failure of one that failed."""
+    global _browser, _start_failure
+    with _starting:
+        if _start_failure is not None:
+            failure, _start_failure = _start_failure, None
+            raise failure
+        if _browser is None or _browser.pid != os.getpid():
+            _browser = _Browser()
+        return _browser
 
 
 class _Browser:
@@ -213,5 +250,8 @@ class _Browser:
 
 @atexit.register
 def _close_at_exit() -> None:
+    # a start still under way (a run that ended before its figures) is waited for, so its browser is closed too
+    if _starting.acquire(timeout=START_TIMEOUT_S):
+        _starting.release()
     if _browser is not None and _browser.pid == os.getpid():
         _browser.close()

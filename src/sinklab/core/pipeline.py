@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .errors import NumericalCheckFailed, check
-from .figures import Images, save_images
+from .figures import Images, save_images, warm_up
 from .results import Capability, RunContext, RunResult, load_result
 from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, config_record, finish_run, record_model, start_run, write_json
 
@@ -87,6 +87,8 @@ def run(
         start_run(out, launcher)
         if state != RESUME or capability.holds_runs:  # a run of runs may resume under another configuration
             write_json(out / CONFIG, config_record(cfg))
+    if main_process and capability.figures is not None:
+        warm_up()  # the browser that draws the PNGs starts while the run measures
     context = RunContext(subject, out, launcher, resume=state == RESUME)
     result = _as_result(capability.measure(cfg, context), capability, out)
     if main_process:
