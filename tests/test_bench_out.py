@@ -130,3 +130,46 @@ def test_one_model_with_two_values_at_one_task_version_is_refused_naming_both_fi
     assert len(sinklab.compare_bench([two_tasks, rounded]).frame("leaderboard")) == 2
     other_device = edited(moved, tmp_path, "gpu", lambda r: r.update(device="cuda:0"))
     assert len(sinklab.compare_bench([two_tasks, other_device]).frame("leaderboard")) == 2  # another model identity
+
+
+@pytest.mark.parametrize("config", [{"config_version": 2, "model": None, "inputs": {"tokens": 64}}, [1, 2]])
+def test_a_directory_of_another_kind_of_run_is_refused_as_such(config, model, tmp_path):
+    """A scan run's directory was said to hold "a bench run ... (suite is not recorded there)", and a
+    config.json holding a list gave an AttributeError traceback: both are refused in one line as
+    not a bench run, the directory as it was."""
+    run = tmp_path / "scan"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "run.json").write_text(json.dumps({"status": "finished"}))
+    before = snapshot(run)
+    with pytest.raises(SinklabError, match="holds a run that is not a sinklab bench run .*choose another --out"):
+        sinklab.bench_models([model], tasks=("sink_rate",), limit="quick", out=run)
+    assert snapshot(run) == before
+
+
+def test_one_file_named_twice_or_copied_is_refused_and_results_files_have_one_suffix(two_tasks, tmp_path, capsys):
+    """``--compare b1 b1`` merged one file as two models, and so did a copy of it; merged files of
+    one model measured twice were written as ``...-moved09.json.json``."""
+    copy = tmp_path / "copy"
+    shutil.copytree(two_tasks, copy)
+    for second in (two_tasks, copy, results_file(two_tasks)):
+        out = tmp_path / "merged"
+        assert cli.main(["bench", "--compare", str(two_tasks), str(second), "--out", str(out), "--quiet"]) == 2
+        one_line_error(capsys, "holds the same results as", "name it once")
+        assert not out.exists()
+    gpu = edited(two_tasks, tmp_path, "gpu", lambda r: r.update(device="cuda:0"))
+    merged = tmp_path / "merged"
+    assert (
+        cli.main(["bench", "--compare", str(results_file(two_tasks)), str(results_file(gpu)), "--out", str(merged), "--quiet"])
+        == 0
+    )
+    names = [p.name for p in (merged / "results").iterdir()]
+    assert len(names) == 2 and not [name for name in names if name.endswith(".json.json")], names
+
+
+def test_a_label_from_a_results_file_reaches_the_terminal_escaped(two_tasks, tmp_path, capsys):
+    """The leaderboard printed after --compare took each model's label from its results file raw."""
+    evil = edited(two_tasks, tmp_path, "evil", lambda r: r.update(model="tiny\x1b[2J"))
+    assert cli.main(["bench", "--compare", str(evil), "--out", str(tmp_path / "merged"), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "tiny\\x1b[2J" in out

@@ -5,11 +5,13 @@ refused; and the results schema requires every field of a metric."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sinklab.bench import TASKS
-from sinklab.bench.results import model_results, provenance
-from sinklab.bench.run import BenchJob, _finished, _keep
+from sinklab.bench.results import check_one_result_per_version, model_results, provenance
+from sinklab.bench.run import BenchJob, _finished, _job_path, _keep
 from sinklab.bench.task import metric
 from sinklab.core.errors import SinklabError
 from sinklab.core.schemas import validate
@@ -72,3 +74,46 @@ def test_the_results_schema_requires_every_field_of_a_metric(field):
     del results["tasks"]["sink_rate"]["metrics"]["rate"][field]
     with pytest.raises(SinklabError, match=field):
         validate(results)
+
+
+def results_with(value: float = 0.5, spread: float = 0.25, dtype: str = "float32") -> dict:
+    """A results file of one model whose sink_rate task gives ``value`` and ``spread``, at ``dtype``."""
+    facts = {**entry()["model_facts"], "dtype": dtype}
+    rate = entry(metrics={"rate": metric(value, spread, 12, "heads", "higher")}, model_facts=facts)
+    return model_results("tiny", "tiny", "sinks-v1", "quick", {"sink_rate": rate}, provenance())
+
+
+@pytest.mark.parametrize(
+    "other, refused",
+    [
+        (dict(value=0.5 * 1.02), True),  # 2 %: a changed measurement, not rounding
+        (dict(spread=0.25 * 1.02), True),  # only the spread moved
+        (dict(value=0.5 * (1 + 1e-6)), False),  # float32 rounding on another machine
+        (dict(value=0.6, dtype="bfloat16"), False),  # another dtype: another model, not the same one
+    ],
+)
+def test_one_model_and_task_version_is_one_result(other, refused):
+    """The tolerance was only bracketed between 1e-6 and 4 %. At 2 %, and with only the spread
+    differing, one model's two results at one task version are refused, saying what to do; a
+    model at another dtype is not the same model, so its different values merge."""
+    found = [("a.json", results_with()), ("b.json", results_with(**other))]
+    if not refused:
+        check_one_result_per_version(found)
+        return
+    with pytest.raises(SinklabError, match="a.json and b.json.*remake the older file with this sinklab"):
+        check_one_result_per_version(found)
+
+
+def test_the_default_models_jobs_are_kept_under_its_label_and_old_runs_jobs_still_found(tmp_path):
+    """The default model's jobs went to jobs/default/ when it was left out and jobs/smollm2/ when
+    named (its progress bar said "default"): both are smollm2 now, and a job kept under default/
+    by an older run is still reused."""
+    left_out, named = (BenchJob(m, "sink_rate", "quick", LoadOptions()) for m in (None, "smollm2"))
+    assert left_out.label == named.label == "smollm2"
+    assert _job_path(tmp_path, left_out) == _job_path(tmp_path, named) == tmp_path / "jobs" / "smollm2" / "sink_rate.json"
+    kept = {**entry(config=left_out.config()), "fingerprint": left_out.fingerprint()}
+    kept.pop("model_facts")
+    old = tmp_path / "jobs" / "default" / "sink_rate.json"
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"model": None, "task": "sink_rate", "entry": kept}))
+    assert _finished(tmp_path, left_out) == kept

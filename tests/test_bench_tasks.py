@@ -243,11 +243,13 @@ def test_a_compressed_cache_keeping_the_planted_sink_scores_as_the_full_one(plan
 
 
 def test_two_bit_keys_break_the_planted_sink_unless_it_is_protected(planted):
-    """Protected, the sink holds (what is left, about 1.2, is the other tokens' 2-bit keys)."""
+    """Protected, the sink holds (what is left, about 1.2, is the other tokens' 2-bit keys; both
+    cells keep the same recent tokens in full precision since kv_2bit version 2, where version 1's
+    protected cell also kept 31 more and came out at 1.196 against 1.214 now)."""
     found = measured(planted, "sink", "kv_2bit")
-    assert found["protect0/ppl_ratio"] > 1.3
+    assert found["protect0/ppl_ratio"] > 1.3 and found["protect1/ppl_ratio"] < 1.25
     assert found["ppl_ratio_gain"] == pytest.approx(found["protect0/ppl_ratio"] / found["protect1/ppl_ratio"])
-    assert found["ppl_ratio_gain"] > 1.3
+    assert found["ppl_ratio_gain"] > 1.25
 
 
 def test_w8a8_pays_for_the_planted_outlier_only_with_bos_in_the_stream(planted):

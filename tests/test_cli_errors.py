@@ -31,16 +31,33 @@ def test_a_bad_value_is_one_line_with_exit_status_2(argv, needle, capsys):
     assert err.startswith(f"{command}: error: ") and needle in err and f"`{command} --help`" in err
 
 
+@pytest.mark.parametrize(
+    "argv, shown", [(["compress", "--keep-sinks", "1,\x1b[31mRED"], "got \\x1b[31mRED"), (["stream", "--\x1b[2J"], "--\\x1b[2J")]
+)
+def test_a_users_escape_codes_are_shown_escaped_not_sent_to_the_terminal(argv, shown, capsys):
+    """A bad value or an unknown flag was printed raw: its escape codes recoloured (or cleared) the
+    terminal."""
+    with pytest.raises(SystemExit):
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and shown in err and err.count("\n") == 1, err
+
+
 def test_help_still_prints_the_usage(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["compress", "--help"])
     assert stop.value.code == 0 and "usage: sinklab compress" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("value, off", [("1", True), ("True", True), ("0", False), ("", False), ("no", False)])
-def test_tqdm_disable_turns_the_bars_off(value, off, monkeypatch):
+@pytest.mark.parametrize("value", ["1", "True", "0", "false", "no", ""])
+def test_tqdm_disable_turns_the_bars_off_as_tqdm_reads_it(value, monkeypatch):
     """TQDM_DISABLE was ignored: every bar is made with an explicit ``disable``, which overrides
-    tqdm's reading of its environment."""
+    tqdm's reading of its environment. Then "0", "false" and "no" kept the bars on, where tqdm
+    (its envwrap: ``bool`` of the string) turns them off: the reading is tqdm's own."""
+    from tqdm.utils import envwrap
+
     monkeypatch.setenv("TQDM_DISABLE", value)
+    tqdm_reads = envwrap("tqdm")(lambda disable=False: disable)()  # the environment is read when wrapped
+    assert tqdm_reads is (value != "")
     with progress.progress_bar(range(3)) as bar:
-        assert bar.disable is off
+        assert bar.disable is tqdm_reads

@@ -14,7 +14,11 @@ import sinklab
 from sinklab import cli
 from sinklab import press as P
 from sinklab.compress import CompressConfig
+from sinklab.compress import plots as compress_plots
+from sinklab.compress.run import PressJob, run_job
+from sinklab.compress.summary import paired
 from sinklab.core.errors import SinklabError
+from sinklab.models.hf import LoadOptions
 
 #: The smallest run: one press cell or one quantizer cell, ppl on the default corpus only.
 SMALL = dict(ratios=(0.5,), keep_sinks=(0,), bits=(2,), group_size=8, residual=16, tasks=("ppl",), outside=None)
@@ -28,16 +32,16 @@ def long_model(tiny_model_dir):
 
 
 def test_a_context_past_the_models_positions_is_refused_before_the_run_directory_is_claimed(tiny_model_dir, tmp_path, capsys):
-    """The tiny llama has 128 positions; a 300-token context (and the 257 tokens scored after it)
+    """The tiny llama has 128 positions; a 300-token context (and the 256 tokens fed after it)
     is refused in one line, before run.json or config.json exist, by the command and by the
     notebook function. Before: the run claimed --out and ran past the positions (a 9,000-token
     context on an 8,192-position model ran for 10 minutes, run.json left "running")."""
     folder, out = str(tiny_model_dir("llama")), tmp_path / "run"
     argv = ["compress", folder, "--press", "knorm", *SMALL_FLAGS, "--context", "300", "--out", str(out), "--quiet"]
     assert cli.main(argv) == 2
-    line = one_line_error(capsys, "--context 300 reads 557 positions", "has 128")
+    line = one_line_error(capsys, "--context 300 reads 556 positions", "has 128")
     assert "too few for sinklab compress" in line and not out.exists()
-    with pytest.raises(SinklabError, match="give --context 767 or less"):
+    with pytest.raises(SinklabError, match="give --context 768 or less"):
         sinklab.compress_model(
             sinklab.load_model(str(tiny_model_dir("llama", positions=1024))), presses=("knorm",), contexts=(1024,)
         )
@@ -96,3 +100,79 @@ def test_the_summary_of_a_ratio_zero_cell_follows_the_schema(long_model):
     validate(result.summary)
     cell = result.summary["cells"][0]
     assert cell["ratio"] == 0 and cell["kept_fraction"] == 1 and cell["ppl_ratio"]["shakespeare"] == pytest.approx(1.0)
+
+
+def test_the_positions_bound_is_exact_one_more_context_token_is_refused(tiny_model_dir):
+    """A window feeds the context and the first 256 of the 257 tokens after it (the last is only a
+    target): C + 256 positions. GPT-2's learned positions fail past their table, so a context of
+    128 on 384 positions must run and 129 be refused (the bound was C + 257: 128 was refused, and
+    its message offered 127 where 128 fits)."""
+    gpt2 = sinklab.load_model(str(tiny_model_dir("gpt2", positions=384)))
+    result = sinklab.compress_model(gpt2, presses=("knorm",), contexts=(128,), **SMALL)
+    assert result.summary["cells"][0]["context"] == 128
+    with pytest.raises(SinklabError, match="--context 129 reads 385 positions .* give --context 128 or less"):
+        sinklab.compress_model(gpt2, presses=("knorm",), contexts=(129,), **SMALL)
+
+
+def test_ratio_zero_is_the_dense_cache_once_and_never_a_sink_effect(long_model):
+    """Ratio 0 evicts nothing: one cell per press (keep_sinks 0), and no 0 % pairs in the sink effect
+    or the statements (it was computed once per keep-sinks setting and paired: "by 0% at worst
+    (keep sinks 1, ratio 0...)")."""
+    assert CompressConfig(ratios=(0, 0.5), keep_sinks=(0, 1)).press_grid() == [(0, 0), (0.5, 0), (0.5, 1)]
+    grid = {**SMALL, "ratios": (0.0, 0.5), "keep_sinks": (0, 1)}
+    summary = sinklab.compress_model(long_model, presses=("knorm",), contexts=(128,), **grid).summary
+    assert [(c["ratio"], c["keep_sinks"]) for c in summary["cells"]] == [(0, 0), (0.5, 0), (0.5, 1)]
+    assert [e["ratio"] for e in summary["sink_effect"]] == [0.5]
+    assert not [line for line in compress_plots.statements(summary) if "ratio 0," in line or "ratio 0)" in line]
+    dense = [{**summary["cells"][0], "keep_sinks": k} for k in (0, 1)]  # an older grid's pair at ratio 0
+    assert paired(dense, ("press", "ratio", "context"), "keep_sinks") == []
+
+
+def test_a_passkey_template_longer_than_the_context_is_refused_before_claiming(tiny_model_dir, tmp_path, capsys):
+    """The passkey prompts are built (tokenizer only) before --out is claimed: "2 of 2 jobs failed:
+    the passkey template is longer..." came after claiming, run.json left "running"."""
+    out = tmp_path / "run"
+    folder = str(tiny_model_dir("llama", positions=1024))
+    argv = ["compress", folder, "--press", "knorm", "--ratio", "0.5", "--keep-sinks", "0", "--task", "passkey"]
+    assert cli.main([*argv, "--context", "128", "--out", str(out), "--quiet"]) == 2
+    one_line_error(capsys, "--context 128 is too short for the passkey task")
+    assert not out.exists()
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading a model's weights fails the test: the preflight of a cluster's run reads its header only."""
+
+    def load(self, spec):
+        raise AssertionError("the weights were loaded")
+
+    monkeypatch.setattr(LoadOptions, "load", load)
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--context", "300"], "--context 300 reads 556 positions"),
+        (["--task", "passkey", "--context", "128"], "too short for the passkey task"),
+    ],
+)
+def test_a_clusters_run_is_refused_before_claiming_without_loading_the_weights(
+    flags, needle, tiny_model_dir, tmp_path, capsys, no_weights
+):
+    """Under a Slurm (or Ray) launcher the jobs load the model elsewhere; the preflight reads its
+    config and tokenizer so the run is still refused before --out is touched (it was checked only
+    inside the job, after claiming)."""
+    out = tmp_path / "run"
+    folder = str(tiny_model_dir("llama", positions=1024 if "passkey" in flags else 128))
+    argv = ["compress", folder, "--press", "knorm", *SMALL_FLAGS, *flags, "--launcher", "slurm", "--out", str(out), "--quiet"]
+    assert cli.main(argv) == 2
+    one_line_error(capsys, needle)
+    assert not out.exists()
+
+
+def test_a_job_checks_the_positions_where_it_loads_the_model(tiny_model_dir):
+    """The job itself refuses too (a cluster's worker loads the model the preflight only read the
+    header of, and may see another copy of it)."""
+    cfg = CompressConfig(model=str(tiny_model_dir("llama")), presses=("knorm",), contexts=(300,), **SMALL)
+    with pytest.raises(SinklabError, match="--context 300 reads 556 positions"):
+        run_job(PressJob(cfg, "knorm"))

@@ -14,7 +14,7 @@ from sinklab.compress import run as compress_run
 from sinklab.compress.evaluate import facts, passkey_answer
 from sinklab.compress.frame import cell_rows, quantized_rows, sink_effect_rows
 from sinklab.compress.run import CompressConfig, PressJob, job_policies
-from sinklab.compress.summary import paired
+from sinklab.compress.summary import cell_figures, paired
 from sinklab.compress.tasks import ANSWER_TOKENS, CONTINUATION, Passkey, text_window
 from sinklab.press import Compression, StaticKV
 
@@ -191,3 +191,23 @@ def test_the_static_quantizer_never_calibrates_on_the_text_it_is_judged_on(three
     ids = lambda doc: loaded.tokenizer(numbered_text(doc, 400), add_special_tokens=False)["input_ids"]  # noqa: E731
     later = grams(ids("b") + ids("c"))  # each document tokenised alone, then joined
     assert calibrated and not calibrated & judged and calibrated <= later
+
+
+def test_passkey_accuracy_counts_the_judges_greedy_answers_not_the_keys_rank():
+    """Accuracy is the share of prompts whose greedy answer was the key (``correct``), not of those
+    where the key's first token ranked first: a key can rank first and still not be what the model
+    wrote (its later digits), or be written though another first token ranked above it. Mutation
+    tried: accuracy as ``rank == 1`` passed every test."""
+
+    def scores(correct: bool, rank: int, logprob: float) -> dict:
+        return {"correct": correct, "rank": rank, "logprob": logprob, "kept_fraction": 0.5, "bytes_ratio": 0.5, "sinks": [0]}
+
+    rows = {
+        "128|passkey:0.1:11111": {"0.5/0": scores(True, 3, -1.0)},
+        "128|passkey:0.5:22222": {"0.5/0": scores(False, 1, -2.0)},
+        "128|passkey:0.9:33333": {"0.5/0": scores(True, 2, -3.0)},
+    }
+    figures = cell_figures(rows, 128, "0.5/0", {"128": {}})["passkey"]
+    assert figures["accuracy"] == pytest.approx(2 / 3)
+    assert figures["accuracy_by_depth"] == {"0.1": 1.0, "0.5": 0.0, "0.9": 1.0}
+    assert figures["rank_median"] == 2 and figures["logprobs"] == [-1.0, -2.0, -3.0]

@@ -150,13 +150,16 @@ def tiny_default(folder, monkeypatch):
     played by the tiny folder, with a Hub commit in its config as a Hub model has."""
     from sinklab.models.hf import loading
 
-    def load(path, name, source, placement):
-        loaded = loading._from_pretrained(folder, name, source, False, placement, local_only=True)
+    from_pretrained = loading._from_pretrained
+
+    def load(*args, **kw):
+        loaded = from_pretrained(*args, **kw)
         loaded.model.config._commit_hash = "0123abcd"
         return loaded
 
     monkeypatch.setattr(loading, "default_gguf_path", lambda: Path(folder) / "model.gguf")
-    monkeypatch.setattr(loading, "_load_gguf", load)
+    monkeypatch.setattr(loading, "dequantised_dir", lambda path: Path(folder))
+    monkeypatch.setattr(loading, "_from_pretrained", load)
 
 
 @pytest.mark.parametrize("first", ["command", "notebook"])

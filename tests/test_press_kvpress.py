@@ -24,11 +24,24 @@ def test_kvpress_argument_names_are_accepted_as_aliases():
         assert cls(compression_ratio=0.25) == cls(ratio=0.25), name
         assert P.press_named(name, compression_ratio=0.5).ratio == 0.5
     assert P.StreamingLLM(compression_ratio=0.5, n_sink=4) == P.StreamingLLM(ratio=0.5, keep_sinks=4)
-    with pytest.raises(SinklabError, match="give ratio= or kvpress's compression_ratio=, not both"):
-        P.SnapKV(ratio=0.5, compression_ratio=0.5)
+    for both in ({"ratio": 0.5}, {}):  # a positional ratio too: it was a bare TypeError
+        with pytest.raises(SinklabError, match=r"give ratio= \(or positionally\) or kvpress's compression_ratio=, not both"):
+            P.SnapKV(*([] if both else [0.5]), compression_ratio=0.5, **both)
+    assert P.SnapKV(0.5, 4) == P.SnapKV(ratio=0.5, keep_sinks=4)
     with pytest.raises(TypeError):
         P.Knorm(n_sink=4)  # StreamingLLM's own name only
     assert list(inspect.signature(P.SnapKV).parameters) == ["ratio", "keep_sinks", "window_size", "kernel_size"]
+
+
+def test_a_ratio_of_any_real_number_type_is_taken():
+    """check_ratio refused numpy's numbers (``np.float32(0.5)``, what a ratio computed with numpy
+    is); a bool is still not a ratio."""
+    import numpy as np
+
+    for ratio in (np.float32(0.5), np.float64(0.25), np.int64(0), 0.5, 0):
+        assert P.SnapKV(ratio=ratio).ratio == ratio
+    with pytest.raises(SinklabError, match="fraction of the context removed"):
+        P.SnapKV(ratio=True)
 
 
 @pytest.mark.parametrize("cls", [*P.PRESSES.values(), P.QuantoKV], ids=lambda cls: cls.__name__)
@@ -98,4 +111,7 @@ def test_a_prompt_that_does_not_end_with_the_question_is_one_line_and_leaves_not
     with pytest.raises(SinklabError, match="question= takes the token ids"):
         with P.applied(model, P.Knorm(0.5), question=torch.ones(2, 3)):
             pass
+    with pytest.raises(SinklabError, match="with question=, labels= is not taken"), torch.no_grad():
+        with P.applied(model, P.Knorm(0.5), question=question):
+            model(whole, labels=whole, use_cache=True)  # it was a shape-mismatch traceback
     assert not model._forward_hooks and not model._forward_pre_hooks

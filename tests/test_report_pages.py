@@ -160,6 +160,15 @@ def test_the_statements_say_what_they_range_over_and_keep_small_changes():
     assert compress_plots._percent(-5.2e-5) == "-0.0052%" and compress_plots._percent(0.019) == "+1.9%"
 
 
+def test_a_long_statement_is_shown_whole_on_the_page(monkeypatch):
+    """The page cut each statement at 600 characters with no notice (a grid of many ratios and
+    contexts lists more cells than that)."""
+    long = "changes perplexity by " + ", ".join(f"+{k}% (ratio 0.{k})" for k in range(60)) + " END"
+    monkeypatch.setattr(compress_plots, "family_statements", lambda s: {"snapkv": ["scope " * 120 + "SCOPE END", long]})
+    shown = compress_plots._statements_html(compress_summary())
+    assert len(long) > 600 and "SCOPE END" in shown and " END</li>" in shown and "…" not in shown
+
+
 def test_the_compress_figures_titles_clear_their_subtitles(browser, tmp_path):
     """At 1,400 and 700 px no panel title (a press, a quantizer's metric) overlaps the figure's
     title or subtitle. Mutation tried: the default top margin (the titles overlap)."""

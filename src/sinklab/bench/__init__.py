@@ -2,9 +2,10 @@
 on the sink and what the sink buys (one file per task in ``tasks/``), one results file per model,
 and a leaderboard that merges results made on different machines."""
 
+from .compare import BENCH_COMPARE, BenchCompareConfig
 from .frame import BENCH_TABLES
 from .results import RESULTS_DIR, read_results
-from .run import BENCH, BENCH_COMPARE, BenchCompareConfig, BenchConfig, BenchJob
+from .run import BENCH, BenchConfig, BenchJob
 from .task import GROUPS, LIMITS, TASKS, Task, metric, register, spread_of
 from .tasks import DEFAULT_SUITE, SUITES
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..core import html
-from ..core.figures import LEGEND_BELOW, styled, title
+from ..core.figures import LEGEND_BELOW, series_style, styled, title
 from ..core.text import html_text
 from .frame import headline_column, leaderboard_rows, metric_rows
 
@@ -32,22 +32,11 @@ BARS = {
 }  # fmt: skip
 
 
-#: One colour per model, by its place in the summary (every figure the same; plotly's own
-#: cycle follows the traces drawn, so a model missing from one figure would shift the rest).
-COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52"]
-SYMBOLS, DASHES = ["circle", "square", "diamond", "triangle-up", "x"], ["solid", "dash", "dot", "dashdot"]
-
-
 def model_style(index: int) -> dict:
-    """A model's colour, marker and dash in every figure. Markers shrink and dashes change with
-    the model's place, so the curves of two models that measured the same (one model from two
-    machines) both show: the later one's smaller markers and broken line lie on the earlier one's."""
-    return {
-        "color": COLORS[index % len(COLORS)],
-        "symbol": SYMBOLS[index % len(SYMBOLS)],
-        "size": max(5, 11 - 2 * index),
-        "dash": DASHES[index % len(DASHES)],
-    }
+    """A model's colour, marker and dash in every figure (:func:`~sinklab.core.figures.series_style`).
+    Markers shrink with the model's place, so the curves of two models that measured the same (one
+    model from two machines) both show: the later one's smaller markers lie on the earlier one's."""
+    return {**series_style(index), "size": max(5, 11 - 2 * index)}
 
 
 def figures(summary: dict) -> dict:
@@ -108,10 +97,11 @@ def leaderboard_columns(summary: dict) -> list:
 
 
 #: The leaderboard's marks for a cell with no number, and what each means (the page's legend).
+NOT_RUN, NOT_APPLICABLE, NONE_FOUND = "not run", "n/a", "none found"
 MARKS = {
-    "not run": "the task was not run on the model (its results hold no such task)",
-    "n/a": "the task does not apply to the model as defined (the results file says why)",
-    "none found": "measured, and nothing met the task's thresholds (e.g. no massive activation)",
+    NOT_RUN: "the task was not run on the model (its results hold no such task)",
+    NOT_APPLICABLE: "the task does not apply to the model as defined (the results file says why)",
+    NONE_FOUND: "measured, and nothing met the task's thresholds (e.g. no massive activation)",
 }
 
 
@@ -119,11 +109,10 @@ def headline_cell(results: dict, name: str, card: dict):
     """A model's leaderboard cell for a task: the headline value, or the mark saying why there is none."""
     entry = results["tasks"].get(name)
     if entry is None:
-        return "not run"
+        return NOT_RUN
     if entry.get("not_applicable"):
-        return "n/a"
-    value = entry["metrics"].get(card["headline"], {}).get("value")
-    return "none found" if value is None else value
+        return NOT_APPLICABLE
+    return _value_or_mark(entry["metrics"].get(card["headline"], {}).get("value"))
 
 
 def shown_rows(summary: dict) -> list[dict]:
@@ -162,7 +151,7 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
 
 
 def _value_or_mark(value):
-    return "none found" if value is None else value
+    return NONE_FOUND if value is None else value
 
 
 TASK_COLUMNS = [

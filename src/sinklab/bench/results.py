@@ -122,7 +122,8 @@ def check_one_result_per_version(found: list[tuple[Path, dict]]) -> None:
                 _agree(other, entry),
                 f"task {name} (version {entry['version']}) gives {results['model_name']} ({results['dtype']}, "
                 f"{results['device']}) different values in {other_file} and {file}: results that differ at one task "
-                "version do not mix; compare one of them (a change in what a task measures bumps its version)",
+                "version do not mix (a change in what a task measures bumps its version); remake the older file with "
+                "this sinklab (sinklab bench on that model) and compare the new one, or compare only one of them",
             )
 
 

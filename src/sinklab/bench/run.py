@@ -5,7 +5,7 @@ With a run directory every finished job is kept in ``jobs/<model>/<task>.json`` 
 version and configuration), so a stopped run resumes with the jobs left, and a run with more
 models or tasks reuses those already measured; a run that would drop what the directory measured
 (a model or a task left out, another suite, limit or load options) is refused before anything is
-written (:func:`keeps_what_was_measured`). ``sinklab bench --compare`` (:data:`BENCH_COMPARE`)
+written (:func:`keeps_what_was_measured`). ``sinklab bench --compare`` (:mod:`.compare`)
 merges the results files of runs made elsewhere into one leaderboard.
 """
 
@@ -18,16 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..core.configs import first_difference, migrate, not_result_paths, setting
+from ..core.configs import first_difference, not_result_paths, setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import CONFIG, config_record, jsonable, run_differs, write_json
+from ..core.runs import CONFIG, config_record, read_config, write_json
 from ..models.hf import DEFAULT_MODEL, MODEL_HELP, LoadOptions, default_gguf_path
 from ..scan import label_of
 from . import plots
 from .frame import BENCH_TABLES, model_label, write_csv
-from .results import RESULTS_DIR, check_one_result_per_version, model_results, provenance, read_results_files
+from .results import RESULTS_DIR, model_results, provenance
 from .task import GROUPS, LIMITS, TASKS
 from .tasks import DEFAULT_SUITE, SUITES
 
@@ -76,7 +76,7 @@ class BenchJob:
 
     @property
     def label(self) -> str:
-        return label_of(self.model)
+        return model_label(self.model)
 
     def fingerprint(self) -> Optional[str]:
         """What the model on disk is (names, sizes and times of its files), so a kept job is
@@ -124,16 +124,23 @@ def _slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")[:80] or "model"
 
 
-def _job_path(workdir: Path, job: BenchJob) -> Path:
-    return workdir / JOBS_DIR / _slug(job.label) / f"{job.task}.json"
+def _job_path(workdir: Path, job: BenchJob, label: Optional[str] = None) -> Path:
+    return workdir / JOBS_DIR / _slug(label or job.label) / f"{job.task}.json"
+
+
+def _kept_path(workdir: Path, job: BenchJob) -> Optional[Path]:
+    """Where the job's kept entry is: under its label, or under ``default/``, where runs made
+    before the default model was labelled ``smollm2`` kept it (None: not kept)."""
+    paths = (_job_path(workdir, job), _job_path(workdir, job, label_of(job.model)))
+    return next((path for path in paths if path.exists()), None)
 
 
 def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
     """The job's kept entry when it measured this model (the same files) with this task's version
     and configuration (whatever sinklab commit measured it: a task's version is what says its
     numbers are comparable; each entry's ``where`` names the commit)."""
-    path = None if workdir is None else _job_path(workdir, job)
-    if path is None or not path.exists():
+    path = None if workdir is None else _kept_path(workdir, job)
+    if path is None:
         return None
     kept = json.loads(path.read_text(encoding="utf-8"))
     entry = kept["entry"]
@@ -170,7 +177,9 @@ def write(out: Path, result: RunResult) -> list[str]:
     removed) and the leaderboard as CSV."""
     folder = out / RESULTS_DIR
     folder.mkdir(exist_ok=True)
-    wanted = {f"{i}-{_slug(results['label'])}.json": results for i, results in enumerate(result.summary["models"])}
+    wanted = {
+        f"{i}-{_slug(results['label']).removesuffix('.json')}.json": results for i, results in enumerate(result.summary["models"])
+    }
     for stale in folder.glob("*.json"):
         if stale.name not in wanted:
             stale.unlink()
@@ -186,12 +195,20 @@ def resumable(run_dir: Path) -> bool:
 def keeps_what_was_measured(cfg: BenchConfig, context: RunContext) -> None:
     """Refuse, before the run directory is claimed, a run that would drop what the directory
     measured: its results files, leaderboard and page would be rewritten without a model or task it
-    holds, or with numbers of another suite, limit or model loading in their place. A run that
-    adds models or tasks goes on (it reuses the jobs measured); ``--overwrite`` replaces the run."""
-    if context.workdir is None or context.overwrite or run_differs(context.workdir, cfg) is None:
+    holds, or with numbers of another suite, limit or model loading in their place; and a directory
+    that holds another kind of run (a bench run resumes under another configuration, so the
+    ``--out`` policy lets it in). A run that adds models or tasks goes on (it reuses the jobs
+    measured); ``--overwrite`` replaces the run."""
+    found = None if context.workdir is None or context.overwrite else read_config(context.workdir)
+    if found is None:
         return
-    saved = json.loads(json.dumps(jsonable(migrate(BenchConfig, json.loads((context.workdir / CONFIG).read_text())))))
-    dropped = _dropped(saved, cfg)
+    check(
+        isinstance(found, dict) and {"suite", "models"} <= found.keys(),  # what every bench config.json holds
+        f"{context.workdir} holds a run that is not a sinklab bench run (its {CONFIG} is not a bench configuration); "
+        "choose another --out, or pass --overwrite to replace it",
+    )
+    saved, now = read_config(context.workdir, BenchConfig), json.loads(json.dumps(config_record(cfg)))
+    dropped = _dropped(saved, now, cfg)
     check(
         dropped is None,
         f"{context.workdir} holds a bench run that this one would drop results of ({dropped}); "
@@ -199,10 +216,10 @@ def keeps_what_was_measured(cfg: BenchConfig, context: RunContext) -> None:
     )
 
 
-def _dropped(saved: dict, cfg: BenchConfig) -> Optional[str]:
-    """What a run of ``cfg`` would drop of the run whose config.json is ``saved``: the first
-    setting other than the models and tasks that differs, else the models or tasks it leaves out."""
-    now = json.loads(json.dumps(config_record(cfg)))
+def _dropped(saved: dict, now: dict, cfg: BenchConfig) -> Optional[str]:
+    """What a run of ``cfg`` (its config.json ``now``) would drop of the run whose config.json is
+    ``saved``: the first setting other than the models and tasks that differs, else the models or
+    tasks it leaves out."""
     rest = [{k: v for k, v in config.items() if k not in ("models", "tasks")} for config in (saved, now)]
     differs = first_difference(*rest, not_result_paths(BenchConfig))
     if differs is not None:
@@ -229,84 +246,4 @@ BENCH = register(
         sections=plots.sections,
         preflight=keeps_what_was_measured,
     )
-)
-
-
-# --------------------------------------------------------------------------- --compare
-
-
-@dataclass
-class BenchCompareConfig:
-    """``sinklab bench --compare``'s settings: the bench runs (or results files) merged."""
-
-    runs: tuple[str, ...] = setting((), help="bench run directories or results files", cli=False)
-
-    def __post_init__(self) -> None:
-        check(self.runs, "--compare needs at least one bench run directory or results file")
-
-
-def compare(cfg: BenchCompareConfig, context: RunContext = RunContext()) -> RunResult:
-    """One leaderboard from results made on different machines, once they line up (:func:`lined_up`)."""
-    models = lined_up(cfg)
-    names = list(dict.fromkeys(name for results in models for name in results["tasks"]))
-    labels = [m["label"] for m in models]
-    for i, results in enumerate(models):  # the same model measured on two machines: told apart by its place
-        if labels.count(results["label"]) > 1:
-            results["label"] = f"{results['label']} [{i}: {results['source']}]"
-    order = [name for name in SUITES.get(models[0]["suite"], ()) if name in names] or names
-    summary = summarise(models[0]["suite"], models[0]["limit"], models, order, sources=[str(run) for run in cfg.runs])
-    return RunResult(stamped("bench", summary))
-
-
-def lined_up(cfg: BenchCompareConfig) -> list[dict]:
-    """The results of ``cfg.runs``, each with its label and source, refused in one line naming a
-    file where they would not line up: two suites or limits, a task at a version other than this
-    sinklab's, a task run with other settings (its inputs) for two models, one model given
-    different values by a task at one version. Also ``--compare``'s preflight, so a refusal
-    leaves ``--out`` as it was."""
-    found = [(run, file, results) for run in cfg.runs for file, results in read_results_files(Path(run))]
-    for key in ("suite", "limit"):
-        values = _first_file_of((str(results[key]), file) for _, file, results in found)
-        listed = "; ".join(f"{value} in {file}" for value, file in values.items())
-        check(len(values) == 1, f"these results were made with different {key}s ({listed}): they do not line up")
-    for name in dict.fromkeys(name for _, _, results in found for name in results["tasks"]):
-        entries = [(file, results["tasks"][name]) for _, file, results in found if name in results["tasks"]]
-        check(name in TASKS, f"task {name} is not known to this sinklab ({entries[0][0]}): compare with the sinklab that made it")
-        versions = sorted({entry["version"] for _, entry in entries})
-        other = next((file for file, entry in entries if entry["version"] != TASKS[name].version), None)
-        check(
-            other is None,
-            f"task {name} was measured at version {', '.join(map(str, versions))}; this sinklab's is {TASKS[name].version}: "
-            f"they do not line up ({other})",
-        )
-        inputs = _first_file_of((json.dumps(_inputs(entry["config"]), sort_keys=True), file) for file, entry in entries)
-        listed = " and ".join(map(str, inputs.values()))
-        check(len(inputs) == 1, f"task {name} ran with different settings in these results ({listed})")
-    check_one_result_per_version([(file, results) for _, file, results in found])
-    return [{**results, "label": model_label(results["model"]), "source": str(run)} for run, _, results in found]
-
-
-def _first_file_of(pairs) -> dict:
-    """{value: the first file that has it} of (value, file) pairs: what a refusal names."""
-    first: dict = {}
-    for value, file in pairs:
-        first.setdefault(value, file)
-    return first
-
-
-def _inputs(config: dict) -> dict:
-    """A task's configuration without where and how the model was loaded."""
-    return {k: v for k, v in config.items() if k not in ("model", "load")}
-
-
-BENCH_COMPARE = Capability(  # its summary is a bench summary (kind "bench"): read back as one
-    "bench_compare",
-    BenchCompareConfig,
-    compare,
-    write,
-    tables=BENCH_TABLES,
-    write_page=plots.write_page,
-    figures=lambda result: plots.figures(result.summary),
-    sections=plots.sections,
-    preflight=lambda cfg, context: lined_up(cfg),
 )

@@ -11,6 +11,7 @@ from typing import Iterator, NoReturn, Optional, Sequence
 
 from ..core.errors import NumericalCheckFailed, SinklabError
 from ..core.progress import is_quiet, set_quiet
+from ..core.text import terminal_text
 from . import adapt, bench, compress, demo, export, intervene, pretrain, report, scan, stream, sweep, trigger
 
 COMMANDS = (demo, trigger, scan, intervene, pretrain, sweep, stream, adapt, compress, bench, export, report)
@@ -46,7 +47,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _refuse(parser: argparse.ArgumentParser, prog: str, message: str) -> NoReturn:
-    parser.exit(USER_ERROR, f"{prog}: error: {message} (`{prog} --help` lists the options)\n")
+    """The one line, with the user's own text in ``message`` escaped (it may hold escape codes)."""
+    parser.exit(USER_ERROR, f"{prog}: error: {terminal_text(message)} (`{prog} --help` lists the options)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with quiet(args.quiet):
             return args.handler(args) or 0
     except SinklabError as exc:
-        print(f"sinklab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"sinklab {args.command}: error: {terminal_text(str(exc))}", file=sys.stderr)
         return USER_ERROR
     except NumericalCheckFailed as exc:  # the pipeline marked its run directory failed
         print(f"sinklab {args.command}: numerical check failed: {exc}", file=sys.stderr)

@@ -6,7 +6,7 @@ import argparse
 
 from ..compress import COMPRESS, CompressConfig
 from ..compress import plots as compress_plots
-from ..core.text import format_table, visible_text
+from ..core.text import format_table, terminal_text
 from ..press import PRESSES
 from .args import (
     MODEL_HELP,
@@ -48,6 +48,6 @@ def compress_command(args: argparse.Namespace) -> int:
         if result.summary["quantized"]:
             print(format_table(compress_plots.table_rows(result.summary, "quantized"), compress_plots.QUANT_COLUMNS))
         # a statement names user-given texts and models: no control character reaches the terminal
-        print("\n" + "\n".join(visible_text(line, limit=10_000) for line in compress_plots.statements(result.summary)))
+        print("\n" + "\n".join(terminal_text(line) for line in compress_plots.statements(result.summary)))
         print(f"\noutputs: {written(result)}")
     return 0

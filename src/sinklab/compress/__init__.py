@@ -4,6 +4,6 @@ passkey retrieval, with and without the sink kept: :mod:`.tasks` (the inputs), :
 :mod:`.plots` (its tables, figures and page)."""
 
 from .run import COMPRESS, CompressConfig
-from .tasks import CONTINUATION
+from .tasks import CONTINUATION, positions_read
 
-__all__ = ["COMPRESS", "CONTINUATION", "CompressConfig"]
+__all__ = ["COMPRESS", "CONTINUATION", "CompressConfig", "positions_read"]

@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 from ..core import html
-from ..core.figures import GRID_TOP, title
+from ..core.figures import GRID_TOP, series_style, title
 from ..core.text import html_text
 
-COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3"]
 #: (figure file, what is plotted, how to read it from a cell, the dense cache's value)
 METRICS = {
     "ppl_ratio.png": ("perplexity / full cache's", lambda c, text: c.get("ppl_ratio", {}).get(text), lambda d, text: 1.0),
@@ -75,7 +74,7 @@ def _quantized(s: dict):
         for col, (_, read) in enumerate(panels, start=1):
             bars = go.Bar(x=[f"{c['quantizer']} {c['bits']}-bit" for c in chosen], y=[read(c) for c in chosen],
                           name=f"protected: {protect}", legendgroup=protect, showlegend=col == 1)  # fmt: skip
-            bars.update(marker_color=COLORS[j % len(COLORS)], texttemplate="%{y:.3g}", textposition="outside", textangle=0)
+            bars.update(marker_color=series_style(j)["color"], texttemplate="%{y:.3g}", textposition="outside", textangle=0)
             fig.add_trace(bars, row=1, col=col)  # equal bars, and bars of height 0, read by their numbers
     if "passkey" in s["tasks"]:
         fig.update_yaxes(range=[0, 1.15], col=len(panels))  # room for the numbers over bars of 1
@@ -85,7 +84,7 @@ def _quantized(s: dict):
 
 #: Kept-sink settings told apart where their values are equal: markers and dashes differ, and
 #: each setting's points sit DODGE (of the ratio axis) from the next (hover shows the true ratio).
-SYMBOLS, DASHES, DODGE = ["circle", "square", "diamond", "triangle-up", "x"], ["solid", "dash", "dot", "dashdot"], 0.015
+DODGE = 0.015
 
 
 def _against_ratio(s: dict, name: str):
@@ -120,12 +119,12 @@ def _setting_trace(j: int, n: int, ratios: list, values: list):
     """The ``j``-th of ``n`` kept-sink settings' line: its own colour, marker and dash, dodged."""
     import plotly.graph_objects as go
 
-    shift = DODGE * (j - (n - 1) / 2)
+    shift, style = DODGE * (j - (n - 1) / 2), series_style(j)
     return go.Scatter(
         x=[r + shift for r in ratios], y=values, customdata=ratios, mode="lines+markers",
         hovertemplate="ratio %{customdata:g}: %{y:.4g}",
-        line={"color": COLORS[j % len(COLORS)], "dash": DASHES[j % len(DASHES)]},
-        marker={"symbol": SYMBOLS[j % len(SYMBOLS)], "size": 9, "opacity": 0.8},
+        line={"color": style["color"], "dash": style["dash"]},
+        marker={"symbol": style["symbol"], "size": 9, "opacity": 0.8},
     )  # fmt: skip
 
 
@@ -265,11 +264,12 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
 
 
 def _statements_html(s: dict) -> str:
-    """Each press's and quantizer's statements: its name and what they range over, then a list."""
+    """Each press's and quantizer's statements, whole (none is cut): its name and what they range
+    over, then a list."""
     blocks = []
     for name, (scope, *lines) in family_statements(s).items():
-        items = "".join(f"<li>{html_text(line, limit=600)}</li>" for line in lines)
-        blocks.append(f"<p><b>{html.esc(name)}</b>: {html_text(scope, limit=600)}</p><ul>{items}</ul>")
+        items = "".join(f"<li>{html_text(line, limit=None)}</li>" for line in lines)
+        blocks.append(f"<p><b>{html.esc(name)}</b>: {html_text(scope, limit=None)}</p><ul>{items}</ul>")
     return "".join(blocks)
 
 

@@ -17,19 +17,19 @@ from pathlib import Path
 from typing import ClassVar, Optional
 
 from ..core.configs import setting
-from ..core.errors import SinklabError, check
+from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
 from ..models.hf import MODEL_HELP, LoadOptions, model_facts
-from ..models.subjects import transformers_model
-from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, check_quanto, check_ratio, press_named
+from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, check_ratio, press_named
 from ..scan import BOS_CHOICES
 from . import plots
 from .evaluate import score_inputs
+from .feasible import check_feasible, model_for, preflight
 from .frame import COMPRESS_TABLES, default_table
 from .summary import cell_figures, paired, task_figures
-from .tasks import CONTINUATION, DEPTHS, TASKS, calibration_windows, passkey_prompts, text_window
+from .tasks import CONTINUATION, DEPTHS, MIN_CONTEXT, TASKS, calibration_windows, passkey_prompts, positions_read, text_window
 
 JOBS_DIR = "presses"
 DENSE = "dense"  # the uncompressed cache's job and row
@@ -38,7 +38,6 @@ RATIOS = (0.25, 0.5, 0.75, 0.875)
 QUANTIZERS = {"kivi": (2, 4), "static": (4, 8), "quanto": (2, 4)}
 #: What each quantizer's protect setting (``--keep-sinks``) takes.
 PROTECTS = {"kivi": "0, N or detected", "static": "0 or N (first tokens)", "quanto": "nothing (0)"}
-MIN_CONTEXT = 128  # the shortest --context: room for the passkey template and SnapKV's window
 CALIBRATION = (512, 4)  # static scales: tokens x windows of the corpus, after the text the ppl task reads
 
 
@@ -137,15 +136,18 @@ class CompressConfig:
 
     @property
     def positions(self) -> int:
-        """The longest input the run feeds the model: a ppl window, the longest context and the
-        ``CONTINUATION + 1`` tokens scored after it (which also bounds a passkey prompt: its filler
-        sentence, question and answer are shorter than that, even in bytes)."""
-        return max(self.contexts) + CONTINUATION + 1
+        """The positions the run feeds the model (:func:`~.tasks.positions_read`)."""
+        return positions_read(self.contexts)
+
+    def press_grid(self) -> list[tuple]:
+        """A press's (ratio, keep_sinks) cells. Ratio 0 evicts nothing, so it is the dense cache
+        whatever the sinks kept: one cell (keep_sinks 0), never a fake pair of the sink effect."""
+        return [(r, k) for r in self.ratios for k in (self.keep_sinks if r else (0,))]
 
     def press_cells(self, name: str) -> dict:
         """A press's row: cell name ("ratio/keep_sinks") -> the press."""
         base = press_named(name, **({"seed": self.seed} if name == "random" else {}))
-        return {f"{r:g}/{k}": replace(base, ratio=r, keep_sinks=k) for r in self.ratios for k in self.keep_sinks}
+        return {f"{r:g}/{k}": replace(base, ratio=r, keep_sinks=k) for r, k in self.press_grid()}
 
     def quantizer_bits(self, name: str) -> list[int]:
         return [b for b in self.bits if b in QUANTIZERS[name]]
@@ -163,47 +165,10 @@ class PressJob:
     press: str
 
 
-_LOADED: dict = {}  # the model a worker loaded, kept for its next job
-
-
-def _model_for(cfg: CompressConfig, subject=None):
-    if subject is not None:
-        return transformers_model(subject)
-    key = (cfg.model, repr(cfg.load))
-    if key not in _LOADED:
-        _LOADED.clear()
-        _LOADED[key] = cfg.load.load(cfg.model)
-    return _LOADED[key]
-
-
-def check_feasible(cfg: CompressConfig, loaded) -> None:
-    """Refuse, in one line, a run the model cannot do: inputs past the positions it was trained on
-    (such a run goes on for long, on positions the model never saw, and its numbers mean nothing)."""
-    trained = loaded.max_positions
-    if trained is None or cfg.positions <= trained:
-        return
-    most = trained - CONTINUATION - 1
-    raise SinklabError(
-        f"--context {max(cfg.contexts)} reads {cfg.positions} positions (the context and the {CONTINUATION + 1} tokens "
-        f"after it) and {loaded.name} has {trained}: "
-        + (f"give --context {most} or less" if most >= MIN_CONTEXT else "too few for sinklab compress")
-    )
-
-
-def preflight(cfg: CompressConfig, context: RunContext) -> None:
-    """Before the run directory is claimed: the quanto baseline's package, and the model's positions
-    where the jobs run in this process (the model loaded here is kept for them; a cluster's jobs
-    check it themselves, in :func:`run_job`)."""
-    if "quanto" in cfg.quantizers:
-        check_quanto()
-    if context.subject is not None or context.workdir is None or (context.launcher or LOCAL).launcher == "local":
-        check_feasible(cfg, _model_for(cfg, context.subject))
-
-
 def run_job(job: PressJob, subject=None) -> dict:
     """A row of the table: {context|input: {cell: scores}}; the dense job scores ratio 0."""
-    loaded = _model_for(job.cfg, subject)
-    check_feasible(job.cfg, loaded)
+    loaded = model_for(job.cfg, subject)
+    check_feasible(job.cfg, loaded)  # again: a cluster's job loads the model the preflight only read the header of
     cfg, tokenizer = job.cfg, loaded.tokenizer
     rows: dict = defaultdict(dict)
     policies = job_policies(job, loaded)
@@ -235,7 +200,7 @@ def quantizer(name: str, bits: int, protect, cfg: CompressConfig, loaded):
         return KIVI(bits, protect, cfg.group_size, cfg.residual)
     if name == "quanto":
         return QuantoKV(bits)
-    skip = max(cfg.contexts) + CONTINUATION + 1  # the ppl windows' tokens: never calibrated on
+    skip = max(cfg.contexts) + CONTINUATION + 1  # the ppl windows' tokens (targets too): never calibrated on
     windows = calibration_windows(loaded.tokenizer, cfg.corpus, skip, *CALIBRATION)
     return StaticKV(bits, protect, scales=calibrate(loaded.model, windows, protect))
 
@@ -277,8 +242,7 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
     cells = [
         {"press": name, "ratio": r, "keep_sinks": k, "context": c, **cell_figures(results[name]["rows"], c, f"{r:g}/{k}", dense)}
         for name in cfg.presses
-        for r in cfg.ratios
-        for k in cfg.keep_sinks
+        for r, k in cfg.press_grid()
         for c in cfg.contexts
     ]
     quantized = [

@@ -55,15 +55,16 @@ def relative(figures: dict, dense: dict) -> dict:
 
 def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
     """The paired statement: for each group (e.g. press, ratio, context) and each ``setting``
-    (keep_sinks or protect) other than 0, the change against 0: the perplexity ratio minus 1 per
-    text, and the passkey accuracy and mean key log-probability differences, with the spread of the
-    per-prompt differences and the prompts whose key got more probable (the same prompts in both)."""
+    (keep_sinks or protect) other than 0, the change against 0 (none at ratio 0, the dense cache):
+    the perplexity ratio minus 1 per text, and the passkey accuracy and mean key log-probability
+    differences, with the spread of the per-prompt differences and the prompts whose key got more
+    probable (the same prompts in both)."""
     by = {(*(c[k] for k in group), c[setting]): c for c in cells}
     effects = []
     for key, cell in by.items():
         *where, value = key
         base = by.get((*where, 0))
-        if value == 0 or base is None:
+        if value == 0 or base is None or cell.get("ratio") == 0:  # ratio 0 evicts nothing: no sink effect
             continue
         entry = {**dict(zip(group, where)), setting: value}
         if "ppl" in cell:

@@ -25,6 +25,7 @@ from ..core.errors import check
 from ..stream import stream_tokens
 
 CONTINUATION = 256
+MIN_CONTEXT = 128  # the shortest context: room for the passkey template and SnapKV's window
 TASKS = ("ppl", "passkey")
 DEPTHS = (0.1, 0.5, 0.9)
 
@@ -62,6 +63,14 @@ class Passkey:
     question: torch.Tensor
     key: int
     depth: float
+
+
+def positions_read(contexts) -> int:
+    """The positions a run at ``contexts`` feeds the model: the longest context, then the first
+    :data:`CONTINUATION` tokens of the text after it (the last of its ``CONTINUATION + 1`` tokens is
+    only a target, never fed). A passkey prompt reads fewer: about the context (give or take a
+    filler sentence), the question and :data:`ANSWER_TOKENS`, shorter than that even in bytes."""
+    return max(contexts) + CONTINUATION
 
 
 def text_window(tokenizer, corpus: str, length: int, bos: str) -> TextWindow:
@@ -111,7 +120,12 @@ def passkey_prompts(tokenizer, length: int, keys_per_depth: int, seed: int, bos:
             before = round(repeats * depth)
             ids = head + filler * before + needle + filler * (repeats - before)
             prompts.append(Passkey(torch.tensor([ids]), question, key, depth))
-    check(prompts[0].context.shape[-1] <= length + len(filler), "the passkey template is longer than the context asked for")
+    shortest = prompts[0].context.shape[-1]
+    check(
+        shortest <= length + len(filler),
+        f"--context {length} is too short for the passkey task: its shortest prompt (the template and two filler "
+        f"sentences) is {shortest} tokens with this tokenizer; give a longer --context, or --task ppl",
+    )
     return prompts
 
 

@@ -36,7 +36,18 @@ from typing import Optional
 
 from .runs import atomic_path
 
-__all__ = ["GRID_TOP", "LEGEND_BELOW", "Images", "layer_axis", "save_images", "styled", "title", "warm_up"]
+__all__ = [
+    "COLORS",
+    "GRID_TOP",
+    "LEGEND_BELOW",
+    "Images",
+    "layer_axis",
+    "save_images",
+    "series_style",
+    "styled",
+    "title",
+    "warm_up",
+]
 
 #: The environment variable that turns PNG figures off (``off``, ``0``, ``no`` or ``false``).
 IMAGES_ENV = "SINKLAB_IMAGES"
@@ -52,6 +63,16 @@ LEGEND_BELOW = {"orientation": "h", "yanchor": "top", "y": -0.25, "x": 0}
 TEMPLATE, MARGIN = "plotly_white", {"l": 60, "r": 20, "t": 80, "b": 50}
 #: The top margin of a grid of plots, whose subplot titles sit under the figure's two-line title.
 GRID_TOP = 115
+#: A series' colour, marker and dash by its place (a model, a kept-sink setting), the same in every
+#: figure (plotly's own cycle follows the traces drawn, so a series missing from one figure would
+#: shift the rest); markers and dashes tell apart series that lie on each other.
+COLORS = ["#636efa", "#ef553b", "#00cc96", "#ab63fa", "#ffa15a", "#19d3f3", "#ff6692", "#b6e880", "#ff97ff", "#fecb52"]
+SYMBOLS, DASHES = ["circle", "square", "diamond", "triangle-up", "x"], ["solid", "dash", "dot", "dashdot"]
+
+
+def series_style(index: int) -> dict:
+    """The ``index``-th series' ``color``, ``symbol`` and ``dash`` (:data:`COLORS`, :data:`SYMBOLS`, :data:`DASHES`)."""
+    return {"color": COLORS[index % len(COLORS)], "symbol": SYMBOLS[index % len(SYMBOLS)], "dash": DASHES[index % len(DASHES)]}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 and :class:`PhaseClock`, the wall time of a run's phases.
 
 ``--quiet`` (:func:`set_quiet`) turns every bar off, and so does tqdm's own switch, the environment
-variable ``TQDM_DISABLE`` (any value but empty, 0, false or no; read when a bar is made), which tqdm
+variable ``TQDM_DISABLE`` (any non-empty value, as tqdm reads it; read when a bar is made), which tqdm
 alone would not honour here because every bar is made with an explicit ``disable``. When stderr
 is not a terminal (a log file, a pipe, a batch job) a bar redraws at most once every
 :data:`LOG_INTERVAL` seconds instead of ten times a second, so a long run leaves a few lines in its
@@ -49,8 +49,10 @@ def progress_bar(iterable: Optional[Iterable] = None, *, enabled: bool = True, *
 
 
 def _disabled_by_env() -> bool:
-    """Whether ``TQDM_DISABLE`` asks for no bars (anything but empty, 0, false or no)."""
-    return os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
+    """Whether ``TQDM_DISABLE`` asks for no bars, read as tqdm reads it (its ``envwrap`` converts
+    the string with the type of ``disable``'s default, ``bool``): any non-empty value, "0" and
+    "false" included, turns the bars off; unset or empty leaves them on."""
+    return bool(os.environ.get("TQDM_DISABLE", ""))
 
 
 def _stderr_is_terminal() -> bool:

@@ -287,9 +287,19 @@ def claim_run_dir(
 def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
     """The first setting in which the run ``out`` holds differs from ``config`` (a config dataclass,
     see :mod:`.configs`, or a plain dict), as "key: saved there, given now"; None when they are the
-    same run or ``out`` holds no configuration. Its ``config.json`` is brought to today's version by
-    the config's migrations first, and every setting is compared except those declared
-    ``result=False``."""
+    same run or ``out`` holds no configuration. Every setting of :func:`read_config` is compared
+    except those declared ``result=False``."""
+    cls = type(config) if is_dataclass(config) else None
+    saved = read_config(out, cls)
+    if saved is None:
+        return None
+    return first_difference(saved, json.loads(json.dumps(config_record(config))), not_result_paths(cls))
+
+
+def read_config(out: str | os.PathLike, cls: Optional[type] = None) -> Any:
+    """The configuration the run ``out`` holds (its ``config.json`` as JSON reads it, brought to
+    today's version by ``cls``'s migrations where it is an object); None when it holds none. A
+    damaged file is refused in one line."""
     try:
         saved = json.loads((Path(out) / CONFIG).read_text())
     except FileNotFoundError:
@@ -298,10 +308,9 @@ def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
         raise SinklabError(
             f"{Path(out) / CONFIG} is damaged; pass --overwrite to replace the run, or choose another --out"
         ) from None
-    cls = type(config) if is_dataclass(config) else None
     if cls is not None and isinstance(saved, dict):
         saved = json.loads(json.dumps(jsonable(migrate(cls, saved))))  # as JSON, as today's: a migration may build tuples
-    return first_difference(saved, json.loads(json.dumps(config_record(config))), not_result_paths(cls))
+    return saved
 
 
 def config_record(cfg: Any) -> dict:

@@ -13,7 +13,9 @@ question=question_ids)`` keeps it out, as kvpress's pipeline does with ``pipe(co
 question=...)``: a prefill whose ids end with ``question_ids`` runs on the context alone, the context
 is compressed, and the question is fed through the compressed cache within the same call; its
 output is the question's forward, with the context's logits before the question's (so ``generate``
-and ``model(prompt)`` work as written).
+and ``model(prompt)`` work as written); its other outputs (``hidden_states``, ``attentions``) are
+the question's only, and ``labels=`` is refused (a loss over the whole prompt is computed from the
+logits).
 
 What the press needs from the prefill's attention (H2O, SnapKV, TOVA, detected sinks) is summed
 while the prefill runs (:mod:`.attention`), never as a (T, T) matrix. Hooks live only inside the
@@ -89,6 +91,11 @@ class Pressing:
         )
         keep = kwargs.get("logits_to_keep", 0)
         check(isinstance(keep, int), "with question=, logits_to_keep must be a number of last positions")
+        check(
+            kwargs.get("labels") is None,
+            "with question=, labels= is not taken: the call runs the context and the question as two forwards "
+            "and returns the question's, so compute the loss from output.logits (the whole prompt's)",
+        )
         cache_key = "past_key_values" if "past_key_values" in kwargs else "cache"
         held = {"input_ids": ids[..., -size:], "logits_to_keep": keep, "cache_key": cache_key, "use_cache": True}
         kwargs = dict(kwargs)
@@ -142,7 +149,9 @@ def applied(model: nn.Module, press: Press, question=None) -> Iterator[Pressing]
 
     ``question``: the token ids a prompt ends with (a list, or a tensor of shape (Q,) or (1, Q)),
     kept out of the compression as kvpress's pipeline keeps its ``question=``: the context before
-    them is compressed, then they are fed through the compressed cache (see the module's docstring)."""
+    them is compressed, then they are fed through the compressed cache (see the module's docstring):
+    the output's logits cover the whole prompt, its ``hidden_states`` and ``attentions`` the question
+    only, and ``labels=`` is refused."""
     from ..models.hf.support import check_causal
 
     if not isinstance(press, Press):

@@ -26,6 +26,7 @@ kvpress's argument names are accepted as aliases (:data:`KVPRESS_NAMES`: ``compr
 from __future__ import annotations
 
 import inspect
+import numbers
 from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar, Optional, Union
 
@@ -100,9 +101,11 @@ class _TakesKvpressNames(type):
     renamed before it runs (giving both spellings is one line)."""
 
     def __call__(cls, *args, **kwargs):
+        positional = [f.name for f in fields(cls) if f.init and not f.kw_only][: len(args)]
         for theirs, ours in cls.kvpress_names.items():
             if theirs in kwargs:
-                check(ours not in kwargs, f"{cls.__name__}: give {ours}= or kvpress's {theirs}=, not both")
+                given = ours in kwargs or ours in positional  # SnapKV(0.5, compression_ratio=0.5) too
+                check(not given, f"{cls.__name__}: give {ours}= (or positionally) or kvpress's {theirs}=, not both")
                 kwargs[ours] = kwargs.pop(theirs)
         return super().__call__(*args, **kwargs)
 
@@ -116,7 +119,7 @@ class _TakesKvpressNames(type):
 def check_ratio(ratio: float, name: str = "ratio") -> None:
     """A press's ``ratio`` (and ``--ratio``): the fraction of the context removed, 0 (nothing: the
     full cache, kvpress's default) or in (0, 1). The one check of it, for the class and the command."""
-    number = isinstance(ratio, (int, float)) and not isinstance(ratio, bool)
+    number = isinstance(ratio, numbers.Real) and not isinstance(ratio, bool)  # numpy's and Python's numbers
     check(
         number and 0 <= ratio < 1,
         f"{name} is the fraction of the context removed: 0 (the full cache) or in (0, 1); got {ratio!r}",

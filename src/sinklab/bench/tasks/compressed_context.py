@@ -7,7 +7,7 @@ PyramidKV)."""
 
 import math
 
-from ...compress import COMPRESS, CONTINUATION
+from ...compress import COMPRESS, positions_read
 from ..task import Task, metric, register, spread_of
 
 KEEP = (0, 1)
@@ -73,7 +73,7 @@ TASK = register(
         },  # fmt: skip
         quick={"presses": ("streaming_llm", "snapkv", "knorm"), "ratios": (0.5,), "contexts": (512,), "keys": 1},
         read=read,
-        positions=lambda s: max(s["contexts"]) + CONTINUATION + 1,  # the context, the scored text after it
+        positions=lambda s: positions_read(s["contexts"]),
         headline="log_ppl_gain",
     )
 )

@@ -25,7 +25,10 @@ def read(result) -> dict:
         metrics.update(judged(cells[protect], f"protect{protect}"))
     protected, bare = cells[1]["ppl_ratio"]["shakespeare"], cells[0]["ppl_ratio"]["shakespeare"]
     metrics["ppl_ratio_gain"] = metric(bare / protected)  # an effect size: neither direction is better
-    return {"metrics": metrics, "details": {"bytes_ratio": {str(p): cells[p]["bytes_ratio"] for p in PROTECT}}}
+    details = {"bytes_ratio": {str(p): cells[p]["bytes_ratio"] for p in PROTECT}}
+    # the full cache's own figures: a reader sees whether two results' arithmetic differs (issue 39)
+    details["dense"] = result.summary.get("dense")
+    return {"metrics": metrics, "details": details}
 
 
 TASK = register(

@@ -12,6 +12,7 @@ from .loading import (
     MODEL_HELP,
     LoadedModel,
     LoadOptions,
+    ModelHeader,
     cache_root,
     default_gguf_path,
     default_model_folder,
@@ -19,6 +20,7 @@ from .loading import (
     input_device,
     load_model,
     model_facts,
+    read_header,
     resolved_config,
 )
 from .placement import DTYPES, check_device_map, device_name, resolve_device, resolve_dtype
@@ -34,6 +36,7 @@ __all__ = [
     "Layout",
     "LoadOptions",
     "LoadedModel",
+    "ModelHeader",
     "cache_root",
     "check_causal",
     "check_device_map",
@@ -53,6 +56,7 @@ __all__ = [
     "load_model",
     "model_facts",
     "output_logits",
+    "read_header",
     "resolve_device",
     "resolve_dtype",
     "resolved_config",

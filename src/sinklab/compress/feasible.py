@@ -1,0 +1,62 @@
+"""What ``sinklab compress`` refuses before its run directory is claimed: inputs past the model's
+positions and passkey prompts longer than the context asked for. Both need only the model's config
+and tokenizer, so a run whose jobs load the model elsewhere (a Slurm or Ray launcher) refuses them
+here too, without loading the weights; the jobs check the positions again where they load it."""
+
+from __future__ import annotations
+
+from ..core.errors import SinklabError
+from ..core.launchers import LOCAL
+from ..core.results import RunContext
+from ..models.hf import read_header
+from ..models.subjects import transformers_model
+from ..press import check_quanto
+from .tasks import CONTINUATION, MIN_CONTEXT, passkey_prompts
+
+_LOADED: dict = {}  # the model a worker (or the preflight of a local run) loaded, kept for its jobs
+
+
+def model_for(cfg, subject=None):
+    """The model the jobs measure: the caller's, or the configuration's, loaded once per process."""
+    if subject is not None:
+        return transformers_model(subject)
+    key = (cfg.model, repr(cfg.load))
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = cfg.load.load(cfg.model)
+    return _LOADED[key]
+
+
+def check_feasible(cfg, model) -> None:
+    """Refuse, in one line, a run the model (loaded, or its header) cannot do: inputs past the
+    positions it was trained on (such a run goes on for long, on positions the model never saw,
+    and its numbers mean nothing)."""
+    trained = model.max_positions
+    if trained is None or cfg.positions <= trained:
+        return
+    most = trained - CONTINUATION
+    raise SinklabError(
+        f"--context {max(cfg.contexts)} reads {cfg.positions} positions (the context and the {CONTINUATION} tokens "
+        f"fed after it) and {model.name} has {trained}: "
+        + (f"give --context {most} or less" if most >= MIN_CONTEXT else "too few for sinklab compress")
+    )
+
+
+def check_passkeys(cfg, tokenizer) -> None:
+    """Build the passkey prompts of every context (the tokenizer only), which refuses a context too
+    short for the template."""
+    if "passkey" in cfg.tasks:
+        for context in cfg.contexts:
+            passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos)
+
+
+def preflight(cfg, context: RunContext) -> None:
+    """Before the run directory is claimed: the quanto baseline's package, the model's positions
+    and the passkey prompts. Where the jobs run in this process the model is loaded here (and kept
+    for them); where they run elsewhere only its config and tokenizer are read."""
+    if "quanto" in cfg.quantizers:
+        check_quanto()
+    here = context.subject is not None or context.workdir is None or (context.launcher or LOCAL).launcher == "local"
+    model = model_for(cfg, context.subject) if here else read_header(cfg.model, cfg.load)
+    check_feasible(cfg, model)
+    check_passkeys(cfg, model.tokenizer)
