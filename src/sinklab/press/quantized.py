@@ -7,7 +7,8 @@ integers (:mod:`.packing`: the bytes are real).
   them, and are quantized a group at a time as newer ones arrive (KIVI's streaming rule). The
   groups and the recent window are where an unprotected cache has them (:class:`KiviStore`), so
   protected and unprotected caches are compared at the same full-precision recent tokens, the
-  protected ones counted besides them: ``protect=N`` holds exactly N more tokens in full precision.
+  protected ones counted besides them: ``protect=N`` holds exactly N more tokens in full precision
+  (fewer where protected tokens fall in the recent window, which holds them anyway).
 * :class:`StaticKV`: symmetric INT8 or INT4 with one scale per layer and KV head for keys and one
   for values, calibrated beforehand (:func:`calibrate`) and fixed: every token is quantized as it
   arrives. Calibrated with the sink left out and held as a full-precision cached prefix
@@ -46,8 +47,9 @@ class KiviStore:
     is protected. A protected position (``protected``, held apart by the layer) leaves a hole in its
     group: the group's scales come from its other tokens (the hole's key slot holds a copy of one
     of them, so it moves no range; it is dropped when the keys are read back); a group with no other
-    token is not stored. So protecting N tokens keeps exactly N more in full precision than
-    protecting none, and every other token is quantized with the same neighbours."""
+    token is not stored. So protecting N tokens before the recent window keeps exactly N more in
+    full precision than protecting none, and every other token is quantized with the same
+    neighbours."""
 
     def __init__(self, bits: int, group: int, residual: int, protected=()) -> None:
         self.bits, self.group, self.residual = bits, group, residual

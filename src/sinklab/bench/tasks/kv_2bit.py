@@ -11,7 +11,7 @@ protect=1 also kept up to 31 more recent tokens in full precision (1 + 159 again
 tokens): part of its gain was those tokens. 2: the same recent tokens with and without protection
 (:class:`~sinklab.press.KIVI`)."""
 
-from ...compress import COMPRESS, CONTINUATION
+from ...compress import COMPRESS, positions_read
 from ..task import Task, metric, register
 from .compressed_context import judged
 
@@ -56,7 +56,7 @@ TASK = register(
         },  # fmt: skip
         quick={"contexts": (512,), "keys": 1},
         read=read,
-        positions=lambda s: max(s["contexts"]) + CONTINUATION + 1,  # the context, the scored text after it
+        positions=lambda s: positions_read(s["contexts"]),
         headline="ppl_ratio_gain",
     )
 )
