@@ -197,7 +197,12 @@ def main() -> None:
         raise SystemExit("gpu_check: PyTorch sees no GPU here; run it on a GPU machine, or --smoke for the CPU rehearsal")
     where = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     name = "gpu_check_smoke" if args.smoke else "gpu_check"
-    run_sections(device, args.smoke, args.only.split(","), lambda section, result: record(name, {"device": where, "section": section, **result}))
+    run_sections(
+        device,
+        args.smoke,
+        args.only.split(","),
+        lambda section, result: record(name, {"device": where, "section": section, **result}),
+    )
 
 
 if __name__ == "__main__":

@@ -82,9 +82,7 @@ def main() -> None:
             runs[name].append(steps[name]())
             print(name, runs[name][-1], flush=True)
     median = {name: statistics.median(v if isinstance(v, float) else v["wall"] for v in values) for name, values in runs.items()}
-    phases = {
-        key: round(statistics.median(run[key] for run in runs["command"]), 3) for key in ("load", "record", "summarise")
-    }
+    phases = {key: round(statistics.median(run[key] for run in runs["command"]), 3) for key in ("load", "record", "summarise")}
     files_and_exit = median["command"] - median["imports"] - sum(phases.values())
     record(
         "scan_command",
