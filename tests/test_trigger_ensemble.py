@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import images_on
 
 from sinklab import cli
 from sinklab.core.attention import AttentionSpec
@@ -231,9 +232,10 @@ def test_statistics_over_seeds_count_the_paper_pattern_per_seed():
     assert row["steps_std"] == pytest.approx(100)
 
 
-def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch, with_images):
+def test_seeds_train_as_ensembles_in_the_lab_and_resume(tmp_path, monkeypatch):
     configs = lab.paper_configs(range(3), TriggerConfig(max_steps=30, eval_sequences=20), shapes=[(1, 1)], attns=("softmax",))
-    summary = run_lab(configs, tmp_path, workers=1, ensembles=True).summary
+    with images_on():  # the first run's PNGs are checked, not the resumed run's
+        summary = run_lab(configs, tmp_path, workers=1, ensembles=True).summary
     assert [r["step_mode"] for r in summary["runs"]] == ["ensemble-fused"] * 3
     (row,) = summary["across_seeds"]
     assert row["n_seeds"] == 3 and "every_layer_sinks" in row
