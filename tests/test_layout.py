@@ -10,7 +10,7 @@ import pytest
 import sinklab
 
 ROOT = Path(sinklab.__file__).parent
-CAPABILITIES = {"trigger", "scan", "intervene", "pretrain", "stream", "adapt", "press", "compress", "bench"}
+CAPABILITIES = {"trigger", "scan", "intervene", "pretrain", "stream", "adapt", "press", "compress", "accuracy", "tune", "bench"}
 MAX_LINES = 350
 
 

@@ -2,11 +2,11 @@
 
 In a notebook, on a model you loaded (or ``sinklab.load_model()``, the built-in default):
 ``sinklab.scan_model(model, tokenizer)``, ``scan_models``, ``intervene_model``, ``stream_model``,
-``adapt_model``, ``compress_model``, ``bench_models`` and ``compare_bench`` return a :class:`RunResult`
+``adapt_model``, ``compress_model``, ``tune_model``, ``bench_models`` and ``compare_bench`` return a :class:`RunResult`
 (``.summary``, ``.data``, ``.frame()``, ``.figures()``, ``.page()``); ``sinklab.load_result(run_dir)``
 reads any finished run back;
 ``sinklab.intervene.applied`` puts interventions, and ``sinklab.press.applied`` a KV-cache press,
-around your own forward or ``generate``.
+around your own forward or ``generate``, and ``sinklab.tune.applied`` a ZeroTuning or ACT tuning.
 Names are imported on first use, so ``import sinklab`` stays light; ``dir(sinklab)`` lists them.
 """
 
@@ -19,6 +19,7 @@ _EXPORTS = {
     "stream_model": ("api", "stream_model"),
     "adapt_model": ("api", "adapt_model"),
     "compress_model": ("api", "compress_model"),
+    "tune_model": ("api", "tune_model"),
     "bench_models": ("api", "bench_models"),
     "compare_bench": ("api", "compare_bench"),
     "load_result": ("api", "load_result"),
@@ -32,7 +33,21 @@ _EXPORTS = {
     "NumericalCheckFailed": ("core.errors", "NumericalCheckFailed"),
 }
 #: The capabilities' packages, imported on first use (``sinklab.intervene.applied`` after ``import sinklab``).
-_SUBPACKAGES = ("scan", "intervene", "stream", "adapt", "press", "compress", "bench", "pretrain", "trigger", "core", "models")
+_SUBPACKAGES = (
+    "scan",
+    "intervene",
+    "stream",
+    "adapt",
+    "press",
+    "compress",
+    "tune",
+    "accuracy",
+    "bench",
+    "pretrain",
+    "trigger",
+    "core",
+    "models",
+)
 __all__ = sorted(_EXPORTS)
 
 

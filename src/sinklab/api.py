@@ -29,6 +29,7 @@ from .models.hf import device_name, load_model, resolved_config
 from .models.subjects import Subject
 from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
 from .stream import STREAM, StreamConfig
+from .tune import TUNE, TuneConfig
 
 __all__ = [
     "adapt_model",
@@ -41,6 +42,7 @@ __all__ = [
     "scan_model",
     "scan_models",
     "stream_model",
+    "tune_model",
 ]
 
 #: Old spellings the notebook functions still take (old name -> name).
@@ -188,6 +190,20 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     return _run(COMPRESS, model, tokenizer, settings, out, overwrite, "compress_model")
 
 
+def tune_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: bool = False, **settings) -> RunResult:
+    """The sink as a lever for accuracy (``sinklab tune``): ``method`` zerotuning (the initial
+    token's attention scaled per head; Han et al., ICLR 2026) or act (sinks after the first token
+    calibrated; Yu et al., ICML 2024), chosen per task of ``tasks`` (BIG-bench names or task.json
+    paths) on the validation split (``mode`` supervised: accuracy; unsupervised: output entropy) and
+    judged against the untouched model on the test split by lm-evaluation-harness, example by
+    example. ``.frame()``: one row per task with ``acc_untouched``, ``acc_tuned``, the paired
+    ``acc_change`` with its 95 % interval, ``mcnemar_p`` and the gold answer's log-likelihood
+    change; ``.frame("validation")``: every candidate tried; ``.data["tunings"][task]``: the tuning,
+    for ``with sinklab.tune.applied(model, tuning):``. Settings:
+    """
+    return _run(TUNE, model, tokenizer, settings, out, overwrite, "tune_model")
+
+
 def bench_models(models=(None,), *, out: Optional[str] = None, overwrite: bool = False, launcher=None, **settings) -> RunResult:
     """The sink benchmark (``sinklab bench``): every task of ``suite`` on each of ``models`` (model
     names: folders, .gguf files, Hub ids; None: the default), each task measured through its
@@ -247,6 +263,7 @@ _document(
 _document(stream_model, StreamConfig, _MODEL, LOADING)
 _document(adapt_model, PrefixConfig, _MODEL, LOADING)
 _document(compress_model, CompressConfig, _MODEL, LOADING)
+_document(tune_model, TuneConfig, _MODEL, LOADING)
 _document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], ("model",))
 _document(
     bench_models,

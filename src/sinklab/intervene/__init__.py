@@ -5,7 +5,7 @@ them around any forward, ``generate`` or backward pass of a model the user holds
 ``sinklab.intervene_model`` (``sinklab intervene``) runs each against a baseline."""
 
 from .applied import applied
-from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, validate_all
+from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, recordable, validate_all
 from .frame import intervene_rows
 from .interventions import (
     INTERVENTIONS,
@@ -42,6 +42,7 @@ __all__ = [
     "hooks_of",
     "interventions_for",
     "intervene_rows",
+    "recordable",
     "register",
     "share_at",
     "suppress_sink",

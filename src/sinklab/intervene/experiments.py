@@ -9,7 +9,7 @@ from typing import Optional, Sequence
 
 from ..core.errors import SinklabError, check
 from ..core.hooks import HookFn
-from .interventions import INTERVENTIONS, Intervention
+from .interventions import BY_TYPE, INTERVENTIONS, Intervention
 
 #: The strengths ``--lam`` sweeps by default (amplify and scale).
 DEFAULT_LAMS = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -47,6 +47,14 @@ class Experiment:
     def lam(self) -> Optional[float]:
         strengths = [iv.strength for iv in self.interventions if iv.strength is not None]
         return strengths[0] if strengths else None
+
+
+def recordable(cls: type[Intervention]) -> type[Intervention]:
+    """Class decorator for an intervention with no ``sinklab intervene`` option: lets
+    :meth:`Intervention.from_record` rebuild it from a configuration's record (``register`` does
+    the same for the options' classes)."""
+    BY_TYPE[cls.__name__] = cls
+    return cls
 
 
 def hooks_of(interventions: Sequence[Intervention], n_heads: int) -> list[tuple[str, HookFn]]:

@@ -1,0 +1,247 @@
+"""Multiple-choice accuracy through lm-evaluation-harness (lm-eval 0.4.13), on the user's own
+model object: BIG-bench tasks become lm-eval task configurations over local JSON files, and
+lm-eval's own evaluator scores them (acc, acc_norm, their standard errors, n). sinklab scores
+nothing itself; it reads lm-eval's per-example log-likelihoods back for the continuous measures
+(the gold answer's log-likelihood, the entropy over the choices) and the paired tests.
+
+Whatever sinklab context manager is open around :func:`evaluate` (an intervention's, a press's, a
+tuning's ``applied``) acts on every forward lm-eval runs, so every capability is judged by the
+same engine.
+
+Position 0 is the BOS token: :class:`BosLM` (lm-eval's ``HFLM``) puts the tokenizer's BOS first in
+every request, as sinklab's other inputs do (lm-eval would otherwise follow the tokenizer, and
+SmolLM2's adds none), so "the initial token" is the same token in every judge.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Iterator, Optional, Sequence
+
+from ..core.errors import check
+from .bigbench import Task
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One task at one split and shot count, as lm-eval scored it, and its examples in order."""
+
+    task: str
+    split: str
+    shots: int
+    chance: float
+    acc: float
+    acc_stderr: float
+    acc_norm: float
+    acc_norm_stderr: float
+    correct: tuple[bool, ...] = field(repr=False)  # per example (acc)
+    gold_loglik: tuple[float, ...] = field(repr=False)  # the correct choice's log-likelihood
+    entropy: tuple[float, ...] = field(repr=False)  # of softmax over the choices' log-likelihoods (nats)
+
+    @property
+    def n(self) -> int:
+        return len(self.correct)
+
+    def row(self) -> dict:
+        """The figures of a table row (no per-example lists)."""
+        return {
+            "task": self.task,
+            "split": self.split,
+            "shots": self.shots,
+            "n": self.n,
+            "chance": round(self.chance, 4),
+            "acc": self.acc,
+            "acc_stderr": self.acc_stderr,
+            "acc_norm": self.acc_norm,
+            "acc_norm_stderr": self.acc_norm_stderr,
+            "gold_loglik": sum(self.gold_loglik) / self.n,
+            "entropy": sum(self.entropy) / self.n,
+        }
+
+
+def lm_for(model, tokenizer, batch_size: int = 8):
+    """lm-eval's ``HFLM`` around a model object the user holds, BOS first (see the module)."""
+    from lm_eval.models.huggingface import HFLM
+
+    class BosLM(HFLM):
+        def tok_encode(self, string, add_special_tokens=None, left_truncate_len=None, **kwargs):
+            ids = super().tok_encode(string, add_special_tokens=add_special_tokens, left_truncate_len=left_truncate_len, **kwargs)
+            bos = self.tokenizer.bos_token_id
+            return ids if bos is None or ids[:1] == [bos] else [bos, *ids]
+
+        def loglikelihood(self, requests, disable_tqdm: bool = False):
+            return super().loglikelihood(requests, disable_tqdm=True)  # sinklab's bar counts the evaluations
+
+    check_bos(tokenizer)
+    _quiet_lm_eval()
+    return BosLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device))
+
+
+def check_bos(tokenizer) -> None:
+    """Refuse a tokenizer with no BOS token: the judges and the tunings read position 0 as BOS, and
+    without one the initial token would be the prompt's first word."""
+    check(
+        getattr(tokenizer, "bos_token_id", None) is not None,
+        "this tokenizer defines no BOS token: the tunings act on the initial token, "
+        "and without BOS it would be the prompt's first word",
+    )
+
+
+def task_config(task: Task, examples: dict[str, list], split: str) -> dict:
+    """The lm-eval configuration of ``task`` scored on ``split``; its splits (``train`` is the shot
+    pool) are handed to lm-eval in memory (``custom_dataset``), so nothing is written or cached."""
+    from datasets import Dataset
+
+    name = "sinklab_bb_" + task.name.replace("/", "__")
+    splits = {part: Dataset.from_list([e.as_doc() for e in rows]) for part, rows in examples.items()}
+    return {
+        "task": f"{name}.{split}",
+        "custom_dataset": lambda **metadata: splits,
+        "output_type": "multiple_choice",
+        "training_split": "train",
+        "fewshot_split": "train",
+        "test_split": split,
+        "doc_to_text": "{{query}}",
+        "doc_to_choice": "{{choices}}",
+        "doc_to_target": "{{gold}}",
+        "description": task.prefix.replace("{", "{{'{'}}") if "{" in task.prefix else task.prefix,
+        "target_delimiter": "",  # BIG-bench's output prefix ends the query ("\nA: ")
+        "fewshot_delimiter": task.separator,
+        "metric_list": [
+            {"metric": "acc", "aggregation": "mean", "higher_is_better": True},
+            {"metric": "acc_norm", "aggregation": "mean", "higher_is_better": True},
+        ],
+        "metadata": {"version": 1.0},
+    }
+
+
+def loaded(tasks: Sequence[Task], split: str, shots: int, sizes: dict, seed: int = 0) -> dict:
+    """lm-eval's tasks for ``tasks`` on ``split`` (``validation`` or ``test``), loaded by its task
+    manager, with ``shots`` shots from each task's ``train`` pool drawn with ``seed``, as
+    ``simple_evaluate`` would set them. ``sizes``: the seeded splits' counts (:meth:`Task.splits`)."""
+    check(split in ("validation", "test"), f"split must be validation or test, got {split!r}")
+    configs = [task_config(t, t.splits(seed, sizes["shots"], sizes["validation"], sizes["test"]), split) for t in tasks]
+    built = _task_manager().load(configs)
+    for task in built["tasks"].values():
+        task.set_config(key="num_fewshot", value=shots)
+        task.set_fewshot_seed(seed=seed)
+    return built
+
+
+def evaluate(
+    lm,
+    tasks: Sequence[Task],
+    split: str,
+    shots: int,
+    sizes: dict,
+    seed: int = 0,
+    limit: Optional[int] = None,
+) -> list[Scored]:
+    """Score ``tasks`` on ``split`` with ``shots`` shots through lm-eval's evaluator
+    (``lm_eval.evaluator.evaluate``, what ``simple_evaluate`` calls after collecting the machine's
+    environment, which takes seconds a call), requests never cached: a context manager around this
+    call must change what is scored. ``limit``: only the first examples of the split."""
+    from lm_eval.evaluator import evaluate as lm_evaluate
+
+    built = loaded(tasks, split, shots, sizes, seed)
+    with _lm_eval_bars_off():
+        out = lm_evaluate(lm=lm, task_dict=built, limit=limit, bootstrap_iters=1, log_samples=True)
+    # bootstrap_iters=1: acc and acc_norm are means, for which lm-eval then gives its closed-form stderr
+    names = list(built["tasks"])
+    return [_scored(t, name, out, split, shots) for t, name in zip(tasks, names)]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One example as lm-eval asks it: per choice the (context, continuation) token ids its
+    tokenisation gives (lm-eval's ``_encode_pair``, BOS first), and the correct choice."""
+
+    pairs: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+    gold: int
+
+
+def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0, limit: Optional[int] = None) -> list[Question]:
+    """The requests :func:`evaluate` would score (same configuration, shots and seed, built by
+    lm-eval's own task), as token ids: what a tuning differentiates through, since lm-eval returns
+    log-likelihoods, not gradients."""
+    (built,) = loaded([task], split, shots, sizes, seed)["tasks"].values()
+    with _lm_eval_bars_off():
+        built.build_all_requests(limit=limit, rank=0, world_size=1)
+    by_doc: dict[int, list] = {}
+    for instance in built.instances:
+        by_doc.setdefault(instance.doc_id, []).append(instance)
+    out = []
+    for doc_id in sorted(by_doc):
+        asked = sorted(by_doc[doc_id], key=lambda inst: inst.idx)
+        pairs = tuple(tuple(map(tuple, lm._encode_pair(*inst.arguments))) for inst in asked)
+        out.append(Question(pairs, int(asked[0].doc["gold"])))
+    return out
+
+
+def _scored(task: Task, name: str, out: dict, split: str, shots: int) -> Scored:
+    result = out["results"][name]
+    samples = sorted(out["samples"][name], key=lambda s: int(s["doc_id"]))
+    gold, entropy, correct = [], [], []
+    for sample in samples:
+        logliks = [float(r[0]) for r in sample["filtered_resps"]]
+        gold.append(logliks[int(sample["doc"]["gold"])])
+        entropy.append(_choice_entropy(logliks))
+        correct.append(bool(sample["acc"]))
+    chance = sum(1.0 / len(s["doc"]["choices"]) for s in samples) / len(samples)
+    return Scored(
+        task.name,
+        split,
+        shots,
+        chance,
+        float(result["acc,none"]),
+        float(result["acc_stderr,none"]),
+        float(result["acc_norm,none"]),
+        float(result["acc_norm_stderr,none"]),
+        tuple(correct),
+        tuple(gold),
+        tuple(entropy),
+    )
+
+
+def _choice_entropy(logliks: list[float]) -> float:
+    """Entropy (nats) of the model's distribution over the choices, softmax of their log-likelihoods."""
+    top = max(logliks)
+    weights = [math.exp(x - top) for x in logliks]
+    total = sum(weights)
+    return -sum(w / total * math.log(w / total) for w in weights if w > 0)
+
+
+@lru_cache(maxsize=1)
+def _task_manager():
+    """lm-eval's task manager without its own task index (sinklab's tasks are configurations in
+    memory; indexing the thousands of task files lm-eval ships would take seconds per process)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_defaults=False)
+
+
+@contextmanager
+def _lm_eval_bars_off() -> Iterator[None]:
+    """lm-eval draws a bar per task and per request batch with no switch of its own; inside this
+    block tqdm's environment switch turns them off (sinklab's own bar counts the evaluations)."""
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TQDM_DISABLE"]
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
+def _quiet_lm_eval() -> None:
+    """lm-eval logs every configuration at INFO/WARNING ("Overwriting default num_fewshot ...");
+    sinklab reports what it ran itself."""
+    for name in ("lm-eval", "lm_eval"):
+        logging.getLogger(name).setLevel(logging.ERROR)

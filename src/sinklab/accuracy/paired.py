@@ -1,0 +1,51 @@
+"""Paired verdicts: the same examples judged twice (untouched and edited), compared example by
+example, so the verdict's uncertainty is that of the change, not of two separate accuracies.
+
+* :func:`mcnemar`: the exact McNemar test on the examples whose correctness changed (a two-sided
+  binomial test of the discordant pairs at p = 1/2; McNemar 1947, the exact form for small counts).
+* :func:`paired_bootstrap`: the mean per-example change with a percentile interval from resampling
+  examples (Efron and Tibshirani 1993), used for accuracy and for the gold answer's log-likelihood,
+  the continuous measure that moves before accuracy does.
+"""
+
+from __future__ import annotations
+
+from math import comb
+from typing import Sequence
+
+import numpy as np
+
+from ..core.errors import check
+
+BOOTSTRAP_DRAWS = 10_000
+LEVEL = 0.95
+
+
+def mcnemar(before: Sequence[bool], after: Sequence[bool]) -> dict:
+    """Exact two-sided McNemar test: ``gained`` examples wrong before and right after, ``lost`` the
+    reverse, ``p`` the probability of a split at least this uneven if neither direction is favoured."""
+    check(len(before) == len(after), f"paired outcomes differ in length ({len(before)} and {len(after)})")
+    gained = sum(1 for b, a in zip(before, after) if a and not b)
+    lost = sum(1 for b, a in zip(before, after) if b and not a)
+    n = gained + lost
+    tail = sum(comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n if n else 1.0
+    return {"gained": gained, "lost": lost, "p": min(1.0, 2 * tail)}
+
+
+def paired_bootstrap(before: Sequence[float], after: Sequence[float], seed: int = 0) -> dict:
+    """The mean of ``after - before`` over examples with its :data:`LEVEL` percentile interval
+    (:data:`BOOTSTRAP_DRAWS` resamples of the examples, seeded)."""
+    check(len(before) == len(after) and len(before) > 0, "paired values must be two non-empty lists of equal length")
+    diff = np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)
+    draws = np.random.default_rng(seed).integers(0, diff.size, size=(BOOTSTRAP_DRAWS, diff.size))
+    means = diff[draws].mean(axis=1)
+    low, high = np.quantile(means, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
+    return {"mean": float(diff.mean()), "low": float(low), "high": float(high), "level": LEVEL}
+
+
+def above_chance(correct: Sequence[bool], chance: float) -> float:
+    """One-sided exact binomial p-value that an accuracy this high arises from guessing at ``chance``
+    (each example's chance taken as the task's mean; the suite rule reads it)."""
+    n, k = len(correct), sum(bool(c) for c in correct)
+    check(n > 0 and 0 < chance < 1, "above_chance needs outcomes and a chance level in (0, 1)")
+    return float(sum(comb(n, j) * chance**j * (1 - chance) ** (n - j) for j in range(k, n + 1)))

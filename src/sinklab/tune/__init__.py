@@ -1,0 +1,33 @@
+"""The sink as a lever for accuracy: ZeroTuning and ACT (``sinklab tune``, ``sinklab.tune_model``).
+
+How much attention each head pays its sink sets how sharply it attends to everything else, so
+editing that share changes what a frozen model gets right, with no training. :class:`ZeroTuning`
+scales each head's attention to the initial token by a tuned factor (Han et al., ICLR 2026);
+:class:`ACT` finds each input's sinks after the first token in chosen heads and gives part of their
+attention back to the other keys (Yu et al., ICML 2024). A run profiles the heads on a task's
+validation split, chooses the tuning there and judges it on the test split through
+lm-evaluation-harness (:mod:`sinklab.accuracy`); ``with sinklab.tune.applied(model, tuning):``
+applies a tuning around any forward, ``generate`` or lm-eval run, and :func:`load_tuning` reads a
+saved one back. The edits themselves (:class:`InitialTokenScale`, :class:`SinkCalibration`) are
+interventions, usable in :func:`sinklab.intervene.applied` too."""
+
+from .applied import applied
+from .edits import InitialTokenScale, SinkCalibration
+from .run import DEFAULT_TASKS, METHODS, TUNE, TuneConfig
+from .tunings import ACT, ZeroTuning, from_record, load_tuning, save_tuning, to_record
+
+__all__ = [
+    "ACT",
+    "DEFAULT_TASKS",
+    "METHODS",
+    "TUNE",
+    "InitialTokenScale",
+    "SinkCalibration",
+    "TuneConfig",
+    "ZeroTuning",
+    "applied",
+    "from_record",
+    "load_tuning",
+    "save_tuning",
+    "to_record",
+]

@@ -1,0 +1,101 @@
+"""Head profiling: which heads' edit moves the validation objective, and which way.
+
+The papers profile by trying each head in turn (ZeroTuning scales one head's initial-token weight
+and re-scores the validation split; ACT calibrates one head at a time): two evaluations per head,
+540 for a 30-layer, 9-head model, hours on a CPU. sinklab takes the derivative of the same
+objective with respect to every head's edit strength at the identity instead (log gamma for
+ZeroTuning, 1 - beta for ACT), one backward pass per validation example for all heads at once: the
+first-order answer to "does scaling this head help, and which way". The search that follows
+(:mod:`.search`) then judges whole tunings with lm-eval, so no verdict rests on the derivative.
+
+The objective is read from the choices' log-likelihoods of the requests lm-eval builds
+(:func:`sinklab.accuracy.harness.questions`): supervised, the log-probability of the correct choice
+among the choices; unsupervised, minus the entropy over the choices (ZeroTuning's unsupervised
+mode, which needs no labels).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .. import intervene
+from ..core.hooks import hook_name
+from ..core.progress import progress_bar
+from . import formulas
+
+MODES = ("supervised", "unsupervised")
+
+
+def choice_logliks(model, question) -> torch.Tensor:
+    """(choices,): each choice's summed log-likelihood given its context, one right-padded batch."""
+    rows = [list(ctx) + list(cont) for ctx, cont in question.pairs]
+    width = max(map(len, rows))
+    device = model.device
+    ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+    mask = torch.zeros(len(rows), width, dtype=torch.long, device=device)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row, device=device)
+        mask[i, : len(row)] = 1
+    logprobs = F.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+    totals = []
+    for i, (ctx, cont) in enumerate(question.pairs):
+        start = len(ctx)
+        targets = torch.tensor(cont, device=device)
+        totals.append(logprobs[i, start - 1 : start - 1 + len(cont)].gather(-1, targets.unsqueeze(-1)).sum())
+    return torch.stack(totals)
+
+
+def objective(logliks: torch.Tensor, gold: int, mode: str) -> torch.Tensor:
+    """Higher is better: log p(gold | the choices) (supervised) or minus the choices' entropy (unsupervised)."""
+    logp = F.log_softmax(logliks, dim=-1)
+    return logp[gold] if mode == "supervised" else (logp.exp() * logp).sum()
+
+
+def strength_hooks(method: str, strength: torch.Tensor, threshold: float) -> list:
+    """Hooks that apply ``method`` with per-(layer, head) ``strength`` (L, H), differentiably."""
+    if method == "zerotuning":
+        return [(hook_name(layer, "attn.hook_scores"), _scaled(strength[layer])) for layer in range(strength.shape[0])]
+    masks: dict = {}
+    hooks = []
+    for layer in range(strength.shape[0]):
+        hooks.append((hook_name(layer, "attn.hook_mask"), _kept(masks, layer)))
+        hooks.append((hook_name(layer, "attn.hook_pattern"), _calibrated(masks, layer, strength[layer], threshold)))
+    return hooks
+
+
+def _scaled(log_gamma: torch.Tensor) -> Callable:
+    return lambda scores, where: formulas.scale_initial(scores, log_gamma)
+
+
+def _kept(masks: dict, layer: int) -> Callable:
+    def keep(mask, where):
+        masks[layer] = mask
+        return mask
+
+    return keep
+
+
+def _calibrated(masks: dict, layer: int, strength: torch.Tensor, threshold: float) -> Callable:
+    def edit(pattern, where):
+        sinks = formulas.sinks_of(pattern.detach(), masks[layer], where.q_start, threshold)
+        return formulas.calibrate(pattern, sinks, strength)
+
+    return edit
+
+
+def head_profile(
+    model, questions: Sequence, method: str, mode: str, shape: tuple[int, int], threshold: float = 0.1
+) -> torch.Tensor:
+    """(L, H): the mean derivative of :func:`objective` over ``questions`` with respect to each
+    head's strength at the identity (positive: strengthening the edit on that head helps)."""
+    strength = torch.zeros(shape, device=model.device, requires_grad=True)
+    total = torch.zeros(shape, device=model.device)
+    with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(strength_hooks(method, strength, threshold)):
+        for question in progress_bar(questions, desc=f"profiling heads ({method})", unit="example", leave=False):
+            value = objective(choice_logliks(model, question), question.gold, mode)
+            (grad,) = torch.autograd.grad(value, strength, materialize_grads=True)  # no sink in this input: 0
+            total += grad
+    return total / max(len(questions), 1)

@@ -1,0 +1,192 @@
+"""``sinklab tune`` and ``sinklab.tune_model``: the sink as a lever for accuracy (the ``TUNE``
+capability of the one pipeline).
+
+Per task: the validation split's requests profile every head (:mod:`.profile`), candidate tunings
+are judged on validation by lm-eval (:mod:`.search`), and the chosen tuning and the untouched model
+are judged on the test split by lm-eval, example by example (:mod:`sinklab.accuracy.paired`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Optional
+
+from ..accuracy import SIZES, check_bos, evaluate, lm_for, mcnemar, paired_bootstrap, questions, read_task
+from ..core.configs import setting
+from ..core.errors import check
+from ..core.progress import progress_bar
+from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..models.hf import MODEL_HELP, LoadOptions, model_facts
+from ..models.subjects import transformers_model
+from . import page, plots
+from .applied import applied
+from .frame import TUNE_TABLES
+from .profile import MODES, head_profile
+from .search import CANDIDATES, Candidate, best
+from .tunings import save_tuning, to_record
+from .tunings import untouched as untouched_tuning
+
+METHODS = tuple(CANDIDATES)
+#: The tasks ``sinklab tune`` reads when none are named: the suite (BENCHMARKS.md 13).
+DEFAULT_TASKS = ("navigate",)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+@dataclass
+class TuneConfig:
+    """``sinklab tune``'s settings (and ``sinklab.tune_model``'s keyword arguments)."""
+
+    VERSION: ClassVar[int] = 1
+
+    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
+    method: str = setting("zerotuning", choices=METHODS, help="zerotuning (Han et al. 2026) or act (Yu et al. 2024)")
+    mode: str = setting(
+        "supervised", choices=MODES, help="supervised: validation labels pick the tuning; unsupervised: lowest output entropy"
+    )
+    tasks: tuple[str, ...] = setting(
+        DEFAULT_TASKS, metavar="T[,T...]", parse=_names, help="BIG-bench task names or task.json paths (one tuning each)"
+    )
+    shots: int = setting(0, help="shots per prompt, drawn from the task's own examples (BIG-bench's few-shot convention)")
+    validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
+    test: int = setting(SIZES["test"], help="test examples per task (the verdict)")
+    seed: int = setting(0, help="draws the splits and the shots")
+    batch_size: int = setting(8, help="lm-eval's batch size", result=False)
+    load: LoadOptions = field(default_factory=LoadOptions)
+
+    def __post_init__(self) -> None:
+        check(bool(self.tasks), "--tasks needs at least one task")
+        check(self.shots >= 0 and self.validation >= 1 and self.test >= 1, "--shots must be >= 0, --validation and --test >= 1")
+        check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+
+    @property
+    def sizes(self) -> dict:
+        return {"shots": max(self.shots, SIZES["shots"]), "validation": self.validation, "test": self.test}
+
+
+def preflight(cfg: TuneConfig, context: RunContext) -> None:
+    """Before the run directory is claimed: every task readable and large enough, and a BOS token."""
+    for name in cfg.tasks:
+        read_task(name).splits(cfg.seed, **cfg.sizes)
+    if context.subject is not None:
+        check_bos(transformers_model(context.subject).tokenizer)
+
+
+def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
+    """One task's profile, search and verdict: (its summary entry, its data)."""
+    shape = (model.config.num_hidden_layers, model.config.num_attention_heads)
+    clock = time.perf_counter()
+    asked = questions(lm, task, "validation", cfg.shots, cfg.sizes, cfg.seed)
+    profile = head_profile(model, asked, cfg.method, cfg.mode, shape)
+    profile_s = time.perf_counter() - clock
+
+    clock = time.perf_counter()
+    scored = lambda split: evaluate(lm, [task], split, cfg.shots, cfg.sizes, cfg.seed)[0]  # noqa: E731
+    untouched = Candidate("untouched", untouched_tuning(cfg.method, *shape), scored("validation"))
+    tried = [untouched]
+    for label, tuning in progress_bar(
+        CANDIDATES[cfg.method](profile), desc=f"searching ({task.name})", unit="tuning", leave=False
+    ):
+        with applied(model, tuning):
+            tried.append(Candidate(label, tuning, scored("validation")))
+    chosen = best(tried, cfg.mode)
+    search_s = time.perf_counter() - clock
+
+    before = scored("test")
+    if chosen is untouched:  # nothing beat the model on validation: the verdict is no change
+        after = before
+    else:
+        with applied(model, chosen.tuning):
+            after = scored("test")
+    entry = {
+        "task": task.name,
+        "chance": task.chance,
+        "chosen": chosen.label,
+        "heads_tuned": chosen.tuning.scaled,
+        "validation": [{"label": c.label, "heads_tuned": c.tuning.scaled, **c.scored.row()} for c in tried],
+        "test": {"untouched": before.row(), "tuned": after.row()},
+        "paired": {
+            "mcnemar": mcnemar(before.correct, after.correct),
+            "acc_change": paired_bootstrap([float(c) for c in before.correct], [float(c) for c in after.correct], cfg.seed),
+            "gold_loglik_change": paired_bootstrap(before.gold_loglik, after.gold_loglik, cfg.seed),
+        },
+        "cost": {
+            "profile_examples": len(asked),
+            "profile_forward_backward_passes": len(asked),
+            "profile_s": round(profile_s, 2),
+            "search_evaluations": len(tried),
+            "search_examples_scored": sum(c.scored.n for c in tried),
+            "search_s": round(search_s, 2),
+        },
+    }
+    return entry, {"profile": profile.cpu(), "tuning": chosen.tuning}
+
+
+def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
+    """Every task's tuning and verdict, in memory: the summary, and as data each task's head
+    profile (L, H) and chosen tuning (the object ``sinklab.tune.applied`` takes)."""
+    loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    lm = lm_for(model, tokenizer, cfg.batch_size)
+    entries, data = [], {"profiles": {}, "tunings": {}}
+    for name in cfg.tasks:
+        entry, found = tune_task(model, lm, read_task(name), cfg)
+        entries.append(entry)
+        data["profiles"][entry["task"]] = found["profile"]
+        data["tunings"][entry["task"]] = found["tuning"]
+    summary = {
+        "model": loaded.name,
+        **model_facts(model),
+        "layers": model.config.num_hidden_layers,
+        "heads": model.config.num_attention_heads,
+        "method": cfg.method,
+        "mode": cfg.mode,
+        "shots": cfg.shots,
+        "sizes": {"validation": cfg.validation, "test": cfg.test},
+        "engine": f"lm-eval {_lm_eval_version()}",
+        "tasks": entries,
+        "tunings": {task: to_record(t) for task, t in data["tunings"].items()},
+    }
+    return RunResult(stamped("tune", summary), data)
+
+
+def _lm_eval_version() -> str:
+    from importlib.metadata import version
+
+    return version("lm_eval")
+
+
+def write(out: Path, result: RunResult) -> list[str]:
+    """Each task's tuning as ``tuning-<task>.json`` (``sinklab.tune.load_tuning`` reads it back) and the profiles."""
+    names = []
+    for task, tuning in result.data["tunings"].items():
+        name = f"tuning-{task.replace('/', '__')}.json"
+        save_tuning(tuning, out / name)
+        names.append(name)
+    plots.save_data(out, result.data)
+    return [*names, plots.PROFILES_FILE]
+
+
+def read_data(run_dir: Path) -> dict:
+    return plots.read_data(run_dir)
+
+
+TUNE = register(
+    Capability(
+        "tune",
+        TuneConfig,
+        measure,
+        write,
+        tables=TUNE_TABLES,
+        write_page=page.write,
+        read_data=read_data,
+        figures=lambda result: plots.figures(result.summary, result.data),
+        sections=plots.sections,
+        preflight=preflight,
+    )
+)

@@ -1,0 +1,176 @@
+"""``sinklab tune``: ZeroTuning and ACT found, searched and judged on a planted model whose answer
+is decided by how much attention one head pays the initial token, through lm-eval on task files
+the test writes (the BIG-bench download is never used here)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import one_line_error
+
+import sinklab
+from sinklab.accuracy import read_task
+from sinklab.core.errors import SinklabError
+from sinklab.tune import ACT, ZeroTuning, applied, load_tuning, save_tuning
+
+SIZES = dict(validation=6, test=8)
+
+
+def write_task(path, gold: str = "A", n: int = 24, **fields):
+    """A BIG-bench multiple-choice task file: ``n`` examples, choices A and B, ``gold`` correct."""
+    words = ["tree", "wind", "stone", "river", "light", "field", "cloud", "sea"]
+    examples = [
+        {
+            "input": " ".join(words[(i + j) % len(words)] for j in range(2 + i % 5)),
+            "target_scores": {"A": int(gold == "A"), "B": int(gold == "B")},
+        }
+        for i in range(n)
+    ]
+    data = {
+        "name": path.parent.name,
+        "examples": examples,
+        "example_output_prefix": "\nAnswer:",
+        "append_choices_to_input": False,
+        **fields,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def planted_model(tokenizer, strength: float = 6.0):
+    """One layer, two heads, uniform attention (zero queries and keys). Head 0 carries the initial
+    token's value to the logit of choice A and every other token's to B's; head 1 carries nothing.
+    So the more head 0 attends to the initial token, the likelier A: its sink share decides."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        intermediate_size=4,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=4,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    a, b = tokenizer.convert_tokens_to_ids(["A", "B"])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for norm in (model.model.layers[0].input_layernorm, model.model.layers[0].post_attention_layernorm, model.model.norm):
+            norm.weight.fill_(1.0)
+        emb = model.model.embed_tokens.weight
+        emb[:, 1] = 1.0
+        emb[tokenizer.bos_token_id] = 0.0
+        emb[tokenizer.bos_token_id, 0] = 1.0
+        attn = model.model.layers[0].self_attn
+        attn.v_proj.weight[0, 0] = 1.0  # head 0, dim 0: "this is the initial token"
+        attn.v_proj.weight[1, 1] = 1.0  # head 0, dim 1: "this is any other token"
+        attn.o_proj.weight[3, 0] = strength
+        attn.o_proj.weight[4, 1] = strength
+        model.lm_head.weight[a, 3] = 1.0
+        model.lm_head.weight[b, 4] = 1.0
+    return model
+
+
+@pytest.fixture
+def planted(tokenizer):
+    return planted_model(tokenizer)
+
+
+@pytest.mark.parametrize("gold,direction", [("A", 1), ("B", -1)])
+def test_zerotuning_finds_the_direction_of_gamma_that_the_planted_head_wants(tmp_path, tokenizer, planted, gold, direction):
+    task = write_task(tmp_path / f"planted_{gold}" / "task.json", gold=gold)
+    result = sinklab.tune_model(planted, tokenizer, tasks=(str(task),), method="zerotuning", **SIZES)
+    profile = result.data["profiles"][f"planted_{gold}"]
+    assert profile[0, 0] * direction > 0 and abs(profile[0, 1]) < 1e-6 * abs(profile[0, 0])
+    tuning = result.data["tunings"][f"planted_{gold}"]
+    assert isinstance(tuning, ZeroTuning) and (tuning.gammas[0][0] - 1) * direction > 0 and tuning.gammas[0][1] == 1.0
+    row = result.frame().iloc[0]
+    assert row["gold_loglik_tuned"] > row["gold_loglik_untouched"]
+    assert row["acc_tuned"] >= row["acc_untouched"]
+
+
+def test_the_unsupervised_mode_lowers_the_entropy_over_the_choices_without_reading_labels(tmp_path, tokenizer, planted):
+    runs = [
+        sinklab.tune_model(
+            planted, tokenizer, tasks=(str(write_task(tmp_path / g / "task.json", gold=g)),), mode="unsupervised", **SIZES
+        )
+        for g in ("A", "B")
+    ]
+    tunings = [next(iter(r.data["tunings"].values())) for r in runs]
+    assert tunings[0] == tunings[1]  # the labels differ, the choice does not
+    rows = runs[0].frame("validation")
+    assert rows[rows["chosen"]]["entropy"].iloc[0] < rows[rows["label"] == "untouched"]["entropy"].iloc[0]
+
+
+def test_gamma_one_and_act_with_nothing_to_calibrate_leave_the_logits_bit_for_bit(tokenizer, planted):
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer.encode("tree wind stone")]])
+    with torch.no_grad():
+        plain = planted(ids).logits
+        with applied(planted, ZeroTuning.identity(1, 2)):
+            assert torch.equal(planted(ids).logits, plain)
+        with sinklab.intervene.applied(planted, [], query_chunk=None):
+            routed = planted(ids).logits  # through sinklab's attention, which ACT's edit needs
+        with applied(planted, ACT(((0, 0), (0, 1)), threshold=1.0)):
+            assert torch.equal(planted(ids).logits, routed)
+        with applied(planted, ZeroTuning(((1.0, 2.0),))):
+            assert not torch.equal(planted(ids).logits, plain)
+
+
+def test_a_tuning_is_saved_and_loaded_as_json_and_a_bad_file_is_one_line(tmp_path):
+    for tuning in (ZeroTuning(((1.0, 2.0), (0.5, 1.0))), ACT(((1, 0), (0, 1)), beta=0.3)):
+        assert load_tuning(save_tuning(tuning, tmp_path / "t.json")) == tuning
+    (tmp_path / "bad.json").write_text('{"method": "mystery"}')
+    with pytest.raises(SinklabError, match="not a sinklab tuning"):
+        load_tuning(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        ({"examples": [{"input": "x", "target": "y"}]}, "no 'target_scores'"),
+        ({"name": "x"}, "no 'examples' list"),
+        ({"examples": [{"input": "x", "target_scores": {"a": 1, "b": 1}}]}, "2 best choices"),
+    ],
+)
+def test_a_task_file_not_in_big_benchs_multiple_choice_format_is_one_line(tmp_path, content, message):
+    path = tmp_path / "t" / "task.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(content))
+    with pytest.raises(SinklabError, match=message):
+        read_task(str(path))
+
+
+def test_a_split_too_small_and_a_tokenizer_without_bos_are_refused_before_anything_runs(tmp_path, tokenizer, planted):
+    small = write_task(tmp_path / "small" / "task.json", n=10)
+    with pytest.raises(SinklabError, match="usable examples"):
+        sinklab.tune_model(planted, tokenizer, tasks=(str(small),), **SIZES)
+    big = write_task(tmp_path / "big" / "task.json")
+    no_bos = type(tokenizer)(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<eos>")
+    assert no_bos.bos_token_id is None
+    with pytest.raises(SinklabError, match="no BOS"):
+        sinklab.tune_model(planted, no_bos, tasks=(str(big),), **SIZES)
+
+
+def test_the_command_writes_the_run_and_a_missing_task_is_one_line(tmp_path, tiny_model_dir, capsys):
+    from sinklab.cli import main
+
+    task = write_task(tmp_path / "tiny" / "task.json")
+    out = tmp_path / "run"
+    model = str(tiny_model_dir("llama"))
+    assert (
+        main(["tune", model, "--tasks", str(task), "--validation", "6", "--test", "8", "--method", "act", "--out", str(out)]) == 0
+    )
+    assert (out / "summary.json").exists() and (out / "report.html").exists() and (out / "tuning-tiny.json").exists()
+    assert isinstance(load_tuning(out / "tuning-tiny.json"), ACT)
+    capsys.readouterr()
+    assert main(["tune", model, "--tasks", str(tmp_path / "nowhere" / "task.json"), "--out", str(tmp_path / "r2")]) == 2
+    one_line_error(capsys, "no task file")
+    assert not (tmp_path / "r2").exists()
