@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo test gpu-check sweep sweep-bb bench-llama-cpp clean
+.PHONY: install browser demo test bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
 
 # torch first, so that the build is a choice, not whatever pip resolves for sinklab's `torch`
 # dependency (on PyPI for Linux, a multi-GB CUDA build). TORCH_INDEX empty: pip's configured index
@@ -35,6 +35,12 @@ demo: install
 browser:
 	@command -v chromium >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
 		|| echo "sinklab: could not install chromium; the browser tests will be skipped"
+
+# BIG-bench's task files (the PyPI sdist bigbench 1.0.0, about 360 MB downloaded, 1.7 GB of task.json
+# kept under $$SINKLAB_CACHE/bigbench): fetched once, by this target or by the first command that names
+# a task; never by the test suite, whose tests write their own task files.
+bigbench: install
+	$(BIN)/python -c "from sinklab.accuracy import fetch; print(fetch())"
 
 test: install browser
 	$(BIN)/python -m pytest -q

@@ -271,3 +271,64 @@ def every_summary_matches_its_schema(tmp_path_factory):
         except (SinklabError, ValueError) as exc:
             broken.append(f"{summary}: {exc}")
     assert not broken, f"{len(broken)} of {checked} summaries break their schema:\n" + "\n".join(broken[:10])
+
+
+def write_task(path, gold: str = "A", n: int = 24, **fields):
+    """A BIG-bench multiple-choice task file: ``n`` examples, choices A and B, ``gold`` correct."""
+    words = ["tree", "wind", "stone", "river", "light", "field", "cloud", "sea"]
+    examples = [
+        {
+            "input": " ".join(words[(i + j) % len(words)] for j in range(2 + i % 5)),
+            "target_scores": {"A": int(gold == "A"), "B": int(gold == "B")},
+        }
+        for i in range(n)
+    ]
+    data = {
+        "name": path.parent.name,
+        "examples": examples,
+        "example_output_prefix": "\nAnswer:",
+        "append_choices_to_input": False,
+        **fields,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def planted_model(tokenizer, strength: float = 6.0):
+    """One layer, two heads, uniform attention (zero queries and keys). Head 0 carries the initial
+    token's value to the logit of choice A and every other token's to B's; head 1 carries nothing.
+    So the more head 0 attends to the initial token, the likelier A: its sink share decides."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=8,
+        intermediate_size=4,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=4,
+        max_position_embeddings=256,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=False,
+    )
+    model = LlamaForCausalLM(cfg).eval()
+    a, b = tokenizer.convert_tokens_to_ids(["A", "B"])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for norm in (model.model.layers[0].input_layernorm, model.model.layers[0].post_attention_layernorm, model.model.norm):
+            norm.weight.fill_(1.0)
+        emb = model.model.embed_tokens.weight
+        emb[:, 1] = 1.0
+        emb[tokenizer.bos_token_id] = 0.0
+        emb[tokenizer.bos_token_id, 0] = 1.0
+        attn = model.model.layers[0].self_attn
+        attn.v_proj.weight[0, 0] = 1.0  # head 0, dim 0: "this is the initial token"
+        attn.v_proj.weight[1, 1] = 1.0  # head 0, dim 1: "this is any other token"
+        attn.o_proj.weight[3, 0] = strength
+        attn.o_proj.weight[4, 1] = strength
+        model.lm_head.weight[a, 3] = 1.0
+        model.lm_head.weight[b, 4] = 1.0
+    return model

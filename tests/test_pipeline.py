@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import one_line_error
+from conftest import one_line_error, write_task
 
 import sinklab
 from sinklab import cli
@@ -384,7 +384,15 @@ TABLES_OF = {"pretrain-sweep": "pretrain-compare"}
 CHEAP_RUNS = {
     "scan": lambda m, text, lab, out: sinklab.scan_model(m, prompt=PROMPT, tokens=24, batch=2, layers=(0, 1)),
     "scan-compare": lambda m, text, lab, out: sinklab.scan_models([m, m], prompt=PROMPT, tokens=24, batch=2),
-    "intervene": lambda m, text, lab, out: sinklab.intervene_model(m, None, [MaskSelf(5)], prompt=PROMPT, tokens=24),
+    "intervene": lambda m, text, lab, out: sinklab.intervene_model(
+        m,
+        None,
+        [MaskSelf(5)],
+        prompt=PROMPT,
+        tokens=24,
+        accuracy=(str(write_task(out / "t" / "task.json", n=60)),),
+        accuracy_test=8,
+    ),
     "stream": lambda m, text, lab, out: sinklab.stream_model(
         m, corpus=text, tokens=40, sinks=2, window=14, chunk=20, latency_steps=1, ablation=(0, 1)
     ),
@@ -400,6 +408,9 @@ CHEAP_RUNS = {
     ),
     "compress": lambda m, text, lab, out: sinklab.compress_model(
         m, presses=("knorm",), ratios=(0.5,), keep_sinks=(0, 1), quantizers=(), contexts=(400,), keys=1, outside=None
+    ),
+    "tune": lambda m, text, lab, out: sinklab.tune_model(
+        m, tasks=(str(write_task(out / "t" / "task.json")),), validation=6, test=8
     ),
     "bench": lambda m, text, lab, out: sinklab.bench_models([m.request["model"]], tasks=("sink_rate",), limit="quick"),
     "trigger": lambda m, text, lab, out: sinklab.load_result(lab),

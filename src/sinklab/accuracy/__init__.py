@@ -5,7 +5,7 @@ tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block
 
 from .bigbench import Example, Task, candidates, fetch, read_task, tasks_dir
 from .harness import Question, Scored, check_bos, evaluate, lm_for, questions
-from .paired import above_chance, mcnemar, paired_bootstrap
+from .paired import above_chance, mcnemar, paired_bootstrap, verdict
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
 SIZES = {"shots": 5, "validation": 40, "test": 100}
@@ -27,4 +27,5 @@ __all__ = [
     "questions",
     "read_task",
     "tasks_dir",
+    "verdict",
 ]

@@ -43,6 +43,17 @@ def paired_bootstrap(before: Sequence[float], after: Sequence[float], seed: int 
     return {"mean": float(diff.mean()), "low": float(low), "high": float(high), "level": LEVEL}
 
 
+def verdict(before, after, seed: int = 0) -> dict:
+    """Two :class:`~.harness.Scored` runs of the same examples compared example by example: the exact
+    McNemar test, and the paired changes of accuracy and of the gold answer's log-likelihood."""
+    check(before.n == after.n, f"a paired verdict needs the same examples ({before.n} and {after.n} scored)")
+    return {
+        "mcnemar": mcnemar(before.correct, after.correct),
+        "acc_change": paired_bootstrap([float(c) for c in before.correct], [float(c) for c in after.correct], seed),
+        "gold_loglik_change": paired_bootstrap(before.gold_loglik, after.gold_loglik, seed),
+    }
+
+
 def above_chance(correct: Sequence[bool], chance: float) -> float:
     """One-sided exact binomial p-value that an accuracy this high arises from guessing at ``chance``
     (each example's chance taken as the task's mean; the suite rule reads it)."""

@@ -102,6 +102,8 @@ def intervene_command(args: argparse.Namespace) -> int:
         )
         if not result.reused:
             print(intervene_report.intervention_table(result.summary))
+            if result.summary.get("accuracy"):
+                print("\n" + intervene_report.accuracy_table(result.summary))
     if not result.reused:
         print(f"\noutputs: {written(result)}")
     return 0

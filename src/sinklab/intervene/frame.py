@@ -42,4 +42,30 @@ def _rows(summary: dict) -> Iterator[dict]:
             }
 
 
-INTERVENE_TABLES = {"layers": intervene_rows}
+def accuracy_rows(summary: dict) -> Iterator[dict]:
+    """Per ``--accuracy`` task and experiment (empty without ``--accuracy``): test-split ``acc`` intact
+    and ``edited``, the paired ``acc_change`` with its 95 % interval, McNemar's exact ``mcnemar_p``,
+    and the gold answer's mean log-likelihood (nats) intact, edited and its paired change."""
+    return table_rows(summary, (_accuracy(r) for r in summary.get("accuracy", ())))
+
+
+def _accuracy(r: dict) -> dict:
+    return {
+        "task": r["task"],
+        "experiment": r["experiment"],
+        "n": r["intact"]["n"],
+        "shots": r["intact"]["shots"],
+        "chance": r["chance"],
+        "acc_intact": r["intact"]["acc"],
+        "acc_edited": r["edited"]["acc"],
+        "acc_change": r["acc_change"]["mean"],
+        "acc_change_low": r["acc_change"]["low"],
+        "acc_change_high": r["acc_change"]["high"],
+        "mcnemar_p": r["mcnemar"]["p"],
+        "gold_loglik_intact": r["intact"]["gold_loglik"],
+        "gold_loglik_edited": r["edited"]["gold_loglik"],
+        "gold_loglik_change": r["gold_loglik_change"]["mean"],
+    }
+
+
+INTERVENE_TABLES = {"layers": intervene_rows, "accuracy": accuracy_rows}

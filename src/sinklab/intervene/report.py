@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..core.text import format_table
+from .frame import accuracy_rows
 
 
 def layer_mean(values: Sequence[float]) -> float:
@@ -42,6 +43,26 @@ def intervention_rows(summary: dict) -> list[dict]:
 
 def intervention_table(summary: dict) -> str:
     return format_table(intervention_rows(summary), INTERVENTION_COLUMNS)
+
+
+ACCURACY_COLUMNS = [
+    ("task", "task", "s"),
+    ("intervention", "experiment", "s"),
+    ("n", "n", "d"),
+    ("chance", "chance", ".3f"),
+    ("acc intact", "acc_intact", ".3f"),
+    ("edited", "acc_edited", ".3f"),
+    ("change", "acc_change", "+.3f"),
+    ("95% low", "acc_change_low", "+.3f"),
+    ("high", "acc_change_high", "+.3f"),
+    ("McNemar p", "mcnemar_p", ".3g"),
+    ("gold loglik change", "gold_loglik_change", "+.3f"),
+]
+
+
+def accuracy_table(summary: dict) -> str:
+    """The ``--accuracy`` verdicts: intact against each experiment, paired."""
+    return format_table(list(accuracy_rows(summary)), ACCURACY_COLUMNS)
 
 
 def strongest_per_kind(results: list[dict]) -> list[str]:

@@ -15,6 +15,7 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
+from ..accuracy import SIZES
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -25,6 +26,7 @@ from . import page, plots
 from .experiments import Experiment, hooks_of, interventions_for, validate_all
 from .frame import INTERVENE_TABLES
 from .interventions import MU_DEFINITION, Intervention
+from .judged import accuracy_rows, check_tasks
 
 
 def apply_interventions(
@@ -57,12 +59,24 @@ class InterveneConfig:
     """``sinklab intervene``'s settings (and ``sinklab.intervene_model``'s keyword arguments).
     ``interventions``: one run each, an :class:`Intervention` or a tuple of them applied together."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[dict] = {0: migrated_edits}
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {
+        0: migrated_edits,
+        1: lambda saved: {**saved, "accuracy": [], "accuracy_shots": 0, "accuracy_test": SIZES["test"]},
+    }
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     inputs: InputSpec = field(default_factory=InputSpec)
     interventions: tuple = setting((), help="the interventions, one run each (a tuple of them is applied together)", cli=False)
+    accuracy: tuple[str, ...] = setting(
+        (),
+        metavar="T[,T...]",
+        parse=lambda text: tuple(t.strip() for t in text.split(",") if t.strip()),
+        help="BIG-bench tasks (names or task.json paths) whose test-split accuracy is judged intact against every experiment "
+        "(lm-eval, paired); none by default",
+    )
+    accuracy_shots: int = setting(0, help="shots per --accuracy prompt, from the task's own examples")
+    accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
@@ -135,7 +149,14 @@ def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResu
         "baseline": baseline,
         "results": results,
     }
+    if cfg.accuracy:
+        summary["accuracy"] = accuracy_rows(subject, experiments, cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test)
     return RunResult(stamped("intervene", summary), plots.data_from(base_record, records, summary))
+
+
+def preflight(cfg: InterveneConfig, context: RunContext) -> None:
+    """The --accuracy tasks, before the run directory is claimed."""
+    check_tasks(cfg.accuracy, cfg.accuracy_test)
 
 
 def write(out: Path, result: RunResult) -> list[str]:
@@ -155,5 +176,6 @@ INTERVENE = register(
         read_data=plots.read_data,
         figures=lambda result: plots.figures(result.summary, result.data),
         sections=plots.sections,
+        preflight=preflight,
     )
 )

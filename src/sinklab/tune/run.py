@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..accuracy import SIZES, check_bos, evaluate, lm_for, mcnemar, paired_bootstrap, questions, read_task
+from ..accuracy import SIZES, check_bos, evaluate, lm_for, questions, read_task, verdict
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
@@ -110,11 +110,7 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
         "heads_tuned": chosen.tuning.scaled,
         "validation": [{"label": c.label, "heads_tuned": c.tuning.scaled, **c.scored.row()} for c in tried],
         "test": {"untouched": before.row(), "tuned": after.row()},
-        "paired": {
-            "mcnemar": mcnemar(before.correct, after.correct),
-            "acc_change": paired_bootstrap([float(c) for c in before.correct], [float(c) for c in after.correct], cfg.seed),
-            "gold_loglik_change": paired_bootstrap(before.gold_loglik, after.gold_loglik, cfg.seed),
-        },
+        "paired": verdict(before, after, cfg.seed),
         "cost": {
             "profile_examples": len(asked),
             "profile_forward_backward_passes": len(asked),
