@@ -26,7 +26,7 @@ import torch
 from common import record
 
 from sinklab import intervene, tune
-from sinklab.accuracy import SIZES, evaluate, lm_for, read_task
+from sinklab.accuracy import evaluate, lm_for, read_task, sizes_for
 from sinklab.models.hf import load_model
 
 
@@ -38,7 +38,7 @@ def main() -> None:
     args = parser.parse_args()
     model_ = load_model(None)
     model, tokenizer = model_.model, model_.tokenizer
-    task, sizes = read_task(args.task), {**SIZES, "test": args.test}
+    task, sizes = read_task(args.task), sizes_for(0, test=args.test)
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
     generator = torch.Generator().manual_seed(0)
     picked = torch.randperm(layers * heads, generator=generator)[: layers * heads // 4].tolist()

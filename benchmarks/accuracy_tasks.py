@@ -1,14 +1,15 @@
 """The default model's accuracy on BIG-bench's multiple-choice tasks, through lm-eval (BENCHMARKS.md 13).
 
-Every task of ``sinklab.accuracy.suite.CANDIDATES`` (or ``--tasks``), zero-shot and with
-``--shots`` shots from the task's own examples, on the seeded test split (``--test`` examples):
+Every task of ``sinklab.accuracy.CANDIDATES`` (or ``--tasks``), zero-shot and with
+``--shots`` shots from the task's own examples, on the seeded validation split (the 40 examples a
+tuning reads; the suite is chosen on them so that the test split's verdicts are not biased):
 acc, acc_norm and their standard errors as lm-eval reports them, the chance level, the correct
 choice's mean log-likelihood, the exact one-sided binomial p against chance and whether the
 suite rule (``clearly_above_chance``) keeps the task. One row per task and shot count in
 ``results/accuracy_tasks.jsonl``.
 
-Run: `.venv/bin/python benchmarks/accuracy_tasks.py [--shots 3 --test 40]` (the BIG-bench task
-files are fetched once on first use; about 45 minutes on 2 CPU cores at the defaults).
+Run: `.venv/bin/python benchmarks/accuracy_tasks.py [--shots 2] [--zero-shot-only]` (the BIG-bench
+task files are fetched once on first use).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import time
 
 from common import record
 
-from sinklab.accuracy import SIZES, above_chance, evaluate, lm_for, read_task
-from sinklab.accuracy.suite import CANDIDATES, clearly_above_chance
+from sinklab.accuracy import CANDIDATES, above_chance, clearly_above_chance, evaluate, lm_for, read_task, sizes_for
 from sinklab.core.progress import progress_bar
 from sinklab.models.hf import load_model
 
@@ -27,18 +27,18 @@ from sinklab.models.hf import load_model
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default=",".join(CANDIDATES), help="BIG-bench task names (default: the candidates)")
-    parser.add_argument("--shots", type=int, default=3, help="the few-shot setting measured beside zero-shot (default 3)")
-    parser.add_argument("--test", type=int, default=40, help="test examples per task (default 40)")
+    parser.add_argument("--shots", type=int, default=2, help="the few-shot setting measured beside zero-shot (default 2)")
+    parser.add_argument("--zero-shot-only", action="store_true", help="measure zero-shot only")
     parser.add_argument("--batch-size", type=int, default=8)
     args = parser.parse_args()
     loaded = load_model(None)
     lm = lm_for(loaded.model, loaded.tokenizer, args.batch_size)
-    sizes = {**SIZES, "test": args.test}
+    sizes = sizes_for(args.shots)
     for name in progress_bar(args.tasks.split(","), desc="tasks", unit="task"):
         task = read_task(name)
-        for shots in (0, args.shots):
+        for shots in (0,) if args.zero_shot_only else (0, args.shots):
             start = time.perf_counter()
-            (scored,) = evaluate(lm, [task], "test", shots, sizes)
+            (scored,) = evaluate(lm, [task], "validation", shots, sizes)
             row = scored.row()
             row.update(
                 model=loaded.name,

@@ -273,13 +273,14 @@ def every_summary_matches_its_schema(tmp_path_factory):
     assert not broken, f"{len(broken)} of {checked} summaries break their schema:\n" + "\n".join(broken[:10])
 
 
-def write_task(path, gold: str = "A", n: int = 24, **fields):
-    """A BIG-bench multiple-choice task file: ``n`` examples, choices A and B, ``gold`` correct."""
+def write_task(path, gold: str = "A", n: int = 24, choices=("A", "B"), **fields):
+    """A BIG-bench multiple-choice task file: ``n`` distinct examples, ``choices`` (single
+    characters, one token each), ``gold`` correct."""
     words = ["tree", "wind", "stone", "river", "light", "field", "cloud", "sea"]
     examples = [
         {
-            "input": " ".join(words[(i + j) % len(words)] for j in range(2 + i % 5)),
-            "target_scores": {"A": int(gold == "A"), "B": int(gold == "B")},
+            "input": " ".join(words[(i + j) % len(words)] for j in range(2 + i % 5)) + f" {i}",
+            "target_scores": {c: int(c == gold) for c in choices},
         }
         for i in range(n)
     ]

@@ -113,3 +113,19 @@ def test_the_command_writes_the_run_and_a_missing_task_is_one_line(tmp_path, tin
     assert main(["tune", model, "--tasks", str(tmp_path / "nowhere" / "task.json"), "--out", str(tmp_path / "r2")]) == 2
     one_line_error(capsys, "no task file")
     assert not (tmp_path / "r2").exists()
+
+
+def test_tunings_are_checked_when_made_loaded_and_applied(tmp_path, tokenizer, planted):
+    with pytest.raises(SinklabError, match="positive finite"):
+        ZeroTuning(((1.0, 0.0),))
+    with pytest.raises(SinklabError, match="beta"):
+        ACT(((0, 0),), beta=7)
+    (tmp_path / "t.json").write_text('{"method": "zerotuning", "gammas": [[1.0, -1.0]]}')
+    with pytest.raises(SinklabError, match="positive finite"):
+        load_tuning(tmp_path / "t.json")
+    with pytest.raises(SinklabError, match="gammas for 2 layers; the model has 1"):
+        with applied(planted, ZeroTuning(((2.0, 1.0), (1.0, 1.0)))):
+            pass
+    task = str(write_task(tmp_path / "same" / "task.json"))
+    with pytest.raises(SinklabError, match="names same twice"):
+        sinklab.tune_model(planted, tokenizer, tasks=(task, task), **SIZES)

@@ -3,22 +3,32 @@ sdist) scored by lm-evaluation-harness on the user's model object, with the pair
 that compare two runs of the same examples. Every judge of accuracy in sinklab reads it: the
 tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block."""
 
-from .bigbench import Example, Task, candidates, fetch, read_task, tasks_dir
+from .bigbench import Example, Task, fetch, read_task, tasks_dir
 from .harness import Question, Scored, check_bos, evaluate, lm_for, questions
 from .paired import above_chance, mcnemar, paired_bootstrap, verdict
+from .suite import CANDIDATES, SUITE, clearly_above_chance
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
 SIZES = {"shots": 5, "validation": 40, "test": 100}
 
+
+def sizes_for(shots: int = 0, validation: int = SIZES["validation"], test: int = SIZES["test"]) -> dict:
+    """The splits a judge with ``shots`` shots reads: the shot pool holds at least ``shots``
+    examples (5 unless more are asked, which moves the later splits), then validation, then test."""
+    return {"shots": max(shots, SIZES["shots"]), "validation": validation, "test": test}
+
+
 __all__ = [
+    "CANDIDATES",
     "SIZES",
+    "SUITE",
     "Example",
     "Question",
     "Scored",
     "Task",
     "above_chance",
-    "candidates",
     "check_bos",
+    "clearly_above_chance",
     "evaluate",
     "fetch",
     "lm_for",
@@ -26,6 +36,7 @@ __all__ = [
     "paired_bootstrap",
     "questions",
     "read_task",
+    "sizes_for",
     "tasks_dir",
     "verdict",
 ]

@@ -11,7 +11,11 @@ The prompt follows BIG-bench's JSON-task convention (``bigbench/api/json_task.py
 ``task_prefix`` once, then per example ``example_input_prefix`` + input (+ the choices after
 ``choice_prefix`` where ``append_choices_to_input``, the default) + ``example_output_prefix``;
 shots are whole examples with their correct choice, joined by ``few_shot_example_separator``.
-Defaults are BIG-bench's (``"\\nQ: "``, ``"\\nA: "``, ``"\\n  choice: "``, ``"\\n"``).
+Defaults are BIG-bench's (``"\\nQ: "``, ``"\\nA: "``, ``"\\n  choice: "``, ``"\\n"``). The
+choices are listed sorted and then permuted, as BIG-bench lists them (many files store the correct
+answer first: a prompt in file order would give its position away), here by a permutation seeded
+per example. Repeated examples (the same input and scores) are kept once, as lm-eval's BIG-bench
+tasks did, so that no example sits in two splits.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 from ..core.errors import SinklabError, check
 from ..models.hf import cache_root
@@ -166,29 +169,26 @@ def read_task(name_or_path: str) -> Task:
     where = f"{path} is not a BIG-bench multiple-choice task"
     check(isinstance(data, dict) and isinstance(data.get("examples"), list) and data["examples"], f"{where}: no 'examples' list")
     fields = {key: data.get(key, default) for key, default in FORMAT_DEFAULTS.items()}
-    examples = tuple(_example(e, i, fields, where) for i, e in enumerate(data["examples"]))
+    check(all(isinstance(e, dict) for e in data["examples"]), f"{where}: an example is not a JSON object")
+    unique = {json.dumps([e.get("input"), e.get("target_scores")], sort_keys=True): e for e in data["examples"]}
     name = str(data.get("name") or path.parent.name)
+    examples = tuple(_example(e, i, fields, where, f"{name}:{i}") for i, e in enumerate(unique.values()))
     return Task(name, path, str(fields["task_prefix"]), str(fields["few_shot_example_separator"]), examples)
 
 
-def _example(raw, index: int, fields: dict, where: str) -> Example:
+def _example(raw, index: int, fields: dict, where: str, seed: str) -> Example:
     check(isinstance(raw, dict) and isinstance(raw.get("input"), str), f"{where}: example {index} has no 'input' text")
     scores = raw.get("target_scores")
     check(
         isinstance(scores, dict) and len(scores) >= 2 and all(isinstance(v, (int, float)) for v in scores.values()),
         f"{where}: example {index} has no 'target_scores' with two or more scored choices",
     )
-    choices = tuple(str(c) for c in scores)
+    choices = sorted(str(c) for c in scores)
+    random.Random(seed).shuffle(choices)
     best = max(scores.values())
-    winners = [i for i, c in enumerate(scores) if scores[c] == best]
+    winners = [i for i, c in enumerate(choices) if scores[c] == best]
     check(len(winners) == 1, f"{where}: example {index} has {len(winners)} best choices (one correct answer is needed)")
     query = fields["example_input_prefix"] + raw["input"]
     if fields["append_choices_to_input"]:
         query += fields["choice_prefix"] + fields["choice_prefix"].join(choices)
-    return Example(query + fields["example_output_prefix"], choices, winners[0])
-
-
-def candidates(root: Optional[Path] = None) -> list[str]:
-    """The task names under ``root`` (default :func:`tasks_dir`) with a task file, sorted."""
-    root = root or tasks_dir()
-    return sorted(str(p.parent.relative_to(root)) for p in root.rglob("task.json"))
+    return Example(query + fields["example_output_prefix"], tuple(choices), winners[0])

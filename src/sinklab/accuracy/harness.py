@@ -4,9 +4,10 @@ lm-eval's own evaluator scores them (acc, acc_norm, their standard errors, n). s
 nothing itself; it reads lm-eval's per-example log-likelihoods back for the continuous measures
 (the gold answer's log-likelihood, the entropy over the choices) and the paired tests.
 
-Whatever sinklab context manager is open around :func:`evaluate` (an intervention's, a press's, a
-tuning's ``applied``) acts on every forward lm-eval runs, so every capability is judged by the
-same engine.
+Whatever sinklab context manager is open around :func:`evaluate` (an intervention's or a tuning's
+``applied``) acts on every forward lm-eval runs, so they are judged by the same engine. (A
+KV-cache press acts on the steps after a prefill, and lm-eval scores each choice in one prefill:
+a press inside the block changes nothing here.)
 
 Position 0 is the BOS token: :class:`BosLM` (lm-eval's ``HFLM``) puts the tokenizer's BOS first in
 every request, as sinklab's other inputs do (lm-eval would otherwise follow the tokenizer, and
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Sequence
 
 from ..core.errors import check
 from .bigbench import Task
@@ -65,7 +65,11 @@ class Scored:
 
 
 def lm_for(model, tokenizer, batch_size: int = 8):
-    """lm-eval's ``HFLM`` around a model object the user holds, BOS first (see the module)."""
+    """lm-eval's ``HFLM`` around a model object the user holds, BOS first (see the module).
+
+    lm-eval right-pads a batch and passes no padding mask (a causal model's real rows never see
+    the padding); an edit that reads whole columns of attention, as ACT does, would count the
+    padded rows, so ACT is judged at ``batch_size=1``."""
     from lm_eval.models.huggingface import HFLM
 
     class BosLM(HFLM):
@@ -78,8 +82,8 @@ def lm_for(model, tokenizer, batch_size: int = 8):
             return super().loglikelihood(requests, disable_tqdm=True)  # sinklab's bar counts the evaluations
 
     check_bos(tokenizer)
-    _quiet_lm_eval()
-    return BosLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device))
+    with _quietly():
+        return BosLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device))
 
 
 def check_bos(tokenizer) -> None:
@@ -98,7 +102,7 @@ def task_config(task: Task, examples: dict[str, list], split: str) -> dict:
     from datasets import Dataset
 
     name = "sinklab_bb_" + task.name.replace("/", "__")
-    splits = {part: Dataset.from_list([e.as_doc() for e in rows]) for part, rows in examples.items()}
+    splits = {part: Dataset.from_list([{**e.as_doc(), "prefix": task.prefix} for e in rows]) for part, rows in examples.items()}
     return {
         "task": f"{name}.{split}",
         "custom_dataset": lambda **metadata: splits,
@@ -106,10 +110,10 @@ def task_config(task: Task, examples: dict[str, list], split: str) -> dict:
         "training_split": "train",
         "fewshot_split": "train",
         "test_split": split,
-        "doc_to_text": "{{query}}",
-        "doc_to_choice": "{{choices}}",
-        "doc_to_target": "{{gold}}",
-        "description": task.prefix.replace("{", "{{'{'}}") if "{" in task.prefix else task.prefix,
+        "doc_to_text": "query",  # fields of the docs, read as they are (no template)
+        "doc_to_choice": "choices",
+        "doc_to_target": "gold",
+        "description": "{{prefix}}",  # a template whose value is the task_prefix, never parsed itself
         "target_delimiter": "",  # BIG-bench's output prefix ends the query ("\nA: ")
         "fewshot_delimiter": task.separator,
         "metric_list": [
@@ -122,11 +126,13 @@ def task_config(task: Task, examples: dict[str, list], split: str) -> dict:
 
 def loaded(tasks: Sequence[Task], split: str, shots: int, sizes: dict, seed: int = 0) -> dict:
     """lm-eval's tasks for ``tasks`` on ``split`` (``validation`` or ``test``), loaded by its task
-    manager, with ``shots`` shots from each task's ``train`` pool drawn with ``seed``, as
-    ``simple_evaluate`` would set them. ``sizes``: the seeded splits' counts (:meth:`Task.splits`)."""
+    manager, with ``shots`` shots from each task's ``train`` pool drawn with ``seed`` (what
+    ``simple_evaluate``'s ``fewshot_random_seed`` sets; its other seeds touch nothing a
+    multiple-choice log-likelihood reads). ``sizes``: the seeded splits' counts (:func:`sizes_for`)."""
     check(split in ("validation", "test"), f"split must be validation or test, got {split!r}")
     configs = [task_config(t, t.splits(seed, sizes["shots"], sizes["validation"], sizes["test"]), split) for t in tasks]
-    built = _task_manager().load(configs)
+    with _quietly():
+        built = _task_manager().load(configs)
     for task in built["tasks"].values():
         task.set_config(key="num_fewshot", value=shots)
         task.set_fewshot_seed(seed=seed)
@@ -140,17 +146,16 @@ def evaluate(
     shots: int,
     sizes: dict,
     seed: int = 0,
-    limit: Optional[int] = None,
 ) -> list[Scored]:
     """Score ``tasks`` on ``split`` with ``shots`` shots through lm-eval's evaluator
     (``lm_eval.evaluator.evaluate``, what ``simple_evaluate`` calls after collecting the machine's
     environment, which takes seconds a call), requests never cached: a context manager around this
-    call must change what is scored. ``limit``: only the first examples of the split."""
+    call must change what is scored."""
     from lm_eval.evaluator import evaluate as lm_evaluate
 
     built = loaded(tasks, split, shots, sizes, seed)
-    with _lm_eval_bars_off():
-        out = lm_evaluate(lm=lm, task_dict=built, limit=limit, bootstrap_iters=1, log_samples=True)
+    with _quietly():
+        out = lm_evaluate(lm=lm, task_dict=built, bootstrap_iters=1, log_samples=True)
     # bootstrap_iters=1: acc and acc_norm are means, for which lm-eval then gives its closed-form stderr
     names = list(built["tasks"])
     return [_scored(t, name, out, split, shots) for t, name in zip(tasks, names)]
@@ -165,13 +170,13 @@ class Question:
     gold: int
 
 
-def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0, limit: Optional[int] = None) -> list[Question]:
+def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0) -> list[Question]:
     """The requests :func:`evaluate` would score (same configuration, shots and seed, built by
     lm-eval's own task), as token ids: what a tuning differentiates through, since lm-eval returns
     log-likelihoods, not gradients."""
     (built,) = loaded([task], split, shots, sizes, seed)["tasks"].values()
-    with _lm_eval_bars_off():
-        built.build_all_requests(limit=limit, rank=0, world_size=1)
+    with _quietly():
+        built.build_all_requests(rank=0, world_size=1)
     by_doc: dict[int, list] = {}
     for instance in built.instances:
         by_doc.setdefault(instance.doc_id, []).append(instance)
@@ -226,22 +231,24 @@ def _task_manager():
 
 
 @contextmanager
-def _lm_eval_bars_off() -> Iterator[None]:
-    """lm-eval draws a bar per task and per request batch with no switch of its own; inside this
-    block tqdm's environment switch turns them off (sinklab's own bar counts the evaluations)."""
-    before = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
+def _quietly() -> Iterator[None]:
+    """Inside the block, lm-eval neither logs below ERROR ("Overwriting default num_fewshot ...",
+    each configuration) nor draws its per-task bar while it builds the requests (``lm_eval.api.task``'s
+    ``tqdm``, which has no switch: that module's name is a disabled bar for the block); sinklab
+    reports what it ran and counts the evaluations itself. Both are restored after the block."""
+    from functools import partial
+
+    import lm_eval.api.task as task_module
+
+    loggers = [logging.getLogger(name) for name in ("lm-eval", "lm_eval")]
+    levels = [logger.level for logger in loggers]
+    drawn = task_module.tqdm
+    task_module.tqdm = partial(drawn, disable=True)
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        if before is None:
-            del os.environ["TQDM_DISABLE"]
-        else:
-            os.environ["TQDM_DISABLE"] = before
-
-
-def _quiet_lm_eval() -> None:
-    """lm-eval logs every configuration at INFO/WARNING ("Overwriting default num_fewshot ...");
-    sinklab reports what it ran itself."""
-    for name in ("lm-eval", "lm_eval"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        task_module.tqdm = drawn
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)

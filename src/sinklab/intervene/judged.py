@@ -7,15 +7,17 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..accuracy import SIZES, evaluate, lm_for, read_task, verdict
+from ..accuracy import check_bos, evaluate, lm_for, read_task, sizes_for, verdict
 from ..models.subjects import Subject, transformers_model
 from .applied import applied
 
 
-def check_tasks(tasks: Sequence[str], test: int) -> None:
-    """Before anything runs: every task readable and large enough for the split."""
+def check_tasks(tasks: Sequence[str], shots: int, test: int, tokenizer) -> None:
+    """Before anything runs: every task readable and large enough for its splits, and a BOS token."""
     for name in tasks:
-        read_task(name).splits(0, SIZES["shots"], SIZES["validation"], test)
+        read_task(name).splits(0, **sizes_for(shots, test=test))
+    if tasks:
+        check_bos(tokenizer)
 
 
 def accuracy_rows(subject: Subject, experiments: Sequence, tasks: Sequence[str], shots: int, test: int) -> list[dict]:
@@ -23,7 +25,7 @@ def accuracy_rows(subject: Subject, experiments: Sequence, tasks: Sequence[str],
     gold answer's log-likelihood) and the paired verdict (McNemar, the changes' 95 % intervals)."""
     loaded = transformers_model(subject)
     lm = lm_for(loaded.model, loaded.tokenizer)
-    sizes = {**SIZES, "shots": max(shots, SIZES["shots"]), "test": test}
+    sizes = sizes_for(shots, test=test)
     rows = []
     for name in tasks:
         task = read_task(name)

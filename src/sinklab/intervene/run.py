@@ -19,7 +19,7 @@ from ..accuracy import SIZES
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions
+from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions, read_header
 from ..models.subjects import HFSubject, Subject
 from ..scan import InputSpec, Record, RecordOptions, record_subject, renamed_max_tokens, scan_inputs
 from . import page, plots
@@ -155,8 +155,10 @@ def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResu
 
 
 def preflight(cfg: InterveneConfig, context: RunContext) -> None:
-    """The --accuracy tasks, before the run directory is claimed."""
-    check_tasks(cfg.accuracy, cfg.accuracy_test)
+    """The --accuracy tasks and the model's BOS, before the run directory is claimed."""
+    if cfg.accuracy:
+        header = context.subject if context.subject is not None else read_header(cfg.model, cfg.load)
+        check_tasks(cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test, header.tokenizer)
 
 
 def write(out: Path, result: RunResult) -> list[str]:

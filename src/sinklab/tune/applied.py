@@ -7,9 +7,10 @@ from contextlib import contextmanager
 from typing import Iterator, Optional
 
 from .. import intervene
+from ..core.errors import check
 from ..core.hooks import HookSet
 from ..models.hf import QUERY_CHUNK
-from .tunings import ACT, Tuning
+from .tunings import ACT, Tuning, ZeroTuning
 
 
 @contextmanager
@@ -21,6 +22,11 @@ def applied(model, tuning: Tuning) -> Iterator[Optional[HookSet]]:
     with the square of the sequence); under a KV cache a decoding step finds them in its one row.
     A tuning that edits nothing (every gamma 1) leaves the model as it is, its own attention
     included, so its logits are the untouched model's bit for bit; the block then yields None."""
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    check(
+        not isinstance(tuning, ZeroTuning) or layers is None or len(tuning.gammas) == layers,
+        f"this ZeroTuning has gammas for {len(getattr(tuning, 'gammas', ()))} layers; the model has {layers}",
+    )
     edits = tuning.edits()
     if not edits:
         yield None

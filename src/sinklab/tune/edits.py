@@ -95,6 +95,10 @@ class SinkCalibration(Intervention):
     accuracy without training. Position 0 is never a sink; a row with no other weight is left
     alone.
 
+    Departures from the paper's code (GATECH-EIC/ACT): position 0 is always spared (the code
+    spares the first sink it finds), any layer may be chosen, and every sequence of a batch is
+    calibrated (the code calibrates the first).
+
     Input-adaptive: the sinks are found per sequence and head from the pattern at hand, which must
     be whole: pass ``query_chunk=None`` to :func:`~sinklab.intervene.applied` for inputs longer
     than its query chunk (a pattern in row chunks is refused). A query row is real where it sees

@@ -26,7 +26,8 @@ def scale_initial(scores: torch.Tensor, log_gamma: torch.Tensor) -> torch.Tensor
 def sinks_of(pattern: torch.Tensor, mask: torch.Tensor, q_start: int, threshold: float) -> torch.Tensor:
     """(B, H, Tk') bool: ACT's sinks of this input, position 0 never. ``pattern`` (B, H, Tq, Tk')
     holds rows from absolute position ``q_start``; ``mask`` (B|1, H|1, Tq, Tk) their visibility. A
-    row is real where it sees its own key (a right-padded row does not); each key's mean is over
+    row is real where it sees its own key (a right-padded row does not, when the caller passes a
+    padding mask; lm-eval passes none, hence ACT at batch size 1 there); each key's mean is over
     the real rows that see it (GATECH-EIC/ACT divides by the rows at or after the key, the same
     count in a causal, unpadded input)."""
     n_rows, width = pattern.shape[-2:]

@@ -13,24 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..accuracy import SIZES, check_bos, evaluate, lm_for, questions, read_task, verdict
+from ..accuracy import SIZES, SUITE, check_bos, evaluate, lm_for, questions, read_task, sizes_for, verdict
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..models.hf import MODEL_HELP, LoadOptions, model_facts
+from ..models.hf import MODEL_HELP, LoadOptions, model_facts, read_header
 from ..models.subjects import transformers_model
 from . import page, plots
 from .applied import applied
 from .frame import TUNE_TABLES
 from .profile import MODES, head_profile
-from .search import CANDIDATES, Candidate, best
+from .search import SEARCHES, Candidate, best
 from .tunings import save_tuning, to_record
 from .tunings import untouched as untouched_tuning
 
-METHODS = tuple(CANDIDATES)
-#: The tasks ``sinklab tune`` reads when none are named: the suite (BENCHMARKS.md 13).
-DEFAULT_TASKS = ("navigate",)
+METHODS = tuple(SEARCHES)
+#: The tasks ``sinklab tune`` reads when none are named: the accuracy suite (BENCHMARKS.md 13).
+DEFAULT_TASKS = SUITE
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -55,7 +55,7 @@ class TuneConfig:
     validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
     test: int = setting(SIZES["test"], help="test examples per task (the verdict)")
     seed: int = setting(0, help="draws the splits and the shots")
-    batch_size: int = setting(8, help="lm-eval's batch size", result=False)
+    batch_size: int = setting(8, help="lm-eval's batch size (ACT's evaluations run one example at a time)", result=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
     def __post_init__(self) -> None:
@@ -66,15 +66,21 @@ class TuneConfig:
 
     @property
     def sizes(self) -> dict:
-        return {"shots": max(self.shots, SIZES["shots"]), "validation": self.validation, "test": self.test}
+        return sizes_for(self.shots, self.validation, self.test)
 
 
 def preflight(cfg: TuneConfig, context: RunContext) -> None:
-    """Before the run directory is claimed: every task readable and large enough, and a BOS token."""
-    for name in cfg.tasks:
-        read_task(name).splits(cfg.seed, **cfg.sizes)
-    if context.subject is not None:
-        check_bos(transformers_model(context.subject).tokenizer)
+    """Before the run directory is claimed: every task readable, large enough and named once, and
+    a BOS token (the tokenizer of the configuration's model read without its weights)."""
+    names = []
+    for given in cfg.tasks:
+        task = read_task(given)
+        task.splits(cfg.seed, **cfg.sizes)
+        names.append(task.name)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    check(not twice, f"--tasks names {', '.join(twice)} twice (a task's tuning and files are named after it)")
+    loaded = transformers_model(context.subject) if context.subject is not None else read_header(cfg.model, cfg.load)
+    check_bos(loaded.tokenizer)
 
 
 def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
@@ -86,11 +92,14 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
     profile_s = time.perf_counter() - clock
 
     clock = time.perf_counter()
-    scored = lambda split: evaluate(lm, [task], split, cfg.shots, cfg.sizes, cfg.seed)[0]  # noqa: E731
+
+    def scored(split: str):
+        return evaluate(lm, [task], split, cfg.shots, cfg.sizes, cfg.seed)[0]
+
     untouched = Candidate("untouched", untouched_tuning(cfg.method, *shape), scored("validation"))
     tried = [untouched]
     for label, tuning in progress_bar(
-        CANDIDATES[cfg.method](profile), desc=f"searching ({task.name})", unit="tuning", leave=False
+        SEARCHES[cfg.method](profile), desc=f"searching ({task.name})", unit="tuning", leave=False
     ):
         with applied(model, tuning):
             tried.append(Candidate(label, tuning, scored("validation")))
@@ -128,9 +137,9 @@ def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
     profile (L, H) and chosen tuning (the object ``sinklab.tune.applied`` takes)."""
     loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
     model, tokenizer = loaded.model, loaded.tokenizer
-    lm = lm_for(model, tokenizer, cfg.batch_size)
+    lm = lm_for(model, tokenizer, 1 if cfg.method == "act" else cfg.batch_size)  # ACT reads whole columns: no padded rows
     entries, data = [], {"profiles": {}, "tunings": {}}
-    for name in cfg.tasks:
+    for name in progress_bar(cfg.tasks, desc=f"tuning ({cfg.method}, {cfg.mode})", unit="task"):
         entry, found = tune_task(model, lm, read_task(name), cfg)
         entries.append(entry)
         data["profiles"][entry["task"]] = found["profile"]

@@ -75,7 +75,8 @@ def act_candidates(profile: torch.Tensor) -> list[tuple[str, Tuning]]:
     return out
 
 
-CANDIDATES = {"zerotuning": zerotuning_candidates, "act": act_candidates}
+#: method -> the candidate tunings its profile gives.
+SEARCHES = {"zerotuning": zerotuning_candidates, "act": act_candidates}
 
 
 def best(candidates: Sequence[Candidate], mode: str) -> Candidate:

@@ -33,6 +33,8 @@ class ZeroTuning:
     def __post_init__(self) -> None:
         object.__setattr__(self, "gammas", tuple(tuple(float(g) for g in row) for row in self.gammas))
         check(len({len(row) for row in self.gammas}) <= 1, "ZeroTuning: every layer needs the same number of gammas")
+        for row in self.gammas:
+            InitialTokenScale(row)  # refuses a gamma that is not a positive finite number
 
     @classmethod
     def identity(cls, layers: int, heads: int) -> "ZeroTuning":
@@ -58,6 +60,7 @@ class ACT:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(sorted((int(layer), int(head)) for layer, head in self.heads)))
+        SinkCalibration(beta=self.beta, threshold=self.threshold)  # refuses a beta or threshold outside its range
 
     @property
     def scaled(self) -> int:
@@ -74,7 +77,7 @@ class ACT:
 
 
 Tuning = Union[ZeroTuning, ACT]
-METHODS = {cls.method: cls for cls in (ZeroTuning, ACT)}
+TUNINGS = {cls.method: cls for cls in (ZeroTuning, ACT)}
 
 
 def untouched(method: str, layers: int, heads: int) -> Tuning:
@@ -93,12 +96,12 @@ def to_record(tuning: Tuning) -> dict:
 def from_record(record: dict) -> Tuning:
     """A tuning back from :func:`to_record`; anything else is a one-line error."""
     check(
-        isinstance(record, dict) and record.get("method") in METHODS,
+        isinstance(record, dict) and record.get("method") in TUNINGS,
         f"not a sinklab tuning (method zerotuning or act): {str(record)[:80]}",
     )
     fields = {k: v for k, v in record.items() if k != "method"}
     try:
-        return METHODS[record["method"]](**fields)
+        return TUNINGS[record["method"]](**fields)
     except (TypeError, ValueError) as exc:
         raise SinklabError(f"not a valid {record['method']} tuning: {exc}") from None
 

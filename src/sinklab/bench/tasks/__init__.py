@@ -7,6 +7,7 @@ tasks ``sinks-v1`` holds would be ``sinks-v2``; a task's own changes bump the ta
 
 from ..task import TASKS
 from . import (  # noqa: F401  (each module registers its task)
+    accuracy_dependence,
     compressed_context,
     cumulative_mass,
     first_token_mass,
@@ -18,6 +19,7 @@ from . import (  # noqa: F401  (each module registers its task)
     super_neurons,
     suppressed_sink,
     w8a8_prefix,
+    zerotuning_payoff,
 )
 
 SUITES = {
@@ -33,8 +35,10 @@ SUITES = {
         "compressed_context",
         "kv_2bit",
         "w8a8_prefix",
-    )
+    ),
 }
+#: sinks-v1 and the accuracy judges (issue 40): dependence and payoff measured on real tasks.
+SUITES["sinks-v2"] = (*SUITES["sinks-v1"], "accuracy_dependence", "zerotuning_payoff")
 DEFAULT_SUITE = "sinks-v1"
 
 __all__ = ["DEFAULT_SUITE", "SUITES", "TASKS"]
