@@ -21,7 +21,15 @@ from ..core.figures import GRID_TOP, layer_axis, title
 from ..core.runs import atomic_path
 from ..core.text import html_text
 from ..scan import Record
-from .report import INTERVENTION_COLUMNS, TRIGGER_INTERVENTION_COLUMNS, intervention_rows, layer_mean, strongest_per_kind
+from .frame import accuracy_rows
+from .report import (
+    ACCURACY_COLUMNS,
+    INTERVENTION_COLUMNS,
+    TRIGGER_INTERVENTION_COLUMNS,
+    intervention_rows,
+    layer_mean,
+    strongest_per_kind,
+)
 
 MAP_TOKENS = 96
 MAPS_FILE = "maps.safetensors"
@@ -79,6 +87,13 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     if _has_lam(summary):
         parts.append(
             html.Section("Mean-centred amplification against plain scaling", html.plot(_lam_curves(summary), f"{uid}-lam"))
+        )
+    if summary.get("accuracy"):
+        parts.append(
+            html.Section(
+                "Accuracy intact and edited (lm-eval, test split, paired)",
+                html.table(list(accuracy_rows(summary)), ACCURACY_COLUMNS),
+            )
         )
     maps = _before_after_maps(data)
     if maps:

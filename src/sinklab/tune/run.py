@@ -98,9 +98,7 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
 
     untouched = Candidate("untouched", untouched_tuning(cfg.method, *shape), scored("validation"))
     tried = [untouched]
-    for label, tuning in progress_bar(
-        SEARCHES[cfg.method](profile), desc=f"searching ({task.name})", unit="tuning", leave=False
-    ):
+    for label, tuning in progress_bar(SEARCHES[cfg.method](profile), desc=f"searching ({task.name})", unit="tuning", leave=False):
         with applied(model, tuning):
             tried.append(Candidate(label, tuning, scored("validation")))
     chosen = best(tried, cfg.mode)
