@@ -65,7 +65,9 @@ class Scored:
 
 
 def lm_for(model, tokenizer, batch_size: int = 8):
-    """lm-eval's ``HFLM`` around a model object the user holds, BOS first (see the module).
+    """lm-eval's ``HFLM`` around a model object the user holds, BOS first in every log-likelihood
+    request (multiple choice, what sinklab's judges ask; lm-eval's generation requests are left as
+    lm-eval encodes them).
 
     lm-eval right-pads a batch and passes no padding mask (a causal model's real rows never see
     the padding); an edit that reads whole columns of attention, as ACT does, would count the
