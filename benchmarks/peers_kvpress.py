@@ -273,7 +273,7 @@ def main() -> None:
         parts = args.parts.split(",")
         row = {"model": folder.name, "threads": args.threads, "ratio": args.ratio, "args": vars(args)}
         if "time" in parts:
-            row["time"] = time_part(jobs, args, presses)
+            row["timing"] = time_part(jobs, args, presses)
         if "memory" in parts:
             row["memory"] = memory_part(jobs, args, presses)
     row["versions"] = VERSIONS
