@@ -262,6 +262,24 @@ def random_ids(batch: int, n: int, seed: int = 1) -> torch.Tensor:
     return torch.randint(2, 300, (batch, n), generator=torch.Generator().manual_seed(seed))
 
 
+def decoded_and_rerun(edits, steps: int):
+    """Greedy decoding of ``steps`` tokens after a 6-token prompt on the sharp model under ``edits``:
+    each step's logits with the KV cache, the same logits from re-running the whole sequence
+    without a cache, and the unedited decoding's logits."""
+    model, prompt = sharp_model(), random_ids(2, 6)
+    settings = dict(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, output_logits=True, return_dict_in_generate=True)
+
+    def generate(ivs):
+        with applied(model, ivs), torch.no_grad():
+            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), **settings)
+        return out.sequences, torch.stack(out.logits, dim=1)
+
+    sequence, logits = generate(edits)
+    with applied(model, edits), torch.no_grad():
+        rerun = [model(input_ids=sequence[:, :t], use_cache=False).logits[:, -1] for t in range(6, 6 + steps)]
+    return logits, torch.stack(rerun, dim=1), generate([])[1]
+
+
 def torch_hooks(model) -> int:
     return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
 
@@ -319,19 +337,9 @@ def test_generate_under_applied_equals_rerunning_the_whole_sequence_each_step(ed
     forward does: the logits of every step equal those of the whole sequence re-run without a
     cache. Mutation tried: MaskSelf and PlainScale using row k instead of k - q_start (they then
     never act while decoding, and the logits part)."""
-    model, prompt = sharp_model(), random_ids(2, 6)
-    settings = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, output_logits=True, return_dict_in_generate=True)
-
-    def generate(ivs):
-        with applied(model, ivs), torch.no_grad():
-            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), **settings)
-        return out.sequences, torch.stack(out.logits, dim=1)
-
-    sequence, logits = generate(edits)
-    with applied(model, edits), torch.no_grad():
-        rerun = torch.stack([model(input_ids=sequence[:, :t], use_cache=False).logits[:, -1] for t in range(6, 14)], dim=1)
+    logits, rerun, plain = decoded_and_rerun(edits, steps=8)
     torch.testing.assert_close(logits, rerun, atol=1e-4, rtol=1e-4)
-    assert (logits - generate([])[1]).abs().max() > 0.5  # the edit acted
+    assert (logits - plain).abs().max() > 0.5  # the edit acted
 
 
 def test_variance_amplify_refuses_a_decoding_step_it_cannot_average():

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from conftest import tiny_config
+from test_interventions import decoded_and_rerun, random_ids, sharp_model
 from transformers import AutoModelForCausalLM
 
 from sinklab.core.errors import SinklabError
@@ -21,18 +21,6 @@ PATTERN = "attn.hook_pattern"
 def tiny(tiny_model_dir):
     """The conftest's tiny Llama (3 layers, 4 heads, near-uniform attention)."""
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir("llama")).eval()
-
-
-def sharp_model():
-    """A tiny random Llama whose attention is far from uniform (initializer range 0.2)."""
-    config = tiny_config("llama", 300)
-    config.initializer_range = 0.2
-    torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).eval()
-
-
-def random_ids(batch: int, n: int, seed: int = 1) -> torch.Tensor:
-    return torch.randint(2, 300, (batch, n), generator=torch.Generator().manual_seed(seed))
 
 
 def run(model, edits, ids, **kwargs):
@@ -105,20 +93,9 @@ def test_per_head_gammas_change_only_their_head():
 def test_initial_token_scale_acts_on_decoding_steps_as_on_the_whole_sequence():
     """Greedy decoding with a KV cache (Tq = 1, q_start > 0) equals re-running the whole sequence
     at each step. Mutation caught: column q_start edited instead of column 0."""
-    model, prompt = sharp_model(), random_ids(2, 6)
-    edits = [InitialTokenScale((4.0, 0.25, 3.0, 0.5))]
-    settings = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, output_logits=True, return_dict_in_generate=True)
-
-    def generate(ivs):
-        with applied(model, ivs), torch.no_grad():
-            out = model.generate(prompt, attention_mask=torch.ones_like(prompt), **settings)
-        return out.sequences, torch.stack(out.logits, dim=1)
-
-    sequence, logits = generate(edits)
-    with applied(model, edits), torch.no_grad():
-        rerun = torch.stack([model(input_ids=sequence[:, :t], use_cache=False).logits[:, -1] for t in range(6, 12)], dim=1)
+    logits, rerun, plain = decoded_and_rerun([InitialTokenScale((4.0, 0.25, 3.0, 0.5))], steps=6)
     torch.testing.assert_close(logits, rerun, atol=1e-4, rtol=1e-4)
-    assert (logits - generate([])[1]).abs().max() > 0.5
+    assert (logits - plain).abs().max() > 0.5
 
 
 def calibrate(iv, pattern, mask, q_start=0, n_keys=None):

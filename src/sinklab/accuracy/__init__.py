@@ -5,7 +5,7 @@ tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block
 
 from .bigbench import Example, Task, fetch, read_task, tasks_dir
 from .harness import Question, Scored, check_bos, evaluate, lm_for, questions
-from .paired import above_chance, mcnemar, paired_bootstrap, verdict
+from .paired import above_chance, mcnemar, paired_bootstrap, paired_columns, verdict
 from .suite import CANDIDATES, SUITE, clearly_above_chance
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
@@ -34,6 +34,7 @@ __all__ = [
     "lm_for",
     "mcnemar",
     "paired_bootstrap",
+    "paired_columns",
     "questions",
     "read_task",
     "sizes_for",

@@ -54,6 +54,24 @@ def verdict(before, after, seed: int = 0) -> dict:
     }
 
 
+def paired_columns(before: dict, after: dict, paired: dict, names: tuple[str, str]) -> dict:
+    """A table row's columns for one paired verdict: ``acc_<name>`` of the two runs (``before`` and
+    ``after``: :meth:`~.harness.Scored.row` dicts, ``names`` their suffixes), the paired accuracy
+    change with its interval, McNemar's p, and the gold answer's log-likelihood of each and its change."""
+    first, second = names
+    return {
+        f"acc_{first}": before["acc"],
+        f"acc_{second}": after["acc"],
+        "acc_change": paired["acc_change"]["mean"],
+        "acc_change_low": paired["acc_change"]["low"],
+        "acc_change_high": paired["acc_change"]["high"],
+        "mcnemar_p": paired["mcnemar"]["p"],
+        f"gold_loglik_{first}": before["gold_loglik"],
+        f"gold_loglik_{second}": after["gold_loglik"],
+        "gold_loglik_change": paired["gold_loglik_change"]["mean"],
+    }
+
+
 def above_chance(correct: Sequence[bool], chance: float) -> float:
     """One-sided exact binomial p-value that an accuracy this high arises from guessing at ``chance``
     (each example's chance taken as the task's mean; the suite rule reads it)."""

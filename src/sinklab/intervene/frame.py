@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..accuracy import paired_columns
 from ..core.results import table_rows
 
 
@@ -56,15 +57,7 @@ def _accuracy(r: dict) -> dict:
         "n": r["intact"]["n"],
         "shots": r["intact"]["shots"],
         "chance": r["chance"],
-        "acc_intact": r["intact"]["acc"],
-        "acc_edited": r["edited"]["acc"],
-        "acc_change": r["acc_change"]["mean"],
-        "acc_change_low": r["acc_change"]["low"],
-        "acc_change_high": r["acc_change"]["high"],
-        "mcnemar_p": r["mcnemar"]["p"],
-        "gold_loglik_intact": r["intact"]["gold_loglik"],
-        "gold_loglik_edited": r["edited"]["gold_loglik"],
-        "gold_loglik_change": r["gold_loglik_change"]["mean"],
+        **paired_columns(r["intact"], r["edited"], r, ("intact", "edited")),
     }
 
 

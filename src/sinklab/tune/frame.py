@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ..accuracy import paired_columns
 from ..core.results import table_rows
 
 
@@ -26,19 +27,11 @@ def _verdict(summary: dict, t: dict) -> dict:
         "chance": t["chance"],
         "chosen": t["chosen"],
         "heads_tuned": t["heads_tuned"],
-        "acc_untouched": before["acc"],
-        "acc_tuned": after["acc"],
-        "acc_change": paired["acc_change"]["mean"],
-        "acc_change_low": paired["acc_change"]["low"],
-        "acc_change_high": paired["acc_change"]["high"],
-        "mcnemar_p": paired["mcnemar"]["p"],
+        **paired_columns(before, after, paired, ("untouched", "tuned")),
         "gained": paired["mcnemar"]["gained"],
         "lost": paired["mcnemar"]["lost"],
         "acc_norm_untouched": before["acc_norm"],
         "acc_norm_tuned": after["acc_norm"],
-        "gold_loglik_untouched": before["gold_loglik"],
-        "gold_loglik_tuned": after["gold_loglik"],
-        "gold_loglik_change": paired["gold_loglik_change"]["mean"],
         "gold_loglik_change_low": paired["gold_loglik_change"]["low"],
         "gold_loglik_change_high": paired["gold_loglik_change"]["high"],
     }
