@@ -42,8 +42,11 @@ browser:
 bigbench: install
 	$(BIN)/python -c "from sinklab.accuracy import fetch; print(fetch())"
 
+# Two workers (pytest-xdist), one per core of the CI machine, each a whole test file at a time (its
+# module fixtures built once), torch on one thread in each (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: install browser
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 # The checks that need a GPU, as one prepared run of at most 8 minutes (BENCHMARKS.md 9): on a
 # machine with a CUDA build of torch (make install TORCH_INDEX=...). GPU_PYTHON runs it with

@@ -18,6 +18,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # fixture): each costs about 0.2 s a figure and 2 s a process's browser start, and the same plots
 # are on every report page the tests read. SINKLAB_IMAGES=on runs the whole suite with them.
 os.environ.setdefault("SINKLAB_IMAGES", "off")
+# Under pytest-xdist (``make test`` runs two workers, one per core) each worker's torch takes one
+# thread, as do the processes it starts: two two-thread workers on two cores spin-wait on each other.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 SAMPLE_TEXT = (
     "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer the slings "
@@ -310,7 +315,7 @@ def planted_model(tokenizer, strength: float = 6.0):
         num_attention_heads=2,
         num_key_value_heads=2,
         head_dim=4,
-        max_position_embeddings=256,
+        max_position_embeddings=512,  # room for sinklab compress (a context, then 256 tokens)
         bos_token_id=tokenizer.bos_token_id,
         tie_word_embeddings=False,
     )

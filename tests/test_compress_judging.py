@@ -5,6 +5,9 @@ and the static quantizer's calibration text kept apart from the text it is judge
 
 from __future__ import annotations
 
+import json
+import statistics
+
 import pytest
 import torch
 import transformers
@@ -16,6 +19,7 @@ from sinklab.compress.frame import cell_rows, quantized_rows, sink_effect_rows
 from sinklab.compress.run import CompressConfig, PressJob, job_policies
 from sinklab.compress.summary import cell_figures, paired
 from sinklab.compress.tasks import ANSWER_TOKENS, CONTINUATION, Passkey, text_window
+from sinklab.core.schemas import validate
 from sinklab.press import Compression, StaticKV
 
 # --------------------------------------------------------------------------- the passkey judge
@@ -211,3 +215,88 @@ def test_passkey_accuracy_counts_the_judges_greedy_answers_not_the_keys_rank():
     assert figures["accuracy"] == pytest.approx(2 / 3)
     assert figures["accuracy_by_depth"] == {"0.1": 1.0, "0.5": 0.0, "0.9": 1.0}
     assert figures["rank_median"] == 2 and figures["logprobs"] == [-1.0, -2.0, -3.0]
+
+
+# --------------------------------------------------------------------------- the multiple-choice judge
+
+#: A few-shot judge small enough for the planted model: 3 shots, 12 test examples.
+SHOTS, TEST = 3, 12
+
+
+def judged_run(tokenizer, task_path, **settings):
+    """``sinklab compress --accuracy`` on the planted model (its head 0 carries the initial token's
+    value to choice A, every other token's to B): StreamingLLM at half the shots, with and without
+    the sink, the perplexity of a 128-token context beside it."""
+    from conftest import planted_model
+
+    model = planted_model(tokenizer)
+    grid = dict(presses=("streaming_llm",), ratios=(0.5,), keep_sinks=(0, 1), tasks=("ppl",), contexts=(128,),
+                outside=None, accuracy=(str(task_path),), accuracy_shots=SHOTS, accuracy_test=TEST)  # fmt: skip
+    return model, sinklab.compress_model(model, tokenizer, **{**grid, **settings})
+
+
+def test_the_dense_cell_of_the_choice_judge_is_lm_evals_plain_run(tmp_path, tokenizer):
+    """The full cache (ratio 0) read as the judge reads it (the shots prefilled, then the query and
+    each choice through the cache) gives lm-eval's own scores of the same prompts.
+    Mutation tried: splitting the prompt one token late (``query_start + 1``) feeds a shot token twice."""
+    from conftest import write_task
+
+    from sinklab.accuracy import evaluate, lm_for, read_task, sizes_for
+
+    path = write_task(tmp_path / "gold_a" / "task.json", n=60)
+    model, result = judged_run(tokenizer, path)
+    dense = result.summary["dense"]["128"]["choice"]["gold_a"]
+    (plain,) = evaluate(lm_for(model, tokenizer), [read_task(str(path))], "test", SHOTS, sizes_for(SHOTS, test=TEST))
+    assert len(dense["correct"]) == plain.n == TEST and dense["correct"] == list(plain.correct)
+    assert torch.allclose(torch.tensor(dense["gold_loglik"]), torch.tensor(plain.gold_loglik), atol=1e-5)
+
+
+def test_keeping_the_planted_sink_keeps_the_answer_it_carries(tmp_path, tokenizer):
+    """Evicting half the shots without the sink drops the initial token, and with it all of choice
+    A's evidence; keeping it concentrates head 0 on it. So the gold answer A is less likely than
+    with the full cache without the sink and more likely with it, and the paired verdict says so,
+    example by example, in the keep-sink table's columns."""
+    from conftest import write_task
+
+    path = write_task(tmp_path / "gold_a" / "task.json", n=60)
+    _, result = judged_run(tokenizer, path)
+    validate(json.loads(json.dumps(result.summary)))
+    dense = statistics.fmean(result.summary["dense"]["128"]["choice"]["gold_a"]["gold_loglik"])
+    cells = result.frame().set_index("keep_sinks")
+    assert cells.loc[0, "gold_loglik_gold_a"] < dense < cells.loc[1, "gold_loglik_gold_a"]
+    (effect,) = result.frame("sink_effect").to_dict("records")
+    assert effect["keep_sinks"] == 1 and effect["gold_loglik_change_gold_a"] > 0
+    assert effect["gold_loglik_change_gold_a"] == pytest.approx(
+        cells.loc[1, "gold_loglik_gold_a"] - cells.loc[0, "gold_loglik_gold_a"]
+    )
+    assert 0 <= effect["mcnemar_p_gold_a"] <= 1 and effect["acc_change_low_gold_a"] <= effect["acc_change_gold_a"]
+
+
+def test_the_query_starts_after_the_shots(tmp_path, tokenizer):
+    """What the judge compresses is the prompt before the query: BOS, the task's prefix and the shots."""
+    from conftest import planted_model, write_task
+
+    from sinklab.accuracy import lm_for, questions, read_task, sizes_for
+
+    task = read_task(str(write_task(tmp_path / "t" / "task.json", n=60, task_prefix="Choose.\n")))
+    for question in questions(lm_for(planted_model(tokenizer), tokenizer), task, "test", 2, sizes_for(2, test=5)):
+        context = question.pairs[0][0]
+        before, query = tokenizer.decode(context[1 : question.query_start]), tokenizer.decode(context[question.query_start :])
+        assert before.startswith("Choose.\n") and before.count("Answer:") == 2 and query.count("Answer:") == 1
+        assert question.asked[0][0].endswith(query)
+
+
+@pytest.mark.parametrize(
+    "settings, needle",
+    [
+        (dict(accuracy_shots=0), "--accuracy-shots must be at least 1"),
+        (dict(accuracy=("no_such_task.json",)), "no task file at no_such_task.json"),
+        (dict(accuracy_test=29), "need"),
+    ],
+)
+def test_a_choice_judge_that_cannot_run_is_refused_in_one_line(tmp_path, tokenizer, settings, needle):
+    from conftest import write_task
+
+    path = write_task(tmp_path / "t" / "task.json", n=60)
+    with pytest.raises(sinklab.SinklabError, match=needle):
+        judged_run(tokenizer, path, **settings)

@@ -18,6 +18,20 @@ def sizes_for(shots: int = 0, validation: int = SIZES["validation"], test: int =
     return {"shots": max(shots, SIZES["shots"]), "validation": validation, "test": test}
 
 
+def check_tasks(tasks, shots: int, test: int, tokenizer) -> None:
+    """Before a judge runs (and before its run directory is claimed): every task readable and large
+    enough for its splits, and a tokenizer with a BOS."""
+    for name in tasks:
+        read_task(name).splits(0, **sizes_for(shots, test=test))
+    if tasks:
+        check_bos(tokenizer)
+
+
+def task_names(text: str) -> tuple[str, ...]:
+    """``navigate,snarks`` -> ("navigate", "snarks"): the ``--accuracy`` flags' value."""
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
 __all__ = [
     "CANDIDATES",
     "SIZES",
@@ -28,6 +42,7 @@ __all__ = [
     "Task",
     "above_chance",
     "check_bos",
+    "check_tasks",
     "clearly_above_chance",
     "evaluate",
     "fetch",
@@ -38,6 +53,7 @@ __all__ = [
     "questions",
     "read_task",
     "sizes_for",
+    "task_names",
     "tasks_dir",
     "verdict",
 ]

@@ -166,10 +166,14 @@ def evaluate(
 @dataclass(frozen=True)
 class Question:
     """One example as lm-eval asks it: per choice the (context, continuation) token ids its
-    tokenisation gives (lm-eval's ``_encode_pair``, BOS first), and the correct choice."""
+    tokenisation gives (lm-eval's ``_encode_pair``, BOS first) and the strings it asked them as
+    (``asked``), the correct choice, and where the query starts in the context's ids
+    (``query_start``: the tokens before it are BOS, the task's prefix and the shots)."""
 
     pairs: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
     gold: int
+    asked: tuple[tuple[str, str], ...]
+    query_start: int
 
 
 def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0) -> list[Question]:
@@ -186,8 +190,23 @@ def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0
     for doc_id in sorted(by_doc):
         asked = sorted(by_doc[doc_id], key=lambda inst: inst.idx)
         pairs = tuple(tuple(map(tuple, lm._encode_pair(*inst.arguments))) for inst in asked)
-        out.append(Question(pairs, int(asked[0].doc["gold"])))
+        start = _query_start(lm, asked[0].arguments[0], asked[0].doc["query"], pairs[0][0])
+        out.append(Question(pairs, int(asked[0].doc["gold"]), tuple(inst.arguments for inst in asked), start))
     return out
+
+
+def _query_start(lm, context: str, query: str, context_ids: tuple[int, ...]) -> int:
+    """The tokens of ``context`` (lm-eval's prompt: prefix, shots, then ``query``) that come before
+    the query: those its own encoding shares with the encoding of the text before the query (a
+    token that straddles the boundary counts as the query's)."""
+    check(context.endswith(query), "lm-eval's prompt does not end with the example's query")
+    before = lm.tok_encode(context[: len(context) - len(query)])
+    shared = 0
+    for mine, theirs in zip(before, context_ids):
+        if mine != theirs:
+            break
+        shared += 1
+    return shared
 
 
 def _scored(task: Task, name: str, out: dict, split: str, shots: int) -> Scored:

@@ -1,7 +1,8 @@
 """What ``sinklab compress`` refuses before its run directory is claimed: inputs past the model's
-positions and passkey prompts longer than the context asked for. Both need only the model's config
-and tokenizer, so a run whose jobs load the model elsewhere (a Slurm or Ray launcher) refuses them
-here too, without loading the weights; the jobs check the positions again where they load it."""
+positions, passkey prompts longer than the context asked for, and ``--accuracy`` tasks that cannot
+be read or split. All need only the model's config and tokenizer, so a run whose jobs load the
+model elsewhere (a Slurm or Ray launcher) refuses them here too, without loading the weights; the
+jobs check the positions again where they load it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ..core.results import RunContext
 from ..models.hf import read_header
 from ..models.subjects import transformers_model
 from ..press import check_quanto
+from .judged import check_shots
 from .tasks import CONTINUATION, MIN_CONTEXT, passkey_prompts
 
 _LOADED: dict = {}  # the model a worker (or the preflight of a local run) loaded, kept for its jobs
@@ -60,3 +62,5 @@ def preflight(cfg, context: RunContext) -> None:
     model = model_for(cfg, context.subject) if here else read_header(cfg.model, cfg.load)
     check_feasible(cfg, model)
     check_passkeys(cfg, model.tokenizer)
+    if cfg.accuracy:
+        check_shots(cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test, model.tokenizer)

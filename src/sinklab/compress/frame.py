@@ -3,6 +3,7 @@ and quantizers), and one per paired comparison with the sinks kept against none.
 
 from __future__ import annotations
 
+import statistics
 from typing import Iterator
 
 from ..core.results import table_rows
@@ -14,7 +15,9 @@ def cell_rows(summary: dict) -> Iterator[dict]:
     1 is no loss), ``passkey_accuracy`` (a fraction of the prompts, in [0, 1]),
     ``key_logprob`` (the true key's log-probability, nats, mean over prompts), ``kept_fraction``
     (of the context's keys, per compressed layer and head) and ``bytes_ratio`` (the whole cache's
-    bytes against the dense cache's)."""
+    bytes against the dense cache's); with ``--accuracy``, per task ``acc_<task>`` (lm-eval's
+    test-split accuracy, the shots read through the compressed cache) and ``gold_loglik_<task>``
+    (the correct choice's mean log-likelihood, nats)."""
     return table_rows(summary, (_flat(cell) for cell in summary["cells"]))
 
 
@@ -30,6 +33,8 @@ def _flat(cell: dict, keys: tuple = ("press", "ratio", "keep_sinks", "context"))
     row |= {f"ppl_ratio_{text}": value for text, value in cell.get("ppl_ratio", {}).items()}
     if "passkey" in cell:
         row |= {"passkey_accuracy": cell["passkey"]["accuracy"], "key_logprob": cell["passkey"]["logprob_mean"]}
+    for task, scored in cell.get("choice", {}).items():
+        row |= {f"acc_{task}": scored["acc"], f"gold_loglik_{task}": statistics.fmean(scored["gold_loglik"])}
     return row | {"kept_fraction": cell["kept_fraction"], "bytes_ratio": cell["bytes_ratio"]}
 
 
@@ -41,7 +46,9 @@ def sink_effect_rows(summary: dict) -> Iterator[dict]:
     relative change of perplexity against keeping no sink: -0.1 is 10 % lower), ``accuracy_change``
     (passkey accuracy, in fractions), ``logprob_change`` (nats, the mean over prompts) with
     ``logprob_change_std`` (the spread of the per-prompt changes) and ``prompts_more_likely``
-    (prompts whose key got more probable, of ``prompts``)."""
+    (prompts whose key got more probable, of ``prompts``); with ``--accuracy``, per task the paired
+    ``acc_change_<task>`` with its 95 % interval (``_low``, ``_high``), McNemar's ``mcnemar_p_<task>``
+    and ``gold_loglik_change_<task>`` (nats)."""
     return table_rows(summary, (_effect(e, ("press", "ratio", "context", "keep_sinks")) for e in summary["sink_effect"]))
 
 
@@ -54,6 +61,14 @@ def quantized_sink_effect_rows(summary: dict) -> Iterator[dict]:
 def _effect(effect: dict, keys: tuple) -> dict:
     row = {key: effect[key] for key in keys}
     row |= {f"ppl_change_{text}": value for text, value in effect.get("ppl_change", {}).items()}
+    for task, change in effect.get("choice_change", {}).items():
+        row |= {
+            f"acc_change_{task}": change["acc_change"]["mean"],
+            f"acc_change_low_{task}": change["acc_change"]["low"],
+            f"acc_change_high_{task}": change["acc_change"]["high"],
+            f"mcnemar_p_{task}": change["mcnemar"]["p"],
+            f"gold_loglik_change_{task}": change["gold_loglik_change"]["mean"],
+        }
     return row | {key: effect[key] for key in EFFECT_KEYS if key in effect}
 
 

@@ -1,6 +1,7 @@
 """``sinklab compress``: the keep-sink table. Every press at every ratio, with and without its
 sinks kept, and every KV quantizer at every bit width, with and without the sink protected,
-judged by compressed-context perplexity and passkey retrieval against the full cache.
+judged by compressed-context perplexity and passkey retrieval against the full cache, and with
+``--accuracy`` by multiple-choice accuracy on BIG-bench tasks whose shots are compressed (:mod:`.judged`).
 
 One job per press or quantizer (its whole row: every cell, context and input; see
 :mod:`.evaluate` for why a row costs about one prefill per input), plus one for the dense cache,
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ..accuracy import SIZES, task_names
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
@@ -28,6 +30,7 @@ from . import plots
 from .evaluate import score_inputs
 from .feasible import check_feasible, model_for, preflight
 from .frame import COMPRESS_TABLES, default_table
+from .judged import score_tasks
 from .summary import cell_figures, paired, task_figures
 from .tasks import CONTINUATION, DEPTHS, MIN_CONTEXT, TASKS, calibration_windows, passkey_prompts, positions_read, text_window
 
@@ -54,7 +57,8 @@ def keep_sinks_list(text: str) -> tuple:
 class CompressConfig:
     """``sinklab compress``'s settings (and ``sinklab.compress_model``'s keyword arguments)."""
 
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {1: lambda saved: {**saved, "accuracy": [], "accuracy_shots": 5, "accuracy_test": SIZES["test"]}}
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     presses: Optional[tuple[str, ...]] = setting(
@@ -98,6 +102,15 @@ class CompressConfig:
         help="a second text for ppl, of another domain (pydoc: Python's language reference; 'none' skips it)",
     )
     keys: int = setting(2, help="passkeys per depth (depths: 10, 50 and 90 percent of the filler)")
+    accuracy: tuple[str, ...] = setting(
+        (),
+        metavar="T[,T...]",
+        parse=task_names,
+        help="BIG-bench tasks (names or task.json paths) judged by multiple-choice accuracy: lm-eval's few-shot prompts, "
+        "their shots the compressed context; none by default",
+    )
+    accuracy_shots: int = setting(5, help="shots per --accuracy prompt, from the task's own examples: what is compressed")
+    accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")
     seed: int = setting(0, help="draws the passkeys (and the random press)")
     bos: str = setting("auto", choices=BOS_CHOICES, help="put the tokenizer's BOS first: yes, no, or auto (when it has one)")
     load: LoadOptions = field(default_factory=LoadOptions)
@@ -178,6 +191,11 @@ def run_job(job: PressJob, subject=None) -> dict:
         prompts = passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos) if "passkey" in cfg.tasks else []
         for name, cell, scores in score_inputs(loaded.model, tokenizer, policies, windows, prompts):
             rows[f"{context}|{name}"][cell] = scores
+    if cfg.accuracy:  # one judge for every context: its context is the shots
+        for name, cell, scores in score_tasks(
+            loaded.model, tokenizer, policies, cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test
+        ):
+            rows[name][cell] = scores
     return {"facts": {"model": loaded.name, **model_facts(loaded.model)}, "rows": dict(rows)}
 
 
@@ -262,6 +280,9 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
         "tasks": list(cfg.tasks),
         "continuation": CONTINUATION,
         "passkey": {"depths": list(DEPTHS), "keys_per_depth": cfg.keys, "seed": cfg.seed},
+        "accuracy": {"tasks": list(cfg.accuracy), "shots": cfg.accuracy_shots, "test": cfg.accuracy_test}
+        if cfg.accuracy
+        else None,
         "dense": dense,
         "cells": cells,
         "quantized": quantized,

@@ -1,5 +1,7 @@
 """The keep-sink table's figures from the jobs' per-input scores: one cell's perplexity, passkey
-accuracy and key log-probabilities at one context, against the full cache's, and the paired
+accuracy and key log-probabilities at one context, its multiple-choice accuracy (``choice``, per
+task: lm-eval's figures with the per-example lists a paired verdict reads; the shots are its
+context, so every context's cell holds the same), against the full cache's, and the paired
 comparison of each kept-sink setting against keeping none (the same inputs, prompt by prompt)."""
 
 from __future__ import annotations
@@ -7,6 +9,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+
+from .judged import choice_verdict
 
 
 def cell_figures(rows: dict, context: int, cell: str, dense: dict) -> dict:
@@ -23,11 +27,14 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
     texts = {name[4:]: s for name, s in mine.items() if name.startswith("ppl:")}
     keys = [(name.split(":")[1], s) for name, s in mine.items() if name.startswith("passkey:")]
     every = list(mine.values())
+    choice = {name.split(":", 1)[1]: by_cell[cell] for name, by_cell in rows.items() if name.startswith("accuracy:")}
     out = {
         "kept_fraction": statistics.fmean(s["kept_fraction"] for s in every) if every else None,
         "bytes_ratio": statistics.fmean(s["bytes_ratio"] for s in every) if every else None,
         "sinks": sorted({tuple(s["sinks"]) for s in every}),
     }
+    if choice:
+        out["choice"] = {task: {k: v for k, v in record.items() if k not in FACTS} for task, record in choice.items()}
     if texts:
         out["ppl"] = {text: math.exp(s["nll"]) for text, s in texts.items()}
     if keys:
@@ -46,6 +53,9 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
     return out
 
 
+FACTS = ("kept_fraction", "bytes_ratio", "sinks")  # a compression's, not the judge's
+
+
 def relative(figures: dict, dense: dict) -> dict:
     """Perplexity against the full cache's (1: no loss), per text."""
     if "ppl" not in figures:
@@ -56,9 +66,10 @@ def relative(figures: dict, dense: dict) -> dict:
 def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
     """The paired statement: for each group (e.g. press, ratio, context) and each ``setting``
     (keep_sinks or protect) other than 0, the change against 0 (none at ratio 0, the dense cache):
-    the perplexity ratio minus 1 per text, and the passkey accuracy and mean key log-probability
+    the perplexity ratio minus 1 per text, the passkey accuracy and mean key log-probability
     differences, with the spread of the per-prompt differences and the prompts whose key got more
-    probable (the same prompts in both)."""
+    probable (the same prompts in both), and per multiple-choice task the paired verdict
+    (``choice_change``: McNemar, the accuracy and gold log-likelihood changes)."""
     by = {(*(c[k] for k in group), c[setting]): c for c in cells}
     effects = []
     for key, cell in by.items():
@@ -76,5 +87,7 @@ def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
             entry["logprob_change_std"] = statistics.pstdev(changes)
             entry["prompts_more_likely"] = sum(change > 0 for change in changes)
             entry["prompts"] = len(changes)
+        if "choice" in cell:
+            entry["choice_change"] = {task: choice_verdict(base["choice"][task], cell["choice"][task]) for task in cell["choice"]}
         effects.append(entry)
     return effects

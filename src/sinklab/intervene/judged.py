@@ -7,17 +7,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..accuracy import check_bos, evaluate, lm_for, read_task, sizes_for, verdict
+from ..accuracy import evaluate, lm_for, read_task, sizes_for, verdict
 from ..models.subjects import Subject, transformers_model
 from .applied import applied
-
-
-def check_tasks(tasks: Sequence[str], shots: int, test: int, tokenizer) -> None:
-    """Before anything runs: every task readable and large enough for its splits, and a BOS token."""
-    for name in tasks:
-        read_task(name).splits(0, **sizes_for(shots, test=test))
-    if tasks:
-        check_bos(tokenizer)
 
 
 def accuracy_rows(subject: Subject, experiments: Sequence, tasks: Sequence[str], shots: int, test: int) -> list[dict]:

@@ -15,7 +15,7 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
-from ..accuracy import SIZES
+from ..accuracy import SIZES, check_tasks, task_names
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -26,7 +26,7 @@ from . import page, plots
 from .experiments import Experiment, hooks_of, interventions_for, validate_all
 from .frame import INTERVENE_TABLES
 from .interventions import MU_DEFINITION, Intervention
-from .judged import accuracy_rows, check_tasks
+from .judged import accuracy_rows
 
 
 def apply_interventions(
@@ -71,7 +71,7 @@ class InterveneConfig:
     accuracy: tuple[str, ...] = setting(
         (),
         metavar="T[,T...]",
-        parse=lambda text: tuple(t.strip() for t in text.split(",") if t.strip()),
+        parse=task_names,
         help="BIG-bench tasks (names or task.json paths) whose test-split accuracy is judged intact against every experiment "
         "(lm-eval, paired); none by default",
     )
