@@ -1,7 +1,7 @@
 """The compression run's plots, each defined once (PNG files and the report page draw the same
-plotly figures): quality against the ratio removed, one panel per press, one line per kept-sink
-setting, the full cache as a dashed line; quality per quantizer and bit width, one bar per
-protect setting; and the report page around them."""
+plotly figures): quality (perplexity, passkeys, multiple-choice accuracy) against the ratio
+removed, one panel per press, one line per kept-sink setting, the full cache as a dashed line;
+quality per quantizer and bit width, one bar per protect setting; and the report page around them."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ METRICS = {
         lambda c, _: c.get("passkey", {}).get("logprob_mean"),
         lambda d, _: d.get("passkey", {}).get("logprob_mean"),
     ),
+    "choice_accuracy.png": ("multiple-choice accuracy", lambda c, _: _choice_acc(c), lambda d, _: _choice_acc(d)),
+}
+#: Which judge each figure needs: a task of ``--task``, or ``--accuracy``.
+NEEDS = {
+    "ppl_ratio.png": "ppl",
+    "passkey_accuracy.png": "passkey",
+    "key_logprob.png": "passkey",
+    "choice_accuracy.png": "accuracy",
 }
 #: An accuracy axis spans what an accuracy can be (plotly would centre all-zero accuracies in -1..1).
 ACCURACY_AXIS = {"range": [-0.05, 1.05]}
@@ -36,6 +44,7 @@ COLUMNS = [
     ("ppl / full", "ppl_ratio", ".3f"),
     ("passkey acc.", "passkey_accuracy", ".2f"),
     ("key log p", "key_logprob", ".2f"),
+    ("choice acc.", "choice_accuracy", ".2f"),
     ("kept", "kept_fraction", ".3f"),
     ("bytes / dense", "bytes_ratio", ".3f"),
 ]
@@ -49,13 +58,15 @@ QUANT_COLUMNS = [
     ("ppl / full", "ppl_ratio", ".3f"),
     ("passkey acc.", "passkey_accuracy", ".2f"),
     ("key log p", "key_logprob", ".2f"),
+    ("choice acc.", "choice_accuracy", ".2f"),
     ("bytes / dense", "bytes_ratio", ".3f"),
 ]
 
 
 def figures(summary: dict) -> dict:
     """Every static figure of the run, by file name (passkey figures only when it ran)."""
-    wanted = [name for name in METRICS if ("ppl" if name == "ppl_ratio.png" else "passkey") in summary["tasks"]]
+    judges = [*summary["tasks"], *(["accuracy"] if summary.get("accuracy") else [])]
+    wanted = [name for name in METRICS if NEEDS[name] in judges]
     built = {name: _against_ratio(summary, name) for name in wanted} if summary["presses"] else {}
     return built | ({"quantized.png": _quantized(summary)} if summary["quantizers"] else {})
 
@@ -106,10 +117,13 @@ def _against_ratio(s: dict, name: str):
         if dense is not None:
             fig.add_hline(y=dense, line_dash="dash", line_color="gray", layer="below", row=row, col=col)
     where = f"{context}-token context" + (f", text: {html_text(text, 30)}" if name == "ppl_ratio.png" else "")
+    if name == "choice_accuracy.png":
+        judged = s["accuracy"]
+        where = f"{html_text(_first_task(s), 30)}, {judged['shots']}-shot prompts, their shots compressed"
     fig.update_xaxes(range=[-0.05, 1.05], tickvals=sorted({0, *s["ratios"], 1}))
     fig.update_xaxes(title_text="ratio removed", row=rows)
     fig.update_yaxes(title_text=label, col=1)
-    if name == "passkey_accuracy.png":
+    if name in ("passkey_accuracy.png", "choice_accuracy.png"):
         fig.update_yaxes(**ACCURACY_AXIS)
     heading = title(html_text(s["model"], 60), f"{label} against the ratio removed ({where}; dashed: the full cache)")
     return fig.update_layout(title=heading, height=260 * rows + 160, margin_t=GRID_TOP)
@@ -136,6 +150,15 @@ def _first_text(s: dict) -> Optional[str]:
     return None
 
 
+def _choice_acc(cell: dict) -> Optional[float]:
+    """A cell's multiple-choice accuracy on the first ``--accuracy`` task (None without the judge)."""
+    return next(iter(cell.get("choice", {}).values()), {}).get("acc")
+
+
+def _first_task(s: dict) -> str:
+    return next(iter(s["dense"][str(s["contexts"][-1])]["choice"]))
+
+
 def table_rows(s: dict, entries: str = "cells") -> list[dict]:
     """The terminal's and the page's rows of ``entries`` (cells or quantized): the first text's ppl ratio."""
     text = _first_text(s)
@@ -146,6 +169,7 @@ def table_rows(s: dict, entries: str = "cells") -> list[dict]:
             "ppl_ratio": c.get("ppl_ratio", {}).get(text),
             "passkey_accuracy": c.get("passkey", {}).get("accuracy"),
             "key_logprob": c.get("passkey", {}).get("logprob_mean"),
+            "choice_accuracy": _choice_acc(c),
         }
         for c in s[entries]
     ]
@@ -166,10 +190,11 @@ def family_statements(s: dict) -> dict[str, list[str]]:
 
 
 def _statement(mine: list[dict], setting: str) -> list[str]:
-    """Up to four sentences for one press or quantizer: what its best and worst are taken over,
+    """Up to five sentences for one press or quantizer: what its best and worst are taken over,
     the best and worst perplexity change from keeping sinks, the best passkey accuracy change, and
-    the largest change of the true key's log-probability with its spread over the prompts, each
-    with where it happened."""
+    the largest change of the true key's log-probability with its spread over the prompts, and
+    the multiple-choice accuracy change where the correct choice's log-likelihood gained most,
+    each with where it happened."""
     if not mine:
         return []
     lines = [_scope(mine, setting)]
@@ -191,6 +216,14 @@ def _statement(mine: list[dict], setting: str) -> list[str]:
             f"the true key's log-probability {_signed(top['logprob_change'])} nats at best "
             f"(per prompt {_signed(top['logprob_change_std'], sign='')} nats of spread; more probable in "
             f"{top['prompts_more_likely']} of {top['prompts']} prompts; {_where(top, setting)})"
+        )
+    choice = [(change, task, e) for e in mine for task, change in e.get("choice_change", {}).items()]
+    if choice:
+        change, task, top = max(choice, key=lambda t: t[0]["gold_loglik_change"]["mean"])
+        lines.append(
+            f"multiple-choice accuracy on {task} {_signed(change['acc_change']['mean'])} (McNemar p = "
+            f"{change['mcnemar']['p']:.2g}) where the correct choice gained most, "
+            f"{_signed(change['gold_loglik_change']['mean'])} nats ({_where(top, setting)})"
         )
     return lines
 
@@ -248,6 +281,7 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
         "presses": ", ".join(s["presses"]),
         **{f"full-cache ppl, {text}": value for text, value in dense.get("ppl", {}).items()},
         "full-cache passkey accuracy": dense.get("passkey", {}).get("accuracy"),
+        "full-cache multiple-choice accuracy": _choice_acc(dense),
     }
     parts = [
         html.Section("Run", html.header(s["model"], headline, run_dir)),
