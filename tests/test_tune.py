@@ -49,6 +49,59 @@ def test_the_unsupervised_mode_lowers_the_entropy_over_the_choices_without_readi
     assert rows[rows["chosen"]]["entropy"].iloc[0] < rows[rows["label"] == "untouched"]["entropy"].iloc[0]
 
 
+def later_sink_model(tokenizer, marker: str = ":", pull: float = 2.5, strength: float = 6.0):
+    """One layer, two heads. Head 0's queries all ask for the ``marker`` token (a query bias meets a
+    key only the marker has, in the pair of dimensions that RoPE at theta 1e8 barely turns), so each
+    marker after the first token is a sink of head 0 (about 0.4 of its attention each, over ACT's
+    0.1 threshold); the marker's value pulls toward choice B, every other token's toward A, and
+    head 1 carries nothing. Untouched, B wins; calibrating head 0 away from its later sinks (ACT)
+    gives the other tokens their mass back, and A wins."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=8, intermediate_size=4, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=2, head_dim=4, max_position_embeddings=512, bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=False, attention_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 1e8},
+    )  # fmt: skip
+    model = LlamaForCausalLM(cfg).eval()
+    a, b, mark = tokenizer.convert_tokens_to_ids(["A", "B", marker])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        layer = model.model.layers[0]
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm, model.model.norm):
+            norm.weight.fill_(1.0)
+        emb = model.model.embed_tokens.weight
+        emb[:, 1] = 1.0  # dim 1: any other token
+        emb[tokenizer.bos_token_id] = torch.eye(8)[0]  # dim 0: the initial token
+        emb[mark] = torch.eye(8)[2]  # dim 2: the marker
+        attn = layer.self_attn
+        attn.q_proj.bias[1] = pull  # head 0's query, dimension 1: rotated at 1e-4 rad a position
+        attn.k_proj.weight[1, 2] = 1.0  # the marker's key meets it
+        attn.v_proj.weight[0, 2] = 1.0  # head 0, value dim 0: "the marker"
+        attn.v_proj.weight[1, 1] = 1.0  # head 0, value dim 1: "any other token"
+        attn.o_proj.weight[4, 0] = strength
+        attn.o_proj.weight[3, 1] = strength
+        model.lm_head.weight[a, 3] = 1.0
+        model.lm_head.weight[b, 4] = 1.0
+    return model
+
+
+def test_act_finds_the_head_whose_later_sink_hides_the_answer_and_calibrating_it_helps(tmp_path, tokenizer):
+    """ACT on a model whose head 0 sinks on a later token that carries the wrong answer: the
+    profile points at head 0 (and not at head 1, which carries nothing), the search calibrates it,
+    and the test split's accuracy (0 untouched) and gold log-likelihood rise. Mutation tried: the
+    edit's strength fixed at 0 (the sinks' weight left whole) finds nothing to calibrate and fails."""
+    model = later_sink_model(tokenizer)
+    task = write_task(tmp_path / "later" / "task.json", gold="A")
+    result = sinklab.tune_model(model, tokenizer, tasks=(str(task),), method="act", **SIZES)
+    profile = result.data["profiles"]["later"]
+    assert profile[0, 0] > 0 and abs(profile[0, 1]) < 1e-6 * profile[0, 0]
+    assert result.data["tunings"]["later"] == ACT(((0, 0),))
+    row = result.frame().iloc[0]
+    assert row["acc_untouched"] < 0.5 < row["acc_tuned"] and row["gold_loglik_tuned"] > row["gold_loglik_untouched"]
+
+
 def test_gamma_one_and_act_with_nothing_to_calibrate_leave_the_logits_bit_for_bit(tokenizer, planted):
     ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer.encode("tree wind stone")]])
     with torch.no_grad():

@@ -7,7 +7,8 @@ nothing itself; it reads lm-eval's per-example log-likelihoods back for the cont
 Whatever sinklab context manager is open around :func:`evaluate` (an intervention's or a tuning's
 ``applied``) acts on every forward lm-eval runs, so they are judged by the same engine. (A
 KV-cache press acts on the steps after a prefill, and lm-eval scores each choice in one prefill:
-a press inside the block changes nothing here.)
+a press inside the block changes nothing here; ``sinklab compress --accuracy`` reads the prompts
+through a compressed cache itself and hands lm-eval the log-likelihoods, :mod:`sinklab.compress.judged`.)
 
 Position 0 is the BOS token: :class:`BosLM` (lm-eval's ``HFLM``) puts the tokenizer's BOS first in
 every request, as sinklab's other inputs do (lm-eval would otherwise follow the tokenizer, and
