@@ -14,7 +14,6 @@ same prompts.
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import asdict
 from typing import Iterator, Sequence
 
@@ -24,7 +23,7 @@ from ..accuracy import Question, Scored, check_tasks, evaluate, lm_for, question
 from ..core.errors import check
 from ..core.progress import progress_bar
 from ..press import attention_for, branch
-from .evaluate import compressed, facts, prefill
+from .evaluate import compressed, prefill
 
 SPLIT = "test"
 
@@ -37,24 +36,23 @@ def check_shots(tasks: Sequence[str], shots: int, test: int, tokenizer) -> None:
 
 def score_tasks(model, tokenizer, policies: dict, tasks: Sequence[str], shots: int, test: int) -> Iterator[tuple[str, str, dict]]:
     """(``accuracy:<task>``, cell, scores) for every task and cell of ``policies``: lm-eval's figures
-    of the test split read through the cell's cache (:meth:`Scored.row` and the per-example lists a
-    paired verdict needs), with the compression's facts averaged over the prompts."""
+    of the test split read through the cell's cache (:func:`scored_record`: the per-example lists a
+    paired verdict needs included)."""
     lm = lm_for(model, tokenizer, batch_size=1)
     sizes = sizes_for(shots, test=test)
     for name in tasks:
         task = read_task(name)
         asked = questions(lm, task, SPLIT, shots, sizes)
-        for cell, (answers, done) in _read_through(model, policies, asked).items():
+        for cell, answers in _read_through(model, policies, asked).items():
             (scored,) = evaluate(replayed(answers), [task], SPLIT, shots, sizes)
-            yield f"accuracy:{task.name}", cell, {**scored_record(scored), **_mean_facts(done)}
+            yield f"accuracy:{task.name}", cell, scored_record(scored)
 
 
 @torch.no_grad()
 def _read_through(model, policies: dict, asked: Sequence[Question]) -> dict:
-    """Per cell: {(context, continuation) strings: (log-likelihood, greedy)} for every request, and
-    the facts of each prompt's compression."""
+    """Per cell: {(context, continuation) strings: (log-likelihood, greedy)} for every request."""
     family = list(policies.values())
-    out: dict = {cell: ({}, []) for cell in policies}
+    out: dict = {cell: {} for cell in policies}
     with attention_for(model, family[0]):
         for question in progress_bar(asked, desc="multiple-choice prompts", unit="prompt", leave=False):
             context = question.pairs[0][0]
@@ -62,12 +60,10 @@ def _read_through(model, policies: dict, asked: Sequence[Question]) -> dict:
             query = torch.tensor([context[question.query_start :]], device=model.device)
             cache, tally = prefill(model, shots, family)
             for cell, policy in policies.items():
-                twin, compression = compressed(cache, policy, tally)
-                answers, done = out[cell]
-                read = model(query, cache=twin)
+                twin, _ = compressed(cache, policy, tally)
+                read = model(query, cache=twin, logits_to_keep=1)
                 for (_, choice), strings in zip(question.pairs, question.asked):
-                    answers[strings] = _choice_loglik(model, read, choice)
-                done.append(facts(compression))
+                    out[cell][strings] = _choice_loglik(model, read, choice)
     return out
 
 
@@ -80,14 +76,6 @@ def _choice_loglik(model, read, choice: tuple[int, ...]) -> tuple[float, bool]:
         logits = torch.cat([logits, model(ids[:, :-1], cache=branch(read.cache)).logits], 1)
     logprobs = logits[0].float().log_softmax(-1)
     return float(logprobs.gather(1, ids[0, :, None]).sum()), bool((logprobs.argmax(-1) == ids[0]).all())
-
-
-def _mean_facts(done: list[dict]) -> dict:
-    return {
-        "kept_fraction": statistics.fmean(d["kept_fraction"] for d in done),
-        "bytes_ratio": statistics.fmean(d["bytes_ratio"] for d in done),
-        "sinks": sorted({tuple(d["sinks"]) for d in done}),
-    }
 
 
 def scored_record(scored: Scored) -> dict:

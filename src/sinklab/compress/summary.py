@@ -34,7 +34,7 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
         "sinks": sorted({tuple(s["sinks"]) for s in every}),
     }
     if choice:
-        out["choice"] = {task: {k: v for k, v in record.items() if k not in FACTS} for task, record in choice.items()}
+        out["choice"] = choice
     if texts:
         out["ppl"] = {text: math.exp(s["nll"]) for text, s in texts.items()}
     if keys:
@@ -51,9 +51,6 @@ def task_figures(rows: dict, context: int, cell: str) -> dict:
             "rank_median": statistics.median(s["rank"] for _, s in keys),
         }
     return out
-
-
-FACTS = ("kept_fraction", "bytes_ratio", "sinks")  # a compression's, not the judge's
 
 
 def relative(figures: dict, dense: dict) -> dict:
