@@ -8,7 +8,7 @@ choice's mean log-likelihood, the exact one-sided binomial p against chance and 
 suite rule (``clearly_above_chance``) keeps the task. One row per task and shot count in
 ``results/accuracy_tasks.jsonl``.
 
-Run: `.venv/bin/python benchmarks/accuracy_tasks.py [--shots 2] [--zero-shot-only]` (the BIG-bench
+Run: `.venv/bin/python benchmarks/accuracy_tasks.py [--shots 2] [--zero-shot-only | --few-shot-only]` (the BIG-bench
 task files are fetched once on first use).
 """
 
@@ -28,7 +28,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default=",".join(CANDIDATES), help="BIG-bench task names (default: the candidates)")
     parser.add_argument("--shots", type=int, default=2, help="the few-shot setting measured beside zero-shot (default 2)")
-    parser.add_argument("--zero-shot-only", action="store_true", help="measure zero-shot only")
+    only = parser.add_mutually_exclusive_group()
+    only.add_argument("--zero-shot-only", action="store_true", help="measure zero-shot only")
+    only.add_argument("--few-shot-only", action="store_true", help="measure with --shots only (zero-shot measured before)")
     parser.add_argument("--batch-size", type=int, default=8)
     args = parser.parse_args()
     loaded = load_model(None)
@@ -36,7 +38,7 @@ def main() -> None:
     sizes = sizes_for(args.shots)
     for name in progress_bar(args.tasks.split(","), desc="tasks", unit="task"):
         task = read_task(name)
-        for shots in (0,) if args.zero_shot_only else (0, args.shots):
+        for shots in (0,) if args.zero_shot_only else (args.shots,) if args.few_shot_only else (0, args.shots):
             start = time.perf_counter()
             (scored,) = evaluate(lm, [task], "validation", shots, sizes)
             row = scored.row()

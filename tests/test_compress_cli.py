@@ -150,23 +150,38 @@ def no_weights(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "flags, needle",
+    "flags, needle, positions",
     [
-        (["--context", "300"], "--context 300 reads 556 positions"),
-        (["--task", "passkey", "--context", "128"], "too short for the passkey task"),
+        (["--context", "300"], "--context 300 reads 556 positions", 128),
+        (["--task", "passkey", "--context", "128"], "too short for the passkey task", 1024),
+        (
+            ["--press", "none", "--quant", "kivi", "--bits", "2", "--context", "128"],
+            "do not divide this model's head dimension 8",
+            1024,
+        ),
     ],
 )
 def test_a_clusters_run_is_refused_before_claiming_without_loading_the_weights(
-    flags, needle, tiny_model_dir, tmp_path, capsys, no_weights
+    flags, needle, positions, tiny_model_dir, tmp_path, capsys, no_weights
 ):
     """Under a Slurm (or Ray) launcher the jobs load the model elsewhere; the preflight reads its
     config and tokenizer so the run is still refused before --out is touched (it was checked only
     inside the job, after claiming)."""
     out = tmp_path / "run"
-    folder = str(tiny_model_dir("llama", positions=1024 if "passkey" in flags else 128))
+    folder = str(tiny_model_dir("llama", positions=positions))
     argv = ["compress", folder, "--press", "knorm", *SMALL_FLAGS, *flags, "--launcher", "slurm", "--out", str(out), "--quiet"]
     assert cli.main(argv) == 2
     one_line_error(capsys, needle)
+    assert not out.exists()
+
+
+def test_kivi_groups_that_do_not_divide_the_heads_are_refused_before_claiming(tiny_model_dir, tmp_path, capsys):
+    """The tiny Llama's heads have 8 channels: KIVI's groups of 32 were refused only inside the job,
+    after --out was claimed (run.json left "running")."""
+    out = tmp_path / "run"
+    argv = ["compress", str(tiny_model_dir("llama", positions=1024)), "--quant", "kivi", "--bits", "2", *SMALL_FLAGS]
+    assert cli.main([*argv, "--context", "128", "--group-size", "32", "--out", str(out), "--quiet"]) == 2
+    one_line_error(capsys, "give a --group-size that divides 8")
     assert not out.exists()
 
 

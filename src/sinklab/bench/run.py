@@ -34,6 +34,15 @@ from .tasks import DEFAULT_SUITE, SUITES
 JOBS_DIR = "jobs"
 
 
+def suite_tasks_help() -> str:
+    """Each suite's tasks for ``--tasks``'s help: the default suite's, then what each other suite adds."""
+    base = set(SUITES[DEFAULT_SUITE])
+    others = [
+        f"{name} adds {', '.join(t for t in tasks if t not in base)}" for name, tasks in SUITES.items() if name != DEFAULT_SUITE
+    ]
+    return "; ".join([f"{DEFAULT_SUITE}: {', '.join(SUITES[DEFAULT_SUITE])}", *others])
+
+
 @dataclass
 class BenchConfig:
     """``sinklab bench``'s settings (and ``sinklab.bench_models``' keyword arguments)."""
@@ -46,7 +55,7 @@ class BenchConfig:
         (),
         metavar="T[,T...]",
         shown="the suite's",
-        help=f"only these tasks of the suite ({', '.join(SUITES[DEFAULT_SUITE])})",
+        help=f"only these tasks of the suite ({suite_tasks_help()})",
     )
     limit: Optional[str] = setting(None, choices=LIMITS, help="quick: every task on fewer inputs (a smoke test, not a result)")
     load: LoadOptions = field(default_factory=LoadOptions)

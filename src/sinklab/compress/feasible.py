@@ -1,15 +1,15 @@
 """What ``sinklab compress`` refuses before its run directory is claimed: inputs past the model's
-positions, passkey prompts longer than the context asked for, and ``--accuracy`` tasks that cannot
-be read or split. All need only the model's config and tokenizer, so a run whose jobs load the
-model elsewhere (a Slurm or Ray launcher) refuses them here too, without loading the weights; the
-jobs check the positions again where they load it."""
+positions, passkey prompts longer than the context asked for, KIVI groups that do not divide the
+heads, and ``--accuracy`` tasks that cannot be read or split. All need only the model's config and
+tokenizer, so a run whose jobs load the model elsewhere (a Slurm or Ray launcher) refuses them here
+too, without loading the weights; the jobs check the positions again where they load it."""
 
 from __future__ import annotations
 
-from ..core.errors import SinklabError
+from ..core.errors import SinklabError, check
 from ..core.launchers import LOCAL
 from ..core.results import RunContext
-from ..models.hf import read_header
+from ..models.hf import head_dim_of, read_header
 from ..models.subjects import transformers_model
 from ..press import check_quanto
 from .judged import check_shots
@@ -44,6 +44,18 @@ def check_feasible(cfg, model) -> None:
     )
 
 
+def check_kivi_groups(cfg, config) -> None:
+    """KIVI's value groups are ``--group-size`` channels of a head: refuse a size that does not divide
+    the model's head dimension (every job would fail after the run directory is claimed)."""
+    if "kivi" in cfg.quantizers:
+        dim = head_dim_of(config)
+        check(
+            dim % cfg.group_size == 0,
+            f"--quant kivi: groups of --group-size {cfg.group_size} channels do not divide this model's head dimension "
+            f"{dim}; give a --group-size that divides {dim}",
+        )
+
+
 def check_passkeys(cfg, tokenizer) -> None:
     """Build the passkey prompts of every context (the tokenizer only), which refuses a context too
     short for the template."""
@@ -61,6 +73,7 @@ def preflight(cfg, context: RunContext) -> None:
     here = context.subject is not None or context.workdir is None or (context.launcher or LOCAL).launcher == "local"
     model = model_for(cfg, context.subject) if here else read_header(cfg.model, cfg.load)
     check_feasible(cfg, model)
+    check_kivi_groups(cfg, model.config)
     check_passkeys(cfg, model.tokenizer)
     if cfg.accuracy:
         check_shots(cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test, model.tokenizer)

@@ -28,8 +28,10 @@ class SnapKV(Press):
     most (averaged over those queries, smoothed over ``kernel_size`` neighbouring keys, per KV head)
     and the window's own keys. As kvpress's ``SnapKVPress(compression_ratio, window_size=64,
     kernel_size=5)``; ``compression_ratio`` is accepted for ``ratio``. The window is the end of
-    what is compressed: to choose keys by a question without compressing it, as kvpress's pipeline
-    does, use ``press.applied(model, press, question=question_ids)``."""
+    what is compressed: a prompt that ends with its question is scored by the question's queries
+    (and the question compressed with the rest); ``press.applied(model, press, question=question_ids)``
+    keeps the question out of the compression, as kvpress's pipeline does, and the window is then
+    the context's own last queries (the question chooses no key)."""
 
     window_size: int = 64
     kernel_size: int = 5

@@ -127,6 +127,11 @@ class LoadedModel:
     def max_positions(self) -> Optional[int]:
         return positions_of(self.model.config)
 
+    @property
+    def config(self):
+        """The transformers config (as :class:`ModelHeader` has it)."""
+        return self.model.config
+
 
 def cache_root() -> Path:
     """Where dequantised default/GGUF models are cached ($SINKLAB_CACHE or ~/.cache/sinklab)."""
@@ -195,12 +200,13 @@ def _files_of(spec: Optional[str], revision: Optional[str]) -> tuple[str, str, s
 
 @dataclass(frozen=True)
 class ModelHeader:
-    """A model's name, tokenizer and trained positions, read without its weights: what a run
+    """A model's name, tokenizer, trained positions and config, read without its weights: what a run
     checks before it claims its directory when its jobs load the model elsewhere (a cluster)."""
 
     name: str
     tokenizer: object
     max_positions: Optional[int]
+    config: object  # the transformers config
 
 
 def read_header(spec: Optional[str], options: "LoadOptions") -> ModelHeader:
@@ -215,7 +221,13 @@ def read_header(spec: Optional[str], options: "LoadOptions") -> ModelHeader:
         tokenizer = AutoTokenizer.from_pretrained(where, **kw)
     except (OSError, ValueError) as exc:
         raise SinklabError(_load_failure(name, source, exc)) from None
-    return ModelHeader(name, tokenizer, positions_of(config))
+    return ModelHeader(name, tokenizer, positions_of(config), config)
+
+
+def head_dim_of(config) -> int:
+    """The attention heads' dimension a transformers config gives (its ``head_dim``, else the hidden
+    size over the heads)."""
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
 def positions_of(config) -> Optional[int]:
