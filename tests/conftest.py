@@ -301,10 +301,11 @@ def write_task(path, gold: str = "A", n: int = 24, choices=("A", "B"), **fields)
     return path
 
 
-def planted_model(tokenizer, strength: float = 6.0):
+def planted_model(tokenizer, strength: float = 6.0, gain_a: float = 1.0):
     """One layer, two heads, uniform attention (zero queries and keys). Head 0 carries the initial
     token's value to the logit of choice A and every other token's to B's; head 1 carries nothing.
-    So the more head 0 attends to the initial token, the likelier A: its sink share decides."""
+    So the more head 0 attends to the initial token, the likelier A: its sink share decides.
+    ``gain_a`` weighs A's logit: A wins where the initial token's share passes 1 / (1 + gain_a)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     cfg = LlamaConfig(
@@ -335,6 +336,6 @@ def planted_model(tokenizer, strength: float = 6.0):
         attn.v_proj.weight[1, 1] = 1.0  # head 0, dim 1: "this is any other token"
         attn.o_proj.weight[3, 0] = strength
         attn.o_proj.weight[4, 1] = strength
-        model.lm_head.weight[a, 3] = 1.0
+        model.lm_head.weight[a, 3] = gain_a
         model.lm_head.weight[b, 4] = 1.0
     return model

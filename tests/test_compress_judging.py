@@ -6,7 +6,6 @@ and the static quantizer's calibration text kept apart from the text it is judge
 from __future__ import annotations
 
 import json
-import statistics
 
 import pytest
 import torch
@@ -219,84 +218,115 @@ def test_passkey_accuracy_counts_the_judges_greedy_answers_not_the_keys_rank():
 
 # --------------------------------------------------------------------------- the multiple-choice judge
 
-#: A few-shot judge small enough for the planted model: 3 shots, 12 test examples.
+#: A few-shot judge small enough for tiny models: 3 shots, 12 test examples.
 SHOTS, TEST = 3, 12
+#: Multi-token choices (several tokens each with the test tokenizer), so that each is read token by token.
+LONG_CHOICES = ("tree stone", "river light", "sea wind", "cloud field")
 
 
-def judged_run(tokenizer, task_path, **settings):
-    """``sinklab compress --accuracy`` on the planted model (its head 0 carries the initial token's
-    value to choice A, every other token's to B): StreamingLLM at half the shots, with and without
-    the sink, the perplexity of a 128-token context beside it."""
+def judged_run(tokenizer, task_path, model=None, **settings):
+    """``sinklab compress --accuracy`` (StreamingLLM at 7/8 of the shots removed, with and without
+    the sink; the perplexity of a 128-token context beside it) on ``model``, by default the planted
+    one (its head 0 carries the initial token's value to choice A, every other token's to B, and
+    A's logit weighs 90 times B's: A wins where the initial token gets more than 1/91 of head 0)."""
     from conftest import planted_model
 
-    model = planted_model(tokenizer)
-    grid = dict(presses=("streaming_llm",), ratios=(0.5,), keep_sinks=(0, 1), tasks=("ppl",), contexts=(128,),
+    model = model if model is not None else planted_model(tokenizer, gain_a=90.0)
+    grid = dict(presses=("streaming_llm",), ratios=(0.875,), keep_sinks=(0, 1), tasks=("ppl",), contexts=(128,),
                 outside=None, accuracy=(str(task_path),), accuracy_shots=SHOTS, accuracy_test=TEST)  # fmt: skip
     return model, sinklab.compress_model(model, tokenizer, **{**grid, **settings})
 
 
-def test_the_dense_cell_of_the_choice_judge_is_lm_evals_plain_run(tmp_path, tokenizer):
+def test_the_dense_cell_of_the_choice_judge_is_lm_evals_plain_run(tmp_path, tokenizer, tiny_model_dir):
     """The full cache (ratio 0) read as the judge reads it (the shots prefilled, then the query and
-    each choice through the cache) gives lm-eval's own scores of the same prompts.
-    Mutation tried: splitting the prompt one token late (``query_start + 1``) feeds a shot token twice."""
+    each choice, token by token, through the cache) gives lm-eval's own scores of the same prompts,
+    on a random model (which reads every token's content and place) with a task prefix and choices
+    of several tokens. Mutations tried: the query fed reversed, a choice scored by its first token
+    only, the choices read through a cache that never saw the query: each moves a log-likelihood by
+    more than 1e-3."""
     from conftest import write_task
 
     from sinklab.accuracy import evaluate, lm_for, read_task, sizes_for
 
-    path = write_task(tmp_path / "gold_a" / "task.json", n=60)
-    model, result = judged_run(tokenizer, path)
-    dense = result.summary["dense"]["128"]["choice"]["gold_a"]
-    (plain,) = evaluate(lm_for(model, tokenizer), [read_task(str(path))], "test", SHOTS, sizes_for(SHOTS, test=TEST))
+    path = write_task(tmp_path / "long" / "task.json", n=60, choices=LONG_CHOICES, gold="river light", task_prefix="Pick one.\n")
+    loaded = sinklab.load_model(str(tiny_model_dir("llama", positions=1024)))
+    _, result = judged_run(loaded.tokenizer, path, model=loaded)
+    dense = result.summary["dense"]["128"]["choice"]["long"]
+    (plain,) = evaluate(
+        lm_for(loaded.model, loaded.tokenizer), [read_task(str(path))], "test", SHOTS, sizes_for(SHOTS, test=TEST)
+    )
     assert len(dense["correct"]) == plain.n == TEST and dense["correct"] == list(plain.correct)
     assert torch.allclose(torch.tensor(dense["gold_loglik"]), torch.tensor(plain.gold_loglik), atol=1e-5)
+    assert max(plain.gold_loglik) - min(plain.gold_loglik) > 1e-3  # a model whose answers depend on the example
 
 
 def test_keeping_the_planted_sink_keeps_the_answer_it_carries(tmp_path, tokenizer):
-    """Evicting half the shots without the sink drops the initial token, and with it all of choice
-    A's evidence; keeping it concentrates head 0 on it. So the gold answer A is less likely than
-    with the full cache without the sink and more likely with it, and the paired verdict says so,
-    example by example, in the keep-sink table's columns."""
+    """Evicting 7/8 of the shots without the sink drops the initial token, and with it all of choice
+    A's evidence; keeping it raises its share of head 0 from 1/160 to 1/130 (the full prompts) to
+    1/56 to 1/34, past the 1/91 where A wins. So A, the correct choice, loses with the full cache and without
+    the sink and wins with it, on every example, and the paired verdict says so in the keep-sink
+    table's columns."""
     from conftest import write_task
 
     path = write_task(tmp_path / "gold_a" / "task.json", n=60)
     _, result = judged_run(tokenizer, path)
     validate(json.loads(json.dumps(result.summary)))
-    dense = statistics.fmean(result.summary["dense"]["128"]["choice"]["gold_a"]["gold_loglik"])
+    assert result.summary["dense"]["128"]["choice"]["gold_a"]["acc"] == 0
     cells = result.frame().set_index("keep_sinks")
-    assert cells.loc[0, "gold_loglik_gold_a"] < dense < cells.loc[1, "gold_loglik_gold_a"]
+    assert (cells.loc[0, "acc_gold_a"], cells.loc[1, "acc_gold_a"]) == (0, 1)
+    assert cells.loc[0, "gold_loglik_gold_a"] < cells.loc[1, "gold_loglik_gold_a"]
     (effect,) = result.frame("sink_effect").to_dict("records")
-    assert effect["keep_sinks"] == 1 and effect["gold_loglik_change_gold_a"] > 0
+    assert effect["keep_sinks"] == 1 and effect["acc_change_gold_a"] == 1 and effect["mcnemar_p_gold_a"] < 0.01
+    assert effect["acc_change_low_gold_a"] == effect["acc_change_high_gold_a"] == 1  # every example gained
     assert effect["gold_loglik_change_gold_a"] == pytest.approx(
         cells.loc[1, "gold_loglik_gold_a"] - cells.loc[0, "gold_loglik_gold_a"]
     )
-    assert 0 <= effect["mcnemar_p_gold_a"] <= 1 and effect["acc_change_low_gold_a"] <= effect["acc_change_gold_a"]
+    choice = result.summary["cells"][1]["choice"]["gold_a"]
+    assert choice["kept_fraction"] < 0.2 and choice["bytes_ratio"] < 1  # the shots were compressed
 
 
-def test_the_query_starts_after_the_shots(tmp_path, tokenizer):
-    """What the judge compresses is the prompt before the query: BOS, the task's prefix and the shots."""
+def test_the_query_starts_where_the_shots_end(tmp_path, tokenizer):
+    """What the judge compresses is the prompt before the query: BOS, the task's prefix and the
+    shots; the rest is the example's query, whole (a token straddling the separator may join it).
+    Mutation tried: the split one token later (part of the query compressed) fails."""
     from conftest import planted_model, write_task
 
     from sinklab.accuracy import lm_for, questions, read_task, sizes_for
 
     task = read_task(str(write_task(tmp_path / "t" / "task.json", n=60, task_prefix="Choose.\n")))
-    for question in questions(lm_for(planted_model(tokenizer), tokenizer), task, "test", 2, sizes_for(2, test=5)):
+    sizes = sizes_for(2, test=5)
+    examples = task.splits(0, **sizes)["test"]
+    for question, example in zip(questions(lm_for(planted_model(tokenizer), tokenizer), task, "test", 2, sizes), examples):
         context = question.pairs[0][0]
         before, query = tokenizer.decode(context[1 : question.query_start]), tokenizer.decode(context[question.query_start :])
-        assert before.startswith("Choose.\n") and before.count("Answer:") == 2 and query.count("Answer:") == 1
-        assert question.asked[0][0].endswith(query)
+        assert before + query == question.asked[0][0] and before.startswith("Choose.\n") and before.count("Answer:") == 2
+        assert query.endswith(example.query) and len(query) - len(example.query) <= len(task.separator)
 
 
 @pytest.mark.parametrize(
     "settings, needle",
     [
         (dict(accuracy_shots=0), "--accuracy-shots must be at least 1"),
+        (dict(accuracy_test=0), "--accuracy-test must be at least 1"),
+        (dict(bos="no"), "drop --bos no"),
         (dict(accuracy=("no_such_task.json",)), "no task file at no_such_task.json"),
-        (dict(accuracy_test=29), "need"),
+        (dict(accuracy_test=69), "need"),
+        (dict(accuracy_shots=30), "positions; give fewer --accuracy-shots"),
     ],
 )
 def test_a_choice_judge_that_cannot_run_is_refused_in_one_line(tmp_path, tokenizer, settings, needle):
+    """Each before anything runs. The planted model has 512 positions: 30 shots do not fit."""
     from conftest import write_task
 
-    path = write_task(tmp_path / "t" / "task.json", n=60)
+    path = write_task(tmp_path / "t" / "task.json", n=100)
     with pytest.raises(sinklab.SinklabError, match=needle):
         judged_run(tokenizer, path, **settings)
+
+
+def test_two_tasks_of_one_name_are_refused_before_claiming(tmp_path, tokenizer):
+    """Two task files in folders of the same name would write one task's figures over the other's."""
+    from conftest import write_task
+
+    first, second = (write_task(tmp_path / where / "same" / "task.json", n=60) for where in ("a", "b"))
+    with pytest.raises(sinklab.SinklabError, match="name same twice"):
+        judged_run(tokenizer, first, accuracy=(str(first), str(second)))

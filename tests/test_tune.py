@@ -180,5 +180,5 @@ def test_tunings_are_checked_when_made_loaded_and_applied(tmp_path, tokenizer, p
         with applied(planted, ZeroTuning(((2.0, 1.0), (1.0, 1.0)))):
             pass
     task = str(write_task(tmp_path / "same" / "task.json"))
-    with pytest.raises(SinklabError, match="names same twice"):
+    with pytest.raises(SinklabError, match="name same twice"):
         sinklab.tune_model(planted, tokenizer, tasks=(task, task), **SIZES)

@@ -3,8 +3,9 @@ sdist) scored by lm-evaluation-harness on the user's model object, with the pair
 that compare two runs of the same examples. Every judge of accuracy in sinklab reads it: the
 tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block."""
 
+from ..core.errors import check
 from .bigbench import Example, Task, fetch, read_task, tasks_dir
-from .harness import Question, Scored, check_bos, evaluate, lm_for, questions
+from .harness import Question, Scored, check_bos, evaluate, lm_for, longest_request, questions
 from .paired import above_chance, mcnemar, paired_bootstrap, paired_columns, verdict
 from .suite import CANDIDATES, SUITE, clearly_above_chance
 
@@ -18,11 +19,17 @@ def sizes_for(shots: int = 0, validation: int = SIZES["validation"], test: int =
     return {"shots": max(shots, SIZES["shots"]), "validation": validation, "test": test}
 
 
-def check_tasks(tasks, shots: int, test: int, tokenizer) -> None:
-    """Before a judge runs (and before its run directory is claimed): every task readable and large
-    enough for its splits, and a tokenizer with a BOS."""
-    for name in tasks:
-        read_task(name).splits(0, **sizes_for(shots, test=test))
+def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> None:
+    """Before a judge runs (and before its run directory is claimed): every task readable, large
+    enough for ``sizes`` (:func:`sizes_for`) and named once (a task's figures and files are named
+    after it: a second task of the same name would overwrite the first), and a tokenizer with a BOS."""
+    names = []
+    for given in tasks:
+        task = read_task(given)
+        task.splits(seed, **sizes)
+        names.append(task.name)
+    twice = sorted({n for n in names if names.count(n) > 1})
+    check(not twice, f"the tasks name {', '.join(twice)} twice (a task's figures and files are named after it)")
     if tasks:
         check_bos(tokenizer)
 
@@ -47,6 +54,7 @@ __all__ = [
     "evaluate",
     "fetch",
     "lm_for",
+    "longest_request",
     "mcnemar",
     "paired_bootstrap",
     "paired_columns",

@@ -48,6 +48,14 @@ class Scored:
     def n(self) -> int:
         return len(self.correct)
 
+    def record(self) -> dict:
+        """Every field as JSON keeps it (the per-example lists included): :meth:`from_record` reads it back."""
+        return {f: list(v) if isinstance(v, tuple) else v for f, v in vars(self).items()}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Scored":
+        return cls(**{f: tuple(record[f]) if isinstance(record[f], list) else record[f] for f in cls.__dataclass_fields__})
+
     def row(self) -> dict:
         """The figures of a table row (no per-example lists)."""
         return {
@@ -181,11 +189,8 @@ def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0
     """The requests :func:`evaluate` would score (same configuration, shots and seed, built by
     lm-eval's own task), as token ids: what a tuning differentiates through, since lm-eval returns
     log-likelihoods, not gradients."""
-    (built,) = loaded([task], split, shots, sizes, seed)["tasks"].values()
-    with _quietly():
-        built.build_all_requests(rank=0, world_size=1)
     by_doc: dict[int, list] = {}
-    for instance in built.instances:
+    for instance in _requests(task, split, shots, sizes, seed):
         by_doc.setdefault(instance.doc_id, []).append(instance)
     out = []
     for doc_id in sorted(by_doc):
@@ -194,6 +199,22 @@ def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0
         start = _query_start(lm, asked[0].arguments[0], asked[0].doc["query"], pairs[0][0])
         out.append(Question(pairs, int(asked[0].doc["gold"]), tuple(inst.arguments for inst in asked), start))
     return out
+
+
+def longest_request(task: Task, tokenizer, split: str, shots: int, sizes: dict, seed: int = 0) -> int:
+    """The tokens of the longest request (prompt and choice, BOS first) lm-eval would make of
+    ``task``: what must fit in the model's positions. The tokenizer alone, no model."""
+    bos = 0 if tokenizer.bos_token_id is None else 1
+    asked = [inst.arguments for inst in _requests(task, split, shots, sizes, seed)]
+    return bos + max(len(tokenizer(context + choice, add_special_tokens=False)["input_ids"]) for context, choice in asked)
+
+
+def _requests(task: Task, split: str, shots: int, sizes: dict, seed: int) -> list:
+    """lm-eval's request instances for ``task`` (one per example and choice), built by its own task."""
+    (built,) = loaded([task], split, shots, sizes, seed)["tasks"].values()
+    with _quietly():
+        built.build_all_requests(rank=0, world_size=1)
+    return built.instances
 
 
 def _query_start(lm, context: str, query: str, context_ids: tuple[int, ...]) -> int:

@@ -29,7 +29,7 @@ from torch import nn
 
 from ..core.errors import SinklabError, check
 from ..core.runs import atomic_path
-from ..models.hf import decoder_layers
+from ..models.hf import decoder_layers, head_dim_of
 
 FORMAT = "sinklab-sink-prefix/1"
 
@@ -161,7 +161,7 @@ class ModelShape:
     @classmethod
     def of(cls, model: nn.Module) -> "ModelShape":
         cfg = model.config.get_text_config(decoder=True)
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        head_dim = head_dim_of(cfg)
         kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         return cls(cfg.num_hidden_layers, cfg.num_attention_heads, kv_heads, head_dim, cfg.hidden_size)
 

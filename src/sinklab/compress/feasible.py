@@ -12,7 +12,7 @@ from ..core.results import RunContext
 from ..models.hf import head_dim_of, read_header
 from ..models.subjects import transformers_model
 from ..press import check_quanto
-from .judged import check_shots
+from .judged import check_judge
 from .tasks import CONTINUATION, MIN_CONTEXT, passkey_prompts
 
 _LOADED: dict = {}  # the model a worker (or the preflight of a local run) loaded, kept for its jobs
@@ -76,4 +76,4 @@ def preflight(cfg, context: RunContext) -> None:
     check_kivi_groups(cfg, model.config)
     check_passkeys(cfg, model.tokenizer)
     if cfg.accuracy:
-        check_shots(cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test, model.tokenizer)
+        check_judge(cfg, model.tokenizer, model.max_positions)

@@ -14,45 +14,61 @@ same prompts.
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import statistics
 from typing import Iterator, Sequence
 
 import torch
 
-from ..accuracy import Question, Scored, check_tasks, evaluate, lm_for, questions, read_task, sizes_for, verdict
+from ..accuracy import Question, check_tasks, evaluate, lm_for, longest_request, questions, read_task, sizes_for
 from ..core.errors import check
 from ..core.progress import progress_bar
 from ..press import attention_for, branch
-from .evaluate import compressed, prefill
+from .evaluate import compressed, facts, prefill
 
 SPLIT = "test"
 
 
-def check_shots(tasks: Sequence[str], shots: int, test: int, tokenizer) -> None:
-    """Before anything runs: the tasks (:func:`~sinklab.accuracy.check_tasks`), and shots to compress."""
-    check(shots >= 1, f"--accuracy-shots must be at least 1: the shots are the context a press compresses, got {shots}")
-    check_tasks(tasks, shots, test, tokenizer)
+def check_judge(cfg, tokenizer, max_positions) -> None:
+    """Before the run directory is claimed: the tasks (:func:`~sinklab.accuracy.check_tasks`), and
+    the longest prompt with its longest choice within the model's positions (lm-eval would cut a
+    longer one from the left, BOS first, and the full-cache cell would no longer be its plain run)."""
+    sizes = sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test)
+    check_tasks(cfg.accuracy, tokenizer, sizes)
+    if max_positions is None:
+        return
+    for name in cfg.accuracy:
+        task = read_task(name)
+        longest = longest_request(task, tokenizer, SPLIT, cfg.accuracy_shots, sizes)
+        check(
+            longest <= max_positions,
+            f"--accuracy {task.name}: its longest {cfg.accuracy_shots}-shot prompt and choice is {longest} tokens and the "
+            f"model has {max_positions} positions; give fewer --accuracy-shots",
+        )
 
 
 def score_tasks(model, tokenizer, policies: dict, tasks: Sequence[str], shots: int, test: int) -> Iterator[tuple[str, str, dict]]:
     """(``accuracy:<task>``, cell, scores) for every task and cell of ``policies``: lm-eval's figures
-    of the test split read through the cell's cache (:func:`scored_record`: the per-example lists a
-    paired verdict needs included)."""
+    of the test split read through the cell's cache (:meth:`Scored.record`, the per-example lists a
+    paired verdict needs included), and the compressions' ``kept_fraction`` and ``bytes_ratio``
+    (means over the prompts: what the cell did to the shots, which a quantizer keeping its recent
+    tokens whole may leave whole)."""
     lm = lm_for(model, tokenizer, batch_size=1)
     sizes = sizes_for(shots, test=test)
     for name in tasks:
         task = read_task(name)
         asked = questions(lm, task, SPLIT, shots, sizes)
-        for cell, answers in _read_through(model, policies, asked).items():
+        for cell, (answers, done) in _read_through(model, policies, asked).items():
             (scored,) = evaluate(replayed(answers), [task], SPLIT, shots, sizes)
-            yield f"accuracy:{task.name}", cell, scored_record(scored)
+            kept = {key: statistics.fmean(d[key] for d in done) for key in ("kept_fraction", "bytes_ratio")}
+            yield f"accuracy:{task.name}", cell, {**scored.record(), **kept}
 
 
 @torch.no_grad()
 def _read_through(model, policies: dict, asked: Sequence[Question]) -> dict:
-    """Per cell: {(context, continuation) strings: (log-likelihood, greedy)} for every request."""
+    """Per cell: ({(context, continuation) strings: (log-likelihood, greedy)} for every request,
+    the facts of each prompt's compression)."""
     family = list(policies.values())
-    out: dict = {cell: {} for cell in policies}
+    out: dict = {cell: ({}, []) for cell in policies}
     with attention_for(model, family[0]):
         for question in progress_bar(asked, desc="multiple-choice prompts", unit="prompt", leave=False):
             context = question.pairs[0][0]
@@ -60,10 +76,12 @@ def _read_through(model, policies: dict, asked: Sequence[Question]) -> dict:
             query = torch.tensor([context[question.query_start :]], device=model.device)
             cache, tally = prefill(model, shots, family)
             for cell, policy in policies.items():
-                twin, _ = compressed(cache, policy, tally)
+                twin, compression = compressed(cache, policy, tally)
+                answers, done = out[cell]
+                done.append(facts(compression))
                 read = model(query, cache=twin, logits_to_keep=1)
                 for (_, choice), strings in zip(question.pairs, question.asked):
-                    out[cell][strings] = _choice_loglik(model, read, choice)
+                    answers[strings] = _choice_loglik(model, read, choice)
     return out
 
 
@@ -76,21 +94,6 @@ def _choice_loglik(model, read, choice: tuple[int, ...]) -> tuple[float, bool]:
         logits = torch.cat([logits, model(ids[:, :-1], cache=branch(read.cache)).logits], 1)
     logprobs = logits[0].float().log_softmax(-1)
     return float(logprobs.gather(1, ids[0, :, None]).sum()), bool((logprobs.argmax(-1) == ids[0]).all())
-
-
-def scored_record(scored: Scored) -> dict:
-    """A :class:`Scored` as a job keeps it in JSON (its per-example lists included)."""
-    return asdict(scored)
-
-
-def scored_from(record: dict) -> Scored:
-    fields = Scored.__dataclass_fields__
-    return Scored(**{k: tuple(v) if isinstance(v, list) else v for k, v in record.items() if k in fields})
-
-
-def choice_verdict(base: dict, cell: dict) -> dict:
-    """The paired verdict of a cell's :func:`scored_record` against another's (the same prompts)."""
-    return verdict(scored_from(base), scored_from(cell))
 
 
 def replayed(answers: dict):

@@ -44,7 +44,7 @@ COLUMNS = [
     ("ppl / full", "ppl_ratio", ".3f"),
     ("passkey acc.", "passkey_accuracy", ".2f"),
     ("key log p", "key_logprob", ".2f"),
-    ("choice acc.", "choice_accuracy", ".2f"),
+    ("acc., 1st --accuracy task", "choice_accuracy", ".2f"),
     ("kept", "kept_fraction", ".3f"),
     ("bytes / dense", "bytes_ratio", ".3f"),
 ]
@@ -58,7 +58,7 @@ QUANT_COLUMNS = [
     ("ppl / full", "ppl_ratio", ".3f"),
     ("passkey acc.", "passkey_accuracy", ".2f"),
     ("key log p", "key_logprob", ".2f"),
-    ("choice acc.", "choice_accuracy", ".2f"),
+    ("acc., 1st --accuracy task", "choice_accuracy", ".2f"),
     ("bytes / dense", "bytes_ratio", ".3f"),
 ]
 

@@ -10,7 +10,7 @@ import math
 import statistics
 from collections import defaultdict
 
-from .judged import choice_verdict
+from ..accuracy import Scored, verdict
 
 
 def cell_figures(rows: dict, context: int, cell: str, dense: dict) -> dict:
@@ -88,3 +88,8 @@ def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
             entry["choice_change"] = {task: choice_verdict(base["choice"][task], cell["choice"][task]) for task in cell["choice"]}
         effects.append(entry)
     return effects
+
+
+def choice_verdict(base: dict, cell: dict) -> dict:
+    """The paired verdict of one task's records in two cells (the same prompts): :func:`~sinklab.accuracy.verdict`."""
+    return verdict(Scored.from_record(base), Scored.from_record(cell))

@@ -15,7 +15,7 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
-from ..accuracy import SIZES, check_tasks, task_names
+from ..accuracy import SIZES, check_tasks, sizes_for, task_names
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -158,7 +158,7 @@ def preflight(cfg: InterveneConfig, context: RunContext) -> None:
     """The --accuracy tasks and the model's BOS, before the run directory is claimed."""
     if cfg.accuracy:
         header = context.subject if context.subject is not None else read_header(cfg.model, cfg.load)
-        check_tasks(cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test, header.tokenizer)
+        check_tasks(cfg.accuracy, header.tokenizer, sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test))
 
 
 def write(out: Path, result: RunResult) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..accuracy import SIZES, SUITE, check_bos, evaluate, lm_for, questions, read_task, sizes_for, verdict
+from ..accuracy import SIZES, SUITE, check_tasks, evaluate, lm_for, questions, read_task, sizes_for, task_names, verdict
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
@@ -33,10 +33,6 @@ METHODS = tuple(SEARCHES)
 DEFAULT_TASKS = SUITE
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
-
-
 @dataclass
 class TuneConfig:
     """``sinklab tune``'s settings (and ``sinklab.tune_model``'s keyword arguments)."""
@@ -49,7 +45,7 @@ class TuneConfig:
         "supervised", choices=MODES, help="supervised: validation labels pick the tuning; unsupervised: lowest output entropy"
     )
     tasks: tuple[str, ...] = setting(
-        DEFAULT_TASKS, metavar="T[,T...]", parse=_names, help="BIG-bench task names or task.json paths (one tuning each)"
+        DEFAULT_TASKS, metavar="T[,T...]", parse=task_names, help="BIG-bench task names or task.json paths (one tuning each)"
     )
     shots: int = setting(0, help="shots per prompt, drawn from the task's own examples (BIG-bench's few-shot convention)")
     validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
@@ -72,15 +68,8 @@ class TuneConfig:
 def preflight(cfg: TuneConfig, context: RunContext) -> None:
     """Before the run directory is claimed: every task readable, large enough and named once, and
     a BOS token (the tokenizer of the configuration's model read without its weights)."""
-    names = []
-    for given in cfg.tasks:
-        task = read_task(given)
-        task.splits(cfg.seed, **cfg.sizes)
-        names.append(task.name)
-    twice = sorted({n for n in names if names.count(n) > 1})
-    check(not twice, f"--tasks names {', '.join(twice)} twice (a task's tuning and files are named after it)")
     loaded = transformers_model(context.subject) if context.subject is not None else read_header(cfg.model, cfg.load)
-    check_bos(loaded.tokenizer)
+    check_tasks(cfg.tasks, loaded.tokenizer, cfg.sizes, cfg.seed)
 
 
 def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:

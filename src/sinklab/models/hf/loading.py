@@ -225,9 +225,11 @@ def read_header(spec: Optional[str], options: "LoadOptions") -> ModelHeader:
 
 
 def head_dim_of(config) -> int:
-    """The attention heads' dimension a transformers config gives (its ``head_dim``, else the hidden
-    size over the heads)."""
-    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    """The attention heads' dimension a transformers config gives (its decoder's ``head_dim``, else
+    the hidden size over the heads; a composite config, as Gemma 3's or a VLM's, is read through
+    its text config)."""
+    text = config.get_text_config(decoder=True)
+    return getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
 
 
 def positions_of(config) -> Optional[int]:
