@@ -225,7 +225,7 @@ def test_the_notebook_function_takes_names_and_says_so_in_one_line(tiny_model_di
 
 
 def test_the_published_leaderboard_files_validate_and_merge():
-    """benchmarks/leaderboard/sinks-v1/ (BENCHMARKS.md 12) stays readable by this sinklab."""
+    """benchmarks/leaderboard/sinks-v1/ and sinks-v2/ (BENCHMARKS.md 12) stay readable by this sinklab."""
     from pathlib import Path
 
     files = sorted((Path(__file__).parent.parent / "benchmarks" / "leaderboard" / "sinks-v1").glob("*.json"))
@@ -233,6 +233,11 @@ def test_the_published_leaderboard_files_validate_and_merge():
     board = sinklab.compare_bench(files).frame()
     rates = dict(zip(board.label, board["sink_rate/sink_rate"]))
     assert rates == {"smollm2": pytest.approx(0.7556, abs=1e-4), "runs/sinklab-bytes-llama": 0.0}
+    (v2,) = (Path(__file__).parent.parent / "benchmarks" / "leaderboard" / "sinks-v2").glob("*.json")
+    row = sinklab.compare_bench([v2]).frame().iloc[0]  # sinks-v2 (BENCHMARKS.md 12), its accuracy tasks too
+    assert row["sink_rate/sink_rate"] == pytest.approx(0.7556, abs=1e-4) and row["zerotuning_payoff/acc_gain"] == pytest.approx(
+        0.07
+    )
 
 
 def test_the_jobs_run_through_an_engine_and_give_the_pools_results(bench_run, two_models, tmp_path):
