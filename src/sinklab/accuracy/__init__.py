@@ -6,7 +6,7 @@ tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block
 from ..core.errors import check
 from .bigbench import Example, Task, fetch, read_task, tasks_dir
 from .harness import Question, Scored, check_bos, evaluate, lm_for, longest_request, questions
-from .paired import above_chance, mcnemar, paired_bootstrap, paired_columns, verdict
+from .paired import above_chance, mcnemar, paired_bootstrap, paired_columns, verdict, verdict_columns
 from .suite import CANDIDATES, SUITE, clearly_above_chance
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
@@ -19,19 +19,20 @@ def sizes_for(shots: int = 0, validation: int = SIZES["validation"], test: int =
     return {"shots": max(shots, SIZES["shots"]), "validation": validation, "test": test}
 
 
-def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> None:
+def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> list[Task]:
     """Before a judge runs (and before its run directory is claimed): every task readable, large
     enough for ``sizes`` (:func:`sizes_for`) and named once (a task's figures and files are named
-    after it: a second task of the same name would overwrite the first), and a tokenizer with a BOS."""
-    names = []
-    for given in tasks:
-        task = read_task(given)
+    after it: a second task of the same name would overwrite the first), and a tokenizer with a BOS.
+    Returns the tasks read."""
+    read = [read_task(given) for given in tasks]
+    for task in read:
         task.splits(seed, **sizes)
-        names.append(task.name)
+    names = [task.name for task in read]
     twice = sorted({n for n in names if names.count(n) > 1})
     check(not twice, f"the tasks name {', '.join(twice)} twice (a task's figures and files are named after it)")
     if tasks:
         check_bos(tokenizer)
+    return read
 
 
 def task_names(text: str) -> tuple[str, ...]:
@@ -64,4 +65,5 @@ __all__ = [
     "task_names",
     "tasks_dir",
     "verdict",
+    "verdict_columns",
 ]

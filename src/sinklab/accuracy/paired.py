@@ -62,12 +62,20 @@ def paired_columns(before: dict, after: dict, paired: dict, names: tuple[str, st
     return {
         f"acc_{first}": before["acc"],
         f"acc_{second}": after["acc"],
+        **verdict_columns(paired),
+        f"gold_loglik_{first}": before["gold_loglik"],
+        f"gold_loglik_{second}": after["gold_loglik"],
+    }
+
+
+def verdict_columns(paired: dict) -> dict:
+    """A :func:`verdict`'s table columns: the accuracy change with its interval, McNemar's p, and
+    the gold answer's log-likelihood change."""
+    return {
         "acc_change": paired["acc_change"]["mean"],
         "acc_change_low": paired["acc_change"]["low"],
         "acc_change_high": paired["acc_change"]["high"],
         "mcnemar_p": paired["mcnemar"]["p"],
-        f"gold_loglik_{first}": before["gold_loglik"],
-        f"gold_loglik_{second}": after["gold_loglik"],
         "gold_loglik_change": paired["gold_loglik_change"]["mean"],
     }
 

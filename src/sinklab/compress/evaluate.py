@@ -83,9 +83,16 @@ def score_inputs(model, tokenizer, policies: dict, windows, prompts) -> Iterator
     """(input name, cell, scores) for every input and every policy of ``policies`` (cell name ->
     a press or a quantizer, all of one family): ``ppl:<text>`` inputs give the continuation's mean
     NLL, ``passkey:<depth>:<key>`` inputs the answer's scores; each with the compression's facts."""
-    family = list(policies.values())
     inputs = [(f"ppl:{w.text}", w.context, partial(_continuation_scores, model, w)) for w in windows]
     inputs += [(f"passkey:{p.depth:g}:{p.key}", p.context, partial(passkey_answer, model, tokenizer, prompt=p)) for p in prompts]
+    yield from score_each(model, policies, inputs)
+
+
+def score_each(model, policies: dict, inputs) -> Iterator[tuple[str, str, dict]]:
+    """(input name, cell, scores) for every (name, context ids, score) of ``inputs`` and every cell
+    of ``policies``: the context prefilled once, compressed per cell, ``score(compressed cache)``
+    with the compression's facts; cells that kept the same keys share one scoring."""
+    family = list(policies.values())
     with attention_for(model, family[0]):
         for name, context, score in inputs:
             cache, tally = prefill(model, context.to(model.device), family)

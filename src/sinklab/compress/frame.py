@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Iterator
 
+from ..accuracy import verdict_columns
 from ..core.results import table_rows
 
 
@@ -62,13 +63,7 @@ def _effect(effect: dict, keys: tuple) -> dict:
     row = {key: effect[key] for key in keys}
     row |= {f"ppl_change_{text}": value for text, value in effect.get("ppl_change", {}).items()}
     for task, change in effect.get("choice_change", {}).items():
-        row |= {
-            f"acc_change_{task}": change["acc_change"]["mean"],
-            f"acc_change_low_{task}": change["acc_change"]["low"],
-            f"acc_change_high_{task}": change["acc_change"]["high"],
-            f"mcnemar_p_{task}": change["mcnemar"]["p"],
-            f"gold_loglik_change_{task}": change["gold_loglik_change"]["mean"],
-        }
+        row |= {f"{column}_{task}": value for column, value in verdict_columns(change).items()}
     return row | {key: effect[key] for key in EFFECT_KEYS if key in effect}
 
 

@@ -4,7 +4,7 @@ sink keep the model's accuracy?
 
 Each test example's prompt is lm-eval's own (:func:`~sinklab.accuracy.questions`: BOS, the task's
 prefix, ``shots`` examples with their answers, then the query). Everything before the query is
-prefilled once and compressed once per cell (:mod:`.evaluate`'s prefill and branches); the query and
+prefilled once and compressed once per cell (:func:`.evaluate.score_each`, as every input); the query and
 each choice are then read through the compressed cache, as a user's question after a compressed
 document would be. lm-eval scores the result: its evaluator runs over :func:`replayed`, an lm-eval
 ``LM`` that answers each request with the log-likelihood read through the cell's cache, so acc,
@@ -15,6 +15,7 @@ same prompts.
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from typing import Iterator, Sequence
 
 import torch
@@ -22,8 +23,8 @@ import torch
 from ..accuracy import Question, check_tasks, evaluate, lm_for, longest_request, questions, read_task, sizes_for
 from ..core.errors import check
 from ..core.progress import progress_bar
-from ..press import attention_for, branch
-from .evaluate import compressed, facts, prefill
+from ..press import branch
+from .evaluate import score_each
 
 SPLIT = "test"
 
@@ -33,11 +34,10 @@ def check_judge(cfg, tokenizer, max_positions) -> None:
     the longest prompt with its longest choice within the model's positions (lm-eval would cut a
     longer one from the left, BOS first, and the full-cache cell would no longer be its plain run)."""
     sizes = sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test)
-    check_tasks(cfg.accuracy, tokenizer, sizes)
+    tasks = check_tasks(cfg.accuracy, tokenizer, sizes)
     if max_positions is None:
         return
-    for name in cfg.accuracy:
-        task = read_task(name)
+    for task in tasks:
         longest = longest_request(task, tokenizer, SPLIT, cfg.accuracy_shots, sizes)
         check(
             longest <= max_positions,
@@ -51,38 +51,37 @@ def score_tasks(model, tokenizer, policies: dict, tasks: Sequence[str], shots: i
     of the test split read through the cell's cache (:meth:`Scored.record`, the per-example lists a
     paired verdict needs included), and the compressions' ``kept_fraction`` and ``bytes_ratio``
     (means over the prompts: what the cell did to the shots, which a quantizer keeping its recent
-    tokens whole may leave whole)."""
+    tokens whole may leave whole). Each prompt's shots are one input of :func:`.evaluate.score_each`."""
     lm = lm_for(model, tokenizer, batch_size=1)
     sizes = sizes_for(shots, test=test)
     for name in tasks:
         task = read_task(name)
         asked = questions(lm, task, SPLIT, shots, sizes)
-        for cell, (answers, done) in _read_through(model, policies, asked).items():
-            (scored,) = evaluate(replayed(answers), [task], SPLIT, shots, sizes)
-            kept = {key: statistics.fmean(d[key] for d in done) for key in ("kept_fraction", "bytes_ratio")}
+        inputs = [
+            (str(i), torch.tensor([q.pairs[0][0][: q.query_start]]), partial(_answers, model, q)) for i, q in enumerate(asked)
+        ]
+        answers: dict = {cell: {} for cell in policies}
+        done: dict = {cell: [] for cell in policies}
+        for _, cell, scores in score_each(
+            model, policies, progress_bar(inputs, desc="multiple-choice prompts", unit="prompt", leave=False)
+        ):
+            answers[cell].update(scores.pop("answers"))
+            done[cell].append(scores)
+        for cell in policies:
+            (scored,) = evaluate(replayed(answers[cell]), [task], SPLIT, shots, sizes)
+            kept = {key: statistics.fmean(d[key] for d in done[cell]) for key in ("kept_fraction", "bytes_ratio")}
             yield f"accuracy:{task.name}", cell, {**scored.record(), **kept}
 
 
 @torch.no_grad()
-def _read_through(model, policies: dict, asked: Sequence[Question]) -> dict:
-    """Per cell: ({(context, continuation) strings: (log-likelihood, greedy)} for every request,
-    the facts of each prompt's compression)."""
-    family = list(policies.values())
-    out: dict = {cell: ({}, []) for cell in policies}
-    with attention_for(model, family[0]):
-        for question in progress_bar(asked, desc="multiple-choice prompts", unit="prompt", leave=False):
-            context = question.pairs[0][0]
-            shots = torch.tensor([context[: question.query_start]], device=model.device)
-            query = torch.tensor([context[question.query_start :]], device=model.device)
-            cache, tally = prefill(model, shots, family)
-            for cell, policy in policies.items():
-                twin, compression = compressed(cache, policy, tally)
-                answers, done = out[cell]
-                done.append(facts(compression))
-                read = model(query, cache=twin, logits_to_keep=1)
-                for (_, choice), strings in zip(question.pairs, question.asked):
-                    answers[strings] = _choice_loglik(model, read, choice)
-    return out
+def _answers(model, question: Question, cache) -> dict:
+    """{"answers": {(context, continuation) strings: (log-likelihood, greedy)}} of ``question``'s
+    choices, its query read through ``cache`` (the shots, compressed)."""
+    query = torch.tensor([question.pairs[0][0][question.query_start :]], device=model.device)
+    read = model(query, cache=cache, logits_to_keep=1)
+    return {
+        "answers": {strings: _choice_loglik(model, read, choice) for (_, choice), strings in zip(question.pairs, question.asked)}
+    }
 
 
 def _choice_loglik(model, read, choice: tuple[int, ...]) -> tuple[float, bool]:
