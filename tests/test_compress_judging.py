@@ -310,7 +310,7 @@ def test_the_query_starts_where_the_shots_end(tmp_path, tokenizer):
         (dict(accuracy_test=0), "--accuracy-test must be at least 1"),
         (dict(bos="no"), "drop --bos no"),
         (dict(accuracy=("no_such_task.json",)), "no task file at no_such_task.json"),
-        (dict(accuracy_test=69), "need"),
+        (dict(accuracy_test=69), r"has 100 usable examples; its splits need 114: .*held out by every judge.* 69 test$"),
         (dict(accuracy_shots=30), "positions; give fewer --accuracy-shots"),
     ],
 )

@@ -133,8 +133,9 @@ class Task:
         need = shots + validation + test
         check(
             len(self.examples) >= need,
-            f"BIG-bench task {self.name!r} has {len(self.examples)} usable examples; "
-            f"{shots} shot(s) + {validation} validation + {test} test need {need}",
+            f"BIG-bench task {self.name!r} has {len(self.examples)} usable examples; its splits need {need}: "
+            f"{shots} for the shot pool, {validation} validation (held out by every judge, so that their test "
+            f"splits are the same examples) and {test} test",
         )
         order = list(self.examples)
         random.Random(seed).shuffle(order)
