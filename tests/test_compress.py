@@ -83,6 +83,34 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     assert report.bytes_after == cache_bytes(twin) < report.bytes_before
 
 
+@pytest.mark.parametrize("policy", [KIVI(bits=2, protect=3, group_size=8, residual=5), KIVI(bits=4, group_size=8, residual=5)])
+def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(policy):
+    """What a decode step's attention reads: the protected tokens, then every stored token as its
+    packed bytes decode (unpacked, times the group's scale, plus its offset: computed here from the
+    bytes, apart from the layer's in-place path), in sequence order, holes dropped, then the tail
+    and the new token, all bit for bit. Mutations caught: the byte table's shifts reversed; key
+    blocks written untransposed; the holes kept."""
+    _, _, cache = tiny_cache()
+    twin = P.branch(cache)
+    policy.apply(twin)
+    layer = twin.layers[0]
+    new_k, new_v = torch.randn(2, *layer.tail[0].shape[1:2], 1, layer.tail[0].shape[-1]).unbind(0)
+    keys, values = layer.update(new_k[None], new_v[None])
+    store, protected = layer.store, layer.sink[0].shape[2]
+
+    def decoded(q) -> torch.Tensor:
+        return unpack(q.data, q.bits).float() * q.scale.float() + q.low.float()
+
+    stored_k = decoded(store.keys).transpose(-1, -2).flatten(2, 3)[:, :, [s for s in range(store.slots) if s not in store.holes]]
+    stored_v = decoded(store.values).flatten(-2)
+    end = protected + stored_k.shape[2]
+    assert protected == policy.protect and stored_k.shape[2] == stored_v.shape[2] == store.length > 0
+    assert torch.equal(keys[:, :, :protected], layer.sink[0]) and torch.equal(values[:, :, :protected], layer.sink[1])
+    assert torch.equal(keys[:, :, protected:end], stored_k) and torch.equal(values[:, :, protected:end], stored_v)
+    assert torch.equal(keys[:, :, end:], layer.tail[0]) and torch.equal(values[:, :, end:], layer.tail[1])
+    assert torch.equal(keys[:, :, -1:], new_k[None]) and keys.shape[2] == layer.get_seq_length()
+
+
 def test_kivi_quantizes_keys_per_channel_and_values_per_token():
     """KIVI's axes: a key channel with a large constant offset (an outlier channel, as sinks and
     massive activations make) costs the other channels nothing, since each channel has its own

@@ -33,7 +33,7 @@ from ..core.errors import check
 from ..stream import cache_bytes
 from .base import DETECTED, KeepSinks, check_sink_setting, not_a_press, sink_positions, started
 from .cache import full_attention_layers
-from .packing import Quantized, pack, quantize_groups, unpack
+from .packing import Quantized, pack, quantize_groups, unpacked_levels
 
 
 class KiviStore:
@@ -96,17 +96,33 @@ class KiviStore:
         self.done, self.slots, self.holes = upto, self.slots + k.shape[2] * self.group, self.holes + holes
         return keys[:, :, take:], values[:, :, take:]
 
+    @property
+    def length(self) -> int:
+        """The tokens stored (their slots less the holes)."""
+        return self.slots - len(self.holes)
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        """The key and value head dimensions of what is stored."""
+        return self.keys.data.shape[3], self.values.data.shape[3] * self.group
+
     def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        return dequantized(self, dtype)
+
+    def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """The stored tokens' keys and values, (B, H, length, D) views of the buffers attention
+        reads, written in place: a key block (B, H, D, G) lands transposed in its G rows."""
         if self.keys is None:
-            return None
-        k = self.keys.dequantized(dtype).transpose(-1, -2)
-        v = self.values.dequantized(dtype)
-        k = k.reshape(*k.shape[:2], -1, k.shape[-1])
+            return
+        batch, heads, _, dim = keys.shape
+        blocks = self.keys.data.shape[2]
+        slots = keys if not self.holes else keys.new_empty(batch, heads, self.slots, dim)
+        self.keys.dequantize_into(slots.view(batch, heads, blocks, self.group, dim).transpose(-1, -2))
         if self.holes:
-            keep = torch.ones(self.slots, dtype=torch.bool, device=k.device)
-            keep[self.holes] = False
-            k = k[:, :, keep]
-        return k, v.reshape(*v.shape[:3], -1)
+            real = torch.ones(self.slots, dtype=torch.bool, device=keys.device)
+            real[self.holes] = False
+            keys.copy_(slots[:, :, real])
+        self.values.dequantize_into(values.view(*values.shape[:3], -1, self.group))
 
     def tensors(self) -> list:
         return [] if self.keys is None else [*self.keys.tensors(), *self.values.tensors()]
@@ -133,15 +149,23 @@ class StaticStore:
             self.parts.append((self._quantized(keys, self.scales[0]), self._quantized(values, self.scales[1])))
         return keys[:, :, :0], values[:, :, :0]
 
+    @property
+    def length(self) -> int:
+        return sum(part[0].shape[2] for part in self.parts)
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        per_byte = 1 if self.bits == 8 else 8 // self.bits
+        return self.parts[0][0].shape[-1] * per_byte, self.parts[0][1].shape[-1] * per_byte
+
     def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        if not self.parts:
-            return None
-        out = []
-        for i, scale in enumerate(self.scales):
+        return dequantized(self, dtype)
+
+    def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        for i, (out, scale) in enumerate(zip((keys, values), self.scales)):
             data = torch.cat([part[i] for part in self.parts], 2)
-            q = data if self.bits == 8 else unpack(data, self.bits)
-            out.append(((q.float() - self.levels) * scale.to(q.device)).to(dtype))
-        return out[0], out[1]
+            q = data.float() if self.bits == 8 else unpacked_levels(data, self.bits)
+            out.copy_((q - self.levels) * scale.to(q.device))
 
     def tensors(self) -> list:
         return [t for part in self.parts for t in part]
@@ -150,6 +174,17 @@ class StaticStore:
         twin = copy.copy(self)
         twin.parts = list(self.parts)
         return twin
+
+
+def dequantized(store, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    """A store's keys and values as new (B, H, length, D) tensors (None while it holds none): its
+    ``dequantize_into`` on fresh buffers."""
+    if not store.length:
+        return None
+    first = store.tensors()[0]
+    keys, values = (torch.empty(*first.shape[:2], store.length, dim, dtype=dtype, device=first.device) for dim in store.dims)
+    store.dequantize_into(keys, values)
+    return keys, values
 
 
 def _split(keys: torch.Tensor, values: torch.Tensor, protected: list[int]):

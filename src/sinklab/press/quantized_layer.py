@@ -27,9 +27,20 @@ class QuantizedKVLayer(DynamicLayer):
         self.seen += key_states.shape[-2]
         tail = (torch.cat([self.tail[0], key_states], 2), torch.cat([self.tail[1], value_states], 2))
         self.tail = self.store.absorb(*tail, self.seen)
-        stored = self.store.dequantized(self.dtype)
-        parts = [self.sink, *([stored] if stored is not None else []), self.tail]
-        return torch.cat([p[0] for p in parts], 2), torch.cat([p[1] for p in parts], 2)
+        return self._assembled()
+
+    def _assembled(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values attention reads, in one buffer each (the protected tokens, the store
+        dequantized straight into its rows, the tail), which no copy follows: one write of the
+        layer a step, as a dense layer's concatenation is."""
+        (sink_k, sink_v), (tail_k, tail_v) = self.sink, self.tail
+        start, end = sink_k.shape[2], sink_k.shape[2] + self.store.length
+        keys = tail_k.new_empty(*tail_k.shape[:2], end + tail_k.shape[2], tail_k.shape[3])
+        values = tail_v.new_empty(*tail_v.shape[:2], end + tail_v.shape[2], tail_v.shape[3])
+        keys[:, :, :start], values[:, :, :start] = sink_k, sink_v
+        self.store.dequantize_into(keys[:, :, start:end], values[:, :, start:end])
+        keys[:, :, end:], values[:, :, end:] = tail_k, tail_v
+        return keys, values
 
     def get_seq_length(self) -> int:
         return self.seen
