@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from conftest import planted_model, write_task
@@ -15,6 +16,7 @@ import sinklab
 from sinklab.accuracy import SIZES as DEFAULT_SIZES
 from sinklab.accuracy import evaluate, lm_for, mcnemar, paired_bootstrap, questions, read_task
 from sinklab.accuracy.bigbench import task_file
+from sinklab.accuracy.paired import BOOTSTRAP_DRAWS, verdict_columns
 from sinklab.core.errors import SinklabError
 from sinklab.intervene import suppress_sink
 from sinklab.tune.profile import choice_logliks
@@ -98,6 +100,23 @@ def test_the_paired_statistics_on_hand_checked_cases():
     change = paired_bootstrap([0.0] * 50, [1.0] * 25 + [0.0] * 25)
     # the mean of 50 draws of 0 or 1 at p = 1/2: standard error 0.071, a 95 % interval of about +-0.14
     assert change["mean"] == 0.5 and 0.22 < change["high"] - change["low"] < 0.34
+    # the interval is the 2.5th and 97.5th percentiles of the seeded resampled means, around the mean
+    diff = np.array([1.0] * 25 + [0.0] * 25)
+    means = diff[np.random.default_rng(0).integers(0, 50, size=(BOOTSTRAP_DRAWS, 50))].mean(axis=1)
+    assert (change["low"], change["high"]) == tuple(np.quantile(means, [0.025, 0.975]))
+    assert change["low"] < change["mean"] < change["high"]
+
+
+def test_a_verdicts_columns_keep_each_figure_in_its_own_place():
+    """Mutation caught: ``acc_change_low`` reading the interval's high end."""
+    paired = {"acc_change": {"mean": 0.1, "low": -0.2, "high": 0.3}, "mcnemar": {"p": 0.04}, "gold_loglik_change": {"mean": -1.5}}
+    assert verdict_columns(paired) == {
+        "acc_change": 0.1,
+        "acc_change_low": -0.2,
+        "acc_change_high": 0.3,
+        "mcnemar_p": 0.04,
+        "gold_loglik_change": -1.5,
+    }
 
 
 def test_suppressing_the_planted_sink_moves_the_gold_answer_the_way_the_plant_says(tmp_path, tokenizer, planted):

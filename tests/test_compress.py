@@ -88,7 +88,7 @@ def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(poli
     """What a decode step's attention reads: the protected tokens, then every stored token as its
     packed bytes decode (unpacked, times the group's scale, plus its offset: computed here from the
     bytes, apart from the layer's in-place path), in sequence order, holes dropped, then the tail
-    and the new token, all bit for bit. Mutations caught: the byte table's shifts reversed; key
+    and the new token, all bit for bit. Mutations caught: the offset added before the scale; key
     blocks written untransposed; the holes kept."""
     _, _, cache = tiny_cache()
     twin = P.branch(cache)

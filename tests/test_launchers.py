@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_line_error
-from launcher_jobs import fail_two_jobs, finish_after_the_next_is_saved, square_and_niceness, visible_gpus
+from launcher_jobs import fail_two_jobs, finish_after_the_next_is_saved, square, square_and_niceness, visible_gpus
 
 from sinklab import cli
 from sinklab.cli.args import add_launcher_arguments, config_from, launcher_settings
@@ -387,24 +387,21 @@ def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
 def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path, monkeypatch):
     """launch() changes SIGTERM's handler only while an engine's jobs run (submitit: to unwind and
     cancel them; ray.init: its own, never given back): a program's own handler (a script's
-    clean-up) is back after launch() was left by an error (here on_result failing, as a full disk
-    would), the path a restore outside the ``finally`` misses. Mutations tried: restoring the
-    default handler instead of the previous one, never restoring it, or restoring it outside the
-    ``finally`` (submitit); not restoring it after ray.shutdown (Ray).
+    clean-up) is back afterwards, whether launch() returned or was left by an error (here on_result
+    failing, as a full disk would). Mutations tried: restoring the default handler instead of the
+    previous one, never restoring it, or restoring it outside the ``finally`` (submitit); not
+    restoring it after ray.shutdown (Ray).
 
-    The same launch checks that a Ray started here, whatever RAY_ADDRESS names, runs its jobs at
-    the pool's priority (one launch per engine: a Ray start costs 5-7 s here). Mutations tried:
-    ray.init without address="local" joins the dead cluster RAY_ADDRESS names and fails (Ray reads
+    The same launches check that a Ray started here, whatever RAY_ADDRESS names, runs its jobs at
+    the pool's priority (one Ray start fewer: each costs 5-7 s here). Mutations tried: ray.init
+    without address="local" joins the dead cluster RAY_ADDRESS names and fails (Ray reads
     RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one); without
     RAY_worker_niceness=0 the jobs run at Ray's niceness 15."""
 
     def own(signum, frame):
         pass
 
-    received = []
-
     def disk_full(job, result):
-        received.append(result)
         raise OSError("no space left on device")
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
@@ -412,10 +409,11 @@ def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_pat
     previous = signal.signal(signal.SIGTERM, own)
     here = os.nice(0)  # the pool's jobs run at the submitting program's priority
     try:
-        with pytest.raises(OSError, match="no space left"):
-            launch(square_and_niceness, [2, 3], settings, tmp_path, workers=2, on_result=disk_full)
+        assert launch(square_and_niceness, [2, 3], settings, tmp_path / "ok", workers=2) == [(4, here), (9, here)]
         assert signal.getsignal(signal.SIGTERM) is own
-        assert len(received) == 1 and received[0] in [(4, here), (9, here)]
+        with pytest.raises(OSError, match="no space left"):
+            launch(square, [2], settings, tmp_path / "left", workers=2, on_result=disk_full)
+        assert signal.getsignal(signal.SIGTERM) is own
     finally:
         signal.signal(signal.SIGTERM, previous)
 

@@ -100,6 +100,23 @@ def test_act_finds_the_head_whose_later_sink_hides_the_answer_and_calibrating_it
     assert result.data["tunings"]["later"] == ACT(((0, 0),))
     row = result.frame().iloc[0]
     assert row["acc_untouched"] < 0.5 < row["acc_tuned"] and row["gold_loglik_tuned"] > row["gold_loglik_untouched"]
+    # the paired changes are tuned minus untouched (mutation caught: the verdict's runs swapped)
+    assert row["acc_change"] > 0 and row["acc_change"] == pytest.approx(row["acc_tuned"] - row["acc_untouched"])
+    assert row["gold_loglik_change"] == pytest.approx(row["gold_loglik_tuned"] - row["gold_loglik_untouched"])
+
+
+def test_zerotuning_scales_the_profiled_heads_at_their_layer_and_head():
+    """On 2 layers x 4 heads (the top quarter: 2 heads), the head the profile says wants more of
+    the initial token gets gamma, the one that wants less 1 / gamma, every other head 1.
+    Mutation caught: the flat gammas cut into layers by stride (``gammas[r::layers]``), which
+    a one-layer model cannot tell apart."""
+    from sinklab.tune.search import GAMMAS, zerotuning_candidates
+
+    profile = torch.zeros(2, 4)
+    profile[0, 1], profile[1, 2] = 0.5, -0.8
+    for (label, tuning), g in zip(zerotuning_candidates(profile), GAMMAS):
+        expected = [[1.0, g, 1.0, 1.0], [1.0, 1.0, 1.0 / g, 1.0]]
+        assert [list(layer) for layer in tuning.gammas] == expected and label == f"gamma {g:g} on 2 heads"
 
 
 def test_gamma_one_and_act_with_nothing_to_calibrate_leave_the_logits_bit_for_bit(tokenizer, planted):

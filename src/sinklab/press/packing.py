@@ -36,21 +36,6 @@ def unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
     return torch.stack(parts, dim=-1).flatten(-2)
 
 
-def unpacked_levels(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """:func:`unpack` as float32 levels, by one table lookup per byte (the byte's ``8 / bits``
-    values, exact in float32) instead of a shift, a mask and a copy per value in the byte: what a
-    decode step dequantizes the whole store with."""
-    table = _LEVELS.get((bits, packed.device))
-    if table is None:
-        shifts = bits * torch.arange(8 // bits)
-        table = ((torch.arange(256)[:, None] >> shifts) & ((1 << bits) - 1)).float().to(packed.device)
-        _LEVELS[(bits, packed.device)] = table
-    return table.index_select(0, packed.reshape(-1).int()).view(*packed.shape[:-1], -1)
-
-
-_LEVELS: dict = {}  # (bits, device) -> the (256, 8 / bits) table of unpacked_levels
-
-
 @dataclass
 class Quantized:
     """A tensor quantized in groups along its last axis: ``data`` packed, ``scale`` and ``low``
@@ -73,7 +58,7 @@ class Quantized:
         """Write the dequantized tensor into ``out`` (its shape; any strides, any float dtype): a view
         of the buffer attention reads, so no copy follows. In float32, ``level * scale + low``
         rounded after the product and after the sum, whatever ``out``'s dtype, then cast."""
-        levels = self.data.float() if self.bits == 8 else unpacked_levels(self.data, self.bits)
+        levels = (self.data if self.bits == 8 else unpack(self.data, self.bits)).float()
         if out.dtype == torch.float32:
             torch.mul(levels, self.scale.float(), out=out)
             out.add_(self.low.float())

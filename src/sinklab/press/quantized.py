@@ -33,7 +33,7 @@ from ..core.errors import check
 from ..stream import cache_bytes
 from .base import DETECTED, KeepSinks, check_sink_setting, not_a_press, sink_positions, started
 from .cache import full_attention_layers
-from .packing import Quantized, pack, quantize_groups, unpacked_levels
+from .packing import Quantized, pack, quantize_groups, unpack
 
 
 class KiviStore:
@@ -164,7 +164,7 @@ class StaticStore:
     def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         for i, (out, scale) in enumerate(zip((keys, values), self.scales)):
             data = torch.cat([part[i] for part in self.parts], 2)
-            q = data.float() if self.bits == 8 else unpacked_levels(data, self.bits)
+            q = (data if self.bits == 8 else unpack(data, self.bits)).float()
             out.copy_((q - self.levels) * scale.to(q.device))
 
     def tensors(self) -> list:
