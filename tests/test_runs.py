@@ -182,7 +182,8 @@ def test_the_git_commit_of_the_package_checkout(tmp_path):
     """Untracked package files (an installed copy inside some other repository) give nothing;
     a tracked one gives HEAD and whether tracked files changed. Mutations tried: dropping the
     ls-files test records the enclosing repository's commit for the untracked copy; dropping
-    ``--untracked-files=no`` calls the clean checkout dirty (its untracked notes)."""
+    ``--untracked-files=no`` calls the clean checkout dirty (its untracked notes); dropping the
+    ``-- .`` pathspec calls the code dirty when a file outside the package changed."""
     assert source_revision(tmp_path) is None  # not a checkout
     repo, package = tmp_path / "repo", tmp_path / "repo" / "src" / "sinklab"
     package.mkdir(parents=True)
@@ -196,6 +197,8 @@ def test_the_git_commit_of_the_package_checkout(tmp_path):
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "package")
     (repo / "notes.txt").write_text("untracked")
     assert source_revision(package) == {"commit": git(repo, "rev-parse", "HEAD"), "uncommitted_changes": False}
+    (repo / "README").write_text("a results row appended beside the package")
+    assert source_revision(package)["uncommitted_changes"] is False  # only sinklab's own files count
     (package / "__init__.py").write_text("changed = True\n")
     assert source_revision(package)["uncommitted_changes"] is True
 

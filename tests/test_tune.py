@@ -185,6 +185,32 @@ def test_the_command_writes_the_run_and_a_missing_task_is_one_line(tmp_path, tin
     assert not (tmp_path / "r2").exists()
 
 
+@pytest.mark.parametrize(
+    "command, flags, needle",
+    [
+        ("tune", ["--shots", "20", "--validation", "6", "--test", "8"], "model has 128 positions; give fewer --shots"),
+        ("intervene", ["--accuracy-shots", "20", "--accuracy-test", "8"], "model has 128 positions; give fewer --accuracy-shots"),
+        ("intervene", ["--accuracy-test", "0"], "--accuracy-test must be at least 1, got 0"),
+        ("intervene", ["--accuracy-shots", "-2"], "--accuracy-shots must be at least 0, got -2"),
+        ("intervene", ["--bos", "no"], "drop --bos no"),
+    ],
+)
+def test_an_accuracy_judge_that_cannot_run_is_one_line_before_claiming(command, flags, needle, tmp_path, tiny_model_dir, capsys):
+    """lm-eval would cut a prompt longer than the model's positions from the left, BOS first, and
+    score a prompt other than the one the profile or the edit read; 0 test examples, negative shots
+    and a run without BOS (the judge always puts it first) are refused as compress refuses them."""
+    from sinklab.cli import main
+
+    task = str(write_task(tmp_path / "tiny" / "task.json", n=100))
+    out = tmp_path / "run"
+    given = (
+        ["--tasks", task] if command == "tune" else ["--suppress-sink", "--random-tokens", "--tokens", "16", "--accuracy", task]
+    )
+    assert main([command, str(tiny_model_dir("llama")), *given, *flags, "--out", str(out)]) == 2
+    one_line_error(capsys, needle)
+    assert not out.exists()
+
+
 def test_tunings_are_checked_when_made_loaded_and_applied(tmp_path, tokenizer, planted):
     with pytest.raises(SinklabError, match="positive finite"):
         ZeroTuning(((1.0, 0.0),))

@@ -35,6 +35,32 @@ def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> list[Task]:
     return read
 
 
+def check_judge_flags(shots: int, test: int, bos: str, min_shots: int = 0, shots_flag: str = "--accuracy-shots") -> None:
+    """A run's ``--accuracy`` settings, as one-line errors: the shots and test examples it asks
+    for, and a BOS first (lm-eval's judge puts it first everywhere in sinklab, so a run whose other
+    measures go without it would judge two different sequences)."""
+    check(shots >= min_shots, f"{shots_flag} must be at least {min_shots}, got {shots}")
+    check(test >= 1, f"--accuracy-test must be at least 1, got {test}")
+    check(bos != "no", "--accuracy puts the tokenizer's BOS first, as lm-eval's judge does everywhere in sinklab: drop --bos no")
+
+
+def check_prompts_fit(
+    tasks: list[Task], tokenizer, shots: int, sizes: dict, max_positions, splits=("test",), seed=0, shots_flag="--accuracy-shots"
+) -> None:
+    """Every judged split's longest prompt with its longest choice within the model's positions
+    (``max_positions``; None: no limit known). lm-eval would cut a longer one from the left, BOS
+    first, and the judge would score a prompt other than the one it reads."""
+    if max_positions is None:
+        return
+    for task in tasks:
+        longest = max(longest_request(task, tokenizer, split, shots, sizes, seed) for split in splits)
+        check(
+            longest <= max_positions,
+            f"{task.name}: its longest {shots}-shot prompt and choice is {longest} tokens and the model has "
+            f"{max_positions} positions; give fewer {shots_flag}",
+        )
+
+
 def task_names(text: str) -> tuple[str, ...]:
     """``navigate,snarks`` -> ("navigate", "snarks"): the ``--accuracy`` flags' value."""
     return tuple(t.strip() for t in text.split(",") if t.strip())
@@ -50,6 +76,8 @@ __all__ = [
     "Task",
     "above_chance",
     "check_bos",
+    "check_judge_flags",
+    "check_prompts_fit",
     "check_tasks",
     "clearly_above_chance",
     "evaluate",

@@ -20,8 +20,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from ..accuracy import Question, check_tasks, evaluate, lm_for, longest_request, questions, read_task, sizes_for
-from ..core.errors import check
+from ..accuracy import Question, check_prompts_fit, check_tasks, evaluate, lm_for, questions, read_task, sizes_for
 from ..core.progress import progress_bar
 from ..press import branch
 from .evaluate import score_each
@@ -30,20 +29,10 @@ SPLIT = "test"
 
 
 def check_judge(cfg, tokenizer, max_positions) -> None:
-    """Before the run directory is claimed: the tasks (:func:`~sinklab.accuracy.check_tasks`), and
-    the longest prompt with its longest choice within the model's positions (lm-eval would cut a
-    longer one from the left, BOS first, and the full-cache cell would no longer be its plain run)."""
+    """Before the run directory is claimed: the tasks (:func:`~sinklab.accuracy.check_tasks`) and
+    their test prompts within the model's positions (the full-cache cell must stay lm-eval's plain run)."""
     sizes = sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test)
-    tasks = check_tasks(cfg.accuracy, tokenizer, sizes)
-    if max_positions is None:
-        return
-    for task in tasks:
-        longest = longest_request(task, tokenizer, SPLIT, cfg.accuracy_shots, sizes)
-        check(
-            longest <= max_positions,
-            f"--accuracy {task.name}: its longest {cfg.accuracy_shots}-shot prompt and choice is {longest} tokens and the "
-            f"model has {max_positions} positions; give fewer --accuracy-shots",
-        )
+    check_prompts_fit(check_tasks(cfg.accuracy, tokenizer, sizes), tokenizer, cfg.accuracy_shots, sizes, max_positions, (SPLIT,))
 
 
 def score_tasks(model, tokenizer, policies: dict, tasks: Sequence[str], shots: int, test: int) -> Iterator[tuple[str, str, dict]]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..accuracy import SIZES, task_names
+from ..accuracy import SIZES, check_judge_flags, task_names
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
@@ -124,16 +124,8 @@ class CompressConfig:
         for context in self.contexts:
             check(context >= MIN_CONTEXT, f"--context must be at least {MIN_CONTEXT} tokens, got {context}")
         check(self.keys >= 1, f"--keys must be at least 1, got {self.keys}")
-        if self.accuracy:
-            check(
-                self.accuracy_shots >= 1,
-                f"--accuracy-shots must be at least 1: the shots are the context a press compresses, got {self.accuracy_shots}",
-            )
-            check(self.accuracy_test >= 1, f"--accuracy-test must be at least 1, got {self.accuracy_test}")
-            check(
-                self.bos != "no",
-                "--accuracy puts the tokenizer's BOS first, as lm-eval's judge does everywhere in sinklab: drop --bos no",
-            )
+        if self.accuracy:  # at least one shot: the shots are the context a press compresses
+            check_judge_flags(self.accuracy_shots, self.accuracy_test, self.bos, min_shots=1)
         unknown = [p for p in self.presses if p not in PRESSES]
         check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}")
         unknown = [q for q in self.quantizers if q not in QUANTIZERS]

@@ -198,9 +198,11 @@ def _write_run_info(out: str | os.PathLike, info: dict) -> None:
 
 
 def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().parent.parent) -> Optional[dict]:
-    """The git commit of the checkout sinklab is imported from and whether that checkout has
-    uncommitted changes to tracked files; None when sinklab's files are not tracked by a git
-    checkout there (an installed wheel, even one inside some other repository) or git is missing."""
+    """The git commit of the checkout sinklab is imported from and whether sinklab's own files
+    there (``package_dir`` and below) have uncommitted changes: a results file appended beside
+    them by a benchmark does not make the code that measured it uncommitted. None when sinklab's
+    files are not tracked by a git checkout there (an installed wheel, even one inside some other
+    repository) or git is missing."""
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -210,7 +212,7 @@ def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().pa
     try:
         git("ls-files", "--error-unmatch", "__init__.py")
         commit = git("rev-parse", "HEAD")
-        changes = git("status", "--porcelain", "--untracked-files=no")
+        changes = git("status", "--porcelain", "--untracked-files=no", "--", ".")
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "uncommitted_changes": bool(changes)}

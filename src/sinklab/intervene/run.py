@@ -15,7 +15,7 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
-from ..accuracy import SIZES, check_tasks, sizes_for, task_names
+from ..accuracy import SIZES, check_judge_flags, check_prompts_fit, check_tasks, sizes_for, task_names
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -82,6 +82,8 @@ class InterveneConfig:
 
     def __post_init__(self) -> None:
         self.interventions = tuple(_from_record(given) for given in self.interventions)
+        if self.accuracy:
+            check_judge_flags(self.accuracy_shots, self.accuracy_test, self.inputs.bos)
 
     def experiments(self) -> list[Experiment]:
         check(bool(self.interventions), "name at least one intervention")
@@ -155,10 +157,12 @@ def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResu
 
 
 def preflight(cfg: InterveneConfig, context: RunContext) -> None:
-    """The --accuracy tasks and the model's BOS, before the run directory is claimed."""
+    """The --accuracy tasks, the model's BOS and the prompts within its positions, before the run directory is claimed."""
     if cfg.accuracy:
         header = context.subject if context.subject is not None else read_header(cfg.model, cfg.load)
-        check_tasks(cfg.accuracy, header.tokenizer, sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test))
+        sizes = sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test)
+        tasks = check_tasks(cfg.accuracy, header.tokenizer, sizes)
+        check_prompts_fit(tasks, header.tokenizer, cfg.accuracy_shots, sizes, header.max_positions)
 
 
 def write(out: Path, result: RunResult) -> list[str]:

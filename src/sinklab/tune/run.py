@@ -13,7 +13,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
-from ..accuracy import SIZES, SUITE, check_tasks, evaluate, lm_for, questions, read_task, sizes_for, task_names, verdict
+from ..accuracy import (
+    SIZES,
+    SUITE,
+    check_prompts_fit,
+    check_tasks,
+    evaluate,
+    lm_for,
+    questions,
+    read_task,
+    sizes_for,
+    task_names,
+    verdict,
+)
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
@@ -66,10 +78,12 @@ class TuneConfig:
 
 
 def preflight(cfg: TuneConfig, context: RunContext) -> None:
-    """Before the run directory is claimed: every task readable, large enough and named once, and
-    a BOS token (the tokenizer of the configuration's model read without its weights)."""
+    """Before the run directory is claimed: every task readable, large enough and named once, its
+    prompts within the model's positions, and a BOS token (the configuration's model read without its weights)."""
     loaded = transformers_model(context.subject) if context.subject is not None else read_header(cfg.model, cfg.load)
-    check_tasks(cfg.tasks, loaded.tokenizer, cfg.sizes, cfg.seed)
+    tasks = check_tasks(cfg.tasks, loaded.tokenizer, cfg.sizes, cfg.seed)
+    splits = ("validation", "test")
+    check_prompts_fit(tasks, loaded.tokenizer, cfg.shots, cfg.sizes, loaded.max_positions, splits, cfg.seed, "--shots")
 
 
 def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
