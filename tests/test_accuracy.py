@@ -14,7 +14,7 @@ from test_tune import SIZES
 
 import sinklab
 from sinklab.accuracy import SIZES as DEFAULT_SIZES
-from sinklab.accuracy import evaluate, lm_for, mcnemar, paired_bootstrap, questions, read_task
+from sinklab.accuracy import SUITE, evaluate, lm_for, mcnemar, paired_bootstrap, questions, read_task, task_names
 from sinklab.accuracy.bigbench import task_file
 from sinklab.accuracy.paired import BOOTSTRAP_DRAWS, verdict_columns
 from sinklab.core.errors import SinklabError
@@ -188,3 +188,9 @@ def test_only_the_task_files_of_the_sdist_are_kept(tmp_path):
     bad = sdist(tmp_path / "b.tar.gz", {root + "../../evil/task.json": "{}"})
     with pytest.raises(SinklabError, match="unsafe path"):
         _extract_task_files(bad, tmp_path / "out2")
+
+
+def test_suite_in_a_task_list_stands_for_the_suites_tasks():
+    """``--accuracy suite`` (intervene, compress) and ``--tasks suite,navigate`` (tune): the suite's
+    tasks in its place, the other names kept in order."""
+    assert task_names("suite") == SUITE and task_names(" navigate , suite,snarks,") == ("navigate", *SUITE, "snarks")

@@ -62,8 +62,10 @@ def check_prompts_fit(
 
 
 def task_names(text: str) -> tuple[str, ...]:
-    """``navigate,snarks`` -> ("navigate", "snarks"): the ``--accuracy`` flags' value."""
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+    """``navigate,snarks`` -> ("navigate", "snarks"): the ``--accuracy`` and ``--tasks`` flags'
+    value; ``suite`` stands for the suite's tasks (:data:`SUITE`), in its place."""
+    named = [t.strip() for t in text.split(",") if t.strip()]
+    return tuple(task for name in named for task in (SUITE if name == "suite" else (name,)))
 
 
 __all__ = [

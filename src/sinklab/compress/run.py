@@ -106,8 +106,8 @@ class CompressConfig:
         (),
         metavar="T[,T...]",
         parse=task_names,
-        help="BIG-bench tasks (names or task.json paths) judged by multiple-choice accuracy: lm-eval's few-shot prompts, "
-        "their shots the compressed context; none by default",
+        help="BIG-bench tasks (names or task.json paths; suite: the suite's) judged by multiple-choice accuracy: "
+        "lm-eval's few-shot prompts, their shots the compressed context; none by default",
     )
     accuracy_shots: int = setting(5, help="shots per --accuracy prompt, from the task's own examples: what is compressed")
     accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")

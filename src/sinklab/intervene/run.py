@@ -72,8 +72,8 @@ class InterveneConfig:
         (),
         metavar="T[,T...]",
         parse=task_names,
-        help="BIG-bench tasks (names or task.json paths) whose test-split accuracy is judged intact against every experiment "
-        "(lm-eval, paired); none by default",
+        help="BIG-bench tasks (names or task.json paths; suite: the suite's) whose test-split accuracy is judged intact "
+        "against every experiment (lm-eval, paired); none by default",
     )
     accuracy_shots: int = setting(0, help="shots per --accuracy prompt, from the task's own examples")
     accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")

@@ -57,7 +57,10 @@ class TuneConfig:
         "supervised", choices=MODES, help="supervised: validation labels pick the tuning; unsupervised: lowest output entropy"
     )
     tasks: tuple[str, ...] = setting(
-        DEFAULT_TASKS, metavar="T[,T...]", parse=task_names, help="BIG-bench task names or task.json paths (one tuning each)"
+        DEFAULT_TASKS,
+        metavar="T[,T...]",
+        parse=task_names,
+        help="BIG-bench task names or task.json paths (one tuning each; suite: the suite's)",
     )
     shots: int = setting(0, help="shots per prompt, drawn from the task's own examples (BIG-bench's few-shot convention)")
     validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
