@@ -83,23 +83,27 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     assert report.bytes_after == cache_bytes(twin) < report.bytes_before
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("policy", [KIVI(bits=2, protect=3, group_size=8, residual=5), KIVI(bits=4, group_size=8, residual=5)])
-def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(policy):
+def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(policy, dtype):
     """What a decode step's attention reads: the protected tokens, then every stored token as its
-    packed bytes decode (unpacked, times the group's scale, plus its offset: computed here from the
-    bytes, apart from the layer's in-place path), in sequence order, holes dropped, then the tail
-    and the new token, all bit for bit. Mutations caught: the offset added before the scale; key
-    blocks written untransposed; the holes kept."""
+    packed bytes decode (unpacked, times the group's scale, plus its offset, in float32, then cast
+    to the cache's dtype: computed here from the bytes, apart from the layer's in-place path), in
+    sequence order, holes dropped, then the tail and the new token, all bit for bit, in float32 and
+    bfloat16. Mutations caught: the offset added before the scale; key blocks written
+    untransposed; the holes kept; bfloat16 rounded after the product."""
     _, _, cache = tiny_cache()
     twin = P.branch(cache)
+    for layer in twin.layers:
+        layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
     policy.apply(twin)
     layer = twin.layers[0]
-    new_k, new_v = torch.randn(2, *layer.tail[0].shape[1:2], 1, layer.tail[0].shape[-1]).unbind(0)
+    new_k, new_v = torch.randn(2, *layer.tail[0].shape[1:2], 1, layer.tail[0].shape[-1]).to(dtype).unbind(0)
     keys, values = layer.update(new_k[None], new_v[None])
     store, protected = layer.store, layer.sink[0].shape[2]
 
     def decoded(q) -> torch.Tensor:
-        return unpack(q.data, q.bits).float() * q.scale.float() + q.low.float()
+        return (unpack(q.data, q.bits).float() * q.scale.float() + q.low.float()).to(dtype)
 
     stored_k = decoded(store.keys).transpose(-1, -2).flatten(2, 3)[:, :, [s for s in range(store.slots) if s not in store.holes]]
     stored_v = decoded(store.values).flatten(-2)
@@ -109,6 +113,34 @@ def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(poli
     assert torch.equal(keys[:, :, protected:end], stored_k) and torch.equal(values[:, :, protected:end], stored_v)
     assert torch.equal(keys[:, :, end:], layer.tail[0]) and torch.equal(values[:, :, end:], layer.tail[1])
     assert torch.equal(keys[:, :, -1:], new_k[None]) and keys.shape[2] == layer.get_seq_length()
+
+
+@pytest.mark.parametrize("kind", ["kivi", "static"])
+def test_a_cache_whose_first_tokens_are_all_protected_decodes_on(kind):
+    """Protected tokens that fill a whole KIVI group, or the whole static prefill, leave nothing to
+    store for a while: the layer is read then (a zero-token update) and decodes on, its protected
+    tokens exact and every position counted. Before, a group of protected tokens only crashed
+    KIVI's decode (a reshape of nothing) and an empty static store crashed the read."""
+    _, _, cache = tiny_cache()
+    dense_k = cache.layers[0].keys.clone()
+    heads, length = dense_k.shape[1], dense_k.shape[2]
+    if kind == "kivi":  # the first group of 8 all protected, absorbed once 8 tokens are decoded
+        policy = KIVI(bits=2, protect=8, group_size=8, residual=length)
+    else:
+        policy = StaticKV(
+            bits=4, protect=length, scales={i: (torch.ones(heads), torch.ones(heads)) for i in range(len(cache.layers))}
+        )
+    twin = P.branch(cache)
+    policy.apply(twin)
+    layer = twin.layers[0]
+    keys, _ = layer.update(dense_k[:, :, :0], dense_k[:, :, :0])
+    assert torch.equal(keys, dense_k)  # nothing stored yet: all of it held exactly
+    for step in range(20):
+        new = torch.randn(1, heads, 1, dense_k.shape[-1], generator=torch.Generator().manual_seed(step))
+        keys, _ = layer.update(new, new)
+    assert keys.shape[2] == layer.get_seq_length() == length + 20 and torch.equal(
+        keys[:, :, : policy.protect], dense_k[:, :, : policy.protect]
+    )
 
 
 def test_kivi_quantizes_keys_per_channel_and_values_per_token():

@@ -53,7 +53,7 @@ def test_the_tune_notebook_runs_on_a_model_and_task_given_as_its_parameters(tmp_
     task = write_task(tmp_path / "tiny" / "task.json", n=60)
     notebook = nbformat.read(EXAMPLES / "tune.ipynb", as_version=4)
     (parameters,) = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
-    parameters.source = f"MODEL = {str(tiny_model_dir('llama'))!r}\nTASKS = ({str(task)!r},)\nVALIDATION, TEST = 6, 8"
+    parameters.source = f"MODEL = {str(tiny_model_dir('llama'))!r}\nTASKS = {str(task)!r}\nVALIDATION, TEST = 6, 8"
     nbclient.NotebookClient(
         notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
     ).execute()

@@ -39,7 +39,8 @@ def check_judge_flags(shots: int, test: int, bos: str, min_shots: int = 0, shots
     """A run's ``--accuracy`` settings, as one-line errors: the shots and test examples it asks
     for, and a BOS first (lm-eval's judge puts it first everywhere in sinklab, so a run whose other
     measures go without it would judge two different sequences)."""
-    check(shots >= min_shots, f"{shots_flag} must be at least {min_shots}, got {shots}")
+    why = ": the shots are the context a press compresses" if min_shots else ""
+    check(shots >= min_shots, f"{shots_flag} must be at least {min_shots}{why}, got {shots}")
     check(test >= 1, f"--accuracy-test must be at least 1, got {test}")
     check(bos != "no", "--accuracy puts the tokenizer's BOS first, as lm-eval's judge does everywhere in sinklab: drop --bos no")
 
@@ -54,18 +55,19 @@ def check_prompts_fit(
         return
     for task in tasks:
         longest = max(longest_request(task, tokenizer, split, shots, sizes, seed) for split in splits)
+        remedy = f"give fewer {shots_flag}" if shots else "the task does not fit this model"
         check(
             longest <= max_positions,
             f"{task.name}: its longest {shots}-shot prompt and choice is {longest} tokens and the model has "
-            f"{max_positions} positions; give fewer {shots_flag}",
+            f"{max_positions} positions; {remedy}",
         )
 
 
-def task_names(text: str) -> tuple[str, ...]:
-    """``navigate,snarks`` -> ("navigate", "snarks"): the ``--accuracy`` and ``--tasks`` flags'
-    value; ``suite`` stands for the suite's tasks (:data:`SUITE`), in its place."""
-    named = [t.strip() for t in text.split(",") if t.strip()]
-    return tuple(task for name in named for task in (SUITE if name == "suite" else (name,)))
+def task_names(given) -> tuple[str, ...]:
+    """``navigate,snarks`` (the ``--accuracy`` and ``--tasks`` flags' value) or a sequence of names
+    -> ("navigate", "snarks"); ``suite`` stands for the suite's tasks (:data:`SUITE`), in its place."""
+    named = given.split(",") if isinstance(given, str) else [str(name) for name in given]
+    return tuple(task for name in (n.strip() for n in named) if name for task in (SUITE if name == "suite" else (name,)))
 
 
 __all__ = [

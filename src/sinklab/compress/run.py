@@ -117,6 +117,7 @@ class CompressConfig:
 
     def __post_init__(self) -> None:
         self._fill_grid()
+        self.accuracy = task_names(self.accuracy)  # accuracy="suite" as the flag reads it
         for ratio in self.ratios:
             check_ratio(ratio, "--ratio")
         for keep in self.keep_sinks:

@@ -199,10 +199,9 @@ def _write_run_info(out: str | os.PathLike, info: dict) -> None:
 
 def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().parent.parent) -> Optional[dict]:
     """The git commit of the checkout sinklab is imported from and whether sinklab's own files
-    there (``package_dir`` and below) have uncommitted changes: a results file appended beside
-    them by a benchmark does not make the code that measured it uncommitted. None when sinklab's
-    files are not tracked by a git checkout there (an installed wheel, even one inside some other
-    repository) or git is missing."""
+    (``package_dir`` and below) have uncommitted changes (a results file appended beside them does
+    not make the code uncommitted); None when sinklab's files are not tracked by a git checkout
+    there (an installed wheel, even one inside some other repository) or git is missing."""
 
     def git(*args: str) -> str:
         return subprocess.run(

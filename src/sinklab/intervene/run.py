@@ -82,6 +82,7 @@ class InterveneConfig:
 
     def __post_init__(self) -> None:
         self.interventions = tuple(_from_record(given) for given in self.interventions)
+        self.accuracy = task_names(self.accuracy)  # accuracy="suite" as the flag reads it
         if self.accuracy:
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.inputs.bos)
 

@@ -79,6 +79,9 @@ class KiviStore:
             int((~torch.isin(torch.arange(self.done, end), self.protected)).sum()) == keys.shape[2],
             "KIVI's full-precision tail does not match the positions seen",
         )
+        if take == 0:  # groups of protected tokens only: nothing to store (the layer holds them)
+            self.done = upto
+            return keys, values
         if bool(real.all()):
             k = keys[:, :, :take].reshape(batch, heads, -1, self.group, dim)
             holes: list[int] = []
@@ -162,6 +165,8 @@ class StaticStore:
         return dequantized(self, dtype)
 
     def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        if not self.parts:
+            return
         for i, (out, scale) in enumerate(zip((keys, values), self.scales)):
             data = torch.cat([part[i] for part in self.parts], 2)
             q = (data if self.bits == 8 else unpack(data, self.bits)).float()

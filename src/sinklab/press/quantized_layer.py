@@ -19,7 +19,6 @@ class QuantizedKVLayer(DynamicLayer):
     def __init__(self, sink: tuple, store, keys: torch.Tensor, values: torch.Tensor) -> None:
         super().__init__()
         self.lazy_initialization(keys, values)
-        self.dtype = keys.dtype
         self.sink, self.store, self.seen = sink, store, sink[0].shape[2] + keys.shape[2]
         self.tail = store.absorb(keys, values, self.seen)
 

@@ -70,8 +70,11 @@ class TuneConfig:
     load: LoadOptions = field(default_factory=LoadOptions)
 
     def __post_init__(self) -> None:
+        self.tasks = task_names(self.tasks)  # tune_model(tasks="navigate") or ("suite",) as the flag reads them
         check(bool(self.tasks), "--tasks needs at least one task")
-        check(self.shots >= 0 and self.validation >= 1 and self.test >= 1, "--shots must be >= 0, --validation and --test >= 1")
+        check(self.shots >= 0, f"--shots must be at least 0, got {self.shots}")
+        check(self.validation >= 1, f"--validation must be at least 1, got {self.validation}")
+        check(self.test >= 1, f"--test must be at least 1, got {self.test}")
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
 
