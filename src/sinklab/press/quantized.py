@@ -104,14 +104,6 @@ class KiviStore:
         """The tokens stored (their slots less the holes)."""
         return self.slots - len(self.holes)
 
-    @property
-    def dims(self) -> tuple[int, int]:
-        """The key and value head dimensions of what is stored."""
-        return self.keys.data.shape[3], self.values.data.shape[3] * self.group
-
-    def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        return dequantized(self, dtype)
-
     def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """The stored tokens' keys and values, (B, H, length, D) views of the buffers attention
         reads, written in place: a key block (B, H, D, G) lands transposed in its G rows."""
@@ -156,14 +148,6 @@ class StaticStore:
     def length(self) -> int:
         return sum(part[0].shape[2] for part in self.parts)
 
-    @property
-    def dims(self) -> tuple[int, int]:
-        per_byte = 1 if self.bits == 8 else 8 // self.bits
-        return self.parts[0][0].shape[-1] * per_byte, self.parts[0][1].shape[-1] * per_byte
-
-    def dequantized(self, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        return dequantized(self, dtype)
-
     def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         if not self.parts:
             return
@@ -179,17 +163,6 @@ class StaticStore:
         twin = copy.copy(self)
         twin.parts = list(self.parts)
         return twin
-
-
-def dequantized(store, dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-    """A store's keys and values as new (B, H, length, D) tensors (None while it holds none): its
-    ``dequantize_into`` on fresh buffers."""
-    if not store.length:
-        return None
-    first = store.tensors()[0]
-    keys, values = (torch.empty(*first.shape[:2], store.length, dim, dtype=dtype, device=first.device) for dim in store.dims)
-    store.dequantize_into(keys, values)
-    return keys, values
 
 
 def _split(keys: torch.Tensor, values: torch.Tensor, protected: list[int]):
