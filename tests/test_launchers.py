@@ -42,8 +42,8 @@ EVERY_ENGINE = {
 }
 #: Those that start their own engine in every test: Ray's tests share one (TestOnARunningRay, at the end).
 OWN_ENGINE_PARAMS = [name for name in EVERY_ENGINE if name != "ray"]
-#: Softmax 1x1 on a small task at a learning rate that converges in a few hundred steps: seeds 1-3
-#: stop at different steps before the budget (242, 221, 288), seed 0 at it (290).
+#: Softmax 1x1 on a small task at a learning rate that converges in a few hundred steps: seed 1
+#: stops before the budget (242), seed 0 at it (290), so a result saved under the other seed shows.
 TRIGGER = [
     "trigger",
     "--n-layers",
@@ -53,7 +53,7 @@ TRIGGER = [
     "--attn",
     "softmax",
     "--seeds",
-    "0-3",
+    "0-1",
     "--n",
     "4",
     "--length",
@@ -94,7 +94,7 @@ def pool_trigger(tmp_path_factory):
     out = tmp_path_factory.mktemp("pool") / "run"
     assert cli.main([*TRIGGER, "--out", str(out)]) == 0
     found = records(out)
-    assert len(found) == 4 and len({rec["steps"] for rec, _ in found.values()}) > 1  # stopping steps that tell seeds apart
+    assert len(found) == 2 and len({rec["steps"] for rec, _ in found.values()}) > 1  # stopping steps that tell seeds apart
     return out, found
 
 
@@ -114,11 +114,11 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
     """A pool's run killed before its last model was saved (its files and summary.json deleted),
     resumed through submitit: one job runs, the others stay.
     Mutation tried: training every config in run_grid (not only those without a saved record)
-    submits four jobs instead of one."""
+    submits two jobs instead of one."""
     out = tmp_path / "run"
     shutil.copytree(pool_trigger[0], out)
     for sub, suffix in (("records", "json"), ("models", "safetensors"), ("maps", "safetensors")):
-        (out / sub / f"softmax_1x1_seed2.{suffix}").unlink()
+        (out / sub / f"softmax_1x1_seed1.{suffix}").unlink()
     (out / "summary.json").unlink()
     kept = {path.name: path.stat().st_mtime_ns for path in (out / "records").iterdir()}
     config = config_file(tmp_path, SUBMITIT_LOCAL)
