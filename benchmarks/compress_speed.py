@@ -1,7 +1,7 @@
 """What compressing a cache costs and saves, measured side by side on the default model.
 
 * ``overhead``: at each context length, the prefill alone against the prefill plus the press's
-  scoring and compression (``sinklab.press.applied``), per press; pairs alternate so a slow spell
+  scoring and compression (``sinklab.kvcache.applied``), per press; pairs alternate so a slow spell
   of this shared machine hits both, and the verdict is the median per-pair ratio minus one.
 * ``h2o_memory``: the peak resident memory (Linux ``VmHWM``, each in a fresh process) of a plain
   prefill and of H2O's scored prefill at ``--memory-context`` tokens, medians of
@@ -29,7 +29,7 @@ import time
 import torch
 from common import record
 
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.compress.tasks import text_window
 from sinklab.models.hf import load_model
 from sinklab.stream.caches import cache_bytes
@@ -74,7 +74,7 @@ def overhead(model, tokenizer, contexts: list[int], pairs: int) -> dict:
 
 PEAK_SCRIPT = """
 import sys, torch
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.compress.tasks import text_window
 from sinklab.models.hf import load_model
 loaded = load_model()

@@ -24,8 +24,8 @@ from common import record
 
 from sinklab.compress.evaluate import compressed, continuation_nll, prefill
 from sinklab.compress.tasks import text_window
+from sinklab.kvcache import KIVI
 from sinklab.models.hf import load_model
-from sinklab.press import KIVI
 
 PROTECT = (0, 1)  # kv_2bit's cells
 

@@ -59,8 +59,8 @@ VERSIONS: dict = {}  # framework -> what its workers ran (torch, transformers, t
 
 
 def sinklab_prefill(job: dict):
-    """prefill(ids, press name or None) -> the kept fraction, for sinklab: ``sinklab.press.applied``."""
-    from sinklab import press as P
+    """prefill(ids, press name or None) -> the kept fraction, for sinklab: ``sinklab.kvcache.applied``."""
+    from sinklab import kvcache as P
     from sinklab.models.hf import load_model
 
     model = load_model(job["model"]).model
@@ -69,7 +69,7 @@ def sinklab_prefill(job: dict):
         if name is None:
             model(ids, use_cache=True, logits_to_keep=1)
             return 1.0
-        press = P.press_named(name, ratio=job["ratio"], keep_sinks=SINKS.get(name, 0))
+        press = P.policy_named(name, ratio=job["ratio"], keep_sinks=SINKS.get(name, 0))
         with P.applied(model, press) as pressing:
             model(ids, use_cache=True, logits_to_keep=1)
         return pressing.last.kept_fraction

@@ -8,7 +8,7 @@ model (``sinklab.models.hf.load_model``), float32, the context the first ``--con
 the shipped Shakespeare (``sinklab.compress.tasks.text_window``):
 
 * ``dense``: the prefill's ``DynamicCache``;
-* ``kivi2``, ``kivi4``: the same prefill's cache quantized by ``sinklab.press.KIVI(bits)`` (its
+* ``kivi2``, ``kivi4``: the same prefill's cache quantized by ``sinklab.kvcache.KIVI(bits)`` (its
   defaults: groups of 32, the last 128 tokens in full precision, no sink protected), packed;
 * ``quanto2``, ``quanto4``: ``transformers.QuantizedCache(backend="quanto", nbits=bits)`` filled by
   the prefill itself, as a user of transformers would (its defaults: groups of 64, a residual of
@@ -56,7 +56,7 @@ def make_caches(model, context, bits: tuple) -> dict:
     """name -> (cache, bytes) after a prefill of ``context``."""
     from transformers import QuantizedCache
 
-    from sinklab import press as P
+    from sinklab import kvcache as P
     from sinklab.stream import cache_bytes
 
     def prefill(cache=None):

@@ -18,14 +18,14 @@ from test_press import inputs, layer_kinds, tiny
 
 import sinklab
 from sinklab import cli
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.compress import evaluate
 from sinklab.compress.evaluate import continuation_nll, score_inputs
 from sinklab.compress.tasks import CONTINUATION, DEPTHS, TextWindow, calibration_windows, first_integer, passkey_prompts
 from sinklab.core.errors import SinklabError
-from sinklab.press import KIVI, StaticKV, calibrate, tallied
-from sinklab.press.packing import pack, quantize_groups, unpack
-from sinklab.press.quantized import KiviStore
+from sinklab.kvcache import KIVI, StaticKV, calibrate, tallied
+from sinklab.kvcache.packing import pack, quantize_groups, unpack
+from sinklab.kvcache.quantizers.kivi import KiviStore
 from sinklab.stream import stream_tokens
 from sinklab.stream.caches import cache_bytes
 
@@ -189,7 +189,7 @@ def test_kivi_protects_the_detected_sinks_exactly():
     _, _, cache = tiny_cache(length=120)
     received = (1 / torch.arange(1, 121.0)).flip(0).cumsum(0).flip(0)[None, None].expand(1, 4, 120).clone()
     received[..., [0, 7]] += 60.0
-    tally = SimpleNamespace(received={i: received for i in range(len(cache.layers))})
+    tally = SimpleNamespace(received={i: received for i in range(len(cache.layers))}, window={})
     twin = P.branch(cache)
     report = KIVI(2, "detected", group_size=8, residual=4).apply(twin, tally)
     keys, _ = twin.layers[1].update(*(t[:, :, :0] for t in (cache.layers[1].keys,) * 2))

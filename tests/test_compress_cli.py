@@ -12,7 +12,7 @@ from conftest import one_line_error
 
 import sinklab
 from sinklab import cli
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.compress import CompressConfig
 from sinklab.compress import plots as compress_plots
 from sinklab.compress.run import PressJob, run_job

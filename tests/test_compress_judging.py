@@ -12,14 +12,13 @@ import torch
 import transformers
 
 import sinklab
-from sinklab.compress import run as compress_run
 from sinklab.compress.evaluate import facts, passkey_answer
 from sinklab.compress.frame import cell_rows, quantized_rows, sink_effect_rows
 from sinklab.compress.run import CompressConfig, PressJob, job_policies
 from sinklab.compress.summary import cell_figures, paired
 from sinklab.compress.tasks import ANSWER_TOKENS, CONTINUATION, Passkey, text_window
 from sinklab.core.schemas import validate
-from sinklab.press import Compression, StaticKV
+from sinklab.kvcache import Compression, StaticKV
 
 # --------------------------------------------------------------------------- the passkey judge
 
@@ -180,13 +179,13 @@ def test_the_static_quantizer_never_calibrates_on_the_text_it_is_judged_on(three
     loaded = sinklab.load_model(str(tiny_model_dir("llama")))
     cfg = CompressConfig(presses=(), quantizers=("static",), bits=(8,), keep_sinks=(0,), contexts=(128,),
                          corpus=str(three_documents), outside=None)  # fmt: skip
-    seen, real = [], compress_run.calibrate
+    seen, real = [], StaticKV.calibrated
 
-    def calibrate(model, windows, protect):
+    def calibrated(self, model, windows):
         seen.append(windows)
-        return real(model, windows, protect)
+        return real(self, model, windows)
 
-    monkeypatch.setattr(compress_run, "calibrate", calibrate)
+    monkeypatch.setattr(StaticKV, "calibrated", calibrated)
     policies = job_policies(PressJob(cfg, "static"), loaded)
     assert list(policies) == ["8/0"] and isinstance(policies["8/0"], StaticKV) and len(seen) == 1
     judged = grams(text_window(loaded.tokenizer, cfg.corpus, 128, cfg.bos).ids[0].tolist())

@@ -12,10 +12,10 @@ import pytest
 import torch
 import transformers
 
-from sinklab import press as P
-from sinklab.press import KIVI
-from sinklab.press.packing import SCALE_DTYPE
-from sinklab.press.quantized_layer import QuantizedKVLayer
+from sinklab import kvcache as P
+from sinklab.kvcache import KIVI
+from sinklab.kvcache.layers import QuantizedKVLayer
+from sinklab.kvcache.packing import SCALE_DTYPE
 from sinklab.stream.caches import cache_bytes
 
 

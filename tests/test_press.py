@@ -1,4 +1,4 @@
-"""KV-cache presses (sinklab.press): what each keeps, that the cache really shrinks, and that a
+"""KV-cache presses (sinklab.kvcache): what each keeps, that the cache really shrinks, and that a
 compressed cache attends exactly as the dense model with the dropped keys hidden."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import torch
 import transformers
 from conftest import tiny_config
 
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
+from sinklab.kvcache.policy import LayerContext, sink_positions
+from sinklab.kvcache.sinks import detected_sinks
 from sinklab.models.hf import instrument
-from sinklab.press.base import LayerContext, sink_positions
-from sinklab.press.sinks import detected_sinks
 
 CONTEXT, CONTINUATION = 40, 6
 #: Every press at a ratio that drops keys, each with its sinks kept a different way; short windows
@@ -84,7 +84,7 @@ def test_ratio_zero_gives_the_dense_caches_logits_exactly(name):
     with torch.no_grad():
         dense = model(cont, cache=model(ids, use_cache=True).cache).logits
     settings = {"window_size": 4} if name in ("snapkv", "pyramidkv") else {}
-    got, compression = pressed_continuation(model, P.press_named(name, ratio=0.0, keep_sinks="detected", **settings), ids, cont)
+    got, compression = pressed_continuation(model, P.policy_named(name, ratio=0.0, keep_sinks="detected", **settings), ids, cont)
     assert torch.equal(got, dense) and set(compression.kept.values()) == {CONTEXT}
 
 
@@ -362,7 +362,7 @@ def test_the_weights_beside_sdpa_equal_the_instrumented_ones(arch, monkeypatch):
     the mask's rows taken from the first block whatever the block fails Mistral; a block's window
     rows counted from the block's start fails all three."""
     from sinklab.core.hooks import HookSet
-    from sinklab.press import attention
+    from sinklab.kvcache import tally as attention
 
     monkeypatch.setattr(attention, "ROWS_AT_ONCE", 16)
     model = tiny(arch)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_press import tiny
 
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.core.errors import SinklabError
 
 CONTEXT, QUESTION = 40, 6
@@ -22,10 +22,10 @@ def test_kvpress_argument_names_are_accepted_as_aliases():
     TypeErrors; they are kvpress's names for ``ratio`` and ``keep_sinks``."""
     for name, cls in P.PRESSES.items():
         assert cls(compression_ratio=0.25) == cls(ratio=0.25), name
-        assert P.press_named(name, compression_ratio=0.5).ratio == 0.5
+        assert P.policy_named(name, compression_ratio=0.5).ratio == 0.5
     assert P.StreamingLLM(compression_ratio=0.5, n_sink=4) == P.StreamingLLM(ratio=0.5, keep_sinks=4)
     for both in ({"ratio": 0.5}, {}):  # a positional ratio too: it was a bare TypeError
-        with pytest.raises(SinklabError, match=r"give ratio= \(or positionally\) or kvpress's compression_ratio=, not both"):
+        with pytest.raises(SinklabError, match=r"give ratio= \(or positionally\) or compression_ratio=, not both"):
             P.SnapKV(*([] if both else [0.5]), compression_ratio=0.5, **both)
     assert P.SnapKV(0.5, 4) == P.SnapKV(ratio=0.5, keep_sinks=4)
     with pytest.raises(TypeError):

@@ -9,9 +9,9 @@ import torch
 import transformers
 from test_compress import planted_context, planted_model
 
-from sinklab import press as P
+from sinklab import kvcache as P
 from sinklab.compress.evaluate import compressed, prefill
-from sinklab.press.base import sink_positions
+from sinklab.kvcache.policy import sink_positions
 
 
 def test_keep_sinks_protects_the_first_n_positions_of_the_context():

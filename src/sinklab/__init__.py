@@ -5,8 +5,9 @@ In a notebook, on a model you loaded (or ``sinklab.load_model()``, the built-in 
 ``adapt_model``, ``compress_model``, ``tune_model``, ``bench_models`` and ``compare_bench`` return a :class:`RunResult`
 (``.summary``, ``.data``, ``.frame()``, ``.figures()``, ``.page()``); ``sinklab.load_result(run_dir)``
 reads any finished run back;
-``sinklab.intervene.applied`` puts interventions, and ``sinklab.press.applied`` a KV-cache press,
-around your own forward or ``generate``, and ``sinklab.tune.applied`` a ZeroTuning or ACT tuning.
+``sinklab.applied(model, *edits)`` puts interventions, ZeroTuning or ACT tunings, KV-cache presses
+and quantizers around your own forward or ``generate`` (``sinklab.intervene.applied``,
+``sinklab.tune.applied`` and ``sinklab.kvcache.applied`` take one kind each).
 Names are imported on first use, so ``import sinklab`` stays light; ``dir(sinklab)`` lists them.
 """
 
@@ -23,6 +24,7 @@ _EXPORTS = {
     "bench_models": ("api", "bench_models"),
     "compare_bench": ("api", "compare_bench"),
     "load_result": ("api", "load_result"),
+    "applied": ("editing", "applied"),
     "load_model": ("models.hf", "load_model"),
     "default_gguf_path": ("models.hf", "default_gguf_path"),
     "default_model_folder": ("models.hf", "default_model_folder"),
@@ -38,6 +40,7 @@ _SUBPACKAGES = (
     "intervene",
     "stream",
     "adapt",
+    "kvcache",
     "press",
     "compress",
     "tune",

@@ -185,7 +185,7 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     ``.frame("sink_effect")``: keeping sinks against none, paired. Naming ``presses`` runs those
     presses only, naming ``quantizers`` those quantizers only, naming neither the default grid of
     both. A context longer than the model's positions allow is refused before anything runs. To
-    compress your own ``generate``: :func:`sinklab.press.applied`. Settings:
+    compress your own ``generate``: :func:`sinklab.kvcache.applied`. Settings:
     """
     return _run(COMPRESS, model, tokenizer, settings, out, overwrite, "compress_model")
 

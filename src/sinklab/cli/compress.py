@@ -1,4 +1,4 @@
-"""``sinklab compress``: the keep-sink table of KV-cache presses (sinklab.press)."""
+"""``sinklab compress``: the keep-sink table of KV-cache presses (sinklab.kvcache)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from ..compress import COMPRESS, CompressConfig
 from ..compress import plots as compress_plots
 from ..core.text import format_table, terminal_text
-from ..press import PRESSES
+from ..kvcache import PRESSES
 from .args import (
     MODEL_HELP,
     add_config_arguments,

@@ -1,4 +1,4 @@
-"""``sinklab compress``: what KV-cache presses (:mod:`sinklab.press`) cost in perplexity and
+"""``sinklab compress``: what KV-cache presses (:mod:`sinklab.kvcache`) cost in perplexity and
 passkey retrieval, with and without the sink kept: :mod:`.tasks` (the inputs), :mod:`.evaluate`
 (a press's row from one prefill per input), :mod:`.run` (the capability), :mod:`.frame` and
 :mod:`.plots` (its tables, figures and page)."""

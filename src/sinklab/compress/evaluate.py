@@ -6,7 +6,7 @@ The prefill's cache and attention sums do not depend on the cell, so a cell cost
 a short continuation, not a prefill. Cells of a press that keep the same keys in every layer (a
 score that already ranks the sink high keeps the same keys with and without ``keep_sinks``) hold the
 same cache, so their continuation is scored once and its scores shared. Each cell compresses a copy
-of the dense cache (:func:`~sinklab.press.branch`), so the dense cache is scored too (ratio 0) and
+of the dense cache (:func:`~sinklab.kvcache.branch`), so the dense cache is scored too (ratio 0) and
 every cell starts from the same state.
 """
 
@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 import torch
 import torch.nn.functional as F
 
-from ..press import Press, attention_for, branch, tallied
+from ..kvcache import attention_for, branch, recording, tallied
 from .tasks import ANSWER_TOKENS, Passkey, TextWindow, first_integer, key_ids
 
 
@@ -26,8 +26,7 @@ from .tasks import ANSWER_TOKENS, Passkey, TextWindow, first_integer, key_ids
 def prefill(model, context: torch.Tensor, policies: list):
     """The dense cache of ``context`` and, when any of ``policies`` scores from attention, the
     prefill's attention sums (one pass for all of them)."""
-    wants = frozenset().union(*(p.recording for p in policies))
-    window_rows = max(p.window_rows for p in policies)
+    wants, window_rows = recording(policies)
     if not wants:
         return model(context, use_cache=True, logits_to_keep=1).cache, None
     with tallied(model, context.shape[-1], "received" in wants, window_rows) as tally:
@@ -93,7 +92,7 @@ def score_each(model, policies: dict, inputs) -> Iterator[tuple[str, str, dict]]
     of ``policies``: the context prefilled once, compressed per cell, ``score(compressed cache)``
     with the compression's facts; cells that kept the same keys share one scoring."""
     family = list(policies.values())
-    with attention_for(model, family[0]):
+    with attention_for(model, family):
         for name, context, score in inputs:
             cache, tally = prefill(model, context.to(model.device), family)
             scored: dict = {}  # kept keys -> the scores of a cell that kept them
@@ -108,7 +107,7 @@ def score_each(model, policies: dict, inputs) -> Iterator[tuple[str, str, dict]]
 def _kept_keys(policy, compression) -> Optional[bytes]:
     """What fixes a press's compressed cache (the positions each layer and head kept), or None for
     a quantizer, whose cache also depends on its bits and protection."""
-    if not isinstance(policy, Press):
+    if policy.kind != "press":
         return None
     return b"".join(positions.numpy().tobytes() for positions in compression.positions.values())
 

@@ -1,17 +1,18 @@
 """What ``sinklab compress`` refuses before its run directory is claimed: inputs past the model's
-positions, passkey prompts longer than the context asked for, KIVI groups that do not divide the
-heads, and ``--accuracy`` tasks that cannot be read or split. All need only the model's config and
-tokenizer, so a run whose jobs load the model elsewhere (a Slurm or Ray launcher) refuses them here
-too, without loading the weights; the jobs check the positions again where they load it."""
+positions, passkey prompts longer than the context asked for, quantizers that cannot run on the
+model (KIVI groups that do not divide the heads, quanto without its package), and ``--accuracy``
+tasks that cannot be read or split. All need only the model's config and tokenizer, so a run whose
+jobs load the model elsewhere (a Slurm or Ray launcher) refuses them here too, without loading the
+weights; the jobs check the positions again where they load it."""
 
 from __future__ import annotations
 
-from ..core.errors import SinklabError, check
+from ..core.errors import SinklabError
 from ..core.launchers import LOCAL
 from ..core.results import RunContext
+from ..kvcache import QUANTIZERS
 from ..models.hf import head_dim_of, read_header
 from ..models.subjects import transformers_model
-from ..press import check_quanto
 from .judged import check_judge
 from .tasks import CONTINUATION, MIN_CONTEXT, passkey_prompts
 
@@ -44,16 +45,12 @@ def check_feasible(cfg, model) -> None:
     )
 
 
-def check_kivi_groups(cfg, config) -> None:
-    """KIVI's value groups are ``--group-size`` channels of a head: refuse a size that does not divide
-    the model's head dimension (every job would fail after the run directory is claimed)."""
-    if "kivi" in cfg.quantizers:
-        dim = head_dim_of(config)
-        check(
-            dim % cfg.group_size == 0,
-            f"--quant kivi: groups of --group-size {cfg.group_size} channels do not divide this model's head dimension "
-            f"{dim}; give a --group-size that divides {dim}",
-        )
+def check_quantizers(cfg, config) -> None:
+    """Each quantizer's own refusal (:meth:`~sinklab.kvcache.Quantizer.check_usable`: KIVI's groups
+    must divide the head dimension, quanto needs its package), before any job fails on it."""
+    for name in cfg.quantizers:
+        cls = QUANTIZERS[name]
+        cls.check_usable(head_dim_of(config), {key: getattr(cfg, key) for key in cls.run_settings})
 
 
 def check_passkeys(cfg, tokenizer) -> None:
@@ -65,15 +62,13 @@ def check_passkeys(cfg, tokenizer) -> None:
 
 
 def preflight(cfg, context: RunContext) -> None:
-    """Before the run directory is claimed: the quanto baseline's package, the model's positions
-    and the passkey prompts. Where the jobs run in this process the model is loaded here (and kept
-    for them); where they run elsewhere only its config and tokenizer are read."""
-    if "quanto" in cfg.quantizers:
-        check_quanto()
+    """Before the run directory is claimed: the model's positions, what each quantizer needs, and
+    the passkey prompts. Where the jobs run in this process the model is loaded here (and kept for
+    them); where they run elsewhere only its config and tokenizer are read."""
     here = context.subject is not None or context.workdir is None or (context.launcher or LOCAL).launcher == "local"
     model = model_for(cfg, context.subject) if here else read_header(cfg.model, cfg.load)
     check_feasible(cfg, model)
-    check_kivi_groups(cfg, model.config)
+    check_quantizers(cfg, model.config)
     check_passkeys(cfg, model.tokenizer)
     if cfg.accuracy:
         check_judge(cfg, model.tokenizer, model.max_positions)

@@ -22,7 +22,7 @@ import torch
 
 from ..accuracy import Question, check_prompts_fit, check_tasks, evaluate, lm_for, questions, read_task, sizes_for
 from ..core.progress import progress_bar
-from ..press import branch
+from ..kvcache import branch
 from .evaluate import score_each
 
 SPLIT = "test"

@@ -23,8 +23,8 @@ from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
+from ..kvcache import DETECTED, PRESSES, PROTECTS, QUANTIZERS, check_ratio, policy_named
 from ..models.hf import MODEL_HELP, LoadOptions, model_facts
-from ..press import DETECTED, KIVI, PRESSES, QuantoKV, StaticKV, calibrate, check_ratio, press_named
 from ..scan import BOS_CHOICES
 from . import plots
 from .evaluate import score_inputs
@@ -37,11 +37,14 @@ from .tasks import CONTINUATION, DEPTHS, MIN_CONTEXT, TASKS, calibration_windows
 JOBS_DIR = "presses"
 DENSE = "dense"  # the uncompressed cache's job and row
 RATIOS = (0.25, 0.5, 0.75, 0.875)
-#: The KV quantizers and the bit widths each takes (``--bits`` picks among them).
-QUANTIZERS = {"kivi": (2, 4), "static": (4, 8), "quanto": (2, 4)}
-#: What each quantizer's protect setting (``--keep-sinks``) takes.
-PROTECTS = {"kivi": "0, N or detected", "static": "0 or N (first tokens)", "quanto": "nothing (0)"}
 CALIBRATION = (512, 4)  # static scales: tokens x windows of the corpus, after the text the ppl task reads
+
+
+def quantizers_help() -> str:
+    """Each registered quantizer's bit widths and what it protects, for ``--quant``'s help."""
+    return "; ".join(
+        f"{name}: {'/'.join(map(str, cls.bit_widths))}-bit, protect {PROTECTS[cls.protects]}" for name, cls in QUANTIZERS.items()
+    )
 
 
 def keep_sinks_list(text: str) -> tuple:
@@ -84,8 +87,7 @@ class CompressConfig:
         shown=f"{','.join(QUANTIZERS)}, or none when only --press is given",
         choices=tuple(QUANTIZERS),
         metavar="Q[,Q...]",
-        help="KV quantizers: kivi (packed 2/4-bit, protect 0|N|detected), static (INT8/INT4 per-head scales, protect 0|N), "
-        "quanto (transformers' QuantizedCache, no protection); 'none' for presses only",
+        help=f"KV quantizers ({quantizers_help()}); 'none' for presses only",
         parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
     )
     bits: tuple[int, ...] = setting((2, 4, 8), metavar="B[,B...]", help="bit widths; each quantizer runs those it takes")
@@ -135,8 +137,8 @@ class CompressConfig:
         for name in self.quantizers:
             check(
                 self.quantizer_bits(name) and self.protections(name),
-                f"--quant {name} has nothing to run: it takes --bits {','.join(map(str, QUANTIZERS[name]))} "
-                f"and protects {PROTECTS[name]}; got --bits {','.join(map(str, self.bits))} "
+                f"--quant {name} has nothing to run: it takes --bits {','.join(map(str, QUANTIZERS[name].bit_widths))} "
+                f"and protects {PROTECTS[QUANTIZERS[name].protects]}; got --bits {','.join(map(str, self.bits))} "
                 f"--keep-sinks {','.join(map(str, self.keep_sinks))}",
             )
 
@@ -162,15 +164,15 @@ class CompressConfig:
 
     def press_cells(self, name: str) -> dict:
         """A press's row: cell name ("ratio/keep_sinks") -> the press."""
-        base = press_named(name, **({"seed": self.seed} if name == "random" else {}))
+        base = policy_named(name, **({"seed": self.seed} if name == "random" else {}))
         return {f"{r:g}/{k}": replace(base, ratio=r, keep_sinks=k) for r, k in self.press_grid()}
 
     def quantizer_bits(self, name: str) -> list[int]:
-        return [b for b in self.bits if b in QUANTIZERS[name]]
+        return [b for b in self.bits if b in QUANTIZERS[name].bit_widths]
 
     def protections(self, name: str) -> list:
-        """The protect settings a quantizer takes: quanto none, static numbers only, kivi all."""
-        return {"quanto": [0], "static": [k for k in self.keep_sinks if k != DETECTED]}.get(name, list(self.keep_sinks))
+        """The protect settings of ``--keep-sinks`` a quantizer takes (quanto none, static numbers only)."""
+        return QUANTIZERS[name].protections(self.keep_sinks)
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def job_policies(job: PressJob, loaded) -> dict:
     """The job's cells: cell name -> policy (a press, or a quantizer at "bits/protect")."""
     cfg = job.cfg
     if job.press == DENSE:
-        return {"0/0": press_named("knorm")}  # ratio 0: the full cache
+        return {"0/0": policy_named("knorm")}  # ratio 0: the full cache
     if job.press in PRESSES:
         return cfg.press_cells(job.press)
     cells = {}
@@ -217,13 +219,14 @@ def job_policies(job: PressJob, loaded) -> dict:
 
 
 def quantizer(name: str, bits: int, protect, cfg: CompressConfig, loaded):
-    if name == "kivi":
-        return KIVI(bits, protect, cfg.group_size, cfg.residual)
-    if name == "quanto":
-        return QuantoKV(bits)
+    """The quantizer ``name`` at ``bits`` and ``protect``, with the run's settings it takes, fitted
+    to the model where it needs it (static scales: calibrated after the text the ppl task reads)."""
+    cls = QUANTIZERS[name]
+    policy = cls(bits=bits, protect=protect, **{key: getattr(cfg, key) for key in cls.run_settings})
+    if not cls.calibrates:
+        return policy
     skip = max(cfg.contexts) + CONTINUATION + 1  # the ppl windows' tokens (targets too): never calibrated on
-    windows = calibration_windows(loaded.tokenizer, cfg.corpus, skip, *CALIBRATION)
-    return StaticKV(bits, protect, scales=calibrate(loaded.model, windows, protect))
+    return policy.calibrated(loaded.model, calibration_windows(loaded.tokenizer, cfg.corpus, skip, *CALIBRATION))
 
 
 def measure(cfg: CompressConfig, context: RunContext = RunContext()) -> RunResult:

@@ -122,7 +122,16 @@ def cache_bytes(cache) -> int:
     else:
         held = [layer.held_tensors() if hasattr(layer, "held_tensors") else (layer.keys, layer.values) for layer in cache.layers]
         tensors = [t for pair in held for t in pair if isinstance(t, torch.Tensor)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return sum(tensor_bytes(t) for t in tensors)
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor, or of the tensors inside a tensor subclass (quanto's packed data, scales
+    and shifts), counted down to plain tensors."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
 
 
 # --------------------------------------------------------------------------- native models

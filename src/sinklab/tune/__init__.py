@@ -11,12 +11,13 @@ applies a tuning around any forward, ``generate`` or lm-eval run, and :func:`loa
 saved one back. The edits themselves (:class:`InitialTokenScale`, :class:`SinkCalibration`) are
 interventions, usable in :func:`sinklab.intervene.applied` too."""
 
-from .applied import applied
+from .applied import applied, tuning_edits
 from .edits import InitialTokenScale, SinkCalibration
 from .run import DEFAULT_TASKS, METHODS, TUNE, TuneConfig
 from .tunings import ACT, ZeroTuning, from_record, load_tuning, save_tuning, to_record
 
 __all__ = [
+    "tuning_edits",
     "ACT",
     "DEFAULT_TASKS",
     "METHODS",

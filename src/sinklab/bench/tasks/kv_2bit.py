@@ -9,7 +9,7 @@ The two are compared at the same full-precision recent tokens (the same position
 Versions: 1 (sinklab before issue 39) counted KIVI's groups from after the protected token, so
 protect=1 also kept up to 31 more recent tokens in full precision (1 + 159 against 128 at 1,024
 tokens): part of its gain was those tokens. 2: the same recent tokens with and without protection
-(:class:`~sinklab.press.KIVI`)."""
+(:class:`~sinklab.kvcache.KIVI`)."""
 
 from ...compress import COMPRESS, positions_read
 from ..task import Task, metric, register

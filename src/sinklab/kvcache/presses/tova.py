@@ -3,7 +3,7 @@ query attends to most, averaged over all heads, so every head keeps the same pos
 
 As kvpress's ``TOVAPress``: applied once after the prefill (the paper evicts one token per
 decoding step), the last token always kept; its attention is the model's own, summed while the
-prefill runs (:mod:`.attention`).
+prefill runs (:mod:`~sinklab.kvcache.tally`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import LayerContext, Press, register
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("tova")
+@register_policy("tova")
 @dataclass(frozen=True)
 class TOVA(Press):
     """TOVA: keep the keys the context's last query attends to most, averaged over all heads (every

@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import KVPRESS_NAMES, LayerContext, Press, register
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("streaming_llm")
+@register_policy("streaming_llm")
 @dataclass(frozen=True)
 class StreamingLLM(Press):
     """StreamingLLM: keep the most recent keys (the score is the position) and the first
@@ -23,7 +24,7 @@ class StreamingLLM(Press):
     ``StreamingLLM(ratio=0.5, keep_sinks=4)``, and kvpress's two names are accepted as they are
     (kvpress keeps 4 sinks unless told otherwise; here none are kept unless asked)."""
 
-    kvpress_names = {**KVPRESS_NAMES, "n_sink": "keep_sinks"}
+    aliases = {**Press.aliases, "n_sink": "keep_sinks"}
 
     def scores(self, context: LayerContext) -> torch.Tensor:
         batch, kv_heads = context.keys.shape[:2]

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .base import LayerContext, Press, register
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("keydiff")
+@register_policy("keydiff")
 @dataclass(frozen=True)
 class KeyDiff(Press):
     """KeyDiff: keep the keys least similar (cosine) to the mean key direction, per KV head. As

@@ -7,7 +7,7 @@ average pool of ``kernel_size`` (zeros beyond the edges, torch's default), avera
 query heads of each KV head; the window's keys are always kept, inside the budget. Departure:
 kvpress recomputes the window's queries from the layer's input and scales them by the head
 dimension; here the weights are the model's own (its scaling, soft-capping, learned sink logits),
-summed while the prefill runs (:mod:`.attention`).
+summed while the prefill runs (:mod:`~sinklab.kvcache.tally`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..core.errors import check
-from .base import LayerContext, Press, register
+from ...core.errors import check
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("snapkv")
+@register_policy("snapkv")
 @dataclass(frozen=True)
 class SnapKV(Press):
     """SnapKV: keep the keys the last ``window_size`` queries of the compressed context attend to
@@ -29,7 +30,7 @@ class SnapKV(Press):
     and the window's own keys. As kvpress's ``SnapKVPress(compression_ratio, window_size=64,
     kernel_size=5)``; ``compression_ratio`` is accepted for ``ratio``. The window is the end of
     what is compressed: a prompt that ends with its question is scored by the question's queries
-    (and the question compressed with the rest); ``press.applied(model, press, question=question_ids)``
+    (and the question compressed with the rest); ``kvcache.applied(model, press, question=question_ids)``
     keeps the question out of the compression, as kvpress's pipeline does, and the window is then
     the context's own last queries (the question chooses no key)."""
 

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import LayerContext, Press, register
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("random")
+@register_policy("random")
 @dataclass(frozen=True)
 class Random(Press):
     """The control: keep a random subset of the context's keys per KV head, drawn from ``seed`` so a

@@ -3,7 +3,7 @@ attention ("heavy hitters") and the most recent ones, half the budget each.
 
 The score is the attention each key received, summed over every query of the prefill (the
 paper's accumulated attention), averaged over the query heads of each KV head; it is summed
-while the prefill runs (:mod:`.attention`), never as a (T, T) matrix. Departures: kvpress's
+while the prefill runs (:mod:`~sinklab.kvcache.tally`), never as a (T, T) matrix. Departures: kvpress's
 nearest press (``ObservedAttentionPress``) divides each key's sum by the number of queries that
 see it and keeps no recent window; here the paper's rule is kept (the sum, and half the budget
 for the recent tokens, as in its reference code's equal heavy and recent sizes). The raw sum
@@ -16,15 +16,16 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import LayerContext, Press, register
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("h2o")
+@register_policy("h2o")
 @dataclass(frozen=True)
 class H2O(Press):
     """H2O: keep the keys that received the most attention over the whole prefill (summed, per KV
     head) and the most recent ones, half the budget each. It reads the prefill's attention, so it
-    compresses inside ``press.applied(model, H2O(ratio=0.5))``. kvpress's nearest press is
+    compresses inside ``kvcache.applied(model, H2O(ratio=0.5))``. kvpress's nearest press is
     ``ObservedAttentionPress`` (this module's docstring says how they differ); kvpress's
     ``compression_ratio`` is accepted for ``ratio``."""
 

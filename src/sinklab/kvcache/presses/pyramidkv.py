@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..core.errors import check
-from .base import register
+from ...core.errors import check
+from ..policy import register_policy
 from .snapkv import SnapKV
 
 
-@register("pyramidkv")
+@register_policy("pyramidkv")
 @dataclass(frozen=True)
 class PyramidKV(SnapKV):
     """PyramidKV: SnapKV's scores with per-layer budgets that shrink with depth (layer 0 keeps the

@@ -1,11 +1,14 @@
-"""``with sinklab.press.applied(model, SnapKV(ratio=0.5, keep_sinks=4)): model.generate(...)``.
+"""``with sinklab.kvcache.applied(model, SnapKV(ratio=0.5, keep_sinks=4)): model.generate(...)``.
 
 Within the block, the model's next prefill (a forward over several tokens into an empty cache:
 ``generate``'s first step, or ``model(context_ids, use_cache=True)``) runs as usual, and its cache
-is compressed when the forward returns: each full-attention layer keeps the positions the press
-chooses (:mod:`.base`), in a :class:`~.pressed_layer.PressedLayer`. Only the context is compressed: the
-tokens after it (a question, the continuation) are added whole, as in kvpress's pipeline.
-The prefill's own output is the dense model's (its attention ran before the compression).
+is rewritten when the forward returns by each policy in turn: a press keeps the positions it
+chooses (:mod:`.press`), a quantizer stores the keys in fewer bits (:mod:`.quantizer`), and a press
+then a quantizer evict, then quantize what is kept (``applied(model, SnapKV(ratio=0.5,
+keep_sinks=4), KIVI(bits=4, protect=4))``; presses come first, at most one quantizer last). Only
+the context is compressed: the tokens after it (a question, the continuation) are added whole, as
+in kvpress's pipeline. The prefill's own output is the dense model's (its attention ran before the
+compression).
 
 A prompt that ends with a question compresses the question too, and a press that scores keys by the
 last queries (SnapKV, TOVA) then scores them by the question. ``applied(model, press,
@@ -17,14 +20,15 @@ and ``model(prompt)`` work as written); its other outputs (``hidden_states``, ``
 the question's only, and ``labels=`` is refused (a loss over the whole prompt is computed from the
 logits).
 
-What the press needs from the prefill's attention (H2O, SnapKV, TOVA, detected sinks) is summed
-while the prefill runs (:mod:`.attention`), never as a (T, T) matrix. Hooks live only inside the
+What the policies need from the prefill's attention (H2O, SnapKV, TOVA, detected sinks) is summed
+once for all of them while the prefill runs (:mod:`.tally`), never as a (T, T) matrix. Hooks live only inside the
 block; the compressed cache outlives it (the same ``model.generate`` may continue it later;
 a cache whose layers kept different numbers of keys needs the block's attention function, so it
 is continued inside the block).
 
 :attr:`Pressing.last` reports the last compression: the context's length, what each layer kept,
-the sinks protected, and the cache's bytes before and after.
+the sinks held apart, and the cache's bytes before and after (with several policies, the whole
+composition's; :attr:`Pressing.steps` has each policy's own).
 """
 
 from __future__ import annotations
@@ -35,18 +39,19 @@ from typing import Iterator, Optional
 import torch
 from torch import nn
 
-from ..core.errors import check
-from .attention import tallied
-from .base import Compression, Press, compress, not_a_press
-from .cache import NARROWED_SDPA, check_unpadded, register_narrowed_sdpa
+from ..core.errors import SinklabError, check
+from .narrowed import attention_for
+from .policy import CachePolicy, Compression, not_a_policy, recording, rewrite
+from .tally import tallied
 
 
 class Pressing:
-    """The state of an :func:`applied` block: the press, the model, and the last compression."""
+    """The state of an :func:`applied` block: the policies, the model, and the last compression."""
 
-    def __init__(self, model: nn.Module, press: Press, question: Optional[torch.Tensor] = None) -> None:
-        self.model, self.press, self.question = model, press, question
+    def __init__(self, model: nn.Module, policies: tuple, question: Optional[torch.Tensor] = None) -> None:
+        self.model, self.policies, self.question = model, policies, question
         self.last: Optional[Compression] = None
+        self.steps: list[Compression] = []
         self._prefill: Optional[ExitStack] = None
         self._tally = None
         self._held_back: Optional[dict] = None  # the question's forward, run after the context's compression
@@ -70,13 +75,11 @@ class Pressing:
         check_unpadded(kwargs.get("attention_mask"))
         if self.question is not None:
             args, kwargs = self._hold_back_question(args, kwargs, ids)
-        wants = self.press.recording
+        wants, window_rows = recording(self.policies)
         self._prefill = ExitStack()
         if wants:
             context_length = ids.shape[-1] - (0 if self.question is None else self.question.shape[-1])
-            self._tally = self._prefill.enter_context(
-                tallied(self.model, context_length, "received" in wants, self.press.window_rows)
-            )
+            self._tally = self._prefill.enter_context(tallied(self.model, context_length, "received" in wants, window_rows))
         return args, kwargs
 
     def _hold_back_question(self, args: tuple, kwargs: dict, ids: torch.Tensor) -> tuple[tuple, dict]:
@@ -119,7 +122,8 @@ class Pressing:
         self._prefill = None
         cache = getattr(output, "cache", None)
         check(cache is not None, "the prefill returned no cache to compress (call the model with use_cache=True)")
-        self.last = compress(cache, self.press, tally)
+        self.steps = [rewrite(cache, policy, tally) for policy in self.policies]
+        self.last = composed(self.steps)
         if self._held_back is not None:
             return self._ask_question(module, output.logits, cache)
 
@@ -142,8 +146,9 @@ class Pressing:
 
 
 @contextmanager
-def applied(model: nn.Module, press: Press, question=None) -> Iterator[Pressing]:
-    """Compress the cache of the model's next prefill(s) inside the block with ``press``; yields the
+def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator[Pressing]:
+    """Rewrite the cache of the model's next prefill(s) inside the block with ``policies`` (a press,
+    a quantizer, or presses then one quantizer, applied in that order); yields the
     :class:`Pressing`, whose ``last`` describes the last compression. Nothing stays on the model
     after the block (its hooks and attention implementation are restored, also on error).
 
@@ -154,16 +159,15 @@ def applied(model: nn.Module, press: Press, question=None) -> Iterator[Pressing]
     only, and ``labels=`` is refused."""
     from ..models.hf.support import check_causal
 
-    if not isinstance(press, Press):
-        raise not_a_press(press)
+    check_order(policies)
     question = None if question is None else _question_ids(question)
     check(
         isinstance(model, nn.Module) and hasattr(model, "config"),
         f"expected a transformers causal LM, got {type(model).__name__}",
     )
     check_causal(model)
-    state = Pressing(model, press, question)
-    with attention_for(model, press):
+    state = Pressing(model, policies, question)
+    with attention_for(model, policies):
         handles = [
             model.register_forward_pre_hook(state.before, with_kwargs=True),
             model.register_forward_hook(state.after, with_kwargs=True),
@@ -174,6 +178,28 @@ def applied(model: nn.Module, press: Press, question=None) -> Iterator[Pressing]
             for handle in handles:
                 handle.remove()
             state.close()
+
+
+def check_order(policies: tuple) -> None:
+    """At least one policy; presses first, then at most one quantizer (it stores what they kept)."""
+    if not policies:
+        raise SinklabError("applied() needs a press or a quantizer, e.g. applied(model, SnapKV(ratio=0.5, keep_sinks=4))")
+    for policy in policies:
+        if not isinstance(policy, CachePolicy):
+            raise not_a_policy(policy)
+    kinds = [policy.kind for policy in policies]
+    check(
+        "quantizer" not in kinds[:-1],
+        f"a quantizer stores what the presses before it kept, so it comes last, and once; got {', '.join(kinds)}",
+    )
+
+
+def composed(steps: list[Compression]) -> Compression:
+    """One report of policies applied in turn: the positions the last one holds, the sinks any held
+    apart, the bytes before the first and after the last."""
+    first, last = steps[0], steps[-1]
+    sinks = sorted({sink for step in steps for sink in step.sinks})
+    return Compression(first.length, last.positions, sinks, first.bytes_before, last.bytes_after)
 
 
 def _question_ids(question) -> torch.Tensor:
@@ -187,22 +213,10 @@ def _question_ids(question) -> torch.Tensor:
     return ids.reshape(1, -1).long()
 
 
-@contextmanager
-def attention_for(model: nn.Module, press: Press) -> Iterator[None]:
-    """Within the block the model attends as a cache compressed by ``press`` needs: unchanged,
-    except that per-layer budgets need each layer's mask cut to its keys (:mod:`.cache`)."""
-    if not press.per_layer_budgets:
-        yield
-        return
-    previous = model.config._attn_implementation
-    check(
-        previous == "sdpa",
-        f"{press.name} keeps a different number of keys per layer, which sinklab's cache supports under the sdpa attention "
-        f"only; this model uses {previous!r} (load it with attn_implementation='sdpa')",
-    )
-    register_narrowed_sdpa()
-    model.set_attn_implementation(NARROWED_SDPA)
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(previous)
+def check_unpadded(attention_mask) -> None:
+    """Refuse a padded batch: its padding would land on the wrong kept columns after a press."""
+    if attention_mask is not None and not bool(attention_mask.all()):
+        raise SinklabError(
+            "a press compresses unpadded contexts only: this batch is padded (its attention_mask has zeros), and after "
+            "compression the padding would mask the wrong keys; compress one context at a time or contexts of equal length"
+        )

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import LayerContext, Press, register
+from ..policy import LayerContext, register_policy
+from ..press import Press
 
 
-@register("knorm")
+@register_policy("knorm")
 @dataclass(frozen=True)
 class Knorm(Press):
     """Knorm: keep the keys of lowest L2 norm, per KV head. As kvpress's

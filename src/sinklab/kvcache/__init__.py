@@ -1,0 +1,76 @@
+"""KV-cache policies that keep the sink: presses that evict and quantizers that store fewer bits,
+applied to a cache a prefill has just filled, on transformers 5 (kvpress's idea; kvpress itself
+needs transformers < 5.3).
+
+``with sinklab.kvcache.applied(model, SnapKV(ratio=0.5, keep_sinks=4), KIVI(bits=4, protect=4)):
+model.generate(...)`` (evict, then quantize what is kept; either alone works the same way).
+
+* :mod:`.policy`: what every policy is (the registry, the sink vocabulary, the one rewrite routine);
+* :mod:`.press` and one file per press in :mod:`.presses` (StreamingLLM, H2O, SnapKV, TOVA, Knorm,
+  KeyDiff, Random, PyramidKV);
+* :mod:`.quantizer` and one file per quantizer in :mod:`.quantizers` (KIVI, static INT8/INT4 with
+  the sink as a prefix, transformers' quanto as the baseline), their packed storage in :mod:`.packing`;
+* :mod:`.layers` (the cache layers a policy leaves), :mod:`.narrowed` (the attention for layers of
+  different widths), :mod:`.tally` (the prefill's attention, summed on arrival), :mod:`.sinks`
+  (detected sinks), :mod:`.applied` (the ``with`` block).
+
+A new press or quantizer is one file in :mod:`.presses` or :mod:`.quantizers` (DEVELOPERS.md).
+"""
+
+from .applied import Pressing, applied
+from .narrowed import attention_for
+from .policy import (
+    DETECTED,
+    POLICIES,
+    PRESSES,
+    QUANTIZERS,
+    CachePolicy,
+    Compression,
+    LayerContext,
+    branch,
+    policy_named,
+    recording,
+    register_policy,
+    rewrite,
+)
+from .press import Press, check_ratio
+from .presses import H2O, TOVA, KeyDiff, Knorm, PyramidKV, Random, SnapKV, StreamingLLM
+from .quantizer import PROTECTS, Quantizer
+from .quantizers import KIVI, QuantoKV, StaticKV, calibrate, check_quanto
+from .tally import tallied
+
+__all__ = [
+    "DETECTED",
+    "H2O",
+    "KIVI",
+    "POLICIES",
+    "PRESSES",
+    "PROTECTS",
+    "QUANTIZERS",
+    "TOVA",
+    "CachePolicy",
+    "Compression",
+    "KeyDiff",
+    "Knorm",
+    "LayerContext",
+    "Press",
+    "Pressing",
+    "PyramidKV",
+    "Quantizer",
+    "QuantoKV",
+    "Random",
+    "SnapKV",
+    "StaticKV",
+    "StreamingLLM",
+    "applied",
+    "attention_for",
+    "branch",
+    "calibrate",
+    "check_quanto",
+    "check_ratio",
+    "policy_named",
+    "recording",
+    "register_policy",
+    "rewrite",
+    "tallied",
+]
