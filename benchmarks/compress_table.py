@@ -11,6 +11,8 @@ import argparse
 import json
 from pathlib import Path
 
+from sinklab.compress.summary import current
+
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -27,7 +29,7 @@ def press_table(summary: dict, context: int) -> list[str]:
     texts = list(summary["dense"][str(context)].get("ppl", {}))
     keeps = summary["keep_sinks"]
     lines = ["| press | ratio | " + " | ".join(f"keep {k}" for k in keeps) + " |", "|---|---|" + "---|" * len(keeps)]
-    cells = {(c["press"], c["ratio"], c["keep_sinks"]): c for c in summary["cells"] if c["context"] == context}
+    cells = {(c["policy"], c["ratio"], c["keep_sinks"]): c for c in summary["cells"] if c["context"] == context}
     for press in summary["presses"]:
         for ratio in summary["ratios"]:
             row = [cell_text(cells[press, ratio, k], texts) for k in keeps]
@@ -43,12 +45,12 @@ def quantizer_table(summary: dict, context: int) -> list[str]:
         + " | passkey acc (log p ± spread) | bytes/dense |",
         "|---|---|---|" + "---|" * (len(texts) + 2),
     ]
-    for cell in (c for c in summary["quantized"] if c["context"] == context):
+    for cell in (c for c in summary["cells"] if c["kind"] == "quantizer" and c["context"] == context):
         ppl = [f"{cell['ppl_ratio'][t]:.3f}" for t in texts]
         key = cell.get("passkey")
         passkey = f"{key['accuracy']:.2f} ({key['logprob_mean']:.2f} ± {key['logprob_std']:.2f})" if key else "-"
         size = "-" if cell["bytes_ratio"] is None else f"{cell['bytes_ratio']:.3f}"
-        lines.append(f"| {cell['quantizer']} | {cell['bits']} | {cell['protect']} | " + " | ".join([*ppl, passkey, size]) + " |")
+        lines.append(f"| {cell['policy']} | {cell['bits']} | {cell['keep_sinks']} | " + " | ".join([*ppl, passkey, size]) + " |")
     return lines
 
 
@@ -67,7 +69,7 @@ def main() -> None:
     parser.add_argument("--context", type=int, help="which context (default: every one in the row)")
     args = parser.parse_args()
     row = [json.loads(line) for line in (RESULTS / f"{args.name}.jsonl").read_text().splitlines()][-1]
-    summary = row["result"]
+    summary = current(row["result"])  # rows saved before the one cell schema read as today's
     print(f"{row['command']}  (commit {row['git']}, {row['wall_seconds'] / 60:.0f} minutes)")
     for context in [args.context] if args.context else summary["contexts"]:
         print(

@@ -317,10 +317,10 @@ def test_each_metric_reads_its_own_entry_of_the_summary():
     assert (found["ppl_sinks_0"]["n"], found["ppl_sinks_0"]["spread"]) == (2, pytest.approx(2**0.5 * 2))  # chunks after the first
 
     cells = [
-        cell(3.0, 4.0, 0.0, [-6.0, -8.0], press="streaming_llm", ratio=0.5, keep_sinks=0),
-        cell(1.5, 2.5, 0.5, [-1.0, -3.0], press="streaming_llm", ratio=0.5, keep_sinks=1),
-        cell(6.0, 7.0, 0.5, [-2.0, -2.0], press="streaming_llm", ratio=0.875, keep_sinks=0),
-        cell(2.0, 3.5, 1.0, [-4.0, -4.0], press="streaming_llm", ratio=0.875, keep_sinks=1),
+        cell(3.0, 4.0, 0.0, [-6.0, -8.0], policy="streaming_llm", kind="press", ratio=0.5, keep_sinks=0),
+        cell(1.5, 2.5, 0.5, [-1.0, -3.0], policy="streaming_llm", kind="press", ratio=0.5, keep_sinks=1),
+        cell(6.0, 7.0, 0.5, [-2.0, -2.0], policy="streaming_llm", kind="press", ratio=0.875, keep_sinks=0),
+        cell(2.0, 3.5, 1.0, [-4.0, -4.0], policy="streaming_llm", kind="press", ratio=0.875, keep_sinks=1),
     ]
     found = read("compressed_context", {"cells": cells, "dense": {}})
     assert found["streaming_llm@0.5/keep1/ppl_ratio"] == 1.5 and found["streaming_llm@0.5/keep1/ppl_ratio_outside"] == 2.5
@@ -328,9 +328,9 @@ def test_each_metric_reads_its_own_entry_of_the_summary():
     assert found["log_ppl_gain"] == pytest.approx((math.log(2.0) + math.log(3.0)) / 2)
     assert found["passkey_gain"] == pytest.approx(((0.5 - 0.0) + (1.0 - 0.5)) / 2)
 
-    quantized = [cell(2.0, 3.0, 0.5, [-5.0, -7.0], protect=0, bytes_ratio=0.2),
-                 cell(1.25, 1.5, 1.0, [-1.0, -2.0], protect=1, bytes_ratio=0.21)]  # fmt: skip
-    found = read("kv_2bit", {"quantized": quantized})
+    quantized = [cell(2.0, 3.0, 0.5, [-5.0, -7.0], policy="kivi", kind="quantizer", keep_sinks=0, bytes_ratio=0.2),
+                 cell(1.25, 1.5, 1.0, [-1.0, -2.0], policy="kivi", kind="quantizer", keep_sinks=1, bytes_ratio=0.21)]  # fmt: skip
+    found = read("kv_2bit", {"cells": quantized})
     assert found == {
         "protect0/ppl_ratio": 2.0, "protect0/ppl_ratio_outside": 3.0, "protect0/passkey_accuracy": 0.5,
         "protect0/key_logprob": -6.0, "protect1/ppl_ratio": 1.25, "protect1/ppl_ratio_outside": 1.5,

@@ -429,25 +429,21 @@ def test_the_command_and_the_notebook_give_one_table(compressed_run):
     folder, _, summary = compressed_run
     result = sinklab.compress_model(sinklab.load_model(folder), **SETTINGS)
     assert without_timing(result.summary) == without_timing(summary)
-    frame = result.frame()
-    assert len(frame) == 4 and set(frame.columns) >= {
-        "model",
-        "dtype",
-        "device",
-        "press",
-        "ppl_ratio_shakespeare",
-        "passkey_accuracy",
+    frame = result.frame()  # the presses' and the quantizers' cells in one table
+    assert frame.kind.tolist() == ["press"] * 4 + ["quantizer"] * 2 and set(frame.columns) >= {
+        *("model", "dtype", "device", "policy", "ratio", "bits", "keep_sinks"),
+        *("ppl_ratio_shakespeare", "passkey_accuracy"),
     }
-    assert len(result.frame("quantized")) == 2 and len(result.frame("sink_effect")) == 2
+    assert len(result.frame("quantized")) == 2 and result.frame("sink_effect").kind.tolist() == ["press"] * 2 + ["quantizer"]
 
 
 def test_the_sink_effect_pairs_each_prompt_with_itself(compressed_run):
     """Keeping sinks against not, per press: the mean log-probability change is the mean of the
     per-prompt changes, whose spread and count of improved prompts come from the same prompts."""
     _, _, summary = compressed_run
-    cells = {(c["press"], c["keep_sinks"]): c["passkey"] for c in summary["cells"]}
+    cells = {(c["policy"], c["keep_sinks"]): c["passkey"] for c in summary["cells"]}
     for effect in summary["sink_effect"]:
-        kept, none = cells[effect["press"], effect["keep_sinks"]], cells[effect["press"], 0]
+        kept, none = cells[effect["policy"], effect["keep_sinks"]], cells[effect["policy"], 0]
         changes = [a - b for a, b in zip(kept["logprobs"], none["logprobs"])]
         assert len(changes) == effect["prompts"] == len(DEPTHS)
         assert effect["logprob_change"] == pytest.approx(sum(changes) / len(changes), abs=1e-9)

@@ -16,7 +16,7 @@ from sinklab import kvcache as P
 from sinklab.compress import CompressConfig
 from sinklab.compress import plots as compress_plots
 from sinklab.compress.run import PressJob, run_job
-from sinklab.compress.summary import paired
+from sinklab.compress.summary import CELL_GROUP, paired
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import LoadOptions
 
@@ -64,18 +64,18 @@ def test_naming_presses_runs_presses_only_and_naming_quantizers_quantizers_only(
 def test_a_presses_only_run_measures_no_quantizer_and_a_quantizers_only_run_has_a_frame(long_model, tmp_path):
     """compress_model(presses=...) runs the press's job and the dense one only, and config.json
     records the grid resolved (so an older run of every quantizer is another configuration); a
-    quantizers-only run's frame() is its quantizers' rows (it was empty: they were only in
-    frame("quantized"))."""
+    quantizers-only run's frame() is its quantizers' rows (it was empty when they were only in
+    frame("quantized"), which is now a view of the one table)."""
     pressed = sinklab.compress_model(long_model, presses=("knorm",), contexts=(128,), out=tmp_path / "presses", **SMALL)
-    assert pressed.summary["quantizers"] == [] and pressed.summary["quantized"] == []
+    assert pressed.summary["quantizers"] == [] and {c["kind"] for c in pressed.summary["cells"]} == {"press"}
     assert {p.name for p in (tmp_path / "presses" / "presses").iterdir()} == {"dense.json", "knorm.json"}
     saved = json.loads((tmp_path / "presses" / "config.json").read_text())
     assert saved["presses"] == ["knorm"] and saved["quantizers"] == []
     quantized = sinklab.compress_model(long_model, quantizers=("kivi",), contexts=(128,), **SMALL)
-    assert quantized.summary["presses"] == [] and quantized.summary["cells"] == []
+    assert quantized.summary["presses"] == [] and {c["kind"] for c in quantized.summary["cells"]} == {"quantizer"}
     frame = quantized.frame()
-    assert len(frame) == 1 and frame.quantizer.tolist() == ["kivi"] and frame.equals(quantized.frame("quantized"))
-    assert len(pressed.frame()) == 1 and pressed.frame().press.tolist() == ["knorm"]
+    assert len(frame) == 1 and frame.policy.tolist() == ["kivi"] and frame.equals(quantized.frame("quantized"))
+    assert len(pressed.frame()) == 1 and pressed.frame().policy.tolist() == ["knorm"] and pressed.frame("quantized").empty
 
 
 def test_a_ratio_means_the_same_to_a_press_and_to_the_command(capsys, tmp_path):
@@ -125,7 +125,7 @@ def test_ratio_zero_is_the_dense_cache_once_and_never_a_sink_effect(long_model):
     assert [e["ratio"] for e in summary["sink_effect"]] == [0.5]
     assert not [line for line in compress_plots.statements(summary) if "ratio 0," in line or "ratio 0)" in line]
     dense = [{**summary["cells"][0], "keep_sinks": k} for k in (0, 1)]  # an older grid's pair at ratio 0
-    assert paired(dense, ("press", "ratio", "context"), "keep_sinks") == []
+    assert paired(dense, CELL_GROUP, "keep_sinks") == []
 
 
 def test_a_passkey_template_longer_than_the_context_is_refused_before_claiming(tiny_model_dir, tmp_path, capsys):

@@ -108,32 +108,33 @@ def test_a_compressions_facts_are_its_kept_fraction_and_its_bytes_against_the_de
     assert facts(compression) == {"kept_fraction": 0.25, "bytes_ratio": 0.4, "sinks": [0]}
 
 
+PRESS = {"policy": "knorm", "kind": "press", "ratio": 0.5, "bits": None}
+KIVI2 = {"policy": "kivi", "kind": "quantizer", "ratio": None, "bits": 2}
+
+
 def test_each_tables_column_carries_its_own_figure():
-    """A hand-made summary whose every figure differs: each column of the cells, quantized and
-    sink-effect tables holds its own. Mutation tried: the bytes_ratio column showing the kept
-    fraction fails here."""
+    """A hand-made summary whose every figure differs: each column of the cells (a press's and a
+    quantizer's, in one schema), quantized and sink-effect tables holds its own. Mutation tried:
+    the bytes_ratio column showing the kept fraction fails here."""
     figures = dict(ppl={"t": 9.0}, ppl_ratio={"t": 1.5}, passkey=passkey(0.75, [-2.0]), kept_fraction=0.5, bytes_ratio=0.52)
     summary = {
         "model": "m", "dtype": "float32", "device": "cpu",
-        "cells": [{"press": "knorm", "ratio": 0.5, "keep_sinks": 1, "context": 128, **figures}],
-        "quantized": [{"quantizer": "kivi", "bits": 2, "protect": 1, "context": 128, **figures,
-                       "kept_fraction": 1.0, "bytes_ratio": 0.2}],
-        "sink_effect": [{"press": "knorm", "ratio": 0.5, "context": 128, "keep_sinks": 1, "ppl_change": {"t": -0.2},
+        "cells": [{**PRESS, "keep_sinks": 1, "context": 128, **figures},
+                  {**KIVI2, "keep_sinks": 1, "context": 128, **figures, "kept_fraction": 1.0, "bytes_ratio": 0.2}],
+        "sink_effect": [{**PRESS, "context": 128, "keep_sinks": 1, "ppl_change": {"t": -0.2},
                          "accuracy_change": 0.25, "logprob_change": 1.0, "logprob_change_std": 0.5,
                          "prompts_more_likely": 3, "prompts": 4}],
     }  # fmt: skip
     lead = {"model": "m", "dtype": "float32", "device": "cpu"}
     shared = {"ppl_t": 9.0, "ppl_ratio_t": 1.5, "passkey_accuracy": 0.75, "key_logprob": -2.0}
+    quantizer_row = {**lead, **KIVI2, "keep_sinks": 1, "context": 128, **shared, "kept_fraction": 1.0, "bytes_ratio": 0.2}
     assert list(cell_rows(summary)) == [
-        {**lead, "press": "knorm", "ratio": 0.5, "keep_sinks": 1, "context": 128, **shared, "kept_fraction": 0.5,
-         "bytes_ratio": 0.52}
+        {**lead, **PRESS, "keep_sinks": 1, "context": 128, **shared, "kept_fraction": 0.5, "bytes_ratio": 0.52},
+        quantizer_row,
     ]  # fmt: skip
-    assert list(quantized_rows(summary)) == [
-        {**lead, "quantizer": "kivi", "bits": 2, "protect": 1, "context": 128, **shared, "kept_fraction": 1.0,
-         "bytes_ratio": 0.2}
-    ]  # fmt: skip
+    assert list(quantized_rows(summary)) == [quantizer_row]
     assert list(sink_effect_rows(summary)) == [
-        {**lead, "press": "knorm", "ratio": 0.5, "context": 128, "keep_sinks": 1, "ppl_change_t": -0.2,
+        {**lead, **PRESS, "context": 128, "keep_sinks": 1, "ppl_change_t": -0.2,
          "accuracy_change": 0.25, "logprob_change": 1.0, "logprob_change_std": 0.5, "prompts_more_likely": 3, "prompts": 4}
     ]  # fmt: skip
 
@@ -329,3 +330,24 @@ def test_two_tasks_of_one_name_are_refused_before_claiming(tmp_path, tokenizer):
     first, second = (write_task(tmp_path / where / "same" / "task.json", n=60) for where in ("a", "b"))
     with pytest.raises(sinklab.SinklabError, match="name same twice"):
         judged_run(tokenizer, first, accuracy=(str(first), str(second)))
+
+
+def test_a_summary_of_the_older_schema_reads_as_todays():
+    """A run directory written before presses and quantizers shared one cell schema (version 2:
+    quantizers under ``quantized``, named ``quantizer``/``protect``, presses under ``press``) gives
+    today's tables. Mutation: current() returning the summary as it is fails on its missing keys."""
+    figures = dict(ppl={"t": 9.0}, ppl_ratio={"t": 1.5}, passkey=passkey(0.75, [-2.0]), kept_fraction=0.5, bytes_ratio=0.52)
+    effect = {"ppl_change": {"t": -0.2}, "accuracy_change": 0.25}
+    today = {
+        "model": "m", "dtype": "float32", "device": "cpu",
+        "cells": [{**PRESS, "keep_sinks": 1, "context": 128, **figures}, {**KIVI2, "keep_sinks": 1, "context": 128, **figures}],
+        "sink_effect": [{**where, "context": 128, "keep_sinks": 1, **effect} for where in (PRESS, KIVI2)],
+    }  # fmt: skip
+    older = {
+        "model": "m", "dtype": "float32", "device": "cpu",
+        "cells": [{"press": "knorm", "ratio": 0.5, "keep_sinks": 1, "context": 128, **figures}],
+        "quantized": [{"quantizer": "kivi", "bits": 2, "protect": 1, "context": 128, **figures}],
+        "sink_effect": [{"press": "knorm", "ratio": 0.5, "context": 128, "keep_sinks": 1, **effect}],
+        "quantized_sink_effect": [{"quantizer": "kivi", "bits": 2, "context": 128, "protect": 1, **effect}],
+    }  # fmt: skip
+    assert list(cell_rows(older)) == list(cell_rows(today)) and list(sink_effect_rows(older)) == list(sink_effect_rows(today))

@@ -16,7 +16,7 @@ from sinklab.bench import GROUPS, SUITES, TASKS, BenchConfig
 from sinklab.bench import plots as bench_plots
 from sinklab.bench.frame import model_label
 from sinklab.compress import plots as compress_plots
-from sinklab.compress.summary import paired
+from sinklab.compress.summary import CELL_GROUP, paired
 from sinklab.core.errors import SinklabError
 from sinklab.core.figures import GRID_TOP
 
@@ -125,15 +125,17 @@ def compress_summary() -> dict:
         return {**where, "context": 400, "kept_fraction": 0.5, "bytes_ratio": 0.5, "sinks": [[0]], "ppl": {text: ppl},
                 "ppl_ratio": {text: ppl / 10.0}, "passkey": passkey}  # fmt: skip
 
-    cells = [cell(10.0 + 0.0005 * k, press=p, ratio=0.5, keep_sinks=k) for p in ("snapkv", "knorm") for k in (0, 1)]
-    quantized = [cell(10.1, quantizer="kivi", bits=2, protect=k) for k in (0, 1)]
+    cells = [
+        cell(10.0 + 0.0005 * k, policy=p, kind="press", ratio=0.5, bits=None, keep_sinks=k)
+        for p in ("snapkv", "knorm")
+        for k in (0, 1)
+    ]
+    cells += [cell(10.1, policy="kivi", kind="quantizer", ratio=None, bits=2, keep_sinks=k) for k in (0, 1)]
     return {
         "kind": "compress", "model": "<b>tiny</b>", "presses": ["snapkv", "knorm"], "ratios": [0.5], "keep_sinks": [0, 1],
         "quantizers": ["kivi"], "contexts": [400], "tasks": ["ppl", "passkey"],
         "dense": {"400": {"ppl": {text: 10.0}, "passkey": {"accuracy": 0.5, "logprob_mean": -1.0}}},
-        "cells": cells, "quantized": quantized,
-        "sink_effect": paired(cells, ("press", "ratio", "context"), "keep_sinks"),
-        "quantized_sink_effect": paired(quantized, ("quantizer", "bits", "context"), "protect"),
+        "cells": cells, "sink_effect": paired(cells, CELL_GROUP, "keep_sinks"),
     }  # fmt: skip
 
 

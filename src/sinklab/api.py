@@ -178,10 +178,11 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     """The keep-sink table of KV-cache presses (``sinklab compress``): every press of
     ``presses`` at every ratio (the fraction of the context's keys removed) with each
     ``keep_sinks`` setting, judged by the perplexity of the text after a compressed context and by
-    passkey retrieval, against the full cache. ``.frame()``: one row per (press, ratio,
-    keep_sinks, context) with ``ppl_<text>``, ``ppl_ratio_<text>`` (1: no loss),
-    ``passkey_accuracy`` (in [0, 1]), ``key_logprob`` (nats), ``kept_fraction`` and
-    ``bytes_ratio`` (a run of quantizers only: their rows, ``.frame("quantized")``);
+    passkey retrieval, against the full cache. ``.frame()``: one row per cell, presses' and
+    quantizers' alike (``policy``, ``kind``, a press's ``ratio`` or a quantizer's ``bits``,
+    ``keep_sinks``: a quantizer's protect, ``context``) with ``ppl_<text>``, ``ppl_ratio_<text>``
+    (1: no loss), ``passkey_accuracy`` (in [0, 1]), ``key_logprob`` (nats), ``kept_fraction`` and
+    ``bytes_ratio`` (``.frame("quantized")``: the quantizers' rows only);
     ``.frame("sink_effect")``: keeping sinks against none, paired. Naming ``presses`` runs those
     presses only, naming ``quantizers`` those quantizers only, naming neither the default grid of
     both. A context longer than the model's positions allow is refused before anything runs. To

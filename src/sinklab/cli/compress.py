@@ -43,10 +43,10 @@ def compress_command(args: argparse.Namespace) -> int:
     launcher = launcher_settings(args)
     result = run_out(args, COMPRESS, config_from(CompressConfig, args, launcher, model=args.model), launcher=launcher)
     if not result.reused:
-        if result.summary["cells"]:
-            print(format_table(compress_plots.table_rows(result.summary), compress_plots.COLUMNS))
-        if result.summary["quantized"]:
-            print(format_table(compress_plots.table_rows(result.summary, "quantized"), compress_plots.QUANT_COLUMNS))
+        if result.summary["presses"]:
+            print(format_table(compress_plots.table_rows(result.summary, "press"), compress_plots.COLUMNS))
+        if result.summary["quantizers"]:
+            print(format_table(compress_plots.table_rows(result.summary, "quantizer"), compress_plots.QUANT_COLUMNS))
         # a statement names user-given texts and models: no control character reaches the terminal
         print("\n" + "\n".join(terminal_text(line) for line in compress_plots.statements(result.summary)))
         print(f"\noutputs: {written(result)}")

@@ -1,35 +1,41 @@
-"""A compression run's summary as tidy tables: one row per cell of the keep-sink table (presses,
-and quantizers), and one per paired comparison with the sinks kept against none."""
+"""A compression run's summary as tidy tables: one row per cell of the keep-sink table (presses and
+quantizers in one schema), and one per paired comparison with the sinks kept against none."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Iterator
+from typing import Iterator, Optional
 
 from ..accuracy import verdict_columns
 from ..core.results import table_rows
+from .summary import current
+
+#: What names a cell: the policy, its family, a press's ratio or a quantizer's bits (None for the
+#: other), the sinks kept (a quantizer's protect) and the context.
+CELL_KEYS = ("policy", "kind", "ratio", "bits", "keep_sinks", "context")
+EFFECT_KEYS_LEAD = ("policy", "kind", "ratio", "bits", "context", "keep_sinks")
 
 
-def cell_rows(summary: dict) -> Iterator[dict]:
-    """One row per (press, ratio, keep_sinks, context): ``ppl_<text>`` (perplexity of the
-    continuation through the compressed cache), ``ppl_ratio_<text>`` (against the full cache's:
-    1 is no loss), ``passkey_accuracy`` (a fraction of the prompts, in [0, 1]),
-    ``key_logprob`` (the true key's log-probability, nats, mean over prompts), ``kept_fraction``
-    (of the context's keys, per compressed layer and head) and ``bytes_ratio`` (the whole cache's
-    bytes against the dense cache's); with ``--accuracy``, per task ``acc_<task>`` (lm-eval's
-    test-split accuracy, the shots read through the compressed cache) and ``gold_loglik_<task>``
-    (the correct choice's mean log-likelihood, nats)."""
-    return table_rows(summary, (_flat(cell) for cell in summary["cells"]))
+def cell_rows(summary: dict, kind: Optional[str] = None) -> Iterator[dict]:
+    """One row per cell (:data:`CELL_KEYS`; only those of ``kind``, "press" or "quantizer", when
+    given): ``ppl_<text>`` (perplexity of the continuation through the compressed cache),
+    ``ppl_ratio_<text>`` (against the full cache's: 1 is no loss), ``passkey_accuracy`` (a fraction
+    of the prompts, in [0, 1]), ``key_logprob`` (the true key's log-probability, nats, mean over
+    prompts), ``kept_fraction`` (of the context's keys, per compressed layer and head; 1 for a
+    quantizer) and ``bytes_ratio`` (the whole cache's bytes against the dense cache's); with
+    ``--accuracy``, per task ``acc_<task>`` (lm-eval's test-split accuracy, the shots read through
+    the compressed cache) and ``gold_loglik_<task>`` (the correct choice's mean log-likelihood, nats)."""
+    cells = current(summary)["cells"]
+    return table_rows(summary, (_flat(cell) for cell in cells if kind in (None, cell["kind"])))
 
 
 def quantized_rows(summary: dict) -> Iterator[dict]:
-    """One row per (quantizer, bits, protect, context), with the columns of :func:`cell_rows`
-    (``kept_fraction`` is 1: a quantizer keeps every key)."""
-    return table_rows(summary, (_flat(cell, ("quantizer", "bits", "protect", "context")) for cell in summary["quantized"]))
+    """The quantizers' rows of :func:`cell_rows` (the table a run of schema 2 kept apart)."""
+    return cell_rows(summary, "quantizer")
 
 
-def _flat(cell: dict, keys: tuple = ("press", "ratio", "keep_sinks", "context")) -> dict:
-    row = {key: cell[key] for key in keys}
+def _flat(cell: dict) -> dict:
+    row = {key: cell[key] for key in CELL_KEYS}
     row |= {f"ppl_{text}": value for text, value in cell.get("ppl", {}).items()}
     row |= {f"ppl_ratio_{text}": value for text, value in cell.get("ppl_ratio", {}).items()}
     if "passkey" in cell:
@@ -42,35 +48,29 @@ def _flat(cell: dict, keys: tuple = ("press", "ratio", "keep_sinks", "context"))
 EFFECT_KEYS = ("accuracy_change", "logprob_change", "logprob_change_std", "prompts_more_likely", "prompts")
 
 
-def sink_effect_rows(summary: dict) -> Iterator[dict]:
-    """One row per (press, ratio, context, keep_sinks other than 0): ``ppl_change_<text>`` (the
-    relative change of perplexity against keeping no sink: -0.1 is 10 % lower), ``accuracy_change``
-    (passkey accuracy, in fractions), ``logprob_change`` (nats, the mean over prompts) with
-    ``logprob_change_std`` (the spread of the per-prompt changes) and ``prompts_more_likely``
-    (prompts whose key got more probable, of ``prompts``); with ``--accuracy``, per task the paired
-    ``acc_change_<task>`` with its 95 % interval (``_low``, ``_high``), McNemar's ``mcnemar_p_<task>``
-    and ``gold_loglik_change_<task>`` (nats)."""
-    return table_rows(summary, (_effect(e, ("press", "ratio", "context", "keep_sinks")) for e in summary["sink_effect"]))
+def sink_effect_rows(summary: dict, kind: Optional[str] = None) -> Iterator[dict]:
+    """One row per (policy, its ratio or bits, context, keep_sinks other than 0; only ``kind``'s when
+    given): ``ppl_change_<text>`` (the relative change of perplexity against keeping no sink: -0.1
+    is 10 % lower), ``accuracy_change`` (passkey accuracy, in fractions), ``logprob_change`` (nats,
+    the mean over prompts) with ``logprob_change_std`` (the spread of the per-prompt changes) and
+    ``prompts_more_likely`` (prompts whose key got more probable, of ``prompts``); with
+    ``--accuracy``, per task the paired ``acc_change_<task>`` with its 95 % interval (``_low``,
+    ``_high``), McNemar's ``mcnemar_p_<task>`` and ``gold_loglik_change_<task>`` (nats)."""
+    effects = current(summary)["sink_effect"]
+    return table_rows(summary, (_effect(e) for e in effects if kind in (None, e["kind"])))
 
 
 def quantized_sink_effect_rows(summary: dict) -> Iterator[dict]:
-    """As :func:`sink_effect_rows`, per (quantizer, bits, context, protect other than 0)."""
-    effects = summary["quantized_sink_effect"]
-    return table_rows(summary, (_effect(e, ("quantizer", "bits", "context", "protect")) for e in effects))
+    """The quantizers' rows of :func:`sink_effect_rows` (the table a run of schema 2 kept apart)."""
+    return sink_effect_rows(summary, "quantizer")
 
 
-def _effect(effect: dict, keys: tuple) -> dict:
-    row = {key: effect[key] for key in keys}
+def _effect(effect: dict) -> dict:
+    row = {key: effect[key] for key in EFFECT_KEYS_LEAD}
     row |= {f"ppl_change_{text}": value for text, value in effect.get("ppl_change", {}).items()}
     for task, change in effect.get("choice_change", {}).items():
         row |= {f"{column}_{task}": value for column, value in verdict_columns(change).items()}
     return row | {key: effect[key] for key in EFFECT_KEYS if key in effect}
-
-
-def default_table(summary: dict) -> str:
-    """What ``frame()`` shows: the presses' cells, or the quantizers' in a run of quantizers only
-    (an empty table would read as "nothing was measured")."""
-    return "quantized" if summary["quantized"] and not summary["cells"] else "cells"
 
 
 COMPRESS_TABLES = {

@@ -11,6 +11,7 @@ from typing import Optional
 from ..core import html
 from ..core.figures import GRID_TOP, series_style, title
 from ..core.text import html_text
+from .summary import current
 
 #: (figure file, what is plotted, how to read it from a cell, the dense cache's value)
 METRICS = {
@@ -37,7 +38,7 @@ NEEDS = {
 #: An accuracy axis spans what an accuracy can be (plotly would centre all-zero accuracies in -1..1).
 ACCURACY_AXIS = {"range": [-0.05, 1.05]}
 COLUMNS = [
-    ("press", "press", "s"),
+    ("press", "policy", "s"),
     ("ratio", "ratio", "g"),
     ("sinks kept", "keep_sinks", "s"),
     ("context", "context", "d"),
@@ -51,9 +52,9 @@ COLUMNS = [
 
 
 QUANT_COLUMNS = [
-    ("quantizer", "quantizer", "s"),
+    ("quantizer", "policy", "s"),
     ("bits", "bits", "d"),
-    ("protected", "protect", "s"),
+    ("protected", "keep_sinks", "s"),
     ("context", "context", "d"),
     ("ppl / full", "ppl_ratio", ".3f"),
     ("passkey acc.", "passkey_accuracy", ".2f"),
@@ -65,6 +66,7 @@ QUANT_COLUMNS = [
 
 def figures(summary: dict) -> dict:
     """Every static figure of the run, by file name (passkey figures only when it ran)."""
+    summary = current(summary)
     judges = [*summary["tasks"], *(["accuracy"] if summary.get("accuracy") else [])]
     wanted = [name for name in METRICS if NEEDS[name] in judges]
     built = {name: _against_ratio(summary, name) for name in wanted} if summary["presses"] else {}
@@ -79,11 +81,11 @@ def _quantized(s: dict):
     panels = [("ppl / full cache's", lambda c: c.get("ppl_ratio", {}).get(text))] if "ppl" in s["tasks"] else []
     panels += [("passkey accuracy", lambda c: c.get("passkey", {}).get("accuracy"))] if "passkey" in s["tasks"] else []
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[label for label, _ in panels])
-    mine = [c for c in s["quantized"] if c["context"] == context]
-    for j, protect in enumerate(dict.fromkeys(str(c["protect"]) for c in mine)):
-        chosen = [c for c in mine if str(c["protect"]) == protect]
+    mine = [c for c in s["cells"] if c["kind"] == "quantizer" and c["context"] == context]
+    for j, protect in enumerate(dict.fromkeys(str(c["keep_sinks"]) for c in mine)):
+        chosen = [c for c in mine if str(c["keep_sinks"]) == protect]
         for col, (_, read) in enumerate(panels, start=1):
-            bars = go.Bar(x=[f"{c['quantizer']} {c['bits']}-bit" for c in chosen], y=[read(c) for c in chosen],
+            bars = go.Bar(x=[f"{c['policy']} {c['bits']}-bit" for c in chosen], y=[read(c) for c in chosen],
                           name=f"protected: {protect}", legendgroup=protect, showlegend=col == 1)  # fmt: skip
             bars.update(marker_color=series_style(j)["color"], texttemplate="%{y:.3g}", textposition="outside", textangle=0)
             fig.add_trace(bars, row=1, col=col)  # equal bars, and bars of height 0, read by their numbers
@@ -109,8 +111,8 @@ def _against_ratio(s: dict, name: str):
     for i, press in enumerate(s["presses"]):
         row, col = i // columns + 1, i % columns + 1
         for j, keep in enumerate(s["keep_sinks"]):
-            cells = sorted((c for c in s["cells"] if c["press"] == press and c["keep_sinks"] == keep and c["context"] == context),
-                           key=lambda c: c["ratio"])  # fmt: skip
+            mine = (c for c in s["cells"] if c["policy"] == press and c["keep_sinks"] == keep and c["context"] == context)
+            cells = sorted(mine, key=lambda c: c["ratio"])
             trace = _setting_trace(j, len(s["keep_sinks"]), [c["ratio"] for c in cells], [read(c, text) for c in cells])
             fig.add_trace(trace.update(name=f"sinks kept: {keep}", legendgroup=str(keep), showlegend=i == 0), row=row, col=col)
         dense = dense_value(s["dense"][str(context)], text)
@@ -144,7 +146,7 @@ def _setting_trace(j: int, n: int, ratios: list, values: list):
 
 def _first_text(s: dict) -> Optional[str]:
     """The text the figures and tables show (the corpus; the outside text is in the frames)."""
-    for cell in [*s["cells"], *s["quantized"]]:
+    for cell in s["cells"]:
         if cell.get("ppl_ratio"):
             return next(iter(cell["ppl_ratio"]))
     return None
@@ -159,37 +161,39 @@ def _first_task(s: dict) -> str:
     return next(iter(s["dense"][str(s["contexts"][-1])]["choice"]))
 
 
-def table_rows(s: dict, entries: str = "cells") -> list[dict]:
-    """The terminal's and the page's rows of ``entries`` (cells or quantized): the first text's ppl ratio."""
+def table_rows(s: dict, kind: str = "press") -> list[dict]:
+    """The terminal's and the page's rows of the cells of ``kind`` (press or quantizer): the first
+    text's ppl ratio."""
+    s = current(s)
     text = _first_text(s)
     return [
         {
             **c,
-            **{k: str(c[k]) for k in ("keep_sinks", "protect") if k in c},
+            "keep_sinks": str(c["keep_sinks"]),
             "ppl_ratio": c.get("ppl_ratio", {}).get(text),
             "passkey_accuracy": c.get("passkey", {}).get("accuracy"),
             "key_logprob": c.get("passkey", {}).get("logprob_mean"),
             "choice_accuracy": _choice_acc(c),
         }
-        for c in s[entries]
+        for c in s["cells"]
+        if c["kind"] == kind
     ]
 
 
 def statements(s: dict) -> list[str]:
     """The paired statements, one line each, led by the press's or quantizer's name (the terminal's)."""
+    s = current(s)
     return [f"{name}: {line}" for name, lines in family_statements(s).items() for line in lines]
 
 
 def family_statements(s: dict) -> dict[str, list[str]]:
     """Per press and quantizer: what its paired comparisons are over, then where keeping
     (protecting) sinks changed perplexity or retrieval most."""
-    families = [(p, "press", "sink_effect", "keep_sinks") for p in s["presses"]]
-    families += [(q, "quantizer", "quantized_sink_effect", "protect") for q in s["quantizers"]]
-    found = {name: _statement([e for e in s[key] if e[kind] == name], setting) for name, kind, key, setting in families}
+    found = {name: _statement([e for e in s["sink_effect"] if e["policy"] == name]) for name in [*s["presses"], *s["quantizers"]]}
     return {name: lines for name, lines in found.items() if lines}
 
 
-def _statement(mine: list[dict], setting: str) -> list[str]:
+def _statement(mine: list[dict]) -> list[str]:
     """Up to five sentences for one press or quantizer: what its best and worst are taken over,
     the best and worst perplexity change from keeping sinks, the best passkey accuracy change, and
     the largest change of the true key's log-probability with its spread over the prompts, and
@@ -197,6 +201,7 @@ def _statement(mine: list[dict], setting: str) -> list[str]:
     each with where it happened."""
     if not mine:
         return []
+    setting = SETTING[mine[0]["kind"]]
     lines = [_scope(mine, setting)]
     ppl = [(change, text, e) for e in mine for text, change in e.get("ppl_change", {}).items()]
     if ppl:
@@ -228,6 +233,8 @@ def _statement(mine: list[dict], setting: str) -> list[str]:
     return lines
 
 
+#: What a family calls its sink setting in a statement (one setting, ``keep_sinks``, in the cells).
+SETTING = {"press": "keep_sinks", "quantizer": "protect"}
 #: How a statement names a key's values: (one value, several).
 NOUNS = {"keep_sinks": ("keep sinks",) * 2, "protect": ("protect",) * 2, "ratio": ("ratio", "ratios"),
          "bits": ("bit width", "bit widths"), "context": ("context", "contexts"), "ppl_change": ("text", "texts")}  # fmt: skip
@@ -237,20 +244,20 @@ VERBS = {"keep_sinks": "keeping", "protect": "protecting"}
 def _scope(mine: list[dict], setting: str) -> str:
     """What a family's best and worst are taken over: each setting against 0 at every ratio (or
     bit width) and context, pairs of cells that read the same inputs (and every text, for perplexity)."""
-    level, texts = "ratio" if "ratio" in mine[0] else "bits", _listed(mine, "ppl_change")
+    level, texts = "ratio" if mine[0]["kind"] == "press" else "bits", _listed(mine, "ppl_change")
     return (
         f"best and worst over {len(mine)} pair{'s' * (len(mine) > 1)} of cells on the same inputs: "
-        f"{_listed(mine, setting)} against 0; {_listed(mine, level)}; {_listed(mine, 'context')} tokens"
+        f"{_listed(mine, 'keep_sinks', setting)} against 0; {_listed(mine, level)}; {_listed(mine, 'context')} tokens"
         + (f"; perplexity on {texts}" if texts else "")
     )
 
 
-def _listed(effects: list[dict], key: str) -> str:
+def _listed(effects: list[dict], key: str, noun: Optional[str] = None) -> str:
     """The values of ``key`` among ``effects`` (the keys, where they are dicts), in order, once
-    each, after their name in :data:`NOUNS`; empty when no effect has ``key``."""
+    each, after the name of ``noun`` (default ``key``) in :data:`NOUNS`; empty when no effect has ``key``."""
     values = dict.fromkeys(v for e in effects if key in e for v in (e[key] if isinstance(e[key], dict) else [e[key]]))
     shown = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
-    return f"{NOUNS[key][len(values) > 1]} {shown}" if values else ""
+    return f"{NOUNS[noun or key][len(values) > 1]} {shown}" if values else ""
 
 
 def _percent(change: float) -> str:
@@ -269,12 +276,12 @@ def _signed(value: float, sign: str = "+") -> str:
 
 
 def _where(effect: dict, setting: str) -> str:
-    level = f"ratio {effect['ratio']:g}" if "ratio" in effect else f"{effect['bits']} bits"
-    return f"{setting.replace('_', ' ')} {effect[setting]}, {level}, {effect['context']} tokens"
+    level = f"ratio {effect['ratio']:g}" if effect["kind"] == "press" else f"{effect['bits']} bits"
+    return f"{setting.replace('_', ' ')} {effect['keep_sinks']}, {level}, {effect['context']} tokens"
 
 
 def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None) -> list[html.Section]:
-    s = summary
+    s = current(summary)
     dense = s["dense"][str(s["contexts"][-1])]
     headline = {
         "contexts": ", ".join(map(str, s["contexts"])),
@@ -290,10 +297,10 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
     for name, fig in figures(s).items():
         heading = METRICS[name][0] + " against the ratio removed" if name in METRICS else "KV quantization"
         parts.append(html.Section(heading, html.plot(fig, f"{uid}-{name[:-4]}")))
-    if s["cells"]:
-        parts.append(html.Section("Every press cell", html.table(table_rows(s), COLUMNS)))
-    if s["quantized"]:
-        parts.append(html.Section("Every quantizer cell", html.table(table_rows(s, "quantized"), QUANT_COLUMNS)))
+    if s["presses"]:
+        parts.append(html.Section("Every press cell", html.table(table_rows(s, "press"), COLUMNS)))
+    if s["quantizers"]:
+        parts.append(html.Section("Every quantizer cell", html.table(table_rows(s, "quantizer"), QUANT_COLUMNS)))
     return parts
 
 

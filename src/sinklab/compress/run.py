@@ -29,9 +29,9 @@ from ..scan import BOS_CHOICES
 from . import plots
 from .evaluate import score_inputs
 from .feasible import check_feasible, model_for, preflight
-from .frame import COMPRESS_TABLES, default_table
+from .frame import COMPRESS_TABLES
 from .judged import score_tasks
-from .summary import cell_figures, paired, task_figures
+from .summary import CELL_GROUP, SCHEMA_VERSION, cell_figures, paired, task_figures
 from .tasks import CONTINUATION, DEPTHS, MIN_CONTEXT, TASKS, calibration_windows, passkey_prompts, positions_read, text_window
 
 JOBS_DIR = "presses"
@@ -242,7 +242,7 @@ def measure(cfg: CompressConfig, context: RunContext = RunContext()) -> RunResul
         ran = launch(run_job, todo, context.launcher or LOCAL, context.workdir, 1, desc="presses", label=lambda j: j.press,
                      on_result=lambda job, result: _keep(context.workdir, job, result))  # fmt: skip
     results = {**done, **{job.press: result for job, result in zip(todo, ran)}}
-    return RunResult(stamped("compress", summarise(cfg, results)))
+    return RunResult(stamped("compress", summarise(cfg, results), SCHEMA_VERSION))
 
 
 def _finished_jobs(workdir: Optional[Path]) -> dict:
@@ -259,23 +259,24 @@ def _keep(workdir: Optional[Path], job: PressJob, result: dict) -> None:
 
 
 def summarise(cfg: CompressConfig, results: dict) -> dict:
-    """The summary: the dense cache's figures, one entry per (press, ratio, keep_sinks, context)
-    (``cells``) and per (quantizer, bits, protect, context) (``quantized``), and the paired
-    comparisons against keeping no sink."""
+    """The summary: the dense cache's figures, one cell per (press, ratio, keep_sinks, context) and
+    per (quantizer, bits, protect, context) in one schema (``cells``: ``policy``, its ``kind``, the
+    ``ratio`` of a press and the ``bits`` of a quantizer, None for the other, and ``keep_sinks``, a
+    quantizer's protect), and the paired comparisons against keeping no sink (``sink_effect``)."""
     dense = {str(c): task_figures(results[DENSE]["rows"], c, "0/0") for c in cfg.contexts}
-    cells = [
-        {"press": name, "ratio": r, "keep_sinks": k, "context": c, **cell_figures(results[name]["rows"], c, f"{r:g}/{k}", dense)}
-        for name in cfg.presses
-        for r, k in cfg.press_grid()
-        for c in cfg.contexts
-    ]
-    quantized = [
-        {"quantizer": name, "bits": b, "protect": p, "context": c, **cell_figures(results[name]["rows"], c, f"{b}/{p}", dense)}
+    grid = [(name, "press", r, None, k, f"{r:g}/{k}") for name in cfg.presses for r, k in cfg.press_grid()]
+    grid += [
+        (name, "quantizer", None, b, p, f"{b}/{p}")
         for name in cfg.quantizers
         for b in cfg.quantizer_bits(name)
         for p in cfg.protections(name)
-        for c in cfg.contexts
     ]
+    cells = [
+        {"policy": name, "kind": kind, "ratio": r, "bits": b, "keep_sinks": k, "context": c,
+         **cell_figures(results[name]["rows"], c, key, dense)}
+        for name, kind, r, b, k, key in grid
+        for c in cfg.contexts
+    ]  # fmt: skip
     return {
         **results[DENSE]["facts"],
         "presses": list(cfg.presses),
@@ -291,9 +292,7 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
         else None,
         "dense": dense,
         "cells": cells,
-        "quantized": quantized,
-        "sink_effect": paired(cells, ("press", "ratio", "context"), "keep_sinks"),
-        "quantized_sink_effect": paired(quantized, ("quantizer", "bits", "context"), "protect"),
+        "sink_effect": paired(cells, CELL_GROUP, "keep_sinks"),
     }
 
 
@@ -318,6 +317,5 @@ COMPRESS = register(
         figures=lambda result: plots.figures(result.summary),
         sections=plots.sections,
         preflight=preflight,
-        default_table=default_table,
     )
 )

@@ -12,6 +12,36 @@ from collections import defaultdict
 
 from ..accuracy import Scored, verdict
 
+#: The compress summary's schema: 3 holds presses' and quantizers' cells in one list (``cells``,
+#: ``sink_effect``); 2 held the quantizers' apart (``quantized``, ``quantized_sink_effect``), under
+#: their own names (``quantizer``, ``protect``), and named a press ``press`` (:func:`current` reads it).
+SCHEMA_VERSION = 3
+#: What tells a cell's paired comparisons apart: the policy and its level, at one context.
+CELL_GROUP = ("policy", "kind", "ratio", "bits", "context")
+
+
+def current(summary: dict) -> dict:
+    """``summary`` in today's schema: a version-2 summary (a run directory written before the two
+    families shared one cell schema) with its quantizers' cells and effects moved into ``cells``
+    and ``sink_effect``; today's as it is."""
+    if "quantized" not in summary:
+        return summary
+
+    def press(entry: dict) -> dict:
+        rest = {k: v for k, v in entry.items() if k != "press"}
+        return {"policy": entry["press"], "kind": "press", "ratio": entry["ratio"], "bits": None, **rest}
+
+    def quantizer(entry: dict) -> dict:
+        rest = {k: v for k, v in entry.items() if k not in ("quantizer", "protect")}
+        return {"policy": entry["quantizer"], "kind": "quantizer", "ratio": None, **rest, "keep_sinks": entry["protect"]}
+
+    older = {k: v for k, v in summary.items() if k not in ("quantized", "quantized_sink_effect")}
+    return {
+        **older,
+        "cells": [*map(press, summary["cells"]), *map(quantizer, summary["quantized"])],
+        "sink_effect": [*map(press, summary["sink_effect"]), *map(quantizer, summary["quantized_sink_effect"])],
+    }
+
 
 def cell_figures(rows: dict, context: int, cell: str, dense: dict) -> dict:
     """:func:`task_figures`, and the perplexity against the full cache's (``dense``, per context)."""
@@ -61,8 +91,9 @@ def relative(figures: dict, dense: dict) -> dict:
 
 
 def paired(cells: list[dict], group: tuple, setting: str) -> list[dict]:
-    """The paired statement: for each group (e.g. press, ratio, context) and each ``setting``
-    (keep_sinks or protect) other than 0, the change against 0 (none at ratio 0, the dense cache):
+    """The paired statement: for each group (:data:`CELL_GROUP`: the policy, its ratio or bits, the
+    context) and each ``setting`` (keep_sinks) other than 0, the change against 0 (none for a press
+    at ratio 0, the dense cache):
     the perplexity ratio minus 1 per text, the passkey accuracy and mean key log-probability
     differences, with the spread of the per-prompt differences and the prompts whose key got more
     probable (the same prompts in both), and per multiple-choice task the paired verdict

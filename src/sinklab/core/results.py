@@ -32,9 +32,10 @@ SCHEMA_VERSION = 2  # 2: scan inputs' tokens (was max_tokens); no figures list (
 MODEL_COLUMNS = ("model", "dtype", "device")
 
 
-def stamped(kind: str, summary: dict) -> dict:
-    """``summary`` as JSON values (non-finite numbers as None), led by its kind and schema version."""
-    return {"kind": kind, "schema_version": SCHEMA_VERSION, **jsonable(summary)}
+def stamped(kind: str, summary: dict, version: int = SCHEMA_VERSION) -> dict:
+    """``summary`` as JSON values (non-finite numbers as None), led by its kind and schema version
+    (a kind whose own keys changed meaning since carries its own, later, ``version``)."""
+    return {"kind": kind, "schema_version": version, **jsonable(summary)}
 
 
 def no_check(result: "RunResult") -> None:
@@ -76,8 +77,7 @@ class Capability:
     resumes over them instead of being refused; ``needs_run_dir`` refuses a run
     without one (it keeps checkpoints while it works); ``preflight(cfg, context)`` refuses, before
     anything is written, what the run could not do (a lab that would not fit in memory, inputs
-    longer than the model's positions); ``default_table(summary)`` names the table ``frame()``
-    shows when none is named (None: the first of ``tables``)."""
+    longer than the model's positions)."""
 
     kind: str
     config: type
@@ -93,7 +93,6 @@ class Capability:
     holds_runs: bool = False
     needs_run_dir: bool = False
     preflight: Callable[[Any, "RunContext"], None] = lambda cfg, context: None
-    default_table: Optional[Callable[[dict], str]] = None
 
 
 CAPABILITIES: dict[str, Capability] = {}
@@ -127,16 +126,14 @@ class RunResult:
 
     def frame(self, table: Optional[str] = None):
         """A table of the summary as a pandas DataFrame, one observation per row (``table``: one of
-        :attr:`tables`; default the first, or the one the kind of run says holds its rows). Every
-        row starts with the model, its dtype and device."""
+        :attr:`tables`; default the first). Every row starts with the model, its dtype and device."""
         try:
             import pandas as pd
         except ImportError:
             raise SinklabError("frame() needs pandas: pip install pandas") from None
         capability = self._capability()
         tables = capability.tables
-        default = capability.default_table(self.summary) if capability.default_table else next(iter(tables))
-        name = table or default
+        name = table or next(iter(tables))
         check(name in tables, f"a {self.kind} result has no table {name!r}; its tables: {', '.join(tables)}")
         rows = list(tables[name](self.summary))
         return pd.DataFrame(rows) if rows else pd.DataFrame(columns=list(MODEL_COLUMNS))  # an empty table still concatenates

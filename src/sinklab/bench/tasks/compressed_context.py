@@ -16,7 +16,7 @@ PRESSES_V1 = ("h2o", "keydiff", "knorm", "snapkv", "pyramidkv", "random", "strea
 
 
 def cell_name(cell: dict) -> str:
-    return f"{cell['press']}@{cell['ratio']:g}/keep{cell['keep_sinks']}"
+    return f"{cell['policy']}@{cell['ratio']:g}/keep{cell['keep_sinks']}"
 
 
 def judged(cell: dict, name: str) -> dict:
@@ -40,7 +40,7 @@ def read(result) -> dict:
     metrics, by_pair = {}, {}
     for cell in s["cells"]:
         metrics.update(judged(cell, cell_name(cell)))
-        by_pair.setdefault((cell["press"], cell["ratio"]), {})[cell["keep_sinks"]] = cell
+        by_pair.setdefault((cell["policy"], cell["ratio"]), {})[cell["keep_sinks"]] = cell
     gains = [math.log(pair[0]["ppl_ratio"]["shakespeare"] / pair[1]["ppl_ratio"]["shakespeare"]) for pair in by_pair.values()]
     passkey_gains = [
         pair[1]["passkey"]["accuracy"] - pair[0]["passkey"]["accuracy"] for pair in by_pair.values() if "passkey" in pair[1]

@@ -19,7 +19,7 @@ PROTECT = (0, 1)
 
 
 def read(result) -> dict:
-    cells = {cell["protect"]: cell for cell in result.summary["quantized"]}
+    cells = {cell["keep_sinks"]: cell for cell in result.summary["cells"]}  # KIVI's protect settings
     metrics = {}
     for protect in PROTECT:
         metrics.update(judged(cells[protect], f"protect{protect}"))
