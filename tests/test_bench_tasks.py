@@ -272,6 +272,9 @@ def read(task: str, summary: dict) -> dict:
     return {name: m["value"] for name, m in TASKS[task].read(RunResult(summary))["metrics"].items()}
 
 
+TEXTS = {"corpus": "shakespeare", "outside": "pydoc"}  # the texts a compress summary says it read
+
+
 def cell(ppl_in, ppl_out, accuracy, logprobs, **key):
     return {**key, "ppl_ratio": {"shakespeare": ppl_in, "pydoc": ppl_out},
             "passkey": {"accuracy": accuracy, "logprobs": logprobs, "logprob_mean": sum(logprobs) / len(logprobs)}}  # fmt: skip
@@ -322,7 +325,7 @@ def test_each_metric_reads_its_own_entry_of_the_summary():
         cell(6.0, 7.0, 0.5, [-2.0, -2.0], policy="streaming_llm", kind="press", ratio=0.875, keep_sinks=0),
         cell(2.0, 3.5, 1.0, [-4.0, -4.0], policy="streaming_llm", kind="press", ratio=0.875, keep_sinks=1),
     ]
-    found = read("compressed_context", {"cells": cells, "dense": {}})
+    found = read("compressed_context", {"cells": cells, "dense": {}, **TEXTS})
     assert found["streaming_llm@0.5/keep1/ppl_ratio"] == 1.5 and found["streaming_llm@0.5/keep1/ppl_ratio_outside"] == 2.5
     assert found["streaming_llm@0.875/keep0/passkey_accuracy"] == 0.5 and found["streaming_llm@0.5/keep0/key_logprob"] == -7.0
     assert found["log_ppl_gain"] == pytest.approx((math.log(2.0) + math.log(3.0)) / 2)
@@ -330,7 +333,7 @@ def test_each_metric_reads_its_own_entry_of_the_summary():
 
     quantized = [cell(2.0, 3.0, 0.5, [-5.0, -7.0], policy="kivi", kind="quantizer", keep_sinks=0, bytes_ratio=0.2),
                  cell(1.25, 1.5, 1.0, [-1.0, -2.0], policy="kivi", kind="quantizer", keep_sinks=1, bytes_ratio=0.21)]  # fmt: skip
-    found = read("kv_2bit", {"cells": quantized})
+    found = read("kv_2bit", {"cells": quantized, **TEXTS})
     assert found == {
         "protect0/ppl_ratio": 2.0, "protect0/ppl_ratio_outside": 3.0, "protect0/passkey_accuracy": 0.5,
         "protect0/key_logprob": -6.0, "protect1/ppl_ratio": 1.25, "protect1/ppl_ratio_outside": 1.5,
@@ -344,3 +347,15 @@ def test_each_metric_reads_its_own_entry_of_the_summary():
         "ppl_sink_prefix": 12.0,
         "prefix_gain": 2.5,
     }
+
+
+def test_the_compress_readers_read_the_texts_the_summary_names():
+    """The corpus is a setting of the task, so the readers take the texts' names from the summary
+    (they read "shakespeare" and "pydoc" by name). Mutation: the corpus name written in the reader
+    raises KeyError here; an outside text of None gives no ppl_ratio_outside metric."""
+    cells = [cell(2.0, 3.0, 0.5, [-5.0], policy="kivi", kind="quantizer", keep_sinks=k) for k in (0, 1)]
+    for c, value in zip(cells, (2.0, 1.6)):
+        c["ppl_ratio"] = {"my_text": value}
+    found = read("kv_2bit", {"cells": cells, "corpus": "my_text", "outside": None})
+    assert found["protect0/ppl_ratio"] == 2.0 and found["ppl_ratio_gain"] == 1.25
+    assert not [name for name in found if name.endswith("ppl_ratio_outside")]

@@ -285,6 +285,8 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
         "quantizers": list(cfg.quantizers),
         "contexts": list(cfg.contexts),
         "tasks": list(cfg.tasks),
+        "corpus": cfg.corpus,
+        "outside": cfg.outside,
         "continuation": CONTINUATION,
         "passkey": {"depths": list(DEPTHS), "keys_per_depth": cfg.keys, "seed": cfg.seed},
         "accuracy": {"tasks": list(cfg.accuracy), "shots": cfg.accuracy_shots, "test": cfg.accuracy_test}

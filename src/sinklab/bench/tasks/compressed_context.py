@@ -8,7 +8,8 @@ PyramidKV)."""
 import math
 
 from ...compress import COMPRESS, positions_read
-from ..task import Task, metric, register, spread_of
+from ..readers import compressed_cell
+from ..task import Task, register, spread_of
 
 KEEP = (0, 1)
 #: The presses of version 1, named (a press added to the registry later is not in it).
@@ -19,29 +20,14 @@ def cell_name(cell: dict) -> str:
     return f"{cell['policy']}@{cell['ratio']:g}/keep{cell['keep_sinks']}"
 
 
-def judged(cell: dict, name: str) -> dict:
-    """A compressed or quantized cache's cell of ``sinklab compress`` as metrics named ``name/...``:
-    the perplexity ratios after it (corpus, outside text) and passkey retrieval."""
-    found = {
-        f"{name}/ppl_ratio": metric(cell["ppl_ratio"]["shakespeare"], better="lower"),
-        f"{name}/ppl_ratio_outside": metric(cell["ppl_ratio"]["pydoc"], better="lower"),
-    }
-    passkey = cell.get("passkey")
-    if passkey:
-        found[f"{name}/passkey_accuracy"] = metric(
-            passkey["accuracy"], n=len(passkey["logprobs"]), over="prompts", better="higher"
-        )
-        found[f"{name}/key_logprob"] = spread_of(passkey["logprobs"], over="prompts", better="higher")
-    return found
-
-
 def read(result) -> dict:
     s = result.summary
     metrics, by_pair = {}, {}
     for cell in s["cells"]:
-        metrics.update(judged(cell, cell_name(cell)))
+        metrics.update(compressed_cell(cell, cell_name(cell), s))
         by_pair.setdefault((cell["policy"], cell["ratio"]), {})[cell["keep_sinks"]] = cell
-    gains = [math.log(pair[0]["ppl_ratio"]["shakespeare"] / pair[1]["ppl_ratio"]["shakespeare"]) for pair in by_pair.values()]
+    corpus = s["corpus"]
+    gains = [math.log(pair[0]["ppl_ratio"][corpus] / pair[1]["ppl_ratio"][corpus]) for pair in by_pair.values()]
     passkey_gains = [
         pair[1]["passkey"]["accuracy"] - pair[0]["passkey"]["accuracy"] for pair in by_pair.values() if "passkey" in pair[1]
     ]

@@ -12,8 +12,8 @@ tokens): part of its gain was those tokens. 2: the same recent tokens with and w
 (:class:`~sinklab.kvcache.KIVI`)."""
 
 from ...compress import COMPRESS, positions_read
+from ..readers import compressed_cell
 from ..task import Task, metric, register
-from .compressed_context import judged
 
 PROTECT = (0, 1)
 
@@ -22,8 +22,9 @@ def read(result) -> dict:
     cells = {cell["keep_sinks"]: cell for cell in result.summary["cells"]}  # KIVI's protect settings
     metrics = {}
     for protect in PROTECT:
-        metrics.update(judged(cells[protect], f"protect{protect}"))
-    protected, bare = cells[1]["ppl_ratio"]["shakespeare"], cells[0]["ppl_ratio"]["shakespeare"]
+        metrics.update(compressed_cell(cells[protect], f"protect{protect}", result.summary))
+    corpus = result.summary["corpus"]
+    protected, bare = cells[1]["ppl_ratio"][corpus], cells[0]["ppl_ratio"][corpus]
     metrics["ppl_ratio_gain"] = metric(bare / protected)  # an effect size: neither direction is better
     details = {"bytes_ratio": {str(p): cells[p]["bytes_ratio"] for p in PROTECT}}
     # the full cache's own figures: a reader sees whether two results' arithmetic differs (issue 39)
