@@ -353,7 +353,7 @@ def test_the_compress_readers_read_the_texts_the_summary_names():
     """The corpus is a setting of the task, so the readers take the texts' names from the summary
     (they read "shakespeare" and "pydoc" by name). Mutation: the corpus name written in the reader
     raises KeyError here; an outside text of None gives no ppl_ratio_outside metric."""
-    cells = [cell(2.0, 3.0, 0.5, [-5.0], policy="kivi", kind="quantizer", keep_sinks=k) for k in (0, 1)]
+    cells = [cell(2.0, 3.0, 0.5, [-5.0], policy="kivi", kind="quantizer", keep_sinks=k, bytes_ratio=0.2) for k in (0, 1)]
     for c, value in zip(cells, (2.0, 1.6)):
         c["ppl_ratio"] = {"my_text": value}
     found = read("kv_2bit", {"cells": cells, "corpus": "my_text", "outside": None})
