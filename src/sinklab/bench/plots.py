@@ -15,21 +15,7 @@ from ..core import html
 from ..core.figures import LEGEND_BELOW, series_style, styled, title
 from ..core.text import html_text
 from .frame import headline_column, leaderboard_rows, metric_rows
-
-#: Per-layer curves drawn: profile name -> (figure file, y-axis title).
-PROFILES = {
-    "first_token_mass_by_layer": ("first_token_mass.png", "first-token mass"),
-    "value_norm_ratio_by_layer": ("sink_value_norm.png", "value norm at 0 / others'"),
-}
-#: Bars drawn: group -> (figure file, [(task, metric), ...]) of ratios (1: no effect).
-BARS = {
-    "dependence": (
-        "dependence.png",
-        [("suppressed_sink", "ppl_ratio"), ("streaming", "ppl_ratio_sinks_0"), ("streaming", "ppl_ratio_sinks_1"),
-         ("streaming", "ppl_ratio_sinks_4")],
-    ),
-    "payoff": ("payoff.png", [("kv_2bit", "ppl_ratio_gain"), ("w8a8_prefix", "prefix_gain")]),
-}  # fmt: skip
+from .task import TASKS
 
 
 def model_style(index: int) -> dict:
@@ -40,9 +26,14 @@ def model_style(index: int) -> dict:
 
 
 def figures(summary: dict) -> dict:
-    """Every figure of the leaderboard that has something to draw, by file name."""
-    found = {name: _profile(summary, profile, axis) for profile, (name, axis) in PROFILES.items()}
-    found |= {name: _bars(summary, group, bars) for group, (name, bars) in BARS.items()}
+    """Every figure of the leaderboard that has something to draw, by file name: each task's
+    profile through depth (its ``profile``) and each group's ratios as bars (its tasks' ``ratios``),
+    in the suite's order."""
+    tasks = [(name, TASKS[name]) for name in summary["tasks"] if name in TASKS]
+    found = {f"{name}.png": _profile(summary, *task.profile) for name, task in tasks if task.profile}
+    for group in summary["groups"]:
+        bars = [(name, metric) for name, task in tasks if task.group == group for metric in task.ratios]
+        found[f"{group}.png"] = _bars(summary, group, bars) if bars else None
     return {name: fig for name, fig in found.items() if fig is not None}
 
 

@@ -73,6 +73,10 @@ class Task:
     positions: Callable[[dict], int]  # the longest input the task feeds the model, from its settings
     quick: dict = field(default_factory=dict)
     headline: str = ""  # the metric the leaderboard's table shows for this task
+    #: (a profile it reads, the y-axis title): drawn through depth on the leaderboard, as <name>.png.
+    profile: tuple = ()
+    #: Metrics that are ratios (1: no effect), drawn as bars in its group's figure (<group>.png).
+    ratios: tuple = ()
 
     def __post_init__(self) -> None:
         check(self.group in GROUPS, f"task {self.name}: group must be one of {', '.join(GROUPS)}")

@@ -32,6 +32,7 @@ TASK = register(
         quick={"batch": 8},
         read=read,
         positions=lambda s: s["tokens"],
+        profile=("first_token_mass_by_layer", "first-token mass"),
         headline="mean",
     )
 )

@@ -58,6 +58,7 @@ TASK = register(
         quick={"contexts": (512,), "keys": 1},
         read=read,
         positions=lambda s: positions_read(s["contexts"]),
+        ratios=("ppl_ratio_gain",),
         headline="ppl_ratio_gain",
     )
 )

@@ -28,6 +28,7 @@ TASK = register(
         quick={"batch": 8},
         read=read,
         positions=lambda s: s["tokens"],
+        profile=("value_norm_ratio_by_layer", "value norm at 0 / others'"),
         headline="ratio",
     )
 )

@@ -45,6 +45,7 @@ TASK = register(
         quick={"tokens": 1024},
         read=read,
         positions=lambda s: s["tokens"],
+        ratios=("ppl_ratio_sinks_0", "ppl_ratio_sinks_1", "ppl_ratio_sinks_4"),
         headline="ppl_ratio_sinks_0",
     )
 )

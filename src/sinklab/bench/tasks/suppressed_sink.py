@@ -38,6 +38,7 @@ TASK = register(
         quick={"tokens": 128, "batch": 4},
         read=read,
         positions=lambda s: s["tokens"],
+        ratios=("ppl_ratio",),
         headline="ppl_ratio",
     )
 )

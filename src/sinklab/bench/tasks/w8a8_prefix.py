@@ -43,6 +43,7 @@ TASK = register(
         quick={"windows": 2, "calibration": 2},
         read=read,
         positions=lambda s: s["tokens"] + 1,  # BOS (in the stream or as the prefix), then the window
+        ratios=("prefix_gain",),
         headline="prefix_gain",
     )
 )
