@@ -32,7 +32,7 @@ from .feasible import check_feasible, model_for, preflight
 from .frame import COMPRESS_TABLES
 from .judged import score_tasks
 from .summary import CELL_GROUP, SCHEMA_VERSION, cell_figures, paired, task_figures
-from .tasks import CONTINUATION, DEPTHS, MIN_CONTEXT, TASKS, calibration_windows, passkey_prompts, positions_read, text_window
+from .tasks import CONTINUATION, DEPTHS, JUDGES, MIN_CONTEXT, calibration_windows, passkey_prompts, positions_read, text_window
 
 JOBS_DIR = "presses"
 DENSE = "dense"  # the uncompressed cache's job and row
@@ -93,7 +93,7 @@ class CompressConfig:
     bits: tuple[int, ...] = setting((2, 4, 8), metavar="B[,B...]", help="bit widths; each quantizer runs those it takes")
     group_size: int = setting(32, help="KIVI's group: tokens per key scale, channels per value scale (KIVI's paper: 32)")
     residual: int = setting(128, help="KIVI's recent tokens kept in full precision (KIVI's paper: 128)")
-    tasks: tuple[str, ...] = setting(TASKS, flag="--task", choices=TASKS, metavar="T[,T...]", help="ppl and/or passkey")
+    tasks: tuple[str, ...] = setting(JUDGES, flag="--task", choices=JUDGES, metavar="T[,T...]", help="ppl and/or passkey")
     contexts: tuple[int, ...] = setting((2048,), flag="--context", metavar="C[,C...]", help="context lengths in tokens")
     corpus: str = setting("shakespeare", help="the text for ppl: shakespeare, a text file or folder, or hf:NAME")
     outside: Optional[str] = setting(

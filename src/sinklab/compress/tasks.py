@@ -26,7 +26,8 @@ from ..stream import stream_tokens
 
 CONTINUATION = 256
 MIN_CONTEXT = 128  # the shortest context: room for the passkey template and SnapKV's window
-TASKS = ("ppl", "passkey")
+#: The judges of a compressed context (``--task``): its perplexity, and passkey retrieval.
+JUDGES = ("ppl", "passkey")
 DEPTHS = (0.1, 0.5, 0.9)
 
 TASK_DESCRIPTION = (
