@@ -12,12 +12,14 @@ model.generate(...)`` (evict, then quantize what is kept; either alone works the
   the sink as a prefix, transformers' quanto as the baseline), their packed storage in :mod:`.packing`;
 * :mod:`.layers` (the cache layers a policy leaves), :mod:`.narrowed` (the attention for layers of
   different widths), :mod:`.tally` (the prefill's attention, summed on arrival), :mod:`.sinks`
-  (detected sinks), :mod:`.applied` (the ``with`` block).
+  (detected sinks), :mod:`.applied` (the ``with`` block), :mod:`.decoding` (a press applied while
+  decoding: ``DecodingPress(SnapKV(keep_sinks=4), budget=512, every=64)``).
 
 A new press or quantizer is one file in :mod:`.presses` or :mod:`.quantizers` (DEVELOPERS.md).
 """
 
 from .applied import Pressing, applied
+from .decoding import DecodingPress
 from .narrowed import attention_for
 from .policy import (
     DETECTED,
@@ -50,6 +52,7 @@ __all__ = [
     "TOVA",
     "CachePolicy",
     "Compression",
+    "DecodingPress",
     "KeyDiff",
     "Knorm",
     "LayerContext",

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from ..core.errors import SinklabError, check
+from .decoding import DecodingPress, DecodingState
 from .narrowed import attention_for
 from .policy import CachePolicy, Compression, not_a_policy, recording, rewrite
 from .tally import tallied
@@ -55,6 +56,9 @@ class Pressing:
         self._prefill: Optional[ExitStack] = None
         self._tally = None
         self._held_back: Optional[dict] = None  # the question's forward, run after the context's compression
+        decoding = policies[0] if isinstance(policies[0], DecodingPress) else None
+        self.decoding = DecodingState(model, decoding) if decoding is not None else None
+        self._step_tokens = 0  # the tokens of the forward running through a filled cache (a decoding press counts them)
 
     # -- hooks on the model's forward --------------------------------------------------------
 
@@ -66,8 +70,11 @@ class Pressing:
             ids is not None or filled or kwargs.get("inputs_embeds") is None,
             "a press compresses a prefill given as input_ids; this one is given as inputs_embeds",
         )
-        if ids is None or ids.shape[-1] < 2 or filled:
-            return  # a decode step, or tokens after the context: not compressed
+        if ids is None or ids.shape[-1] < 2 or filled:  # a decode step, or tokens after the context
+            if self.decoding is not None and ids is not None:
+                self.decoding.before_step()
+                self._step_tokens = ids.shape[-1]
+            return
         check(
             kwargs.get("use_cache", True) is not False,
             "a press compresses the prefill's cache: call the model with use_cache=True",
@@ -75,7 +82,7 @@ class Pressing:
         check_unpadded(kwargs.get("attention_mask"))
         if self.question is not None:
             args, kwargs = self._hold_back_question(args, kwargs, ids)
-        wants, window_rows = recording(self.policies)
+        wants, window_rows = (self.decoding.press.prompt_recording, 0) if self.decoding else recording(self.policies)
         self._prefill = ExitStack()
         if wants:
             context_length = ids.shape[-1] - (0 if self.question is None else self.question.shape[-1])
@@ -116,12 +123,20 @@ class Pressing:
 
     def after(self, module, args, kwargs, output) -> None:
         if self._prefill is None:
+            if self._step_tokens:
+                tokens, self._step_tokens = self._step_tokens, 0
+                compression = self.decoding.after_step(tokens, output.cache)
+                if compression is not None:
+                    self.steps, self.last = [compression], compression
             return
         tally, self._tally = self._tally, None
         self._prefill.close()
         self._prefill = None
         cache = getattr(output, "cache", None)
         check(cache is not None, "the prefill returned no cache to compress (call the model with use_cache=True)")
+        if self.decoding is not None:  # the prompt's cache stays whole
+            self.decoding.prompt_seen(cache.get_seq_length(), tally, cache)
+            return
         self.steps = [rewrite(cache, policy, tally) for policy in self.policies]
         self.last = composed(self.steps)
         if self._held_back is not None:
@@ -140,6 +155,8 @@ class Pressing:
 
     def close(self) -> None:
         self._held_back = None
+        if self.decoding is not None:
+            self.decoding.close()
         if self._prefill is not None:
             self._prefill.close()
             self._prefill = None
@@ -159,7 +176,7 @@ def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator
     only, and ``labels=`` is refused."""
     from ..models.hf.support import check_causal
 
-    check_order(policies)
+    check_order(policies, question)
     question = None if question is None else _question_ids(question)
     check(
         isinstance(model, nn.Module) and hasattr(model, "config"),
@@ -180,17 +197,26 @@ def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator
             state.close()
 
 
-def check_order(policies: tuple) -> None:
-    """At least one policy; presses first, then at most one quantizer (it stores what they kept)."""
+def check_order(policies: tuple, question) -> None:
+    """At least one policy: a press, a quantizer, or a press then a quantizer (it stores what the
+    press kept); or a decoding press alone."""
     if not policies:
         raise SinklabError("applied() needs a press or a quantizer, e.g. applied(model, SnapKV(ratio=0.5, keep_sinks=4))")
     for policy in policies:
         if not isinstance(policy, CachePolicy):
             raise not_a_policy(policy)
+    if any(isinstance(policy, DecodingPress) for policy in policies):
+        check(len(policies) == 1, "a DecodingPress works alone in applied(): it presses the cache the decoding grows")
+        check(
+            question is None,
+            "question= keeps a question out of a prefill's compression; a DecodingPress leaves the prefill whole",
+        )
+        return
     kinds = [policy.kind for policy in policies]
     check(
-        "quantizer" not in kinds[:-1],
-        f"a quantizer stores what the presses before it kept, so it comes last, and once; got {', '.join(kinds)}",
+        kinds in (["press"], ["quantizer"], ["press", "quantizer"]),
+        f"applied() takes a press, a quantizer, or a press then a quantizer (it stores what the press kept); "
+        f"got {', '.join(kinds)}",
     )
 
 

@@ -62,13 +62,18 @@ class RewrittenLayer(DynamicLayer):
 
 class PressedLayer(RewrittenLayer):
     """A layer after a press: ``keys``/``values`` hold only the kept positions (``positions``:
-    (B, Hkv, K), ascending), then every token fed after the compression."""
+    (B, Hkv, K) on the CPU, ascending), then every token fed after the compression."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, seen: int, group: list) -> None:
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, seen: int, group: list, positions: torch.Tensor) -> None:
         super().__init__(seen, group)
         self.lazy_initialization(keys, values)
-        self.keys, self.values = keys, values
-        self.positions = None
+        self.keys, self.values, self.positions, self.compressed_at = keys, values, positions, seen
+
+    def held_positions(self) -> torch.Tensor:
+        """(B, Hkv, stored) the position of every key the layer holds: the kept ones, then the
+        tokens fed since the compression."""
+        later = torch.arange(self.compressed_at, self.seen).expand(*self.positions.shape[:2], -1)
+        return torch.cat([self.positions, later], -1)
 
     def update(self, key_states, value_states, *args, **kwargs):
         self.seen += key_states.shape[-2]

@@ -251,9 +251,11 @@ def sink_positions(setting: KeepSinks, length: int, tally, layers: list[int]) ->
     return list(range(min(setting, length)))
 
 
-def rewrite(cache, policy: CachePolicy, tally=None) -> Compression:
+def rewrite(cache, policy: CachePolicy, tally=None, sinks: Optional[list] = None) -> Compression:
     """Rewrite every full-attention layer of ``cache`` (just filled by a prefill, or by a prefill
-    and a press) with ``policy``, from the prefill's attention ``tally`` when it needs it."""
+    and a press; or grown by decoding since a press) with ``policy``, from the attention ``tally``
+    when it needs it. ``sinks``: the positions held apart, when found before (a decoding press's,
+    detected on the prompt); by default from the policy's setting."""
     if not isinstance(policy, CachePolicy):
         raise not_a_policy(policy)
     check(
@@ -262,7 +264,9 @@ def rewrite(cache, policy: CachePolicy, tally=None) -> Compression:
     )
     layers = rewritable_layers(cache, policy)
     report = Compression(cache.layers[layers[0]].get_seq_length(), bytes_before=cache_bytes(cache))
-    report.sinks = [] if policy.idle else sink_positions(policy.sinks, report.length, tally, layers)
+    if sinks is None:
+        sinks = [] if policy.idle else sink_positions(policy.sinks, report.length, tally, layers)
+    report.sinks = list(sinks)
     group: list = []
     for index in layers:
         layer = cache.layers[index]
@@ -270,7 +274,7 @@ def rewrite(cache, policy: CachePolicy, tally=None) -> Compression:
             layer.keys, layer.values, index, len(cache.layers),
             received=tally.received.get(index) if tally is not None else None,
             window=tally.window.get(index) if tally is not None else None,
-            window_rows=policy.window_rows, positions=getattr(layer, "positions", None), seen=layer.get_seq_length(),
+            window_rows=policy.window_rows, positions=_held_positions(layer), seen=layer.get_seq_length(),
         )  # fmt: skip
         cache.layers[index], positions = policy.rewritten(context, report.sinks, group)
         report.positions[index] = positions.cpu()
@@ -278,15 +282,40 @@ def rewrite(cache, policy: CachePolicy, tally=None) -> Compression:
     return report
 
 
+def _held_positions(layer) -> Optional[torch.Tensor]:
+    """The positions a layer's keys hold, where a press kept only some (None: every position)."""
+    return layer.held_positions() if hasattr(layer, "held_positions") else None
+
+
+def slots_of(context: LayerContext, sinks: list[int], name: str) -> list[int]:
+    """Where the positions ``sinks`` sit among the layer's keys: the positions themselves in a dense
+    layer; after a press, their place among the kept keys, which must be the same in every head (a
+    policy holds one set of slots apart)."""
+    if context.positions is None:
+        return list(sinks)
+    slots = []
+    for sink in sinks:
+        found = context.positions == sink  # (B, Hkv, K)
+        place = found.float().argmax(-1)
+        check(
+            bool(found.any(-1).all()) and bool((place == place.flatten()[0]).all()),
+            f"{name} holds position {sink} apart, which the press before it did not keep at one place in every head: "
+            "give the press keep_sinks covering it",
+        )
+        slots.append(int(place.flatten()[0]))
+    return slots
+
+
 def rewritable_layers(cache, policy: CachePolicy) -> list[int]:
     """The layers of ``cache`` that ``policy`` rewrites: every full-attention layer, held dense or
-    (for a quantizer) as a press kept it. Sliding-window layers are left as they are (they hold at
-    most their window already); any other kind of layer is refused."""
+    as a press kept it (a quantizer stores what a press kept; a press during decoding presses its
+    own layers again). Sliding-window layers are left as they are (they hold at most their window
+    already); any other kind of layer is refused."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
     from .layers import PressedLayer
 
-    takes = (DynamicLayer, PressedLayer) if policy.kind == "quantizer" else (DynamicLayer,)
+    takes = (DynamicLayer, PressedLayer)
     chosen = []
     for index, layer in enumerate(cache.layers):
         if isinstance(layer, DynamicSlidingWindowLayer):

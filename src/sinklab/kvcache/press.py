@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
 from ..core.errors import check
-from .policy import DETECTED, CachePolicy, KeepSinks, LayerContext, check_sink_setting
+from .policy import DETECTED, CachePolicy, KeepSinks, LayerContext, check_sink_setting, slots_of
 
 #: kvpress's argument names a press also takes (kvpress's name -> sinklab's); a press class may add its own.
 KVPRESS_NAMES = {"compression_ratio": "ratio"}
@@ -91,22 +92,23 @@ class Press(CachePolicy):
         """At ratio 0 every key is kept: the prefill runs exactly as without a press."""
         return self.ratio == 0
 
-    def keep(self, context: LayerContext, sinks: list[int]) -> torch.Tensor:
-        """(B, Hkv, budget) the positions this layer keeps, ascending: ``sinks`` first, then the
-        press's own window, then its best scores."""
-        budget = self.budget(context.length, context.layer, context.n_layers)
+    def keep(self, context: LayerContext, sinks: list[int], budget: Optional[int] = None) -> torch.Tensor:
+        """(B, Hkv, budget) the slots this layer keeps (its keys' places, the positions in a dense
+        layer), ascending: the ``sinks``' slots first, then the press's own window, then its best
+        scores. ``budget``: keys kept per KV head, by default :meth:`budget`'s."""
+        budget = self.budget(context.length, context.layer, context.n_layers) if budget is None else budget
         if budget >= context.length:  # nothing to drop (ratio 0): no score needed
             return torch.arange(context.length, device=context.keys.device).expand(*context.keys.shape[:2], -1)
         return kept_positions(self.scores(context), budget, sinks, self.always_kept(context.length, budget))
 
-    def rewritten(self, context: LayerContext, sinks: list[int], group: list):
-        """The layer holding only the kept keys (:class:`~.layers.PressedLayer`)."""
+    def rewritten(self, context: LayerContext, sinks: list[int], group: list, budget: Optional[int] = None):
+        """The layer holding only the kept keys (:class:`~.layers.PressedLayer`), at their positions;
+        ``budget`` as :meth:`keep` takes it."""
         from .layers import PressedLayer
 
-        check(context.positions is None, f"{self.name} evicts from a dense cache: apply presses before any other policy")
-        positions = self.keep(context, sinks)
-        layer = PressedLayer(gathered(context.keys, positions), gathered(context.values, positions), context.seen, group)
-        layer.positions = positions.cpu()
+        kept = self.keep(context, slots_of(context, sinks, self.name), budget)
+        positions = context.held_positions().gather(-1, kept.cpu())
+        layer = PressedLayer(gathered(context.keys, kept), gathered(context.values, kept), context.seen, group, positions)
         return layer, positions
 
     def label(self) -> str:

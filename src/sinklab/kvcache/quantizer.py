@@ -25,7 +25,7 @@ from typing import ClassVar
 import torch
 
 from ..core.errors import check
-from .policy import DETECTED, CachePolicy, KeepSinks, LayerContext, check_sink_setting
+from .policy import DETECTED, CachePolicy, KeepSinks, LayerContext, check_sink_setting, slots_of
 
 #: What a quantizer's ``protect`` takes: its ``protects`` -> the settings, in words (``--quant`` help).
 PROTECTS = {"any": "0, N or detected", "first": "0 or N (first tokens)", "none": "nothing (0)"}
@@ -89,7 +89,7 @@ class Quantizer(CachePolicy):
         (:class:`~.layers.QuantizedKVLayer`); it holds the positions it was given."""
         from .layers import QuantizedKVLayer
 
-        slots = protected_slots(context, sinks, self.name)
+        slots = slots_of(context, sinks, self.name)
         keep = torch.ones(context.length, dtype=torch.bool, device=context.keys.device)
         keep[slots] = False
         sink = (context.keys[:, :, slots], context.values[:, :, slots])
@@ -99,22 +99,3 @@ class Quantizer(CachePolicy):
 
     def label(self) -> str:
         return f"{self.name} {self.bits}-bit (protect {self.protect})"
-
-
-def protected_slots(context: LayerContext, sinks: list[int], name: str) -> list[int]:
-    """Where the protected positions ``sinks`` sit among the layer's keys: the positions themselves
-    in a dense layer; after a press, their place among the kept keys, which must be the same in
-    every head (the store holds one set of slots apart)."""
-    if context.positions is None:
-        return list(sinks)
-    slots = []
-    for sink in sinks:
-        found = context.positions == sink  # (B, Hkv, K)
-        place = found.float().argmax(-1)
-        check(
-            bool(found.any(-1).all()) and bool((place == place.flatten()[0]).all()),
-            f"{name} protects position {sink}, which the press before it did not keep at one place in every head: "
-            "give the press keep_sinks covering what the quantizer protects",
-        )
-        slots.append(int(place.flatten()[0]))
-    return slots

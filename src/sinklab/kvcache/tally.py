@@ -50,9 +50,15 @@ class AttentionTally:
             self._add(self.window, point.layer, weights[:, :, skip:].sum(2))
 
     def _add(self, sums: dict, layer: int, block: torch.Tensor) -> None:
-        if layer not in sums:
-            sums[layer] = torch.zeros(*block.shape[:2], self.length, dtype=torch.float32, device=block.device)
-        sums[layer][..., : block.shape[-1]] += block.float()
+        """``block`` (B, Hq, keys) added into the layer's sums, which grow to the widest block seen
+        (a tally of decoding steps, whose keys grow by the tokens fed: :mod:`.decoding`)."""
+        width, held = block.shape[-1], sums.get(layer)
+        if held is None or held.shape[-1] < width:
+            grown = torch.zeros(*block.shape[:2], max(self.length, width), dtype=torch.float32, device=block.device)
+            if held is not None:
+                grown[..., : held.shape[-1]] = held
+            sums[layer] = grown
+        sums[layer][..., :width] += block.float()
 
 
 @contextmanager

@@ -1,0 +1,161 @@
+"""A press applied while decoding: every ``every`` tokens the cache is brought back to a budget.
+
+Long generations (reasoning traces, long answers) grow the cache after the prompt, which a press
+applied once after the prefill never sees. :class:`DecodingPress` (kvpress's ``DecodingPress``)
+leaves the prompt's cache whole and, each time ``every`` more tokens have been fed through it
+(generated or teacher-forced, one at a time or in chunks), presses every full-attention layer back
+to ``budget`` keys per KV head with its press's scores: the sinks its ``keep_sinks`` names first,
+then the press's own window (the most recent keys, for SnapKV and H2O), then its best scores. Kept
+keys stay at their positions, as after a prefill press (:mod:`.layers`).
+
+What a press reads from attention during decoding is what the queries fed since the last
+compression paid each key the cache then holds (:mod:`.tally`, beside SDPA): H2O's accumulated
+attention and SnapKV's and TOVA's window are taken over those queries (kvpress's DecodingPress
+also scores from the tokens since its last compression). ``keep_sinks="detected"`` reads the sinks
+from the prompt's own attention, once, at the prefill. The budget is the same in every layer (a
+press with per-layer budgets, PyramidKV, keeps its scores and drops its pyramid here).
+
+StreamingLLM's rolling window is the recency score's special case: ``DecodingPress(StreamingLLM(
+keep_sinks=4), budget=B, every=1)`` keeps the same tokens as sinklab's sink cache
+(:func:`sinklab.stream.make_sink_cache`) with 4 sinks and a window of ``B - 3`` (each query sees the
+B kept keys and itself); the sink cache re-numbers the kept keys' positions, a press keeps them.
+"""
+
+from __future__ import annotations
+
+import numbers
+from contextlib import ExitStack
+from dataclasses import dataclass, replace
+from typing import Optional, Union
+
+from ..core.errors import check
+from .policy import DETECTED, CachePolicy, Compression, LayerContext, full_attention_layers, rewrite, sink_positions
+from .press import Press
+from .tally import tallied
+
+
+@dataclass(frozen=True)
+class DecodingPress(CachePolicy):
+    """``press`` applied while decoding: every ``every`` tokens fed after the prompt, each
+    full-attention layer is brought back to ``budget`` keys per KV head (a number of tokens, or a
+    float in (0, 1]: that fraction of the prompt). Use it alone in
+    ``kvcache.applied(model, DecodingPress(SnapKV(keep_sinks=4), budget=512, every=64))``."""
+
+    press: Press = None
+    budget: Union[int, float] = 512
+    every: int = 64
+
+    kind = "press"
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.press, Press), f"DecodingPress needs a press, e.g. SnapKV(keep_sinks=4); got {self.press!r}")
+        check(
+            self.press.ratio == 0,
+            f"DecodingPress brings the cache to its budget: give the press no ratio (got {self.press.ratio:g})",
+        )
+        tokens = isinstance(self.budget, int) and not isinstance(self.budget, bool) and self.budget >= 1
+        fraction = isinstance(self.budget, numbers.Real) and not isinstance(self.budget, (bool, int)) and 0 < self.budget <= 1
+        check(
+            tokens or fraction, f"budget is a number of tokens (>= 1) or a fraction of the prompt in (0, 1]; got {self.budget!r}"
+        )
+        check(isinstance(self.every, int) and self.every >= 1, f"every must be a number of tokens >= 1, got {self.every!r}")
+        sinks = self.press.keep_sinks
+        check(
+            not tokens or sinks == DETECTED or self.budget > sinks,
+            f"a budget of {self.budget} keys cannot hold the {sinks} sinks and a recent token: give a larger budget",
+        )
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return f"{self.press.name} while decoding"
+
+    @property
+    def sinks(self):
+        return self.press.keep_sinks
+
+    @property
+    def needs(self) -> frozenset:  # type: ignore[override]
+        return self.press.needs
+
+    @property
+    def idle(self) -> bool:
+        """Nothing at the prefill: the prompt's cache stays whole."""
+        return True
+
+    @property
+    def prompt_recording(self) -> frozenset:
+        """What the prefill records: the prompt's attention when the sinks are detected from it."""
+        return frozenset({"received"}) if self.press.keep_sinks == DETECTED else frozenset()
+
+    def tokens(self, prompt: int) -> int:
+        """The budget in keys per KV head, for a prompt of ``prompt`` tokens."""
+        return self.budget if isinstance(self.budget, int) else max(1, int(prompt * self.budget))
+
+    def for_prompt(self, prompt: int) -> "DecodingPress":
+        """This press with its budget in tokens (a fraction of the prompt resolved)."""
+        return replace(self, budget=self.tokens(prompt))
+
+    def rewritten(self, context: LayerContext, sinks: list[int], group: list):
+        check(isinstance(self.budget, int), "a DecodingPress's fractional budget is resolved at the prefill (for_prompt)")
+        return self.press.rewritten(context, sinks, group, budget=self.budget)
+
+    def label(self) -> str:
+        return f"{self.press.label()} while decoding (budget {self.budget}, every {self.every})"
+
+
+class DecodingState:
+    """An ``applied`` block's bookkeeping for a :class:`DecodingPress`: the sinks (positions), the
+    budget in tokens once the prompt is seen, the tokens fed since the last compression and the
+    tally of their attention (open across the forwards of one interval), and the last compression."""
+
+    def __init__(self, model, press: DecodingPress) -> None:
+        self.model, self.press = model, press
+        self.resolved: Optional[DecodingPress] = None
+        self.sinks: Optional[list[int]] = None
+        self.fed = 0
+        self.last: Optional[Compression] = None
+        self._interval: Optional[ExitStack] = None
+        self._tally = None
+
+    def prompt_seen(self, prompt: int, tally, cache) -> None:
+        """After the prefill of ``prompt`` tokens (``tally``: its attention, when the sinks are
+        detected): the budget in tokens and the sinks' positions."""
+        self.resolved = self.press.for_prompt(prompt)
+        setting = self.press.sinks
+        self.sinks = sink_positions(setting, prompt, tally, full_attention_layers(cache)) if setting == DETECTED else None
+        self.fed = 0
+
+    def before_step(self) -> None:
+        """Before a forward through the filled cache: the interval's tally opened if the press reads attention."""
+        if self.resolved is None:  # decoding from an empty cache: no prompt
+            check(
+                isinstance(self.press.budget, int) and self.press.sinks != DETECTED,
+                "this DecodingPress reads the prompt (a budget that is a fraction of it, or detected sinks), "
+                "and decoding started with no prefill: give a budget in tokens and keep_sinks=N",
+            )
+            self.resolved = self.press
+        if self.press.needs and self._interval is None:
+            self._interval = ExitStack()
+            needs = self.press.needs
+            self._tally = self._interval.enter_context(tallied(self.model, 0, "received" in needs, self.press.every))
+
+    def after_step(self, tokens: int, cache) -> Optional[Compression]:
+        """After a forward that fed ``tokens`` through the cache: every ``every`` tokens, the cache
+        brought back to the budget (where it holds more); the compression, or None."""
+        self.fed += tokens
+        if self.fed < self.press.every:
+            return None
+        tally, self._tally = self._tally, None
+        self.close()
+        self.fed = 0
+        held = max(cache.layers[i].keys.shape[-2] for i in full_attention_layers(cache))
+        if held <= self.resolved.budget:
+            return None
+        sinks = self.sinks if self.sinks is not None else list(range(self.press.sinks))
+        self.last = rewrite(cache, self.resolved, tally, sinks=sinks)
+        return self.last
+
+    def close(self) -> None:
+        if self._interval is not None:
+            self._interval.close()
+            self._interval = None

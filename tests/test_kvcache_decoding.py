@@ -1,0 +1,127 @@
+"""A press applied while decoding (sinklab.kvcache.DecodingPress): every ``every`` tokens the cache
+is brought back to its budget, sinks kept, positions kept; StreamingLLM's rolling window is the
+sink cache's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+from conftest import tiny_config
+
+from sinklab import kvcache as P
+from sinklab.core.errors import SinklabError
+from sinklab.stream import make_sink_cache
+
+PROMPT, FED = 24, 40
+
+
+def tiny(attention: str = "sdpa"):
+    torch.manual_seed(0)
+    config = tiny_config("llama", 300)
+    config._attn_implementation = attention
+    return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+def ids(length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(2, 300, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+@torch.no_grad()
+def decoded(model, press, chunk: int, prompt: int = PROMPT):
+    """The logits of the FED tokens after the prompt, fed ``chunk`` at a time under ``press``, and
+    the held positions of the first layer after each forward."""
+    tokens, logits, held = ids(prompt + FED), [], []
+    with P.applied(model, press) as state:
+        cache = model(tokens[:, :prompt], use_cache=True).cache
+        for start in range(prompt, prompt + FED, chunk):
+            logits.append(model(tokens[:, start : start + chunk], cache=cache).logits)
+            layer = cache.layers[0]
+            held.append(layer.held_positions()[0, 0].tolist() if hasattr(layer, "held_positions") else None)
+    return torch.cat(logits, 1), held, state
+
+
+def test_streaming_llm_while_decoding_keeps_what_the_sink_cache_keeps():
+    """Token by token from an empty cache, StreamingLLM with 2 sinks brought back to 9 keys every
+    step holds, after every step, exactly the tokens sinklab's sink cache with 2 sinks and a window
+    of 8 holds (each query sees the 9 kept keys and itself). Mutation: compressing once more than
+    ``every`` tokens have come (``<=`` for ``<``) holds one token too many every other step."""
+    model, tokens = tiny(), ids(30)
+    sink, kept = make_sink_cache(model, 2, 8), []
+    with torch.no_grad():
+        for t in range(30):
+            model(tokens[:, t : t + 1], cache=sink)
+            kept.append(list(sink.layers[0].positions))
+    cache = transformers.DynamicCache()
+    with torch.no_grad(), P.applied(model, P.DecodingPress(P.StreamingLLM(keep_sinks=2), budget=9, every=1)):
+        for t in range(30):
+            model(tokens[:, t : t + 1], cache=cache)
+            layer = cache.layers[0]
+            held = layer.held_positions()[0, 0].tolist() if hasattr(layer, "held_positions") else list(range(t + 1))
+            assert held == kept[t], t
+    assert held == [0, 1, *range(23, 30)] and cache.get_seq_length() == 30
+
+
+@pytest.mark.parametrize(
+    "press", [P.SnapKV(keep_sinks=2, window_size=4), P.H2O(keep_sinks=1), P.Knorm(keep_sinks=2)], ids=["snapkv", "h2o", "knorm"]
+)
+def test_every_so_many_tokens_the_cache_is_back_at_its_budget_however_the_tokens_come(press):
+    """Every 8 tokens each layer is brought back to 16 keys with its sinks kept (the prompt's 24
+    stay whole until then); token by token and 8 at a time keep the same positions and give the
+    same logits (the press reads the attention of the queries since the last compression, which
+    is the same either way). Mutation: the tally of an interval not summed over its forwards (only
+    the last step's attention) keeps other keys token by token than in chunks."""
+    model = tiny()
+    decoding = P.DecodingPress(press, budget=16, every=8)
+    one, held_one, state = decoded(model, decoding, chunk=1)
+    eight, held_eight, _ = decoded(model, decoding, chunk=8)
+    assert held_one[7::8] == held_eight
+    assert torch.allclose(one, eight, atol=1e-4)
+    for positions in held_eight:
+        assert len(positions) == 16 and positions[: press.keep_sinks] == list(range(press.keep_sinks))
+    assert state.last.length == PROMPT + FED and set(state.last.kept.values()) == {16}
+
+
+def test_the_prompt_stays_whole_and_nothing_is_pressed_under_the_budget():
+    """A prompt longer than the budget stays whole until ``every`` tokens have come; a cache under
+    the budget is never rewritten; a fractional budget is a fraction of the prompt."""
+    model = tiny()
+    _, held, state = decoded(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=100, every=8), chunk=4)
+    assert held == [None] * (FED // 4) and state.last is None
+    _, held, _ = decoded(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=0.5, every=8), chunk=4)
+    assert held[0] is None and [len(h) for h in held[1::2]] == [12] * (FED // 8)
+
+
+def test_detected_sinks_come_from_the_prompt_and_are_kept_at_every_compression():
+    model = tiny()
+    _, held, state = decoded(model, P.DecodingPress(P.SnapKV(keep_sinks="detected", window_size=4), budget=16, every=8), chunk=8)
+    sinks = state.decoding.sinks
+    assert state.last.sinks == sinks and all(set(sinks) <= set(h) for h in held)
+
+
+def test_bad_decoding_settings_are_one_line_and_the_block_leaves_the_model_as_it_was():
+    model = tiny()
+    for settings, needle in [
+        (dict(press=P.SnapKV(0.5)), "give the press no ratio"),
+        (dict(press=P.Knorm(keep_sinks=4), budget=4), "cannot hold the 4 sinks"),
+        (dict(press=P.Knorm(), budget=1.5), "budget is a"),
+        (dict(press=P.Knorm(), every=0), "every must be"),
+        (dict(press="snapkv"), "DecodingPress needs a press"),
+    ]:
+        with pytest.raises(SinklabError, match=needle):
+            P.DecodingPress(**settings)
+    decoding = P.DecodingPress(P.SnapKV(keep_sinks=1, window_size=4), budget=16, every=8)
+    with pytest.raises(SinklabError, match="a DecodingPress works alone"):
+        with P.applied(model, decoding, P.KIVI(group_size=8)):
+            pass
+    with torch.no_grad(), P.applied(model, decoding):  # left in the middle of an interval
+        cache = model(ids(PROMPT), use_cache=True).cache
+        model(ids(3, 2), cache=cache)
+    assert model.config._attn_implementation == "sdpa" and not model._forward_hooks and not model._forward_pre_hooks
+
+
+def test_generate_runs_under_a_decoding_press():
+    model = tiny()
+    with torch.no_grad(), P.applied(model, P.DecodingPress(P.TOVA(keep_sinks=1), budget=16, every=4)) as state:
+        out = model.generate(ids(PROMPT), max_new_tokens=12, do_sample=False)
+    assert out.shape[-1] == PROMPT + 12 and set(state.last.kept.values()) == {16}
