@@ -125,3 +125,66 @@ def test_generate_runs_under_a_decoding_press():
     with torch.no_grad(), P.applied(model, P.DecodingPress(P.TOVA(keep_sinks=1), budget=16, every=4)) as state:
         out = model.generate(ids(PROMPT), max_new_tokens=12, do_sample=False)
     assert out.shape[-1] == PROMPT + 12 and set(state.last.kept.values()) == {16}
+
+
+# --------------------------------------------------------------------------- sinklab compress --during decode
+
+DECODE_FLAGS = ["--during", "decode", "--budget", "96", "--every", "16", "--decode-tokens", "64", "--context", "320",
+                "--keep-sinks", "0,1", "--keys", "1", "--outside-corpus", "none", "--quiet"]  # fmt: skip
+
+
+def test_compress_while_decoding_from_the_command_line(tiny_model_dir, tmp_path, capsys):
+    """``sinklab compress --during decode``: each press with each keep-sinks setting judged by the
+    perplexity of the text's next tokens fed through the cache it holds to its budget, and by the
+    passkey after 1,024 filler tokens; the full cache's cell is the plain model's perplexity of the
+    same tokens (fed 16 at a time through a growing cache: equal to one forward, to rounding)."""
+    import json
+
+    import sinklab
+    from sinklab import cli
+
+    folder = tiny_model_dir("llama", positions=2048)
+    out = tmp_path / "run"
+    assert cli.main(["compress", str(folder), "--press", "knorm,snapkv", *DECODE_FLAGS, "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["during"] == "decode" and summary["decoding"] == {
+        "budget": 96,
+        "every": 16,
+        "tokens": 64,
+        "passkey_filler": 1024,
+    }
+    assert [(c["policy"], c["ratio"], c["keep_sinks"]) for c in summary["cells"]] == [
+        ("knorm", None, 0), ("knorm", None, 1), ("snapkv", None, 0), ("snapkv", None, 1)
+    ]  # fmt: skip
+    for cell in summary["cells"]:
+        assert cell["kept_fraction"] < 0.3 and cell["bytes_ratio"] < 0.3  # 96 keys of 320 + 64 tokens and more
+    assert [e["keep_sinks"] for e in summary["sink_effect"]] == [1, 1]
+    assert "while decoding" in capsys.readouterr().out
+    lm = sinklab.load_model(str(folder))
+    window = sinklab.compress.tasks.text_window(lm.tokenizer, "shakespeare", 320, "auto", 64)
+    with torch.no_grad():
+        logits = lm.model(window.ids[:, :-1]).logits[0, 320:]
+    nll = torch.nn.functional.cross_entropy(logits, window.ids[0, 321:]).item()
+    assert summary["dense"]["320"]["ppl"]["shakespeare"] == pytest.approx(float(torch.tensor(nll).exp()), rel=1e-4)
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--quant", "kivi"], "--during decode presses the cache while decoding: give presses, not --quant"),
+        (["--ratio", "0.5"], "--during decode brings the cache to --budget: give no --ratio"),
+        (["--budget", "1.5"], "budget is a"),
+        (["--every", "0"], "every must be a number of tokens >= 1"),
+        (["--accuracy", "x"], "--accuracy judges a cache compressed after its prefill"),
+    ],
+)
+def test_bad_decoding_flags_are_one_line_before_the_run(flags, needle, tiny_model_dir, tmp_path, capsys):
+    from conftest import one_line_error
+
+    from sinklab import cli
+
+    out = tmp_path / "run"
+    argv = ["compress", str(tiny_model_dir("llama", positions=2048)), "--press", "knorm", *DECODE_FLAGS, *flags]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    one_line_error(capsys, needle)
+    assert not out.exists()

@@ -174,7 +174,7 @@ def test_a_new_quantizer_is_one_class_the_registry_command_and_block_all_take(ha
     assert "half" in P.QUANTIZERS and "half" not in P.PRESSES
     cfg = CompressConfig(quantizers=("half",), bits=(2, 16), keep_sinks=(0, 1, "detected"))
     assert cfg.presses == () and cfg.quantizer_bits("half") == [16] and cfg.protections("half") == [0, 1]
-    from sinklab.compress.run import quantizers_help
+    from sinklab.compress.config import quantizers_help
 
     assert "half: 16-bit, protect 0 or N (first tokens)" in quantizers_help()
     loaded = sinklab.load_model(str(tiny_model_dir("llama")))

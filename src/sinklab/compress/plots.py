@@ -67,13 +67,20 @@ QUANT_COLUMNS = [
 def figures(summary: dict) -> dict:
     """Every static figure of the run, by file name (passkey figures only when it ran)."""
     summary = current(summary)
+    if summary.get("during") == "decode":
+        decoding = summary["decoding"]
+        where = f"budget {decoding['budget']:g} keys, pressed every {decoding['every']} tokens"
+        return {"decoding.png": _bars(summary, "press", f"KV presses while decoding ({where})", "sinks kept")}
     judges = [*summary["tasks"], *(["accuracy"] if summary.get("accuracy") else [])]
     wanted = [name for name in METRICS if NEEDS[name] in judges]
     built = {name: _against_ratio(summary, name) for name in wanted} if summary["presses"] else {}
-    return built | ({"quantized.png": _quantized(summary)} if summary["quantizers"] else {})
+    heading = "KV quantization with and without the sink protected"
+    return built | ({"quantized.png": _bars(summary, "quantizer", heading, "protected")} if summary["quantizers"] else {})
 
 
-def _quantized(s: dict):
+def _bars(s: dict, kind: str, heading: str, setting: str):
+    """Quality per policy of ``kind`` (and bit width), one bar per sink setting: the quantizers, or
+    the presses while decoding (they have no ratio to draw against)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -81,20 +88,23 @@ def _quantized(s: dict):
     panels = [("ppl / full cache's", lambda c: c.get("ppl_ratio", {}).get(text))] if "ppl" in s["tasks"] else []
     panels += [("passkey accuracy", lambda c: c.get("passkey", {}).get("accuracy"))] if "passkey" in s["tasks"] else []
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[label for label, _ in panels])
-    mine = [c for c in s["cells"] if c["kind"] == "quantizer" and c["context"] == context]
+    mine = [c for c in s["cells"] if c["kind"] == kind and c["context"] == context]
     for j, protect in enumerate(dict.fromkeys(str(c["keep_sinks"]) for c in mine)):
         chosen = [c for c in mine if str(c["keep_sinks"]) == protect]
         for col, (_, read) in enumerate(panels, start=1):
-            bars = go.Bar(x=[f"{c['policy']} {c['bits']}-bit" for c in chosen], y=[read(c) for c in chosen],
-                          name=f"protected: {protect}", legendgroup=protect, showlegend=col == 1)  # fmt: skip
+            names = [html_text(c["policy"], 30) + (f" {c['bits']}-bit" if c["bits"] is not None else "") for c in chosen]
+            bars = go.Bar(x=names, y=[read(c) for c in chosen],
+                          name=f"{setting}: {protect}", legendgroup=protect, showlegend=col == 1)  # fmt: skip
             bars.update(marker_color=series_style(j)["color"], texttemplate="%{y:.3g}", textposition="outside", textangle=0)
             fig.add_trace(bars, row=1, col=col)  # equal bars, and bars of height 0, read by their numbers
     if "passkey" in s["tasks"]:
         fig.update_yaxes(range=[0, 1.15], col=len(panels))  # room for the numbers over bars of 1
-    heading = title(html_text(s["model"], 60), f"KV quantization with and without the sink protected ({context}-token context)")
+    heading = title(html_text(s["model"], 60), f"{heading} ({context}-token context)")
     return fig.update_layout(title=heading, barmode="group", height=420, margin_t=GRID_TOP)
 
 
+#: The page's heading of each bar figure.
+HEADINGS = {"quantized.png": "KV quantization", "decoding.png": "Presses while decoding"}
 #: Kept-sink settings told apart where their values are equal: markers and dashes differ, and
 #: each setting's points sit DODGE (of the ratio axis) from the next (hover shows the true ratio).
 DODGE = 0.015
@@ -245,9 +255,10 @@ def _scope(mine: list[dict], setting: str) -> str:
     """What a family's best and worst are taken over: each setting against 0 at every ratio (or
     bit width) and context, pairs of cells that read the same inputs (and every text, for perplexity)."""
     level, texts = "ratio" if mine[0]["kind"] == "press" else "bits", _listed(mine, "ppl_change")
+    levels = _listed(mine, level) if mine[0][level] is not None else "while decoding"
     return (
         f"best and worst over {len(mine)} pair{'s' * (len(mine) > 1)} of cells on the same inputs: "
-        f"{_listed(mine, 'keep_sinks', setting)} against 0; {_listed(mine, level)}; {_listed(mine, 'context')} tokens"
+        f"{_listed(mine, 'keep_sinks', setting)} against 0; {levels}; {_listed(mine, 'context')} tokens"
         + (f"; perplexity on {texts}" if texts else "")
     )
 
@@ -276,7 +287,10 @@ def _signed(value: float, sign: str = "+") -> str:
 
 
 def _where(effect: dict, setting: str) -> str:
-    level = f"ratio {effect['ratio']:g}" if effect["kind"] == "press" else f"{effect['bits']} bits"
+    if effect["kind"] == "quantizer":
+        level = f"{effect['bits']} bits"
+    else:
+        level = "while decoding" if effect["ratio"] is None else f"ratio {effect['ratio']:g}"
     return f"{setting.replace('_', ' ')} {effect['keep_sinks']}, {level}, {effect['context']} tokens"
 
 
@@ -295,7 +309,7 @@ def sections(summary: dict, data: dict, uid: str, run_dir: Optional[Path] = None
         html.Section("Does keeping the sink help?", _statements_html(s)),
     ]
     for name, fig in figures(s).items():
-        heading = METRICS[name][0] + " against the ratio removed" if name in METRICS else "KV quantization"
+        heading = METRICS[name][0] + " against the ratio removed" if name in METRICS else HEADINGS[name]
         parts.append(html.Section(heading, html.plot(fig, f"{uid}-{name[:-4]}")))
     if s["presses"]:
         parts.append(html.Section("Every press cell", html.table(table_rows(s, "press"), COLUMNS)))

@@ -13,166 +13,34 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import Optional
 
-from ..accuracy import SIZES, check_judge_flags, task_names
-from ..core.configs import setting
-from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
-from ..kvcache import DETECTED, PRESSES, PROTECTS, QUANTIZERS, check_ratio, policy_named
-from ..models.hf import MODEL_HELP, LoadOptions, model_facts
-from ..scan import BOS_CHOICES
+from ..kvcache import PRESSES, QUANTIZERS, policy_named
+from ..models.hf import model_facts
 from . import plots
-from .evaluate import score_inputs
+from .config import CompressConfig
+from .evaluate import score_decoding, score_inputs
 from .feasible import check_feasible, model_for, preflight
 from .frame import COMPRESS_TABLES
 from .judged import score_tasks
 from .summary import CELL_GROUP, SCHEMA_VERSION, cell_figures, paired, task_figures
-from .tasks import CONTINUATION, DEPTHS, JUDGES, MIN_CONTEXT, calibration_windows, passkey_prompts, positions_read, text_window
+from .tasks import (
+    CONTINUATION,
+    DEPTHS,
+    PASSKEY_FILLER,
+    calibration_windows,
+    passkey_prompts,
+    text_window,
+)  # fmt: skip
 
 JOBS_DIR = "presses"
 DENSE = "dense"  # the uncompressed cache's job and row
-RATIOS = (0.25, 0.5, 0.75, 0.875)
 CALIBRATION = (512, 4)  # static scales: tokens x windows of the corpus, after the text the ppl task reads
-
-
-def quantizers_help() -> str:
-    """Each registered quantizer's bit widths and what it protects, for ``--quant``'s help."""
-    return "; ".join(
-        f"{name}: {'/'.join(map(str, cls.bit_widths))}-bit, protect {PROTECTS[cls.protects]}" for name, cls in QUANTIZERS.items()
-    )
-
-
-def keep_sinks_list(text: str) -> tuple:
-    """``0,1,4,detected`` -> (0, 1, 4, "detected")."""
-    values = [t.strip() for t in text.split(",") if t.strip()]
-    check(values, "--keep-sinks needs at least one of: a number of first tokens, or 'detected'")
-    bad = [v for v in values if v != DETECTED and not v.isdigit()]
-    check(not bad, f"--keep-sinks takes numbers of first tokens and 'detected', got {', '.join(bad)}")
-    return tuple(v if v == DETECTED else int(v) for v in values)
-
-
-@dataclass
-class CompressConfig:
-    """``sinklab compress``'s settings (and ``sinklab.compress_model``'s keyword arguments)."""
-
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[dict] = {1: lambda saved: {**saved, "accuracy": [], "accuracy_shots": 5, "accuracy_test": SIZES["test"]}}
-
-    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
-    presses: Optional[tuple[str, ...]] = setting(
-        None,
-        flag="--press",
-        metavar="P[,P...]",
-        shown="all, or none when only --quant is given",
-        help=f"from {', '.join(PRESSES)}; 'none' for quantizers only",
-        parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
-    )
-    ratios: tuple[float, ...] = setting(
-        RATIOS, flag="--ratio", metavar="R[,R...]", help="fractions of the context removed, in [0, 1) (0: the full cache)"
-    )
-    keep_sinks: tuple = setting(
-        (0, 1, 4, DETECTED),
-        parse=keep_sinks_list,
-        metavar="K[,K...]",
-        help="sinks kept inside the budget: numbers of first tokens, and/or 'detected'",
-    )
-    quantizers: Optional[tuple[str, ...]] = setting(
-        None,
-        flag="--quant",
-        shown=f"{','.join(QUANTIZERS)}, or none when only --press is given",
-        choices=tuple(QUANTIZERS),
-        metavar="Q[,Q...]",
-        help=f"KV quantizers ({quantizers_help()}); 'none' for presses only",
-        parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
-    )
-    bits: tuple[int, ...] = setting((2, 4, 8), metavar="B[,B...]", help="bit widths; each quantizer runs those it takes")
-    group_size: int = setting(32, help="KIVI's group: tokens per key scale, channels per value scale (KIVI's paper: 32)")
-    residual: int = setting(128, help="KIVI's recent tokens kept in full precision (KIVI's paper: 128)")
-    tasks: tuple[str, ...] = setting(JUDGES, flag="--task", choices=JUDGES, metavar="T[,T...]", help="ppl and/or passkey")
-    contexts: tuple[int, ...] = setting((2048,), flag="--context", metavar="C[,C...]", help="context lengths in tokens")
-    corpus: str = setting("shakespeare", help="the text for ppl: shakespeare, a text file or folder, or hf:NAME")
-    outside: Optional[str] = setting(
-        "pydoc",
-        flag="--outside-corpus",
-        metavar="CORPUS",
-        parse=lambda text: None if text == "none" else text,
-        help="a second text for ppl, of another domain (pydoc: Python's language reference; 'none' skips it)",
-    )
-    keys: int = setting(2, help="passkeys per depth (depths: 10, 50 and 90 percent of the filler)")
-    accuracy: tuple[str, ...] = setting(
-        (),
-        metavar="T[,T...]",
-        parse=task_names,
-        help="BIG-bench tasks (names or task.json paths; suite: the suite's) judged by multiple-choice accuracy: "
-        "lm-eval's few-shot prompts, their shots the compressed context; none by default",
-    )
-    accuracy_shots: int = setting(5, help="shots per --accuracy prompt, from the task's own examples: what is compressed")
-    accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")
-    seed: int = setting(0, help="draws the passkeys (and the random press)")
-    bos: str = setting("auto", choices=BOS_CHOICES, help="put the tokenizer's BOS first: yes, no, or auto (when it has one)")
-    load: LoadOptions = field(default_factory=LoadOptions)
-
-    def __post_init__(self) -> None:
-        self._fill_grid()
-        self.accuracy = task_names(self.accuracy)  # accuracy="suite" as the flag reads it
-        for ratio in self.ratios:
-            check_ratio(ratio, "--ratio")
-        for keep in self.keep_sinks:
-            check(keep == DETECTED or (isinstance(keep, int) and keep >= 0), f"--keep-sinks: bad value {keep!r}")
-        for context in self.contexts:
-            check(context >= MIN_CONTEXT, f"--context must be at least {MIN_CONTEXT} tokens, got {context}")
-        check(self.keys >= 1, f"--keys must be at least 1, got {self.keys}")
-        if self.accuracy:  # at least one shot: the shots are the context a press compresses
-            check_judge_flags(self.accuracy_shots, self.accuracy_test, self.bos, min_shots=1)
-        unknown = [p for p in self.presses if p not in PRESSES]
-        check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}")
-        unknown = [q for q in self.quantizers if q not in QUANTIZERS]
-        check(not unknown, f"unknown quantizer {', '.join(unknown)}; choose from: {', '.join(QUANTIZERS)}")
-        check(self.presses or self.quantizers, "give at least one press or quantizer")
-        for name in self.quantizers:
-            check(
-                self.quantizer_bits(name) and self.protections(name),
-                f"--quant {name} has nothing to run: it takes --bits {','.join(map(str, QUANTIZERS[name].bit_widths))} "
-                f"and protects {PROTECTS[QUANTIZERS[name].protects]}; got --bits {','.join(map(str, self.bits))} "
-                f"--keep-sinks {','.join(map(str, self.keep_sinks))}",
-            )
-
-    def _fill_grid(self) -> None:
-        """Presses and quantizers left out (None): naming some of one kind runs that kind only (a
-        presses-only table never pays for the quantizers, nor the reverse); otherwise a kind left
-        out runs all of it (the default grid; ``--press none`` alone: every quantizer)."""
-        presses, quantizers = self.presses, self.quantizers
-        if presses is None:
-            self.presses = () if quantizers else tuple(PRESSES)
-        if quantizers is None:
-            self.quantizers = () if presses else tuple(QUANTIZERS)
-
-    @property
-    def positions(self) -> int:
-        """The positions the run feeds the model (:func:`~.tasks.positions_read`)."""
-        return positions_read(self.contexts)
-
-    def press_grid(self) -> list[tuple]:
-        """A press's (ratio, keep_sinks) cells. Ratio 0 evicts nothing, so it is the dense cache
-        whatever the sinks kept: one cell (keep_sinks 0), never a fake pair of the sink effect."""
-        return [(r, k) for r in self.ratios for k in (self.keep_sinks if r else (0,))]
-
-    def press_cells(self, name: str) -> dict:
-        """A press's row: cell name ("ratio/keep_sinks") -> the press."""
-        base = policy_named(name, **({"seed": self.seed} if name == "random" else {}))
-        return {f"{r:g}/{k}": replace(base, ratio=r, keep_sinks=k) for r, k in self.press_grid()}
-
-    def quantizer_bits(self, name: str) -> list[int]:
-        return [b for b in self.bits if b in QUANTIZERS[name].bit_widths]
-
-    def protections(self, name: str) -> list:
-        """The protect settings of ``--keep-sinks`` a quantizer takes (quanto none, static numbers only)."""
-        return QUANTIZERS[name].protections(self.keep_sinks)
 
 
 @dataclass(frozen=True)
@@ -190,11 +58,17 @@ def run_job(job: PressJob, subject=None) -> dict:
     cfg, tokenizer = job.cfg, loaded.tokenizer
     rows: dict = defaultdict(dict)
     policies = job_policies(job, loaded)
+    decoding = cfg.during == "decode"
+    scored, after = (cfg.decode_tokens, PASSKEY_FILLER) if decoding else (CONTINUATION, 0)
     for context in cfg.contexts:
         texts = [cfg.corpus, *([cfg.outside] if cfg.outside else [])] if "ppl" in cfg.tasks else []
-        windows = [text_window(tokenizer, text, context, cfg.bos) for text in texts]
-        prompts = passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos) if "passkey" in cfg.tasks else []
-        for name, cell, scores in score_inputs(loaded.model, tokenizer, policies, windows, prompts):
+        windows = [text_window(tokenizer, text, context, cfg.bos, scored) for text in texts]
+        prompts = passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos, after) if "passkey" in cfg.tasks else []
+        if decoding:
+            found = score_decoding(loaded.model, tokenizer, policies, windows, prompts, cfg.every)
+        else:
+            found = score_inputs(loaded.model, tokenizer, policies, windows, prompts)
+        for name, cell, scores in found:
             rows[f"{context}|{name}"][cell] = scores
     if cfg.accuracy:  # one judge for every context: its context is the shots
         for name, cell, scores in score_tasks(
@@ -207,10 +81,10 @@ def run_job(job: PressJob, subject=None) -> dict:
 def job_policies(job: PressJob, loaded) -> dict:
     """The job's cells: cell name -> policy (a press, or a quantizer at "bits/protect")."""
     cfg = job.cfg
-    if job.press == DENSE:
-        return {"0/0": policy_named("knorm")}  # ratio 0: the full cache
+    if job.press == DENSE:  # the full cache: ratio 0, or no decoding press
+        return {"0/0": None if cfg.during == "decode" else policy_named("knorm")}
     if job.press in PRESSES:
-        return cfg.press_cells(job.press)
+        return cfg.decoding_cells(job.press) if cfg.during == "decode" else cfg.press_cells(job.press)
     cells = {}
     for bits in cfg.quantizer_bits(job.press):
         for protect in cfg.protections(job.press):
@@ -264,7 +138,10 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
     ``ratio`` of a press and the ``bits`` of a quantizer, None for the other, and ``keep_sinks``, a
     quantizer's protect), and the paired comparisons against keeping no sink (``sink_effect``)."""
     dense = {str(c): task_figures(results[DENSE]["rows"], c, "0/0") for c in cfg.contexts}
-    grid = [(name, "press", r, None, k, f"{r:g}/{k}") for name in cfg.presses for r, k in cfg.press_grid()]
+    if cfg.during == "decode":
+        grid = [(name, "press", None, None, k, f"decode/{k}") for name in cfg.presses for k in cfg.keep_sinks]
+    else:
+        grid = [(name, "press", r, None, k, f"{r:g}/{k}") for name in cfg.presses for r, k in cfg.press_grid()]
     grid += [
         (name, "quantizer", None, b, p, f"{b}/{p}")
         for name in cfg.quantizers
@@ -285,9 +162,13 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
         "quantizers": list(cfg.quantizers),
         "contexts": list(cfg.contexts),
         "tasks": list(cfg.tasks),
+        "during": cfg.during,
+        "decoding": {"budget": cfg.budget, "every": cfg.every, "tokens": cfg.decode_tokens, "passkey_filler": PASSKEY_FILLER}
+        if cfg.during == "decode"
+        else None,
         "corpus": cfg.corpus,
         "outside": cfg.outside,
-        "continuation": CONTINUATION,
+        "continuation": cfg.decode_tokens if cfg.during == "decode" else CONTINUATION,
         "passkey": {"depths": list(DEPTHS), "keys_per_depth": cfg.keys, "seed": cfg.seed},
         "accuracy": {"tasks": list(cfg.accuracy), "shots": cfg.accuracy_shots, "test": cfg.accuracy_test}
         if cfg.accuracy

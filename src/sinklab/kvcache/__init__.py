@@ -5,7 +5,8 @@ needs transformers < 5.3).
 ``with sinklab.kvcache.applied(model, SnapKV(ratio=0.5, keep_sinks=4), KIVI(bits=4, protect=4)):
 model.generate(...)`` (evict, then quantize what is kept; either alone works the same way).
 
-* :mod:`.policy`: what every policy is (the registry, the sink vocabulary, the one rewrite routine);
+* :mod:`.policy`: what every policy is, and the one rewrite routine; :mod:`.registry`: the
+  registry and the sink vocabulary;
 * :mod:`.press` and one file per press in :mod:`.presses` (StreamingLLM, H2O, SnapKV, TOVA, Knorm,
   KeyDiff, Random, PyramidKV);
 * :mod:`.quantizer` and one file per quantizer in :mod:`.quantizers` (KIVI, static INT8/INT4 with
@@ -19,26 +20,21 @@ A new press or quantizer is one file in :mod:`.presses` or :mod:`.quantizers` (D
 """
 
 from .applied import Pressing, applied
-from .decoding import DecodingPress
+from .decoding import DecodingPress, DecodingState
 from .narrowed import attention_for
 from .policy import (
-    DETECTED,
-    POLICIES,
-    PRESSES,
-    QUANTIZERS,
     CachePolicy,
     Compression,
     LayerContext,
     branch,
-    policy_named,
     recording,
-    register_policy,
     rewrite,
 )
 from .press import Press, check_ratio
 from .presses import H2O, TOVA, KeyDiff, Knorm, PyramidKV, Random, SnapKV, StreamingLLM
 from .quantizer import PROTECTS, Quantizer
 from .quantizers import KIVI, QuantoKV, StaticKV, calibrate, check_quanto
+from .registry import DETECTED, POLICIES, PRESSES, QUANTIZERS, policy_named, register_policy
 from .tally import tallied
 
 __all__ = [
@@ -53,6 +49,7 @@ __all__ = [
     "CachePolicy",
     "Compression",
     "DecodingPress",
+    "DecodingState",
     "KeyDiff",
     "Knorm",
     "LayerContext",

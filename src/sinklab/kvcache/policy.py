@@ -10,8 +10,9 @@ takes the other's name too).
 Everything a policy needs from the rest of sinklab is here, once: the registry (:data:`POLICIES`,
 with the families' views :data:`PRESSES` and :data:`QUANTIZERS`), what the prefill must record for
 a set of policies (:func:`recording`), and the rewrite routine (:func:`rewrite`: which layers,
-which sinks, the report of bytes and positions). A policy only says how one layer is rewritten
-(:meth:`CachePolicy.rewritten`).
+which sinks, where they sit among a layer's keys after a press, the report of bytes and
+positions). A policy only says how one layer is rewritten (:meth:`CachePolicy.rewritten`). The
+registry and the sink vocabulary are in :mod:`.registry`.
 
 A press and then a quantizer compose: the quantizer stores what the press kept (:mod:`.applied`).
 """
@@ -21,45 +22,14 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Callable, ClassVar, Optional, Union
+from typing import ClassVar, Optional
 
 import torch
 
 from ..core.errors import SinklabError, check
 from ..stream import cache_bytes
+from .registry import DETECTED, KeepSinks
 from .sinks import detected_sinks
-
-KeepSinks = Union[int, str]
-DETECTED = "detected"
-#: What a policy may ask the prefill to record per layer (:mod:`.tally`): every query's attention
-#: summed per key ("received"), and the last queries' ("window").
-NEEDS = ("received", "window")
-
-#: Every cache policy by name, in the order they registered (``sinklab compress --press/--quant``).
-POLICIES: dict[str, type["CachePolicy"]] = {}
-#: The same registry's presses and quantizers (filled by :func:`register_policy` from the class's ``kind``).
-PRESSES: dict[str, type["CachePolicy"]] = {}
-QUANTIZERS: dict[str, type["CachePolicy"]] = {}
-_FAMILIES = {"press": PRESSES, "quantizer": QUANTIZERS}
-
-
-def register_policy(name: str) -> Callable[[type["CachePolicy"]], type["CachePolicy"]]:
-    """Class decorator: make a press or a quantizer known by ``name``."""
-
-    def add(cls: type["CachePolicy"]) -> type["CachePolicy"]:
-        if name in POLICIES:
-            raise ValueError(f"cache policy {name!r} is registered twice")
-        cls.name = name
-        POLICIES[name] = _FAMILIES[cls.kind][name] = cls
-        return cls
-
-    return add
-
-
-def policy_named(name: str, **settings) -> "CachePolicy":
-    """The press or quantizer registered as ``name`` with ``settings`` (its fields)."""
-    check(name in POLICIES, f"unknown press or quantizer {name!r}; choose from: {', '.join(POLICIES)}")
-    return POLICIES[name](**settings)
 
 
 class _TakesOtherNames(type):
@@ -82,16 +52,6 @@ class _TakesOtherNames(type):
         """The dataclass's fields, as ``help()`` and tab completion show them (not ``__call__``'s)."""
         init = inspect.signature(cls.__init__)
         return init.replace(parameters=list(init.parameters.values())[1:])
-
-
-def check_sink_setting(value, name: str, detected: bool = True) -> None:
-    """A ``keep_sinks`` or ``protect`` setting: a number of first tokens (not a bool), or
-    "detected" where ``detected`` allows it; anything else is a one-line error."""
-    number = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-    check(
-        number or (detected and value == DETECTED),
-        f"{name} must be 0, a number of first tokens N{', or ' + repr(DETECTED) if detected else ''}; got {value!r}",
-    )
 
 
 @dataclass(frozen=True)

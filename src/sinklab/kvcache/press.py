@@ -33,7 +33,8 @@ from typing import Optional
 import torch
 
 from ..core.errors import check
-from .policy import DETECTED, CachePolicy, KeepSinks, LayerContext, check_sink_setting, slots_of
+from .policy import CachePolicy, LayerContext, slots_of
+from .registry import DETECTED, KeepSinks, check_sink_setting
 
 #: kvpress's argument names a press also takes (kvpress's name -> sinklab's); a press class may add its own.
 KVPRESS_NAMES = {"compression_ratio": "ratio"}

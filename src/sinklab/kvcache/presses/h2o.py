@@ -16,8 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..policy import LayerContext, register_policy
+from ..policy import LayerContext
 from ..press import Press
+from ..registry import register_policy
 
 
 @register_policy("h2o")

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..policy import LayerContext, register_policy
+from ..policy import LayerContext
 from ..press import Press
+from ..registry import register_policy
 
 
 @register_policy("keydiff")

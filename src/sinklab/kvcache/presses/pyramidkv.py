@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...core.errors import check
-from ..policy import register_policy
+from ..registry import register_policy
 from .snapkv import SnapKV
 
 

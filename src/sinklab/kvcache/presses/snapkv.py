@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from ...core.errors import check
-from ..policy import LayerContext, register_policy
+from ..policy import LayerContext
 from ..press import Press
+from ..registry import register_policy
 
 
 @register_policy("snapkv")

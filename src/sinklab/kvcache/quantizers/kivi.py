@@ -19,8 +19,8 @@ import torch
 
 from ...core.errors import check
 from ..packing import Quantized, quantize_groups
-from ..policy import KeepSinks, register_policy
 from ..quantizer import Quantizer
+from ..registry import KeepSinks, register_policy
 
 
 class KiviStore:

@@ -13,8 +13,9 @@ import importlib.util
 from dataclasses import dataclass
 
 from ...core.errors import SinklabError, check
-from ..policy import LayerContext, register_policy
+from ..policy import LayerContext
 from ..quantizer import Quantizer
+from ..registry import register_policy
 
 MISSING = "the quanto baseline needs optimum-quanto: pip install optimum-quanto"
 
