@@ -188,3 +188,53 @@ def test_bad_decoding_flags_are_one_line_before_the_run(flags, needle, tiny_mode
     assert cli.main([*argv, "--out", str(out)]) == 2
     one_line_error(capsys, needle)
     assert not out.exists()
+
+
+# --------------------------------------------------------------------------- per-head budgets (AdaKV)
+
+
+@torch.no_grad()
+def test_adakv_gives_heads_their_own_budgets_and_frees_the_bytes():
+    """AdaKV over SnapKV at ratio 0.5: each layer's heads keep different numbers of keys (at least
+    alpha of the uniform budget each, the sinks and the window in every head), their total the
+    uniform press's, and so are the cache's bytes (kvpress hides evicted keys and frees none); the
+    continuation attends exactly as the dense model with each head's dropped keys hidden, and
+    generate runs on. Mutation: the padding left unmasked (every head attending to its zero slots)
+    moves the logits off the reference."""
+    from sinklab.core.hooks import HookSet
+    from sinklab.models.hf import instrument
+
+    model, context, cont = tiny(), ids(40), ids(6, 2)
+    uniform, ada = P.SnapKV(ratio=0.5, keep_sinks=2, window_size=4), P.AdaKV(P.SnapKV(ratio=0.5, keep_sinks=2, window_size=4))
+    with P.applied(model, uniform) as plain:
+        model(context, use_cache=True)
+    with P.applied(model, ada) as state:
+        cache = model(context, use_cache=True).cache
+        logits = model(cont, cache=cache).logits
+    counts = {layer: (p >= 0).sum(-1)[0].tolist() for layer, p in state.last.positions.items()}
+    heads = model.config.num_key_value_heads
+    assert any(len(set(c)) > 1 for c in counts.values()) and all(sum(c) == heads * 20 for c in counts.values())
+    assert all(min(c) >= 4 for c in counts.values())  # alpha 0.2 of 20, or the sinks and the window
+    for positions in state.last.positions.values():
+        for head in positions[0]:
+            assert {0, 1, 36, 37, 38, 39} <= set(head.tolist())
+    assert state.last.bytes_after == plain.last.bytes_after < 0.55 * state.last.bytes_before
+
+    def hide_dropped(mask, point):
+        kept = state.last.positions.get(point.layer)
+        visible = torch.zeros(1, kept.shape[1], 40, dtype=torch.bool)
+        for h, head in enumerate(kept[0]):
+            visible[0, h, head[head >= 0]] = True
+        groups = model.config.num_attention_heads // kept.shape[1]
+        mask = mask.expand(1, kept.shape[1] * groups, *mask.shape[-2:]).clone()
+        mask[:, :, 40 - point.q_start :, :40] &= visible.repeat_interleave(groups, 1)[:, :, None, :]
+        return mask
+
+    hooks = HookSet()
+    with hooks.attached([("blocks.*.attn.hook_mask", hide_dropped)]), instrument(model, hooks, query_chunk=None):
+        expected = model(torch.cat([context, cont], 1)).logits[:, 40:]
+    assert torch.allclose(logits, expected, atol=1e-5)
+    with P.applied(model, ada):
+        assert model.generate(context, max_new_tokens=5, do_sample=False).shape[-1] == 45
+    with pytest.raises(SinklabError, match="AdaKV wraps a press"):
+        P.AdaKV(P.KIVI())

@@ -31,7 +31,7 @@ from .policy import (
     rewrite,
 )
 from .press import Press, check_ratio
-from .presses import H2O, TOVA, KeyDiff, Knorm, PyramidKV, Random, SnapKV, StreamingLLM
+from .presses import H2O, TOVA, AdaKV, KeyDiff, Knorm, PyramidKV, Random, SnapKV, StreamingLLM
 from .quantizer import PROTECTS, Quantizer
 from .quantizers import KIVI, QuantoKV, StaticKV, calibrate, check_quanto
 from .registry import DETECTED, POLICIES, PRESSES, QUANTIZERS, policy_named, register_policy
@@ -47,6 +47,7 @@ __all__ = [
     "QUANTIZERS",
     "TOVA",
     "CachePolicy",
+    "AdaKV",
     "Compression",
     "DecodingPress",
     "DecodingState",

@@ -83,6 +83,47 @@ class PressedLayer(RewrittenLayer):
         return self.keys.shape[-2]
 
 
+#: The attribute of the keys a :class:`RaggedLayer` returns that says which slots each head holds
+#: ((1, H, 1, K) bool; the others are padding).
+PADDING = "sinklab_held"
+
+
+class RaggedLayer(RewrittenLayer):
+    """A layer whose KV heads hold different numbers of keys (AdaKV; batches of one): one (K_h, D)
+    tensor of keys and one of values per head, so its bytes are the keys kept. Each step gives
+    attention every head padded at the front to the longest (the new tokens last in every head,
+    where the mask's last columns expect them), and marks the padding on the keys it returns
+    (:data:`PADDING`), which the pressed attention (:mod:`.narrowed`) masks."""
+
+    def __init__(self, keys: list, values: list, seen: int, group: list, positions: list) -> None:
+        super().__init__(seen, group)
+        self.lazy_initialization(keys[0][None, None], values[0][None, None])
+        self.head_keys, self.head_values, self.positions = keys, values, positions
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        self.seen += key_states.shape[-2]
+        self.head_keys = [torch.cat([k, key_states[0, h]], 0) for h, k in enumerate(self.head_keys)]
+        self.head_values = [torch.cat([v, value_states[0, h]], 0) for h, v in enumerate(self.head_values)]
+        return self._padded()
+
+    def _padded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        widest, first = self.stored(), self.head_keys[0]
+        keys = first.new_zeros(1, len(self.head_keys), widest, first.shape[-1])
+        values = first.new_zeros(1, len(self.head_values), widest, self.head_values[0].shape[-1])
+        held = torch.zeros(1, len(self.head_keys), 1, widest, dtype=torch.bool, device=first.device)
+        for h, (k, v) in enumerate(zip(self.head_keys, self.head_values)):
+            keys[0, h, widest - k.shape[0] :], values[0, h, widest - v.shape[0] :] = k, v
+            held[0, h, 0, widest - k.shape[0] :] = True
+        setattr(keys, PADDING, held)
+        return keys, values
+
+    def stored(self) -> int:
+        return max(k.shape[0] for k in self.head_keys)
+
+    def held_tensors(self) -> list:
+        return [*self.head_keys, *self.head_values]
+
+
 class QuantizedKVLayer(RewrittenLayer):
     """A layer whose keys and values are held as the protected tokens in full precision, the
     quantized ``store`` and a full-precision tail; ``slots`` counts the tokens held (all of them,

@@ -187,9 +187,10 @@ class Compression:
         return list(self.positions)
 
     @property
-    def kept(self) -> dict[int, int]:
-        """Keys each KV head kept, per rewritten layer."""
-        return {layer: positions.shape[-1] for layer, positions in self.positions.items()}
+    def kept(self) -> dict[int, float]:
+        """Keys each KV head kept, per rewritten layer: the mean over the heads where they kept
+        different numbers (AdaKV, whose positions are padded with -1)."""
+        return {layer: (positions >= 0).sum(-1).float().mean().item() for layer, positions in self.positions.items()}
 
     @property
     def kept_fraction(self) -> float:

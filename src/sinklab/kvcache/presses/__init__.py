@@ -1,6 +1,7 @@
 """The presses, one file each: a frozen dataclass subclass of :class:`~..press.Press` with
 ``@register_policy("name")`` and a ``scores`` method, imported here so that it registers."""
 
+from .adakv import AdaKV
 from .h2o import H2O
 from .keydiff import KeyDiff
 from .knorm import Knorm
@@ -10,4 +11,4 @@ from .snapkv import SnapKV
 from .streaming_llm import StreamingLLM
 from .tova import TOVA
 
-__all__ = ["H2O", "TOVA", "KeyDiff", "Knorm", "PyramidKV", "Random", "SnapKV", "StreamingLLM"]
+__all__ = ["H2O", "AdaKV", "TOVA", "KeyDiff", "Knorm", "PyramidKV", "Random", "SnapKV", "StreamingLLM"]
