@@ -37,6 +37,20 @@ def press_table(summary: dict, context: int) -> list[str]:
     return lines
 
 
+def decoding_table(summary: dict, context: int) -> list[str]:
+    """A run of presses while decoding (``--during decode``): one row per press, one column per
+    sinks-kept setting, each cell as in :func:`press_table`, then the kept fraction and bytes."""
+    texts = list(summary["dense"][str(context)].get("ppl", {}))
+    keeps = summary["keep_sinks"]
+    lines = ["| press | " + " | ".join(f"keep {k}" for k in keeps) + " | kept / bytes |", "|---|" + "---|" * (len(keeps) + 1)]
+    cells = {(c["policy"], c["keep_sinks"]): c for c in summary["cells"] if c["context"] == context}
+    for press in summary["presses"]:
+        row = [cell_text(cells[press, k], texts) for k in keeps]
+        last = cells[press, keeps[-1]]
+        lines.append(f"| {press} | " + " | ".join(row) + f" | {last['kept_fraction']:.3f} / {last['bytes_ratio']:.3f} |")
+    return lines
+
+
 def quantizer_table(summary: dict, context: int) -> list[str]:
     texts = list(summary["dense"][str(context)].get("ppl", {}))
     lines = [
@@ -72,6 +86,9 @@ def main() -> None:
     summary = current(row["result"])  # rows saved before the one cell schema read as today's
     print(f"{row['command']}  (commit {row['git']}, {row['wall_seconds'] / 60:.0f} minutes)")
     for context in [args.context] if args.context else summary["contexts"]:
+        if summary.get("during") == "decode":
+            print("", dense_line(summary, context), "", *decoding_table(summary, context), sep="\n")
+            continue
         print(
             "", dense_line(summary, context), "", *press_table(summary, context), "", *quantizer_table(summary, context), sep="\n"
         )
