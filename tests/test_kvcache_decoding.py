@@ -217,6 +217,7 @@ def test_adakv_gives_heads_their_own_budgets_and_frees_the_bytes():
         for head in positions[0]:
             assert {0, 1, 36, 37, 38, 39} <= set(head.tolist())
     assert state.last.bytes_after == plain.last.bytes_after < 0.55 * state.last.bytes_before
+    assert set(state.last.kept.values()) == {20}  # the heads' mean; padding is not kept
 
     def hide_dropped(mask, point):
         kept = state.last.positions.get(point.layer)
@@ -249,3 +250,106 @@ def test_compress_while_decoding_from_a_notebook(tiny_model_dir):
     assert frame.policy.tolist() == ["streaming_llm"] * 2 and frame.keep_sinks.tolist() == [0, 4]
     assert frame.ratio.isna().all() and (frame.kept_fraction < 0.3).all()  # 80 keys (a quarter of 320) of 352 seen
     assert result.summary["decoding"]["budget"] == 0.25 and len(result.frame("sink_effect")) == 1
+
+
+# --------------------------------------------------------------------------- the review's cases
+
+
+@torch.no_grad()
+def test_a_decoding_press_governs_its_own_cache_and_starts_afresh_at_each_prefill():
+    """Tokens fed through another cache inside the block (a branch) neither count toward ``every``
+    nor reach its tally, and a second prefill in the same block starts a new interval: two
+    generations keep what a fresh block keeps. Mutations: counting every forward compresses the
+    cache early; not closing the interval at the prefill keeps other keys in the second generation."""
+    model, prompt = tiny(), ids(PROMPT)
+    decoding = P.DecodingPress(P.H2O(keep_sinks=1), budget=16, every=8)
+    with P.applied(model, decoding) as state:
+        cache = model(prompt, use_cache=True).cache
+        model(ids(5, 3), cache=P.branch(cache))
+        model(ids(3, 4), cache=cache)
+        assert state.last is None and cache.layers[0].keys.shape[-2] == PROMPT + 3
+    kept = []
+    with P.applied(model, decoding) as state:
+        for _ in range(2):
+            model.generate(prompt, max_new_tokens=20, do_sample=False)
+            kept.append(state.last.positions)
+    with P.applied(model, decoding) as fresh:
+        model.generate(prompt, max_new_tokens=20, do_sample=False)
+    for positions in kept:
+        assert all(torch.equal(positions[i], fresh.last.positions[i]) for i in positions)
+
+
+@torch.no_grad()
+def test_chunks_that_pass_the_every_th_token_carry_their_excess():
+    """Chunks of 5 with ``every`` 8: 40 tokens give 5 compressions, as token by token. Mutation:
+    resetting the count to 0 after a compression gives 4."""
+    model, tokens = tiny(), ids(PROMPT + 40)
+    with P.applied(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=16, every=8)) as state:
+        cache = model(tokens[:, :PROMPT], use_cache=True).cache
+        pressed = 0
+        for start in range(PROMPT, PROMPT + 40, 5):
+            model(tokens[:, start : start + 5], cache=cache)
+            pressed += state.last is not None and state.last.length == start + 5
+    assert pressed == 5
+
+
+def test_detected_sinks_past_the_first_tokens_are_held_or_refused_in_one_line(monkeypatch):
+    """Detected sinks that lead the prompt are kept at every compression; one further on sits at
+    different places among the heads' kept keys after a press, which is refused in one line (the
+    store holds one set of slots). Mutations: the detected sinks replaced by none fails the first;
+    dropping the same-place check lets KIVI protect the wrong keys."""
+    from sinklab.kvcache import policy
+
+    model = tiny()
+    monkeypatch.setattr(policy, "detected_sinks", lambda received: [0, 1])
+    _, held, state = decoded(model, P.DecodingPress(P.Knorm(keep_sinks="detected"), budget=16, every=8), chunk=8)
+    assert state.decoding.sinks == [0, 1] and state.last.sinks == [0, 1] and all(h[:2] == [0, 1] for h in held)
+    monkeypatch.setattr(policy, "detected_sinks", lambda received: [0, 7])
+    with pytest.raises(SinklabError, match="holds position 7 apart, which sits at different places among the heads"):
+        with (
+            torch.no_grad(),
+            P.applied(model, P.Random(0.5, keep_sinks="detected", seed=1), P.KIVI(protect="detected", group_size=8)),
+        ):
+            model(ids(40), use_cache=True)
+
+
+def test_the_reviews_bad_settings_are_one_line():
+    """A budget that cannot hold the press's window; a decoding press with a question, or beside an
+    intervention; two presses before a quantizer; KIVI groups that do not divide the heads (refused
+    at the prefill, not mid-decode); a tally of another cache."""
+    import sinklab
+    from sinklab.intervene import MaskSelf
+
+    model = tiny()
+    with pytest.raises(SinklabError, match="a budget of 32 keys cannot hold the 4 sinks, the 64-key window of snapkv"):
+        P.DecodingPress(P.SnapKV(keep_sinks=4), budget=32, every=8)
+    with pytest.raises(SinklabError, match="cannot hold the 5 sinks, the 4-key window of h2o"):
+        P.DecodingPress(P.H2O(keep_sinks=5), budget=9, every=8)
+    decoding = P.DecodingPress(P.Knorm(keep_sinks=1), budget=16, every=8)
+    for enter, needle in [
+        (lambda: P.applied(model, decoding, question=[5, 6]), "a DecodingPress leaves the prefill whole"),
+        (lambda: sinklab.applied(model, MaskSelf(3), decoding), "^interventions and tunings name token positions"),
+        (lambda: P.applied(model, P.Knorm(0.5), P.Knorm(0.5), P.KIVI(group_size=8)), "^applied\\(\\) takes a press"),
+    ]:
+        with pytest.raises(SinklabError, match=needle):
+            with enter():
+                pass
+    with pytest.raises(SinklabError, match="groups of --group-size 32 channels do not divide this model's head dimension 8"):
+        with torch.no_grad(), P.applied(model, P.KIVI(bits=2, protect=1)):
+            model(ids(20), use_cache=True)
+    with torch.no_grad(), P.tallied(model, 20, True, 0) as tally:
+        cache = model(ids(20), use_cache=True).cache
+    with torch.no_grad():
+        model(ids(4, 2), cache=cache)
+    with pytest.raises(SinklabError, match="the attention tally \\(received\\) covers 20 keys and layer 0 holds 24"):
+        P.H2O(0.5).apply(cache, tally)
+
+
+def test_adakv_keeps_each_heads_safeguard_share():
+    """With every score in one head, the other heads still keep ``alpha`` of the uniform budget by
+    their own ranking. Mutation: alpha ignored gives them nothing."""
+    scores = torch.zeros(1, 3, 40)
+    scores[0, 0] = torch.arange(40.0) + 100
+    scores[0, 1:] = torch.rand(2, 40)
+    kept = P.AdaKV(P.Knorm(0.5), alpha=0.5).head_budgets(scores, 20, forced=[])
+    assert [len(k) for k in kept] == [40, 10, 10]

@@ -7,8 +7,9 @@ given in:
 
 1. interventions and tunings act inside every forward the block runs, through sinklab's attention
    hooks, in the order given (each edit sees the scores the ones before it left);
-2. cache policies act on the cache of each prefill once its forward returns: presses first, then
-   at most one quantizer (it stores what the presses kept), in the order given.
+2. cache policies act on the cache of each prefill once its forward returns: a press, a
+   quantizer, or a press then a quantizer (it stores what the press kept); or a decoding press
+   alone, every so many tokens while decoding.
 
 Interventions and tunings name token positions, which a press's eviction turns into cache slots, so
 they are refused beside a press (with a quantizer every token keeps its slot). On exit nothing stays
@@ -68,7 +69,7 @@ def sorted_edits(model, edits: tuple) -> tuple[list, list, Optional[int]]:
                 f"(sinklab.kvcache); got {type(edit).__name__}"
             )
     check(edits, "sinklab.applied needs at least one edit: an intervention, a tuning, a press or a quantizer")
-    evicting = [p.name for p in policies if p.kind == "press" and not p.idle]
+    evicting = [p.name for p in policies if p.kind == "press" and (not p.idle or isinstance(p, kvcache.DecodingPress))]
     check(
         not (forward and evicting),
         f"interventions and tunings name token positions, which {evicting[0] if evicting else ''}'s eviction turns into "

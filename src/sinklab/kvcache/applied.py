@@ -5,7 +5,7 @@ Within the block, the model's next prefill (a forward over several tokens into a
 is rewritten when the forward returns by each policy in turn: a press keeps the positions it
 chooses (:mod:`.press`), a quantizer stores the keys in fewer bits (:mod:`.quantizer`), and a press
 then a quantizer evict, then quantize what is kept (``applied(model, SnapKV(ratio=0.5,
-keep_sinks=4), KIVI(bits=4, protect=4))``; presses come first, at most one quantizer last). Only
+keep_sinks=4), KIVI(bits=4, protect=4))``; at most one of each, the press first). Only
 the context is compressed: the tokens after it (a question, the continuation) are added whole, as
 in kvpress's pipeline. The prefill's own output is the dense model's (its attention ran before the
 compression).
@@ -71,7 +71,7 @@ class Pressing:
             "a press compresses a prefill given as input_ids; this one is given as inputs_embeds",
         )
         if ids is None or ids.shape[-1] < 2 or filled:  # a decode step, or tokens after the context
-            if self.decoding is not None and ids is not None:
+            if self.decoding is not None and ids is not None and self.decoding.governs(cache):
                 self.decoding.before_step()
                 self._step_tokens = ids.shape[-1]
             return
@@ -82,6 +82,8 @@ class Pressing:
         check_unpadded(kwargs.get("attention_mask"))
         if self.question is not None:
             args, kwargs = self._hold_back_question(args, kwargs, ids)
+        if self.decoding is not None:
+            self.decoding.close()  # an interval's tally from a cache before must not hook this prefill
         wants, window_rows = (self.decoding.press.prompt_recording, 0) if self.decoding else recording(self.policies)
         self._prefill = ExitStack()
         if wants:

@@ -53,16 +53,29 @@ class DecodingPress(CachePolicy):
             self.press.ratio == 0,
             f"DecodingPress brings the cache to its budget: give the press no ratio (got {self.press.ratio:g})",
         )
-        tokens = isinstance(self.budget, int) and not isinstance(self.budget, bool) and self.budget >= 1
-        fraction = isinstance(self.budget, numbers.Real) and not isinstance(self.budget, (bool, int)) and 0 < self.budget <= 1
+        integral = isinstance(self.budget, numbers.Integral) and not isinstance(self.budget, bool)
+        if integral:  # numpy's integers too
+            object.__setattr__(self, "budget", int(self.budget))
+        tokens = integral and self.budget >= 1
+        fraction = isinstance(self.budget, numbers.Real) and not integral and not isinstance(self.budget, bool)
         check(
-            tokens or fraction, f"budget is a number of tokens (>= 1) or a fraction of the prompt in (0, 1]; got {self.budget!r}"
+            tokens or (fraction and 0 < self.budget <= 1),
+            f"budget is a number of tokens (an integer >= 1) or a fraction of the prompt (a float in (0, 1]: 1.0 is the "
+            f"whole prompt); got {self.budget!r}",
         )
         check(isinstance(self.every, int) and self.every >= 1, f"every must be a number of tokens >= 1, got {self.every!r}")
-        sinks = self.press.keep_sinks
+        if tokens:
+            self.check_fits(self.budget)
+
+    def check_fits(self, budget: int) -> None:
+        """A budget must hold the sinks and the press's own window (SnapKV's last queries, H2O's
+        recent half) with room for a scored key: else the window's newest keys would be dropped."""
+        sinks = 0 if self.press.keep_sinks == DETECTED else self.press.keep_sinks
+        window = len(self.press.always_kept(budget + self.every, budget))
         check(
-            not tokens or sinks == DETECTED or self.budget > sinks,
-            f"a budget of {self.budget} keys cannot hold the {sinks} sinks and a recent token: give a larger budget",
+            budget > sinks + max(window, self.press.window_rows),
+            f"a budget of {budget} keys cannot hold the {sinks} sinks, the {max(window, self.press.window_rows)}-key "
+            f"window of {self.press.name} and a key it scores: give a larger budget (or a smaller window)",
         )
 
     @property
@@ -93,7 +106,9 @@ class DecodingPress(CachePolicy):
 
     def for_prompt(self, prompt: int) -> "DecodingPress":
         """This press with its budget in tokens (a fraction of the prompt resolved)."""
-        return replace(self, budget=self.tokens(prompt))
+        budget = self.tokens(prompt)
+        self.check_fits(budget)
+        return replace(self, budget=budget)
 
     def rewritten(self, context: LayerContext, sinks: list[int], group: list):
         check(isinstance(self.budget, int), "a DecodingPress's fractional budget is resolved at the prefill (for_prompt)")
@@ -113,6 +128,7 @@ class DecodingState:
         self.resolved: Optional[DecodingPress] = None
         self.sinks: Optional[list[int]] = None
         self.fed = 0
+        self.cache = None
         self.last: Optional[Compression] = None
         self._interval: Optional[ExitStack] = None
         self._tally = None
@@ -120,10 +136,19 @@ class DecodingState:
     def prompt_seen(self, prompt: int, tally, cache) -> None:
         """After the prefill of ``prompt`` tokens (``tally``: its attention, when the sinks are
         detected): the budget in tokens and the sinks' positions."""
+        self.close()  # a tally left open by the cache before
         self.resolved = self.press.for_prompt(prompt)
         setting = self.press.sinks
         self.sinks = sink_positions(setting, prompt, tally, full_attention_layers(cache)) if setting == DETECTED else None
-        self.fed = 0
+        self.fed, self.cache = 0, cache
+
+    def governs(self, cache) -> bool:
+        """Whether a forward through ``cache`` is one this press counts and presses: the cache of
+        the last prefill (or of the first step, decoding from an empty cache), not another cache
+        the block runs through (a branch, a sink cache)."""
+        if self.cache is None:
+            self.cache = cache
+        return cache is self.cache
 
     def before_step(self) -> None:
         """Before a forward through the filled cache: the interval's tally opened if the press reads attention."""
@@ -147,7 +172,7 @@ class DecodingState:
             return None
         tally, self._tally = self._tally, None
         self.close()
-        self.fed = 0
+        self.fed -= self.press.every  # a chunk that overshot counts toward the next interval
         held = max(cache.layers[i].keys.shape[-2] for i in full_attention_layers(cache))
         if held <= self.resolved.budget:
             return None

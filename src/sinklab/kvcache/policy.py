@@ -188,13 +188,18 @@ class Compression:
 
     @property
     def kept(self) -> dict[int, float]:
-        """Keys each KV head kept, per rewritten layer: the mean over the heads where they kept
-        different numbers (AdaKV, whose positions are padded with -1)."""
-        return {layer: (positions >= 0).sum(-1).float().mean().item() for layer, positions in self.positions.items()}
+        """Keys each KV head kept, per rewritten layer (an int); the mean over the heads where they
+        kept different numbers (AdaKV, whose positions are padded with -1)."""
+        return {layer: _kept(positions) for layer, positions in self.positions.items()}
 
     @property
     def kept_fraction(self) -> float:
         return sum(self.kept.values()) / (len(self.kept) * self.length)
+
+
+def _kept(positions: torch.Tensor):
+    counts = (positions >= 0).sum(-1)
+    return positions.shape[-1] if bool((counts == positions.shape[-1]).all()) else counts.float().mean().item()
 
 
 def sink_positions(setting: KeepSinks, length: int, tally, layers: list[int]) -> list[int]:
@@ -237,6 +242,12 @@ def rewrite(cache, policy: CachePolicy, tally=None, sinks: Optional[list] = None
             window=tally.window.get(index) if tally is not None else None,
             window_rows=policy.window_rows, positions=_held_positions(layer), seen=layer.get_seq_length(),
         )  # fmt: skip
+        for name, sums in (("received", context.received), ("window", context.window)):
+            check(
+                name not in policy.needs or sums is None or sums.shape[-1] == context.length,
+                f"{policy.name}: the attention tally ({name}) covers {0 if sums is None else sums.shape[-1]} keys and layer "
+                f"{index} holds {context.length}: pass the tally of the prefill that filled this cache",
+            )
         cache.layers[index], positions = policy.rewritten(context, report.sinks, group)
         report.positions[index] = positions.cpu()
     report.bytes_after = cache_bytes(cache)
@@ -259,9 +270,15 @@ def slots_of(context: LayerContext, sinks: list[int], name: str) -> list[int]:
         found = context.positions == sink  # (B, Hkv, K)
         place = found.float().argmax(-1)
         check(
-            bool(found.any(-1).all()) and bool((place == place.flatten()[0]).all()),
-            f"{name} holds position {sink} apart, which the press before it did not keep at one place in every head: "
+            bool(found.any(-1).all()),
+            f"{name} holds position {sink} apart, which the press before it did not keep in every head: "
             "give the press keep_sinks covering it",
+        )
+        check(
+            bool((place == place.flatten()[0]).all()),
+            f"{name} holds position {sink} apart, which sits at different places among the heads' kept keys (the heads "
+            "kept different keys before it; a detected sink past the first tokens can): hold the first N tokens apart "
+            "(keep_sinks=N) instead",
         )
         slots.append(int(place.flatten()[0]))
     return slots

@@ -90,6 +90,7 @@ class Quantizer(CachePolicy):
         (:class:`~.layers.QuantizedKVLayer`); it holds the positions it was given."""
         from .layers import QuantizedKVLayer
 
+        type(self).check_usable(context.keys.shape[-1], {key: getattr(self, key) for key in self.run_settings})
         slots = slots_of(context, sinks, self.name)
         keep = torch.ones(context.length, dtype=torch.bool, device=context.keys.device)
         keep[slots] = False
