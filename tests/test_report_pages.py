@@ -71,6 +71,8 @@ def test_a_model_keeps_its_colour_in_every_figure_and_identical_models_both_show
             colour = trace.marker.color
             assert colours.setdefault(trace.name, colour) == colour, f"{trace.name} changes colour"
     assert len(set(colours.values())) == 3
+    payoff = {x for trace in figures["payoff.png"].data for x in trace.x}  # every task's declared ratios, drawn
+    assert payoff == {"kv_2bit/ppl_ratio_gain", "w8a8_prefix/prefix_gain"}
     first, _, copy = figures["first_token_mass.png"].data
     assert list(first.y) == list(copy.y)
     assert first.marker.symbol != copy.marker.symbol and first.line.dash != copy.line.dash
