@@ -49,8 +49,7 @@ def check_quantizers(cfg, config) -> None:
     """Each quantizer's own refusal (:meth:`~sinklab.kvcache.Quantizer.check_usable`: KIVI's groups
     must divide the head dimension, quanto needs its package), before any job fails on it."""
     for name in cfg.quantizers:
-        cls = QUANTIZERS[name]
-        cls.check_usable(head_dim_of(config), {key: getattr(cfg, key) for key in cls.run_settings})
+        QUANTIZERS[name].check_usable(head_dim_of(config), QUANTIZERS[name].run_values(cfg))
 
 
 def check_passkeys(cfg, tokenizer) -> None:

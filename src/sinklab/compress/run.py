@@ -96,7 +96,7 @@ def quantizer(name: str, bits: int, protect, cfg: CompressConfig, loaded):
     """The quantizer ``name`` at ``bits`` and ``protect``, with the run's settings it takes, fitted
     to the model where it needs it (static scales: calibrated after the text the ppl task reads)."""
     cls = QUANTIZERS[name]
-    policy = cls(bits=bits, protect=protect, **{key: getattr(cfg, key) for key in cls.run_settings})
+    policy = cls(bits=bits, protect=protect, **cls.run_values(cfg))
     if not cls.calibrates:
         return policy
     skip = max(cfg.contexts) + CONTINUATION + 1  # the ppl windows' tokens (targets too): never calibrated on

@@ -61,6 +61,11 @@ class Quantizer(CachePolicy):
             check_sink_setting(self.protect, f"{self.name}'s protect", detected=self.protects == "any")
 
     @classmethod
+    def run_values(cls, source) -> dict:
+        """Its :attr:`run_settings` as ``source`` (a run's config, or a quantizer) holds them."""
+        return {key: getattr(source, key) for key in cls.run_settings}
+
+    @classmethod
     def check_usable(cls, head_dim: int, settings: dict) -> None:
         """Refuse in one line, before any work, what this quantizer cannot do with ``settings`` (its
         :attr:`run_settings`) on a model whose heads have ``head_dim`` channels, or on this machine
@@ -90,7 +95,7 @@ class Quantizer(CachePolicy):
         (:class:`~.layers.QuantizedKVLayer`); it holds the positions it was given."""
         from .layers import QuantizedKVLayer
 
-        type(self).check_usable(context.keys.shape[-1], {key: getattr(self, key) for key in self.run_settings})
+        self.check_usable(context.keys.shape[-1], self.run_values(self))
         slots = slots_of(context, sinks, self.name)
         keep = torch.ones(context.length, dtype=torch.bool, device=context.keys.device)
         keep[slots] = False
