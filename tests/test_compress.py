@@ -63,7 +63,8 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     the 2-bit steps; the bytes are the packed data plus float16 scales (keys per channel over
     8-token groups, values per token over 8-channel groups). The groups sit at positions 0-7,
     8-15, ... as without protection: positions 0-31 are quantized ((40 - residual 5) // 8 groups),
-    the protected 0-2 leaving holes in the first key group, and 32-39 stay in full precision."""
+    the protected 0-2 leaving holes in the first group (their slots, keys and values, hold a
+    stand-in, counted), and 32-39 stay in full precision."""
     model, ids, cache = tiny_cache()
     dense_k, dense_v = cache.layers[0].keys.clone(), cache.layers[0].values.clone()
     policy = KIVI(bits=2, protect=3, group_size=8, residual=5)
@@ -73,11 +74,11 @@ def test_kivi_keeps_protected_and_recent_tokens_exactly_and_packs_the_rest():
     keys, values = layer.update(dense_k[:, :, :0], dense_v[:, :, :0])  # no new token: what the layer holds
     assert keys.shape == dense_k.shape and report.sinks == [0, 1, 2]
     assert torch.equal(keys[:, :, :3], dense_k[:, :, :3]) and torch.equal(values[:, :, -8:], dense_v[:, :, -8:])
-    slots, stored = 32, 32 - 3  # key slots (4 whole groups, 3 of them holes) and quantized tokens
+    slots = 32  # 4 whole groups, 3 slots of them holes
     assert (keys[:, :, 3:-8] - dense_k[:, :, 3:-8]).abs().max() < dense_k.abs().max() / 2
     kv_heads, head_dim = dense_k.shape[1], dense_k.shape[-1]
-    packed = (slots + stored) * kv_heads * head_dim * 2 // 8  # keys and values, 2 bits each
-    scales = 2 * 2 * kv_heads * (slots // 8 * head_dim + stored * head_dim // 8)  # float16 scale and offset per group
+    packed = 2 * slots * kv_heads * head_dim * 2 // 8  # keys and values, 2 bits each
+    scales = 2 * 2 * kv_heads * (slots // 8 * head_dim + slots * head_dim // 8)  # float16 scale and offset per group
     full = (3 + 8) * kv_heads * head_dim * 4 * 2  # protected and recent tokens in float32
     assert sum(t.numel() * t.element_size() for t in layer.held_tensors()) == packed + scales + full
     assert report.bytes_after == cache_bytes(twin) < report.bytes_before
@@ -90,8 +91,8 @@ def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(poli
     packed bytes decode (unpacked, times the group's scale, plus its offset, in float32, then cast
     to the cache's dtype: computed here from the bytes, apart from the layer's in-place path), in
     sequence order, holes dropped, then the tail and the new token, all bit for bit, in float32 and
-    bfloat16. Mutations caught: the offset added before the scale; key blocks written
-    untransposed; the holes kept; bfloat16 rounded after the product."""
+    bfloat16. Mutations caught: the offset added before the scale; a plane written in the
+    wrong place; the holes kept; bfloat16 rounded after the product."""
     _, _, cache = tiny_cache()
     twin = P.branch(cache)
     for layer in twin.layers:
@@ -103,10 +104,11 @@ def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(poli
     store, protected = layer.store, layer.sink[0].shape[2]
 
     def decoded(q) -> torch.Tensor:
-        return (unpack(q.data, q.bits).float() * q.scale.float() + q.low.float()).to(dtype)
+        return (unpack(q.data, q.bits, q.dim).float() * q.scale.float() + q.low.float()).to(dtype)
 
-    stored_k = decoded(store.keys).transpose(-1, -2).flatten(2, 3)[:, :, [s for s in range(store.slots) if s not in store.holes]]
-    stored_v = decoded(store.values).flatten(-2)
+    real = [s for s in range(store.slots) if s not in store.holes]
+    stored_k = decoded(store.keys).flatten(2, 3)[:, :, real]
+    stored_v = decoded(store.values).flatten(-2).flatten(2, 3)[:, :, real]
     end = protected + stored_k.shape[2]
     assert protected == policy.protect and stored_k.shape[2] == stored_v.shape[2] == store.length > 0
     assert torch.equal(keys[:, :, :protected], layer.sink[0]) and torch.equal(values[:, :, :protected], layer.sink[1])

@@ -18,64 +18,86 @@ BITS = (2, 4, 8)
 SCALE_DTYPE = torch.float16
 
 
-def pack(q: torch.Tensor, bits: int) -> torch.Tensor:
-    """(..., n) integers in [0, 2^bits) -> (..., n * bits / 8) uint8; ``n * bits`` a multiple of 8."""
-    per_byte = 8 // bits
-    check(q.shape[-1] % per_byte == 0, f"{q.shape[-1]} values do not fill whole bytes at {bits} bits")
-    q = q.to(torch.uint8).view(*q.shape[:-1], -1, per_byte)
-    packed = torch.zeros(q.shape[:-1], dtype=torch.uint8, device=q.device)
-    for i in range(per_byte):
-        packed |= q[..., i] << (bits * i)
+def pack(q: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
+    """Integers in [0, 2^bits) -> uint8 with ``dim`` ``bits / 8`` as long; its length times
+    ``bits`` a multiple of 8.
+
+    Planar: with m bytes along ``dim``, bits ``bits * i`` onwards of byte j hold value ``j + i * m``
+    there, so that unpacking writes each plane of values as a block (:func:`planes`): along the
+    tokens of a cache, a plane is whole rows, which a copy writes at the speed of a contiguous one,
+    where every ``8 / bits``-th value would be a strided write."""
+    per_byte, dim = 8 // bits, dim % q.dim()
+    check(q.shape[dim] % per_byte == 0, f"{q.shape[dim]} values do not fill whole bytes at {bits} bits")
+    q = q.to(torch.uint8).unflatten(dim, (per_byte, -1))
+    packed = q.select(dim, 0).clone()
+    for i in range(1, per_byte):
+        packed |= q.select(dim, i) << (bits * i)
     return packed
 
 
-def unpack(packed: torch.Tensor, bits: int) -> torch.Tensor:
-    """The inverse of :func:`pack`: (..., m) uint8 -> (..., m * 8 / bits) uint8 values."""
-    per_byte, mask = 8 // bits, (1 << bits) - 1
-    parts = [(packed >> (bits * i)) & mask for i in range(per_byte)]
-    return torch.stack(parts, dim=-1).flatten(-2)
+def planes(packed: torch.Tensor, bits: int) -> list[torch.Tensor]:
+    """The ``8 / bits`` planes of :func:`pack`'s bytes, each the bytes' shape in uint8 values. The
+    shifts and masks run on the bytes read as the widest integers their count divides (up to
+    eight bytes a lane), which a mask per byte keeps exact: up to 8 times fewer elements."""
+    mask, flat = (1 << bits) - 1, packed.contiguous().view(-1)
+    wide = next(d for d in (torch.int64, torch.int32, torch.int16, torch.uint8) if flat.numel() % d.itemsize == 0)
+    words, lanes = flat.view(wide), int.from_bytes(bytes([mask]) * wide.itemsize, "little")
+    return [((words >> (bits * i)) & lanes).view(torch.uint8).view(packed.shape) for i in range(8 // bits)]
+
+
+def unpack(packed: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
+    """The inverse of :func:`pack` along ``dim``: uint8 values, ``8 / bits`` times as many there."""
+    return torch.cat(planes(packed, bits), dim)
 
 
 @dataclass
 class Quantized:
-    """A tensor quantized in groups along its last axis: ``data`` packed, ``scale`` and ``low``
-    (float16) per group, ``bits``."""
+    """A tensor quantized in groups: ``data`` packed along ``dim``, ``scale`` and ``low`` (float16)
+    one per group, shaped to broadcast over the unpacked tensor (a group runs along the axes where
+    they have size 1), ``bits``."""
 
     data: torch.Tensor
     scale: torch.Tensor
     low: torch.Tensor
     bits: int
+    dim: int = -1
 
     def tensors(self) -> tuple:
         return self.data, self.scale, self.low
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
-        out = torch.empty(*self.data.shape[:-1], self.data.shape[-1] * 8 // self.bits, dtype=dtype, device=self.data.device)
+        shape = list(self.data.shape)
+        shape[self.dim] = shape[self.dim] * 8 // self.bits
+        out = torch.empty(shape, dtype=dtype, device=self.data.device)
         self.dequantize_into(out)
         return out
 
     def dequantize_into(self, out: torch.Tensor) -> None:
         """Write the dequantized tensor into ``out`` (its shape; any strides, any float dtype): a view
         of the buffer attention reads, so no copy follows. In float32, ``level * scale + low``
-        rounded after the product and after the sum, whatever ``out``'s dtype, then cast."""
-        levels = (self.data if self.bits == 8 else unpack(self.data, self.bits)).float()
-        if out.dtype == torch.float32:
-            torch.mul(levels, self.scale.float(), out=out)
-            out.add_(self.low.float())
-        else:
-            out.copy_(levels.mul_(self.scale.float()).add_(self.low.float()))
+        rounded after the product and after the sum, whatever ``out``'s dtype, then cast. The levels
+        are copied into ``out`` and scaled there: no float32 temporary unless ``out`` is in another
+        dtype. (``addcmul`` fuses the two passes but runs several times slower where the scales
+        broadcast along the last axis, as a value's do.)"""
+        work = out if out.dtype == torch.float32 else torch.empty(out.shape, dtype=torch.float32, device=out.device)
+        work.copy_(self.data if self.bits == 8 else unpack(self.data, self.bits, self.dim))
+        work.mul_(self.scale.float()).add_(self.low.float())
+        if work is not out:
+            out.copy_(work)
 
     def appended(self, other: "Quantized", dim: int) -> "Quantized":
         """This and ``other`` (quantized alike) joined along ``dim`` (an axis before the groups)."""
-        return Quantized(*(torch.cat([a, b], dim) for a, b in zip(self.tensors(), other.tensors())), self.bits)
+        joined = (torch.cat([a, b], dim) for a, b in zip(self.tensors(), other.tensors()))
+        return Quantized(*joined, self.bits, self.dim)
 
 
-def quantize_groups(x: torch.Tensor, bits: int) -> Quantized:
-    """``x`` (..., G) quantized with one scale and offset per row of G values."""
+def quantize_groups(x: torch.Tensor, bits: int, dim: int = -1, pack_dim: int = -1) -> Quantized:
+    """``x`` quantized with one scale and offset per group, the values along ``dim`` (by default
+    a row of the last axis), packed along ``pack_dim``."""
     check(bits in BITS, f"bits must be one of {', '.join(map(str, BITS))}, got {bits}")
     x32 = x.float()
-    low, high = x32.amin(-1, keepdim=True), x32.amax(-1, keepdim=True)
+    low, high = x32.amin(dim, keepdim=True), x32.amax(dim, keepdim=True)
     scale = ((high - low) / (2**bits - 1)).clamp(min=1e-8)
     q = ((x32 - low) / scale).round().clamp(0, 2**bits - 1)
-    data = q.to(torch.uint8) if bits == 8 else pack(q, bits)
-    return Quantized(data, scale.to(SCALE_DTYPE), low.to(SCALE_DTYPE), bits)
+    data = q.to(torch.uint8) if bits == 8 else pack(q, bits, pack_dim)
+    return Quantized(data, scale.to(SCALE_DTYPE), low.to(SCALE_DTYPE), bits, pack_dim % x.dim())

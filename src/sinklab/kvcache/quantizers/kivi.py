@@ -24,7 +24,9 @@ from ..registry import KeepSinks, register_policy
 
 
 class KiviStore:
-    """KIVI's quantized part of one layer: key blocks (B, H, blocks, D, G), value rows (B, H, n, D/G, G).
+    """KIVI's quantized part of one layer, in blocks of G token slots: keys (B, H, blocks, G, D)
+    with their scales per channel over the block's tokens, values (B, H, blocks, G, D/G, G) with
+    theirs per token over groups of G channels.
 
     Groups of ``group`` tokens sit where an unprotected cache puts them: at positions 0 to G - 1,
     G to 2G - 1, ... of the sequence (the positions counted with the protected ones). A group is
@@ -32,8 +34,8 @@ class KiviStore:
     positions from ``(n - residual) // G * G`` on are the full-precision recent tokens, between
     ``residual`` and ``residual + G - 1`` of them (KIVI's streaming rule), the same ones whatever
     is protected. A protected position (``protected``, held apart by the layer) leaves a hole in its
-    group: the group's scales come from its other tokens (the hole's key slot holds a copy of one
-    of them, so it moves no range; it is dropped when the keys are read back); a group with no other
+    group: the group's scales come from its other tokens (the hole's slot holds a copy of one of
+    them, so it moves no range; it is dropped when the store is read back); a group with no other
     token is not stored. So protecting N tokens before the recent window keeps exactly N more in
     full precision than protecting none, and every other token is quantized with the same
     neighbours."""
@@ -70,17 +72,19 @@ class KiviStore:
             self.done = upto
             return keys, values
         if bool(real.all()):
-            k = keys[:, :, :take].reshape(batch, heads, -1, self.group, dim)
+            source: object = slice(0, take)
             holes: list[int] = []
         else:
             index = real.flatten().cumsum(0).view_as(slots) - 1  # a real slot's index in the tail
             first = index.gather(1, real.long().argmax(1, keepdim=True))  # each group's first real token
             kept = real.any(1)  # groups with a token to quantize
-            source, real = torch.where(real, index, first)[kept], real[kept]
-            k = keys[:, :, source.flatten()].reshape(batch, heads, -1, self.group, dim)
+            source, real = torch.where(real, index, first)[kept].flatten(), real[kept]
             holes = [self.slots + int(i) for i in (~real.flatten()).nonzero().flatten()]
-        v = values[:, :, :take].reshape(batch, heads, take, dim // self.group, self.group)
-        qk, qv = quantize_groups(k.transpose(-1, -2), self.bits), quantize_groups(v, self.bits)
+        k = keys[:, :, source].reshape(batch, heads, -1, self.group, dim)
+        v = values[:, :, source].reshape(batch, heads, -1, self.group, dim // self.group, self.group)
+        # keys per channel over the group's tokens, values per token over groups of channels; both
+        # packed along the tokens, so that a block unpacks as whole rows (packing.pack)
+        qk, qv = quantize_groups(k, self.bits, dim=3, pack_dim=3), quantize_groups(v, self.bits, dim=-1, pack_dim=3)
         self.keys = qk if self.keys is None else self.keys.appended(qk, 2)
         self.values = qv if self.values is None else self.values.appended(qv, 2)
         self.done, self.slots, self.holes = upto, self.slots + k.shape[2] * self.group, self.holes + holes
@@ -93,18 +97,22 @@ class KiviStore:
 
     def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """The stored tokens' keys and values, (B, H, length, D) views of the buffers attention
-        reads, written in place: a key block (B, H, D, G) lands transposed in its G rows."""
+        reads, written in place, a block's G rows at a time (through a buffer of every slot
+        where holes are to be dropped)."""
         if self.keys is None:
             return
         batch, heads, _, dim = keys.shape
         blocks = self.keys.data.shape[2]
-        slots = keys if not self.holes else keys.new_empty(batch, heads, self.slots, dim)
-        self.keys.dequantize_into(slots.view(batch, heads, blocks, self.group, dim).transpose(-1, -2))
+        key_slots, value_slots = (
+            (keys, values) if not self.holes else (keys.new_empty(batch, heads, self.slots, dim) for _ in "kv")
+        )
+        self.keys.dequantize_into(key_slots.view(batch, heads, blocks, self.group, dim))
+        self.values.dequantize_into(value_slots.view(batch, heads, blocks, self.group, dim // self.group, self.group))
         if self.holes:
             real = torch.ones(self.slots, dtype=torch.bool, device=keys.device)
             real[self.holes] = False
-            keys.copy_(slots[:, :, real])
-        self.values.dequantize_into(values.view(*values.shape[:3], -1, self.group))
+            keys.copy_(key_slots[:, :, real])
+            values.copy_(value_slots[:, :, real])
 
     def tensors(self) -> list:
         return [] if self.keys is None else [*self.keys.tensors(), *self.values.tensors()]
