@@ -36,10 +36,6 @@ def finish_after_the_next_is_saved(job: tuple) -> int:
     return i * i
 
 
-def square(x: int) -> int:
-    return x * x
-
-
 def square_and_niceness(x: int) -> tuple[int, int]:
     return x * x, os.nice(0)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import one_line_error
-from launcher_jobs import fail_two_jobs, finish_after_the_next_is_saved, square, square_and_niceness, visible_gpus
+from launcher_jobs import fail_two_jobs, finish_after_the_next_is_saved, square_and_niceness, visible_gpus
 
 from sinklab import cli
 from sinklab.cli.args import add_launcher_arguments, config_from, launcher_settings
@@ -387,12 +387,12 @@ def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
 def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path, monkeypatch):
     """launch() changes SIGTERM's handler only while an engine's jobs run (submitit: to unwind and
     cancel them; ray.init: its own, never given back): a program's own handler (a script's
-    clean-up) is back afterwards, whether launch() returned or was left by an error (here on_result
-    failing, as a full disk would). Mutations tried: restoring the default handler instead of the
-    previous one, never restoring it, or restoring it outside the ``finally`` (submitit); not
-    restoring it after ray.shutdown (Ray).
+    clean-up) is back afterwards, even when launch() is left by an error (here on_result failing,
+    as a full disk would), which is the harder case: one launch, left that way, checks both.
+    Mutations tried: restoring the default handler instead of the previous one, never restoring
+    it, or restoring it outside the ``finally`` (submitit); not restoring it after ray.shutdown (Ray).
 
-    The same launches check that a Ray started here, whatever RAY_ADDRESS names, runs its jobs at
+    The same launch checks that a Ray started here, whatever RAY_ADDRESS names, runs its jobs at
     the pool's priority (one Ray start fewer: each costs 5-7 s here). Mutations tried: ray.init
     without address="local" joins the dead cluster RAY_ADDRESS names and fails (Ray reads
     RAY_ADDRESS, then /tmp/ray's latest cluster, before starting one); without
@@ -401,7 +401,10 @@ def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_pat
     def own(signum, frame):
         pass
 
-    def disk_full(job, result):
+    saved = []
+
+    def save_then_disk_full(job, result):
+        saved.append(result)
         raise OSError("no space left on device")
 
     monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:9")
@@ -409,11 +412,10 @@ def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_pat
     previous = signal.signal(signal.SIGTERM, own)
     here = os.nice(0)  # the pool's jobs run at the submitting program's priority
     try:
-        assert launch(square_and_niceness, [2, 3], settings, tmp_path / "ok", workers=2) == [(4, here), (9, here)]
-        assert signal.getsignal(signal.SIGTERM) is own
         with pytest.raises(OSError, match="no space left"):
-            launch(square, [2], settings, tmp_path / "left", workers=2, on_result=disk_full)
+            launch(square_and_niceness, [2, 3], settings, tmp_path, workers=2, on_result=save_then_disk_full)
         assert signal.getsignal(signal.SIGTERM) is own
+        assert saved in ([(4, here)], [(9, here)])
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -441,6 +443,31 @@ def test_a_portable_job_runs_in_the_submitting_directory(tmp_path, monkeypatch):
     submitted = os.getcwd()
     monkeypatch.chdir(tmp_path)
     assert job(None) == submitted
+
+
+def torch_threads(_) -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def test_a_job_gets_the_threads_it_was_given_whether_or_not_torch_is_imported_yet():
+    """In a worker that has torch (a reused Ray worker, the pool in-process) the threads are set at
+    once; in a fresh one they wait in OMP_NUM_THREADS for torch's import, which a job that does
+    not use torch never pays. Mutations tried: dropping either branch of use_torch_threads."""
+    import torch
+
+    threads = torch.get_num_threads()
+    try:
+        assert PortableJob.of(torch_threads, 3)(None) == 3
+    finally:
+        torch.set_num_threads(threads)
+    fresh = (
+        "from sinklab.core.jobs import use_torch_threads as u; import os, sys; "
+        "u(3); print(os.environ['OMP_NUM_THREADS'], 'torch' in sys.modules)"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    assert subprocess.run([sys.executable, "-c", fresh], env=env, capture_output=True, text=True).stdout.split() == ["3", "False"]
 
 
 @pytest.mark.parametrize(
