@@ -242,12 +242,16 @@ def test_the_published_leaderboard_files_validate_and_merge():
 
 def test_the_jobs_run_through_an_engine_and_give_the_pools_results(bench_run, two_models, tmp_path):
     """One job per (model, task) through submitit (its local cluster: the Slurm path, here), the
-    same metrics as the local pool's run, each job's provenance from its own process."""
+    same metrics as the local pool's run, each job's provenance from its own process. One task:
+    each job more costs a process's start and torch's import, and launch()'s handling of several
+    jobs has its own tests (test_launchers)."""
     config = tmp_path / "launcher.json"
     config.write_text(json.dumps({"launcher": "slurm", "cluster": "local", "timeout_min": 10}))
     out = tmp_path / "slurm"
-    assert cli.main(["bench", two_models[0], *TASK_ARGS, "--out", str(out), "--launcher-config", str(config)]) == 0
+    one_task = ["--tasks", "sink_rate", *TASK_ARGS[2:]]
+    assert cli.main(["bench", two_models[0], *one_task, "--out", str(out), "--launcher-config", str(config)]) == 0
     assert len(list((out / "launcher").glob("*"))) > 0  # submitit's logs: the jobs ran as its array
     through = json.loads(results_files(out)[0].read_text())["tasks"]
     pooled = json.loads(results_files(bench_run)[0].read_text())["tasks"]
+    assert list(through) == ["sink_rate"]
     assert {name: entry["metrics"] for name, entry in through.items()} == {name: pooled[name]["metrics"] for name in through}

@@ -168,11 +168,13 @@ def test_submitit_is_given_every_launcher_setting(monkeypatch, tmp_path):
     }
 
 
-#: The Bigram-Backcopy sweep's own softmax and relu runs (seed 0) on a tiny model, 4 steps.
+#: The Bigram-Backcopy sweep's softmax run (seed 0) on a tiny model, 4 steps: one job (the job
+#: order and the failure rule on Ray have their own tests below; each job more costs a worker's
+#: start and torch's import).
 TINY_BB = SweepConfig(
     corpus="bb",
     seeds=(0,),
-    variants=("softmax", "relu"),
+    variants=("softmax",),
     steps=4,
     workers=2,
     settings=dict(
@@ -198,7 +200,7 @@ def sweep_rows(result) -> list:
 @pytest.fixture(scope="module")
 def pool_sweep(tmp_path_factory):
     result = run_sweep(TINY_BB, tmp_path_factory.mktemp("pool-bb"))
-    assert len(result.summary["rows"]) == 2 and all(row["first_token_mass_mean"] is not None for row in result.summary["rows"])
+    assert len(result.summary["rows"]) == 1 and result.summary["rows"][0]["first_token_mass_mean"] is not None
     return sweep_rows(result)
 
 
