@@ -55,14 +55,34 @@ def chromium():
             browser.close()
 
 
+#: Each browser's one page, which every visit navigates, and the listeners of its current visit.
+_PAGES: dict = {}
+_LISTENERS: dict = {}
+
+
 def visit(browser, report: Path, width: int = 1300) -> Visit:
-    """Open ``report`` from disk and wait for its plots; record errors, requests and dialogs."""
-    page = browser.new_page(viewport={"width": width, "height": 900})
+    """Open ``report`` from disk and wait for its plots; record errors, requests and dialogs.
+
+    Every visit navigates the browser's one page, ``width`` px wide, rather than opening a new
+    one: the renderer keeps V8's compiled plotly.js (4.6 MB inlined in every report) from the last
+    visit, so a visit takes about 0.5 s instead of 3 s on 2 cores. Each navigation is a fresh
+    document (no state carries over); only this visit's events are recorded."""
+    page = _PAGES.get(browser)
+    if page is None or page.is_closed():
+        page = _PAGES[browser] = browser.new_page()
+    page.set_viewport_size({"width": width, "height": 900})
     seen = Visit(page)
-    page.on("console", lambda m: seen.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: seen.console_errors.append(str(e)))
-    page.on("request", lambda r: None if r.url.startswith("file:") else seen.requests.append(r.url))
-    page.on("dialog", lambda d: (seen.dialogs.append(d.message), d.dismiss()))
+    listeners = {
+        "console": lambda m: seen.console_errors.append(m.text) if m.type == "error" else None,
+        "pageerror": lambda e: seen.console_errors.append(str(e)),
+        "request": lambda r: None if r.url.startswith("file:") else seen.requests.append(r.url),
+        "dialog": lambda d: (seen.dialogs.append(d.message), d.dismiss()),
+    }
+    for event, listener in _LISTENERS.pop(page, {}).items():
+        page.remove_listener(event, listener)
+    for event, listener in listeners.items():
+        page.on(event, listener)
+    _LISTENERS[page] = listeners
     page.goto(Path(report).resolve().as_uri())
     page.wait_for_load_state("load")
     page.wait_for_timeout(300)

@@ -114,7 +114,6 @@ def test_the_leaderboard_fits_1400_px_and_scrolls_narrower_with_the_models_in_vi
         resized(seen.page, width)
         assert seen.problems() == [] and layout_problems(seen.page) == []
         assert seen.page.evaluate(LEADERBOARD_BOX) == {"fits": fits, "left": 0}, f"at {width} px"
-    seen.page.close()
 
 
 def compress_summary() -> dict:
@@ -188,4 +187,3 @@ def test_the_compress_figures_titles_clear_their_subtitles(browser, tmp_path):
         resized(seen.page, width)
         assert seen.problems() == [] and seen.unrendered_plots() == [] and layout_problems(seen.page) == []
         assert seen.page.evaluate(overlaps) == [], f"at {width} px"
-    seen.page.close()

@@ -261,4 +261,3 @@ def test_scan_pages_lay_out_without_overlap_or_clipping(tiny_model_dir, browser,
             seen = visit(browser, report, width)
             assert seen.problems() == [] and seen.unrendered_plots() == []
             assert layout_problems(seen.page) == [], f"{report} at {width} px"
-            seen.page.close()
