@@ -10,6 +10,8 @@ the shipped Shakespeare (``sinklab.compress.tasks.text_window``):
 * ``dense``: the prefill's ``DynamicCache``;
 * ``kivi2``, ``kivi4``: the same prefill's cache quantized by ``sinklab.kvcache.KIVI(bits)`` (its
   defaults: groups of 32, the last 128 tokens in full precision, no sink protected), packed;
+* ``kivi2_protect4``: KIVI 2-bit with the first 4 tokens protected (held in full precision, their
+  slots holes in the first group, which a step reads through a buffer of that group);
 * ``quanto2``, ``quanto4``: ``transformers.QuantizedCache(backend="quanto", nbits=bits)`` filled by
   the prefill itself, as a user of transformers would (its defaults: groups of 64, a residual of
   128 tokens; the whole context quantized at the first update, and everything re-quantized each
@@ -52,6 +54,10 @@ def quanto_bytes(cache) -> int:
     return sum(tensor_bytes(t) for layer in cache.layers for t in (getattr(layer, p, None) for p in parts) if t is not None)
 
 
+#: The tokens the protected KIVI cache keeps in full precision (StreamingLLM's 4 sinks).
+PROTECTED = 4
+
+
 def make_caches(model, context, bits: tuple) -> dict:
     """name -> (cache, bytes) after a prefill of ``context``."""
     from transformers import QuantizedCache
@@ -67,6 +73,8 @@ def make_caches(model, context, bits: tuple) -> dict:
     for b in bits:
         cache = prefill()
         caches[f"kivi{b}"] = (cache, P.KIVI(b).apply(cache).bytes_after)
+    cache = prefill()  # the path with holes: protected tokens inside the first group
+    caches[f"kivi{bits[0]}_protect{PROTECTED}"] = (cache, P.KIVI(bits[0], protect=PROTECTED).apply(cache).bytes_after)
     for b in bits:
         cache = prefill(QuantizedCache(backend="quanto", config=model.config, nbits=b))
         caches[f"quanto{b}"] = (cache, quanto_bytes(cache))

@@ -34,10 +34,24 @@ FILLERS = range(5, 16)
 
 
 @pytest.mark.parametrize("bits", [2, 4])
-def test_packed_integers_round_trip_and_take_bits_over_eight_bytes(bits):
-    q = torch.randint(0, 2**bits, (3, 5, 64), dtype=torch.uint8)
-    packed = pack(q, bits)
-    assert packed.dtype == torch.uint8 and packed.shape[-1] == 64 * bits // 8 and torch.equal(unpack(packed, bits), q)
+@pytest.mark.parametrize(
+    "shape, dim",  # packed bytes read as 8-, 2- and 1-byte integers, or none; along the last axis or another
+    [((3, 5, 64), -1), ((15, 8), -1), ((1, 8), -1), ((3, 8), 1), ((0, 8), -1), ((8, 3, 5), 0)],
+)
+def test_packed_integers_round_trip_and_take_bits_over_eight_bytes(bits, shape, dim):
+    q = torch.randint(0, 2**bits, shape, dtype=torch.uint8)
+    packed = pack(q, bits, dim)
+    assert packed.dtype == torch.uint8 and packed.shape[dim] == shape[dim] * bits // 8
+    assert torch.equal(unpack(packed, bits, dim), q)
+
+
+def test_packed_bytes_at_an_odd_place_in_their_storage_unpack():
+    """A view starting one byte into its storage cannot be read as wider integers (planes falls
+    back to narrower ones). Mutation caught: choosing the width from the byte count alone."""
+    q = torch.randint(0, 4, (17, 8), dtype=torch.uint8)
+    packed = pack(q, 2)  # 17 x 2 bytes
+    tail = packed.view(-1)[2:].view(16, 2)  # 32 bytes, 2 bytes into the storage
+    assert torch.equal(unpack(tail, 2), q[1:])
 
 
 def test_group_quantization_is_within_half_a_step():
@@ -104,7 +118,7 @@ def test_a_decode_step_reads_every_stored_token_as_its_packed_group_decodes(poli
     store, protected = layer.store, layer.sink[0].shape[2]
 
     def decoded(q) -> torch.Tensor:
-        return (unpack(q.data, q.bits, q.dim).float() * q.scale.float() + q.low.float()).to(dtype)
+        return (unpack(q.data, q.bits, q.pack_dim).float() * q.scale.float() + q.low.float()).to(dtype)
 
     real = [s for s in range(store.slots) if s not in store.holes]
     stored_k = decoded(store.keys).flatten(2, 3)[:, :, real]

@@ -145,3 +145,42 @@ def test_detected_sinks_inside_a_group_and_inside_the_recent_window():
     assert exact_positions(cache, twin, protected) == set(protected) | set(range(160, 200))
     dense = cache.layers[0]
     assert (keys - dense.keys[:, :, order]).abs().max() < 2.0  # every key at its own position
+
+
+def fake_quantized(x: torch.Tensor, bits: int, dim: int) -> torch.Tensor:
+    """KIVI's arithmetic on ``x`` with no packing: min/max per group along ``dim``, the step and
+    the offset stored in float16, ``level * step + offset`` in float32."""
+    low, high = x.amin(dim, keepdim=True), x.amax(dim, keepdim=True)
+    step = ((high - low) / (2**bits - 1)).clamp(min=1e-8)
+    levels = ((x - low) / step).round().clamp(0, 2**bits - 1)
+    return levels * step.to(SCALE_DTYPE).float() + low.to(SCALE_DTYPE).float()
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+@pytest.mark.parametrize("protected", [[], [0, 1, 2, 3], [0, 40, 70]])
+def test_every_stored_token_reads_as_kivis_arithmetic_on_the_dense_cache(bits, protected):
+    """An independent reference, computed from the dense keys and values with no packing: keys
+    per channel over each group's real tokens, values per token over groups of channels, bit for
+    bit, holes or not (a hole's stand-in moves no range). And the layout the decode step's speed
+    rests on: keys and values both packed along the tokens (whole rows a plane). Mutations caught:
+    values packed along their channels; the stand-in counted in its group's range."""
+    group, dim = 8, 16
+    cache = dense_cache(120, dim=dim)
+    dense_k, dense_v = cache.layers[0].keys.clone(), cache.layers[0].values.clone()
+    keep = [p for p in range(120) if p not in protected]
+    store = KIVI(bits, 0, group_size=group, residual=10).make_store(0, protected)
+    layer = QuantizedKVLayer(
+        (dense_k[:, :, protected], dense_v[:, :, protected]), store, dense_k[:, :, keep], dense_v[:, :, keep]
+    )
+    keys, values = held(layer)
+    assert store.keys.pack_dim == store.values.pack_dim == 3 and store.values.data.shape[3] == group * bits // 8
+    expected_k, expected_v = [], []
+    for start in range(0, store.done, group):
+        real = [p for p in range(start, start + group) if p not in protected]
+        if real:
+            expected_k.append(fake_quantized(dense_k[:, :, real], bits, dim=2))
+            v = dense_v[:, :, real]
+            expected_v.append(fake_quantized(v.unflatten(-1, (dim // group, group)), bits, dim=-1).flatten(-2))
+    first = len(protected)
+    assert torch.equal(keys[:, :, first : first + store.length], torch.cat(expected_k, 2))
+    assert torch.equal(values[:, :, first : first + store.length], torch.cat(expected_v, 2))

@@ -84,8 +84,10 @@ def _pool_worker(parent: int) -> None:
 
 def use_torch_threads(threads: int) -> None:
     """Torch on ``threads`` threads in this worker: set now where torch is imported, otherwise
-    through ``OMP_NUM_THREADS``, which torch reads when it is imported, so a job that never needs
-    torch does not pay for importing it (about 4 s of CPU here, in every worker an engine starts)."""
+    through ``OMP_NUM_THREADS``, which torch reads when it is imported (capped at the cores, as a
+    job's share is), so a job that never needs torch does not pay for importing it (about 4 s of
+    CPU here, in every worker an engine starts). Processes the job starts inherit the variable,
+    so their torch also defaults to ``threads``."""
     torch = sys.modules.get("torch")
     if torch is None:
         os.environ["OMP_NUM_THREADS"] = str(threads)
@@ -151,8 +153,9 @@ class PortableJob:
         need = "sinklab's jobs need the submitting machine's files"
         check(os.path.isdir(self.cwd), f"the job's working directory {self.cwd} is missing on this machine: {need}")
         os.chdir(self.cwd)
+        fn = cloudpickle.loads(self.payload)  # first: where its module imports torch, the threads are set on torch itself
         use_torch_threads(self.threads)
-        return cloudpickle.loads(self.payload)(job)
+        return fn(job)
 
 
 def submitting_path() -> tuple:

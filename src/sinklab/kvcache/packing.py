@@ -23,9 +23,9 @@ def pack(q: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
     ``bits`` a multiple of 8.
 
     Planar: with m bytes along ``dim``, bits ``bits * i`` onwards of byte j hold value ``j + i * m``
-    there, so that unpacking writes each plane of values as a block (:func:`planes`): along the
-    tokens of a cache, a plane is whole rows, which a copy writes at the speed of a contiguous one,
-    where every ``8 / bits``-th value would be a strided write."""
+    there, so that each plane of m values unpacks as a block (:func:`planes`): along the tokens
+    of a cache, a plane is whole rows, which a copy writes as fast as a contiguous one, where every
+    ``8 / bits``-th value would be a strided write."""
     per_byte, dim = 8 // bits, dim % q.dim()
     check(q.shape[dim] % per_byte == 0, f"{q.shape[dim]} values do not fill whole bytes at {bits} bits")
     q = q.to(torch.uint8).unflatten(dim, (per_byte, -1))
@@ -37,10 +37,15 @@ def pack(q: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
 
 def planes(packed: torch.Tensor, bits: int) -> list[torch.Tensor]:
     """The ``8 / bits`` planes of :func:`pack`'s bytes, each the bytes' shape in uint8 values. The
-    shifts and masks run on the bytes read as the widest integers their count divides (up to
-    eight bytes a lane), which a mask per byte keeps exact: up to 8 times fewer elements."""
+    shifts and masks run on the bytes read as the widest integers (up to 8 bytes) that their count
+    and their offset in storage allow, which a mask per byte keeps exact: up to 8 times fewer
+    elements than byte by byte."""
     mask, flat = (1 << bits) - 1, packed.contiguous().view(-1)
-    wide = next(d for d in (torch.int64, torch.int32, torch.int16, torch.uint8) if flat.numel() % d.itemsize == 0)
+    wide = next(
+        d
+        for d in (torch.int64, torch.int32, torch.int16, torch.uint8)
+        if flat.numel() % d.itemsize == 0 and flat.storage_offset() % d.itemsize == 0
+    )
     words, lanes = flat.view(wide), int.from_bytes(bytes([mask]) * wide.itemsize, "little")
     return [((words >> (bits * i)) & lanes).view(torch.uint8).view(packed.shape) for i in range(8 // bits)]
 
@@ -52,22 +57,22 @@ def unpack(packed: torch.Tensor, bits: int, dim: int = -1) -> torch.Tensor:
 
 @dataclass
 class Quantized:
-    """A tensor quantized in groups: ``data`` packed along ``dim``, ``scale`` and ``low`` (float16)
-    one per group, shaped to broadcast over the unpacked tensor (a group runs along the axes where
-    they have size 1), ``bits``."""
+    """A tensor quantized in groups: ``data`` packed along ``pack_dim``, ``scale`` and ``low``
+    (float16) one per group, shaped to broadcast over the unpacked tensor (a group runs along the
+    axes where they have size 1), ``bits``."""
 
     data: torch.Tensor
     scale: torch.Tensor
     low: torch.Tensor
     bits: int
-    dim: int = -1
+    pack_dim: int = -1
 
     def tensors(self) -> tuple:
         return self.data, self.scale, self.low
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
         shape = list(self.data.shape)
-        shape[self.dim] = shape[self.dim] * 8 // self.bits
+        shape[self.pack_dim] = shape[self.pack_dim] * 8 // self.bits
         out = torch.empty(shape, dtype=dtype, device=self.data.device)
         self.dequantize_into(out)
         return out
@@ -76,11 +81,16 @@ class Quantized:
         """Write the dequantized tensor into ``out`` (its shape; any strides, any float dtype): a view
         of the buffer attention reads, so no copy follows. In float32, ``level * scale + low``
         rounded after the product and after the sum, whatever ``out``'s dtype, then cast. The levels
-        are copied into ``out`` and scaled there: no float32 temporary unless ``out`` is in another
-        dtype. (``addcmul`` fuses the two passes but runs several times slower where the scales
-        broadcast along the last axis, as a value's do.)"""
+        go into ``out`` a plane at a time and are scaled there: no temporary of the tensor's size
+        unless ``out`` is in another dtype than float32. (``addcmul`` fuses the two passes but runs
+        several times slower where the scales broadcast along the last axis, as a value's do.)"""
         work = out if out.dtype == torch.float32 else torch.empty(out.shape, dtype=torch.float32, device=out.device)
-        work.copy_(self.data if self.bits == 8 else unpack(self.data, self.bits, self.dim))
+        if self.bits == 8:
+            work.copy_(self.data)
+        else:
+            m = self.data.shape[self.pack_dim]
+            for i, plane in enumerate(planes(self.data, self.bits)):
+                work.narrow(self.pack_dim, i * m, m).copy_(plane)
         work.mul_(self.scale.float()).add_(self.low.float())
         if work is not out:
             out.copy_(work)
@@ -88,7 +98,11 @@ class Quantized:
     def appended(self, other: "Quantized", dim: int) -> "Quantized":
         """This and ``other`` (quantized alike) joined along ``dim`` (an axis before the groups)."""
         joined = (torch.cat([a, b], dim) for a, b in zip(self.tensors(), other.tensors()))
-        return Quantized(*joined, self.bits, self.dim)
+        return Quantized(*joined, self.bits, self.pack_dim)
+
+    def narrowed(self, dim: int, start: int, end: int) -> "Quantized":
+        """Its groups ``start`` to ``end`` along ``dim`` (an axis before the groups), as views."""
+        return Quantized(*(t.narrow(dim, start, end - start) for t in self.tensors()), self.bits, self.pack_dim)
 
 
 def quantize_groups(x: torch.Tensor, bits: int, dim: int = -1, pack_dim: int = -1) -> Quantized:

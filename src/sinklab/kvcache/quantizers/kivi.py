@@ -46,8 +46,8 @@ class KiviStore:
         self.done = 0  # the positions below are quantized (a multiple of group)
         self.keys: Optional[Quantized] = None
         self.values: Optional[Quantized] = None
-        self.slots = 0  # key slots stored (whole groups)
-        self.holes: list[int] = []  # the key slots that hold a protected position's stand-in
+        self.slots = 0  # token slots stored (whole groups), keys and values alike
+        self.holes: list[int] = []  # the slots that hold a protected position's stand-in
 
     def absorb(self, keys: torch.Tensor, values: torch.Tensor, end: Optional[int] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Quantize the groups that ``residual`` tokens have passed from the front of the
@@ -97,22 +97,36 @@ class KiviStore:
 
     def dequantize_into(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """The stored tokens' keys and values, (B, H, length, D) views of the buffers attention
-        reads, written in place, a block's G rows at a time (through a buffer of every slot
-        where holes are to be dropped)."""
+        reads, written in place: each run of whole blocks straight into its rows, a block with
+        holes (a few protected tokens) through a buffer of its G slots, its real rows then copied."""
         if self.keys is None:
             return
         batch, heads, _, dim = keys.shape
-        blocks = self.keys.data.shape[2]
-        key_slots, value_slots = (
-            (keys, values) if not self.holes else (keys.new_empty(batch, heads, self.slots, dim) for _ in "kv")
-        )
-        self.keys.dequantize_into(key_slots.view(batch, heads, blocks, self.group, dim))
-        self.values.dequantize_into(value_slots.view(batch, heads, blocks, self.group, dim // self.group, self.group))
-        if self.holes:
-            real = torch.ones(self.slots, dtype=torch.bool, device=keys.device)
-            real[self.holes] = False
-            keys.copy_(key_slots[:, :, real])
-            values.copy_(value_slots[:, :, real])
+        group, holes, row = self.group, set(self.holes), 0
+        for first, last, holed in self._runs(sorted({h // group for h in holes})):
+            k, v = self.keys.narrowed(2, first, last), self.values.narrowed(2, first, last)
+            if holed:
+                real = [s for s in range(group) if first * group + s not in holes]
+                n = len(real)
+                keys[:, :, row : row + n] = k.dequantized(keys.dtype).view(batch, heads, group, dim)[:, :, real]
+                values[:, :, row : row + n] = v.dequantized(values.dtype).view(batch, heads, group, dim)[:, :, real]
+            else:
+                n = (last - first) * group
+                k.dequantize_into(keys[:, :, row : row + n].view(batch, heads, last - first, group, dim))
+                v.dequantize_into(values[:, :, row : row + n].view(batch, heads, last - first, group, dim // group, group))
+            row += n
+
+    def _runs(self, holed: list[int]):
+        """(first, last, has holes) over the stored blocks: runs of whole blocks between the
+        blocks with holes, each of those alone."""
+        start = 0
+        for block in holed:
+            if block > start:
+                yield start, block, False
+            yield block, block + 1, True
+            start = block + 1
+        if start < self.keys.data.shape[2]:
+            yield start, self.keys.data.shape[2], False
 
     def tensors(self) -> list:
         return [] if self.keys is None else [*self.keys.tensors(), *self.values.tensors()]
