@@ -69,7 +69,7 @@ def sorted_edits(model, edits: tuple) -> tuple[list, list, Optional[int]]:
                 f"(sinklab.kvcache); got {type(edit).__name__}"
             )
     check(edits, "sinklab.applied needs at least one edit: an intervention, a tuning, a press or a quantizer")
-    evicting = [p.name for p in policies if p.kind == "press" and (not p.idle or isinstance(p, kvcache.DecodingPress))]
+    evicting = [p.name for p in policies if p.evicts]
     check(
         not (forward and evicting),
         f"interventions and tunings name token positions, which {evicting[0] if evicting else ''}'s eviction turns into "

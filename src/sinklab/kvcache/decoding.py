@@ -96,6 +96,11 @@ class DecodingPress(CachePolicy):
         return True
 
     @property
+    def evicts(self) -> bool:
+        """Idle at the prefill, it drops keys while decoding."""
+        return True
+
+    @property
     def prompt_recording(self) -> frozenset:
         """What the prefill records: the prompt's attention when the sinks are detected from it."""
         return frozenset({"received"}) if self.press.keep_sinks == DETECTED else frozenset()

@@ -125,6 +125,12 @@ class CachePolicy(metaclass=_TakesOtherNames):
         """True when the policy leaves the cache as it is (a press at ratio 0): no sinks, no tally."""
         return False
 
+    @property
+    def evicts(self) -> bool:
+        """Whether it drops keys, after which a key's slot is no longer its position (interventions,
+        which name positions, are refused beside it): a press that is not idle."""
+        return self.kind == "press" and not self.idle
+
     # -- derived -------------------------------------------------------------------------------
 
     @property
