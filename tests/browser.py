@@ -21,6 +21,7 @@ class Visit:
     console_errors: list = field(default_factory=list)
     requests: list = field(default_factory=list)
     dialogs: list = field(default_factory=list)
+    listeners: dict = field(default_factory=dict)  # event -> what records it, removed at the page's next visit
 
     def problems(self) -> list:
         return [*self.console_errors, *(f"request {u}" for u in self.requests), *(f"dialog {d}" for d in self.dialogs)]
@@ -55,9 +56,8 @@ def chromium():
             browser.close()
 
 
-#: Each browser's one page, which every visit navigates, and the listeners of its current visit.
-_PAGES: dict = {}
-_LISTENERS: dict = {}
+#: Each browser's last visit: its page is the one every visit navigates.
+_LAST: dict = {}
 
 
 def visit(browser, report: Path, width: int = 1300) -> Visit:
@@ -67,22 +67,23 @@ def visit(browser, report: Path, width: int = 1300) -> Visit:
     one: the renderer keeps V8's compiled plotly.js (4.6 MB inlined in every report) from the last
     visit, so a visit takes about 0.5 s instead of 3 s on 2 cores. Each navigation is a fresh
     document (no state carries over); only this visit's events are recorded."""
-    page = _PAGES.get(browser)
-    if page is None or page.is_closed():
-        page = _PAGES[browser] = browser.new_page()
+    last = _LAST.get(browser)
+    if last is not None and not last.page.is_closed():
+        page = last.page
+        for event, listener in last.listeners.items():
+            page.remove_listener(event, listener)
+    else:
+        page = browser.new_page()
     page.set_viewport_size({"width": width, "height": 900})
-    seen = Visit(page)
-    listeners = {
+    seen = _LAST[browser] = Visit(page)
+    seen.listeners = {
         "console": lambda m: seen.console_errors.append(m.text) if m.type == "error" else None,
         "pageerror": lambda e: seen.console_errors.append(str(e)),
         "request": lambda r: None if r.url.startswith("file:") else seen.requests.append(r.url),
         "dialog": lambda d: (seen.dialogs.append(d.message), d.dismiss()),
     }
-    for event, listener in _LISTENERS.pop(page, {}).items():
-        page.remove_listener(event, listener)
-    for event, listener in listeners.items():
+    for event, listener in seen.listeners.items():
         page.on(event, listener)
-    _LISTENERS[page] = listeners
     page.goto(Path(report).resolve().as_uri())
     page.wait_for_load_state("load")
     page.wait_for_timeout(300)
