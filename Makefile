@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo test bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
+.PHONY: install browser demo test test-integration bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
 
 # torch first, so that the build is a choice, not whatever pip resolves for sinklab's `torch`
 # dependency (on PyPI for Linux, a multi-GB CUDA build). TORCH_INDEX empty: pip's configured index
@@ -44,9 +44,16 @@ bigbench: install
 
 # Two workers (pytest-xdist), one per core of the CI machine, each a whole test file at a time (its
 # module fixtures built once), torch on one thread in each (tests/conftest.py). TEST_WORKERS=0: one process.
+# `make test` is the suite (within 5 minutes on that machine); the tests marked `integration` run
+# work through real engines (submitit, Ray, torch.distributed), notebook kernels and the GPU script's
+# CPU rehearsal: `make test-integration`, which CI runs after `make test` (.ci/run).
 TEST_WORKERS ?= 2
+PYTEST = $(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 test: install browser
-	$(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+	$(PYTEST) -m "not integration"
+
+test-integration: install
+	$(PYTEST) -m integration
 
 # The checks that need a GPU, as one prepared run of at most 8 minutes (BENCHMARKS.md 9): on a
 # machine with a CUDA build of torch (make install TORCH_INDEX=...). GPU_PYTHON runs it with

@@ -240,6 +240,7 @@ def test_the_published_leaderboard_files_validate_and_merge():
     )
 
 
+@pytest.mark.integration
 def test_the_jobs_run_through_an_engine_and_give_the_pools_results(bench_run, two_models, tmp_path):
     """One job per (model, task) through submitit (its local cluster: the Slurm path, here), the
     same metrics as the local pool's run, each job's provenance from its own process. One task:

@@ -35,6 +35,7 @@ def test_the_device_map_puts_half_the_layers_on_each_device(gpu_check, monkeypat
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_every_section_runs_at_toy_sizes_on_the_cpu(gpu_check):
     results = gpu_check.run_sections("cpu", smoke=True)
     assert set(results) == set(gpu_check.SECTIONS)

@@ -1,7 +1,10 @@
 """``--launcher``: the many-job commands hand their jobs to submitit (its local cluster runs them as
 subprocesses through the same pickling path as Slurm) or to a local Ray of 2 CPUs, and get the
 local pool's results back: the same records, the same resume rule, and on every engine, the pool
-included, failures that keep the others."""
+included, failures that keep the others.
+
+The tests that run jobs on submitit or Ray are marked ``integration`` (``make test-integration``;
+CI runs them after ``make test``): each starts an engine or its worker processes."""
 
 import argparse
 import importlib.util
@@ -33,15 +36,25 @@ NEEDS_RAY = pytest.mark.skipif(
 )
 SUBMITIT_LOCAL = {"launcher": "slurm", "cluster": "local", "timeout_min": 10}
 ENGINES = {"submitit-local": SUBMITIT_LOCAL, "ray": {"launcher": "ray"}}
-ENGINE_PARAMS = [pytest.param(name, marks=NEEDS_RAY if name == "ray" else ()) for name in ENGINES]
 #: Every engine, the pool included: (settings, workers); the pool with one worker runs the jobs in this process.
 EVERY_ENGINE = {
     "pool": ({"launcher": "local"}, 2),
     "pool-in-process": ({"launcher": "local"}, 1),
     **{name: (settings, 2) for name, settings in ENGINES.items()},
 }
-#: Those that start their own engine in every test: Ray's tests share one (TestOnARunningRay, at the end).
-OWN_ENGINE_PARAMS = [name for name in EVERY_ENGINE if name != "ray"]
+
+
+def engine_params(names) -> list:
+    """``names`` of EVERY_ENGINE as test parameters: a real engine's (submitit, Ray) marked
+    ``integration``, Ray's skipped where ray is not installed."""
+    return [
+        pytest.param(name, marks=[pytest.mark.integration, NEEDS_RAY] if name == "ray" else [pytest.mark.integration])
+        if name in ENGINES
+        else name
+        for name in names
+    ]
+
+
 #: Softmax 1x1 on a small task at a learning rate that converges in a few hundred steps: seed 1
 #: stops before the budget (242), seed 0 at it (290), so a result saved under the other seed shows.
 TRIGGER = [
@@ -90,31 +103,24 @@ def records(run: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def pool_trigger(tmp_path_factory):
-    """The local pool's trigger sweep: the reference every launcher must equal."""
+    """The local pool's trigger sweep, in this process (one worker: no process to start), the
+    reference every launcher must equal."""
     out = tmp_path_factory.mktemp("pool") / "run"
-    assert cli.main([*TRIGGER, "--out", str(out)]) == 0
+    assert cli.main([*TRIGGER, "--workers", "1", "--out", str(out)]) == 0
     found = records(out)
     assert len(found) == 2 and len({rec["steps"] for rec, _ in found.values()}) > 1  # stopping steps that tell seeds apart
     return out, found
 
 
-def test_a_trigger_sweep_through_submitit_equals_the_local_pool(pool_trigger, tmp_path):
-    """The trigger sweep through submitit, the Bigram-Backcopy sweep through Ray (below): each engine
-    runs one real sweep (each takes 10-15 s here), and launch() is one path for both.
-    Mutation tried: handing each result to ``on_result`` with the next job
-    (``jobs[(i + 1) % len(jobs)]``) saves seeds under each other's keys and fails both sweeps."""
-    out = tmp_path / "run"
-    assert cli.main([*TRIGGER, "--out", str(out), "--launcher-config", config_file(tmp_path, SUBMITIT_LOCAL)]) == 0
-    assert records(out) == pool_trigger[1]
-    assert json.loads((out / "run.json").read_text())["launcher"]["launcher"] == "slurm"
-    assert any((out / LOG_DIR).iterdir())  # every job's log under the run directory
-
-
+@pytest.mark.integration
 def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_trigger, tmp_path):
     """A pool's run killed before its last model was saved (its files and summary.json deleted),
-    resumed through submitit: one job runs, the others stay.
-    Mutation tried: training every config in run_grid (not only those without a saved record)
-    submits two jobs instead of one."""
+    resumed through submitit: one job runs, the others stay, and the job's record and model are
+    the pool's. This is the trigger sweep's real submitit job (the Bigram-Backcopy sweep's is Ray's,
+    below): launch() is one path for every command, and a job more costs a process's start and
+    torch's import. Mutations tried: training every config in run_grid (not only those without a
+    saved record) submits two jobs instead of one; handing each result to ``on_result`` with the
+    next job (``jobs[(i + 1) % len(jobs)]``) fails the job-order tests of every engine."""
     out = tmp_path / "run"
     shutil.copytree(pool_trigger[0], out)
     for sub, suffix in (("records", "json"), ("models", "safetensors"), ("maps", "safetensors")):
@@ -126,6 +132,7 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
     assert len(list((out / LOG_DIR).glob("*_submitted.pkl"))) == 1
     assert all((out / "records" / name).stat().st_mtime_ns == mtime for name, mtime in kept.items())
     assert records(out) == pool_trigger[1]
+    assert json.loads((out / "run.json").read_text())["launcher"]["launcher"] == "slurm"
 
 
 def test_submitit_is_given_every_launcher_setting(monkeypatch, tmp_path):
@@ -204,7 +211,8 @@ def pool_sweep(tmp_path_factory):
     return sweep_rows(result)
 
 
-@pytest.mark.parametrize("engine", OWN_ENGINE_PARAMS)
+# every engine but Ray, which starts once for its tests (TestOnARunningRay, at the end)
+@pytest.mark.parametrize("engine", engine_params(name for name in EVERY_ENGINE if name != "ray"))
 def test_a_failed_job_is_reported_with_its_log_and_the_others_are_kept(engine, tmp_path):
     """Every engine, the pool included: each failed job named with its log (a SinklabError by its
     own one line, another error by its type and first line), the others' results handed to
@@ -246,7 +254,7 @@ def test_a_pool_without_a_run_directory_names_failures_without_a_log():
     assert not Path(LOG_DIR).exists()
 
 
-@pytest.mark.parametrize("engine", [name for name in OWN_ENGINE_PARAMS if name != "pool-in-process"])
+@pytest.mark.parametrize("engine", engine_params(name for name in EVERY_ENGINE if name not in ("ray", "pool-in-process")))
 def test_results_come_back_in_job_order_whatever_order_the_jobs_finish(engine, tmp_path):
     """More workers than jobs, the last job finishing first: results in job order, and on_result
     in this process as each job finishes. Mutations tried: storing each result at its finishing
@@ -334,8 +342,9 @@ def running(pid: int) -> bool:
 @pytest.mark.parametrize(
     "launcher, kill, status",
     [
-        (SUBMITIT_LOCAL, signal.SIGTERM, 128 + signal.SIGTERM),
-        pytest.param({"launcher": "ray"}, signal.SIGTERM, None, marks=NEEDS_RAY),  # Ray's own exit status
+        pytest.param(SUBMITIT_LOCAL, signal.SIGTERM, 128 + signal.SIGTERM, marks=pytest.mark.integration),
+        # the status is Ray's own
+        pytest.param({"launcher": "ray"}, signal.SIGTERM, None, marks=[pytest.mark.integration, NEEDS_RAY]),
         ({"launcher": "local"}, signal.SIGKILL, -signal.SIGKILL),
     ],
 )
@@ -364,6 +373,7 @@ def still_running(pids: list[int], seconds: float) -> list[int]:
     return [pid for pid in pids if running(pid)]
 
 
+@pytest.mark.integration
 def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
     """A SIGTERM inside submitit's map_array, when no handle exists yet to cancel, is held until
     the handles are in place, then cancels every job: the command ends with 143 and no job runs on.
@@ -385,7 +395,7 @@ def test_a_command_killed_while_submitting_leaves_no_job_running(tmp_path):
             os.kill(pid, signal.SIGINT)
 
 
-@pytest.mark.parametrize("engine", ENGINE_PARAMS)
+@pytest.mark.parametrize("engine", engine_params(ENGINES))
 def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_path, monkeypatch):
     """launch() changes SIGTERM's handler only while an engine's jobs run (submitit: to unwind and
     cancel them; ray.init: its own, never given back): a program's own handler (a script's
@@ -425,6 +435,7 @@ def test_a_launch_gives_the_program_its_own_sigterm_handler_back(engine, tmp_pat
         signal.signal(signal.SIGTERM, previous)
 
 
+@pytest.mark.integration
 def test_a_job_on_cuda_asks_the_engine_for_a_gpu(tmp_path):
     """submitit's local executor shows a job only the GPUs it asked for (CUDA_VISIBLE_DEVICES), as
     Slurm allots them. Mutation tried: gpus_per_node=0 in _submitit_outcomes hides the GPU."""
@@ -553,6 +564,7 @@ def running_ray():
 
 
 @NEEDS_RAY
+@pytest.mark.integration
 @pytest.mark.usefixtures("running_ray")
 class TestOnARunningRay:
     """The failure rule, the job order and a real sweep on a Ray this program already runs (the

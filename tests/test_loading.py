@@ -292,3 +292,30 @@ def test_a_folder_loads_in_the_dtype_asked_for(bfloat16_folder, asked, expected)
     loaded = load_model(str(bfloat16_folder), dtype=asked, device="cpu")
     assert {p.dtype for p in loaded.model.parameters()} == {expected}
     assert model_facts(loaded.model)["dtype"] == str(expected).removeprefix("torch.")
+
+
+def test_a_gguf_installed_elsewhere_finds_its_dequantised_folder_and_a_changed_one_gets_its_own(tmp_path, monkeypatch):
+    """The folder is named by the GGUF's bytes: the same wheel in another environment or clone
+    reuses it (dequantising takes about a minute), another file does not. Mutation tried: the
+    former key (path, size and modification time) dequantises the copy again."""
+    import os
+
+    from sinklab.models.hf import loading
+
+    monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    def dequantise(path, target):
+        built.append(path)
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+
+    monkeypatch.setattr(loading, "_dequantise_to", dequantise)
+    here, elsewhere = tmp_path / "env1" / "m.gguf", tmp_path / "env2" / "m.gguf"
+    for path in (here, elsewhere):
+        path.parent.mkdir()
+        path.write_bytes(b"GGUF" + bytes(64))
+    assert loading.dequantised_dir(here) == loading.dequantised_dir(elsewhere) and built == [here]
+    elsewhere.write_bytes(b"GGUF" + bytes(63) + b"x")  # the same size
+    os.utime(elsewhere, ns=(1, 1))  # a changed file shows a changed modification time
+    assert loading.dequantised_dir(elsewhere) != loading.dequantised_dir(here) and built == [here, elsewhere]

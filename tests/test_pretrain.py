@@ -174,6 +174,7 @@ def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, m
         assert ra["val_loss"] == pytest.approx(rb["val_loss"], abs=1e-6)
 
 
+@pytest.mark.integration
 def test_two_process_ddp_matches_one_process(corpus, tmp_path):
     common = [
         "pretrain",

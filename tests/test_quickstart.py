@@ -24,6 +24,7 @@ def test_each_notebook_and_its_script_hold_the_same_cells(name):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_the_quickstart_notebook_runs_in_under_a_minute(tmp_path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
@@ -42,6 +43,7 @@ def test_the_quickstart_notebook_runs_in_under_a_minute(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.integration
 def test_the_tune_notebook_runs_on_a_model_and_task_given_as_its_parameters(tmp_path, tiny_model_dir):
     """The tuning notebook executed as a user would, its parameters cell (the default model and the
     suite, which the suite cannot fetch) replaced as papermill would replace it: a tiny Llama and a

@@ -110,6 +110,7 @@ def test_a_bad_model_among_several_is_a_one_line_error_naming_it(tiny_model_dir,
     assert list((tmp_path / "cmp" / "models").glob("0-*/summary.json"))  # the first model's scan is kept for a rerun
 
 
+@pytest.mark.integration
 def test_a_comparison_through_submitit_equals_the_pools(compared, tmp_path):
     """Each model's scan as a job of submitit's local executor (subprocesses, Slurm's pickling
     path) gives the pool's entries. Mutation tried: compare.measure handing its jobs to

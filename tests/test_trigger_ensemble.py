@@ -2,12 +2,11 @@
 workers within memory, and are summarised over seeds; the --seeds and --device errors."""
 
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import images_on
+from conftest import CONVERGES_FAST, images_on, seeds_of
 
 from sinklab import cli
 from sinklab.core.attention import AttentionSpec
@@ -18,66 +17,6 @@ from sinklab.trigger.ensemble import Ensemble, Placement, check_memory
 from sinklab.trigger.evaluate import summarise_seeds
 from sinklab.trigger.task import TriggerTask
 from sinklab.trigger.train import train_trigger
-
-#: A one-layer learning rate at which seeds converge in about 400 steps instead of the paper's
-#: 1e-3 and about 900: the same stopping rule, at different steps per seed, for less than half the steps.
-CONVERGES_FAST = 3e-3
-
-
-def seeds_of(base: TriggerConfig, seeds) -> list[TriggerConfig]:
-    return [replace(base, seed=s) for s in seeds]
-
-
-@pytest.fixture
-def one_torch_thread():
-    """torch (and MKL under it) on one thread for the test, as in a pool worker; restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.mark.parametrize(
-    "base, seeds",
-    [
-        # 1x1 to convergence: the two seeds stop at different steps (seed 1 at 349, seed 0 at 361),
-        # the first in slot 0, so the stack is compacted to its second slot (keeping slot 0
-        # instead fails) and the step recompiled for the smaller stack
-        (TriggerConfig(compile="on", lr=CONVERGES_FAST, max_steps=3000, eval_sequences=10), (1, 0)),
-        # 2x2 for a fixed budget: the stacked multi-layer step, every member trained throughout
-        (TriggerConfig(layers=2, heads=2, compile="on", max_steps=100, eval_sequences=10), (0, 1)),
-    ],
-    ids=["1x1-to-convergence", "2x2-100-steps"],
-)
-def test_a_compiled_member_is_bit_identical_to_its_seed_trained_alone(base, seeds, one_torch_thread):
-    """Both compiled, on the CPU, in one thread: the same steps, the same last error and the same
-    weights, bit for bit (every parameter of every member equal). Mutation tried: the ensemble's
-    Adam step with lr * (1 + 1e-6), which the former tolerance (atol 1e-6) let pass.
-
-    Bit-identity needs the same summation order, and with several threads MKL does not give it: a
-    model trained alone gets its weight gradients (sums of batch x length = 2,048 terms) from one
-    SGEMM run on every thread, the stack from one SGEMM_BATCH, and the two agree bit for bit in one
-    thread but not in two (measured on these shapes with plain torch.mm and torch.bmm). On a
-    2-core Intel Xeon (AVX-512) in two threads, the gradients differ by up to 6e-11 from step 1,
-    and Adam carries that to 1.7e-4 in the one-layer weights by convergence (the same steps; the
-    last error equal to 3 significant digits). The test passed in two threads on an AMD EPYC,
-    where MKL presumably split neither reduction (not checked). Pool workers train in one thread
-    (``core.jobs``)."""
-    configs = seeds_of(base, seeds)
-    members = Ensemble(configs).train()
-    steps = set()
-    for cfg, (model, log) in zip(configs, members):
-        alone, alone_log = train_trigger(cfg)
-        assert (log.steps, log.converged, log.final_max_abs_error) == (
-            alone_log.steps,
-            alone_log.converged,
-            alone_log.final_max_abs_error,
-        )
-        for (name, a), b in zip(model.named_parameters(), alone.parameters()):
-            assert torch.equal(a, b), name
-        steps.add(log.steps)
-    if base.layers == 1:
-        assert len(steps) == len(seeds), "the members should stop at different steps"
 
 
 def test_an_eager_ensemble_stops_each_member_where_its_seed_stops_alone():
