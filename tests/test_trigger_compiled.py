@@ -1,10 +1,12 @@
 """The trigger lab's training steps through torch.compile: the fused Adam step against autograd, and
 a compiled ensemble's members against their seeds trained alone.
 
-One file, so that one pytest worker compiles each graph once: a cold compile costs 20-40 s here
-(inductor's C++ kernels), and torch.compile's on-disk cache serves the same graph again in a few
-seconds. The compiled Adam step runs after the ensembles, on the 2x2 model, batch and learning rate
-whose step they compiled alone."""
+One file, so that one pytest worker compiles each graph once: a cold compile costs 20-60 s here
+(inductor generates and builds C++ kernels; its on-disk cache is keyed to the environment, so every
+fresh clone and CI machine starts cold), and torch.compile's cache serves the same graph again in a
+few seconds. The compiled Adam step runs after the ensembles, on the 2x2 model, batch and learning
+rate whose step they compiled alone. Marked ``integration`` (``make test-integration``; CI runs it
+after ``make test``): cold, this file alone is some 110 s of a worker's time."""
 
 import pytest
 import torch
@@ -14,6 +16,8 @@ from sinklab.models.native import Transformer
 from sinklab.trigger.config import TriggerConfig
 from sinklab.trigger.ensemble import Ensemble
 from sinklab.trigger.train import AdamStep, train_trigger
+
+pytestmark = pytest.mark.integration
 
 #: The multi-layer model trained for a fixed budget: the ensembles' stacked step and its step alone.
 TWO_BY_TWO = TriggerConfig(layers=2, heads=2, compile="on", max_steps=100, eval_sequences=10)
