@@ -319,3 +319,27 @@ def test_a_gguf_installed_elsewhere_finds_its_dequantised_folder_and_a_changed_o
     elsewhere.write_bytes(b"GGUF" + bytes(63) + b"x")  # the same size
     os.utime(elsewhere, ns=(1, 1))  # a changed file shows a changed modification time
     assert loading.dequantised_dir(elsewhere) != loading.dequantised_dir(here) and built == [here, elsewhere]
+
+
+def test_processes_that_ask_for_the_same_gguf_at_once_dequantise_it_once(tmp_path, monkeypatch):
+    """Two callers at once (as a pool's jobs on a fresh cache): the second waits for the first's
+    folder. Mutation tried: without the lock both dequantise."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sinklab.models.hf import loading
+
+    monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    def slow_dequantise(path, target):
+        built.append(path)
+        time.sleep(0.5)
+        target.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+
+    monkeypatch.setattr(loading, "_dequantise_to", slow_dequantise)
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(64))
+    with ThreadPoolExecutor(2) as pool:
+        folders = list(pool.map(lambda _: loading.dequantised_dir(gguf), range(2)))
+    assert folders[0] == folders[1] and len(built) == 1

@@ -291,10 +291,17 @@ def default_model_folder() -> Path:
 
 
 def dequantised_dir(path: Path) -> Path:
-    """The cached safetensors folder (model and tokenizer) of a GGUF file, built on first use."""
+    """The cached safetensors folder (model and tokenizer) of a GGUF file, built on first use.
+    Processes that ask at once (a pool's or a cluster's jobs on a fresh cache) build it once: the
+    others wait for the first instead of each spending the same minute."""
+    from filelock import FileLock
+
     cached = cache_root() / "models" / _gguf_cache_key(path)
     if not (cached / "config.json").exists():
-        _dequantise_to(path, cached)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{cached}.lock"):
+            if not (cached / "config.json").exists():
+                _dequantise_to(path, cached)
     return cached
 
 
