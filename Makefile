@@ -44,7 +44,7 @@ bigbench: install
 
 # Two workers (pytest-xdist), one per core of the CI machine, each a whole test file at a time (its
 # module fixtures built once), torch on one thread in each (tests/conftest.py). TEST_WORKERS=0: one process.
-# `make test` is the suite (within 5 minutes on that machine); the tests marked `integration` run
+# `make test` is the suite (BENCHMARKS.md 14 has its time); the tests marked `integration` run
 # work through real engines (submitit, Ray, torch.distributed), torch.compile's code generation,
 # notebook kernels and the GPU script's CPU rehearsal: `make test-integration`, which CI runs after
 # `make test` (.ci/run).

@@ -103,10 +103,10 @@ def records(run: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def pool_trigger(tmp_path_factory):
-    """The local pool's trigger sweep, in this process (one worker: no process to start), the
-    reference every launcher must equal."""
+    """The local pool's trigger sweep (two processes: the one real command whose jobs go through
+    the pool's processes), the reference every launcher must equal."""
     out = tmp_path_factory.mktemp("pool") / "run"
-    assert cli.main([*TRIGGER, "--workers", "1", "--out", str(out)]) == 0
+    assert cli.main([*TRIGGER, "--out", str(out)]) == 0
     found = records(out)
     assert len(found) == 2 and len({rec["steps"] for rec, _ in found.values()}) > 1  # stopping steps that tell seeds apart
     return out, found
@@ -120,7 +120,8 @@ def test_a_run_resumed_under_another_launcher_reruns_only_the_missing_job(pool_t
     below): launch() is one path for every command, and a job more costs a process's start and
     torch's import. Mutations tried: training every config in run_grid (not only those without a
     saved record) submits two jobs instead of one; handing each result to ``on_result`` with the
-    next job (``jobs[(i + 1) % len(jobs)]``) fails the job-order tests of every engine."""
+    next job (``jobs[(i + 1) % len(jobs)]``) fails the failed-job tests of the pool, in and out of
+    process (and the job-order tests, at their deadline)."""
     out = tmp_path / "run"
     shutil.copytree(pool_trigger[0], out)
     for sub, suffix in (("records", "json"), ("models", "safetensors"), ("maps", "safetensors")):

@@ -296,13 +296,15 @@ def test_a_folder_loads_in_the_dtype_asked_for(bfloat16_folder, asked, expected)
 
 def test_a_gguf_installed_elsewhere_finds_its_dequantised_folder_and_a_changed_one_gets_its_own(tmp_path, monkeypatch):
     """The folder is named by the GGUF's bytes: the same wheel in another environment or clone
-    reuses it (dequantising takes about a minute), another file does not. Mutation tried: the
-    former key (path, size and modification time) dequantises the copy again."""
+    reuses it (dequantising takes about a minute), another file does not. Mutations tried: the
+    former key (path, size and modification time) dequantises the copy again; hashing the first
+    chunk only misses the changed byte."""
     import os
 
     from sinklab.models.hf import loading
 
     monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(loading, "_HASH_CHUNK", 16)  # the change below lies past the first chunk
     built = []
 
     def dequantise(path, target):
