@@ -69,19 +69,19 @@ def record(name: str, row: dict) -> dict:
 
 
 def machine_info() -> dict:
-    """The machine and library versions, recorded next to every measured number."""
+    """The machine and library versions, recorded next to every measured number: torch's intra-op and
+    inter-op threads, the CPU model or GPU, determinism (sinklab's run.json records the same)."""
     import torch
+
+    from sinklab.core.provenance import machine_record
 
     info = {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
+        **machine_record(),
     }
-    if torch.cuda.is_available():
-        info["gpu"] = torch.cuda.get_device_name()
     try:
         import transformers
 

@@ -186,7 +186,7 @@ def test_a_kept_job_is_not_reused_for_another_model_saved_at_the_same_path(tiny_
 
 
 def test_each_task_records_where_it_ran(bench_run):
-    from sinklab.core.runs import source_revision
+    from sinklab.core.provenance import source_revision
 
     results = json.loads(results_files(bench_run)[0].read_text())
     here = source_revision()

@@ -30,6 +30,7 @@ from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoi
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
+from ..core.provenance import THREADS_HELP, check_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import append_jsonl, atomic_path
 from ..models.hf import MODEL_HELP, LoadedModel, LoadOptions, describe_architecture, model_facts
@@ -73,6 +74,7 @@ class FinetuneConfig:
     ramp: float = setting(0.5, help="fraction of the steps over which BOS fades out and the mitigation in")
     checkpoint_every: int = setting(50, help="steps between checkpoints", result=False)
     seed: int = setting(0, help="seed of the training batches")
+    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
     def __post_init__(self) -> None:
@@ -82,6 +84,7 @@ class FinetuneConfig:
         check(0 < self.ramp <= 1, f"--ramp must lie in (0, 1], got {self.ramp}")
         check(self.lr is None or self.lr > 0, f"--lr must be positive, got {self.lr}")
         check(self.checkpoint_every >= 1, "--checkpoint-every must be at least 1")
+        check_threads(self.threads)
 
     @property
     def learning_rate(self) -> float:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.errors import SinklabError, check
-from ..core.runs import jsonable, package_versions, source_revision
+from ..core.provenance import package_versions, source_revision
+from ..core.runs import jsonable
 
 RESULTS_KIND = "bench_results"
 RESULTS_VERSION = 1

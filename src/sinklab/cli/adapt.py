@@ -47,6 +47,7 @@ def adapt_command(args: argparse.Namespace) -> int:
     if args.to:
         return _finetune(args)
     check(not args.resume, "--resume applies to fine-tuning (--to); the sink-prefix job starts over")
+    check(args.threads is None, "--threads applies to fine-tuning (--to); the sink-prefix job trains nothing")
     args.out = args.out or DEFAULT_OUT
     result = run_out(args, ADAPT, config_from(PrefixConfig, args, model=args.model))
     if not result.reused:

@@ -7,6 +7,7 @@ import os
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.errors import check
+from ..core.provenance import THREADS_HELP
 from ..core.text import format_table
 from ..pretrain import COLUMNS, COMPARE_RUNS, PRETRAIN, CompareRunsConfig, PretrainConfig, run_row
 from ..pretrain.tokens import TOKENIZERS
@@ -109,6 +110,7 @@ def add_parser(sub) -> None:
         default=defaults.positions,
         help="rope (rotary), learned (a vector per absolute position, GPT-2) or none (NoPE) (default %(default)s)",
     )
+    p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
     add_resume_arguments(p)
     p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; run the same command to resume")
@@ -139,6 +141,7 @@ def pretrain_command(args: argparse.Namespace) -> int:
         max_seq_len=args.max_seq_len,
         warmup=args.warmup,
         device=args.device,
+        threads=args.threads,
         **{name: getattr(args, name) for name in NUMBERS},
     )
     args.out = args.out or f"runs/pretrain-{'bb-' if cfg.corpus_kind == 'bb' else ''}{cfg.variant}-seed{cfg.seed}"

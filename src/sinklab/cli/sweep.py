@@ -59,7 +59,7 @@ def sweep_command(args: argparse.Namespace) -> int:
         format_table(
             result.summary["by_variant"],
             [("variant", "variant", "s"), ("seeds", "seeds", "d")]
-            + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed")],
+            + [(h, k, f) for h, k, f in COLUMNS if k not in ("run", "variant", "seed", "threads")],
         )
     )
     for entry in result.summary["paired"]:

@@ -9,6 +9,7 @@ import torch
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.errors import check
+from ..core.provenance import THREADS_HELP
 from ..core.text import format_table
 from ..trigger import (
     CAP_COLUMNS,
@@ -104,6 +105,7 @@ def add_parser(sub) -> None:
     ):
         p.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"ablation: {help}")
     p.add_argument("--workers", type=int, default=None, help="parallel training processes (default: one per core)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
@@ -171,7 +173,7 @@ def trigger_command(args: argparse.Namespace) -> int:
         "variants": lambda: variant_configs(seeds, base),
     }[mode]()
     analysis = mode if mode in ("cap_sweep", "variants") else "grid"
-    cfg = LabConfig(tuple(configs), analysis, args.workers, args.device, True if args.ensemble else None)
+    cfg = LabConfig(tuple(configs), analysis, args.workers, args.device, True if args.ensemble else None, args.threads)
     result = run_out(args, LAB, cfg, launcher=launcher)
     if result.reused:
         return 0

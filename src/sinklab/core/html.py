@@ -28,7 +28,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from .errors import SinklabError
 from .figures import styled
-from .runs import SUMMARY, atomic_path, package_versions, read_run_info
+from .provenance import package_versions
+from .runs import SUMMARY, atomic_path, read_run_info
 from .text import format_value, html_text
 
 REPORT_NAME = "report.html"

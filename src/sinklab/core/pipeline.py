@@ -30,6 +30,7 @@ from typing import Any, Optional
 
 from .errors import NumericalCheckFailed, check
 from .figures import Images, save_images, warm_up
+from .provenance import torch_threads
 from .results import Capability, RunContext, RunResult, load_result
 from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, config_record, finish_run, record_model, start_run, write_json
 
@@ -55,7 +56,23 @@ def run(
     nothing to resume); ``launcher`` (the settings a capability's jobs run under) is recorded in
     run.json; ``main_process`` False (the other processes of a DDP run) measures but writes
     nothing. A finished run of the same configuration in ``out`` is returned as it is
-    (``result.reused`` True) without measuring again."""
+    (``result.reused`` True) without measuring again. A configuration with a ``threads`` setting
+    (the commands that train: ``--threads``) runs with torch on that many threads, which run.json
+    records with the rest of the machine's facts."""
+    with torch_threads(getattr(cfg, "threads", None)):
+        return _run(capability, cfg, subject, out, overwrite, resume, launcher, main_process)
+
+
+def _run(
+    capability: Capability,
+    cfg: Any,
+    subject: Any,
+    out: Optional[str | os.PathLike],
+    overwrite: bool,
+    resume: bool,
+    launcher: Any,
+    main_process: bool,
+) -> RunResult:
     if out is None:
         check(
             not capability.needs_run_dir,

@@ -4,7 +4,7 @@ Every result file is written to a temporary file in the same directory and then 
 the target, so a killed run never leaves a half-written file that looks complete.
 
 A run directory holds ``run.json`` (how the run was started: command line, versions, the git
-commit, the model's device and dtype), ``config.json`` (what it computes) and, once it has
+commit, the machine's threads and processor, the model's device and dtype), ``config.json`` (what it computes) and, once it has
 finished, ``summary.json``. :func:`claim_run_dir` is the one policy every command applies to an
 existing ``--out``.
 """
@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .configs import CONFIG_VERSION_KEY, first_difference, migrate, not_result_paths
 from .errors import SinklabError, check
+from .provenance import machine_record, package_versions, source_revision
 
 RUN_INFO = "run.json"
 CONFIG = "config.json"
@@ -138,7 +137,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
     """Create ``path`` (and parents), check that it is writable (a clear error if not), and write a
     fresh ``run.json``: the command line, package versions, the git commit, and the launcher
-    settings when the run's jobs are launched (:mod:`.launchers`)."""
+    settings when the run's jobs are launched (:mod:`.launchers`), and the machine's facts that can change
+    a trained result (:func:`~.provenance.machine_record`: threads, processor, determinism)."""
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -150,6 +150,7 @@ def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
         "command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "versions": package_versions(),
+        "machine": machine_record(),
         "status": RUNNING,
     }
     source = source_revision()
@@ -195,26 +196,6 @@ def _write_run_info(out: str | os.PathLike, info: dict) -> None:
     """The one writer of ``run.json`` (atomic): :func:`start_run`, :func:`record_model` and
     :func:`finish_run` call it, and nothing else in sinklab writes that file."""
     write_json(Path(out) / RUN_INFO, info)
-
-
-def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().parent.parent) -> Optional[dict]:
-    """The git commit of the checkout sinklab is imported from and whether sinklab's own files
-    (``package_dir`` and below) have uncommitted changes (a results file appended beside them does
-    not make the code uncommitted); None when sinklab's files are not tracked by a git checkout
-    there (an installed wheel, even one inside some other repository) or git is missing."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-C", str(package_dir), *args], capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-
-    try:
-        git("ls-files", "--error-unmatch", "__init__.py")
-        commit = git("rev-parse", "HEAD")
-        changes = git("status", "--porcelain", "--untracked-files=no", "--", ".")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": commit, "uncommitted_changes": bool(changes)}
 
 
 NEW, RESUME, FINISHED, RUNNING = "new", "resume", "finished", "running"
@@ -335,16 +316,3 @@ def _from_cli() -> bool:
     """Whether this process is the ``sinklab`` command (the script or ``python -m sinklab``)."""
     entry = Path(sys.argv[0])
     return entry.name == "sinklab" or (entry.name == "__main__.py" and entry.parent.name == "sinklab")
-
-
-def package_versions() -> dict:
-    """Versions of the packages a result depends on (those installed)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version()}
-    for name in ("sinklab", "torch", "transformers", "plotly"):
-        try:
-            found[name] = version(name)
-        except PackageNotFoundError:
-            continue
-    return found

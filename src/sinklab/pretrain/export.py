@@ -34,7 +34,8 @@ import torch
 
 from ..core.checkpoint import checkpoint_state, latest_checkpoint
 from ..core.errors import NumericalCheckFailed, check
-from ..core.runs import atomic_dir, config_record, package_versions
+from ..core.provenance import package_versions
+from ..core.runs import atomic_dir, config_record
 from ..models.native import ModelConfig, Transformer
 from .train import PretrainConfig
 from .trained import load_trained

@@ -8,12 +8,13 @@ from typing import Optional, Sequence
 
 from ..core.errors import SinklabError
 from ..core.results import model_columns
-from ..core.runs import read_jsonl
+from ..core.runs import read_jsonl, read_run_info
 
 COLUMNS = [
     ("run", "run", "s"),
     ("variant", "variant", "s"),
     ("seed", "seed", "d"),
+    ("threads", "threads", ""),
     ("final val loss", "final_val_loss", ".3f"),
     ("val bpb", "final_val_bpb", ".3f"),
     ("steps to target", "steps_to_target", ""),
@@ -54,12 +55,14 @@ def steps_to(rows: Sequence[dict], target: float) -> Optional[int]:
 
 def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, target: Optional[float] = None) -> dict:
     """A run's line in ``sinklab compare``: its model, dtype and device (so the tables of runs
-    trained apart concatenate), its variant and seed, final losses, speed and sink figures."""
+    trained apart concatenate), its variant, seed and torch threads (run.json's: the float order a chaotic
+    training's outcome depends on), final losses, speed and sink figures."""
     return {
         **model_columns(summary),
         "run": Path(run_dir).name,
         "variant": summary["variant"],
         "seed": summary["seed"],
+        "threads": read_run_info(run_dir).get("machine", {}).get("torch_threads"),
         "final_val_loss": summary["final_val_loss"],
         "final_val_bpb": summary["final_val_bpb"],
         "steps_to_target": steps_to(rows, target) if rows is not None and target is not None else None,

@@ -28,6 +28,7 @@ from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.flags import seed_ranges
 from ..core.launchers import LOCAL, LauncherSettings, launch
+from ..core.provenance import THREADS_HELP, check_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import is_finished, run_differs
 from . import page
@@ -43,7 +44,7 @@ PLANS = {
 #: What ``settings`` may change: a setting of every run, less what the sweep itself varies
 #: (corpus, attention, sink tokens, seed, steps) or derives (max_seq_len follows each run's length
 #: and sink tokens; device: each run's own, auto).
-FIXED_BY_THE_SWEEP = ("corpus", "attention", "sink_tokens", "seed", "steps", "max_seq_len", "device")
+FIXED_BY_THE_SWEEP = ("corpus", "attention", "sink_tokens", "seed", "steps", "max_seq_len", "device", "threads")
 SETTABLE = tuple(f.name for f in fields(PretrainConfig) if f.name not in FIXED_BY_THE_SWEEP)
 
 
@@ -77,6 +78,7 @@ class SweepConfig:
         None, shown="1 for text, 2 single-threaded for bb", help="runs trained at a time here", result=False
     )
     rerun_stale: bool = setting(False, help="train again a run of another configuration (default: refuse it)", result=False)
+    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.settings) - set(SETTABLE))
@@ -86,10 +88,11 @@ class SweepConfig:
             f"settable: {', '.join(SETTABLE)}",
         )
         self.seeds = tuple(self.seeds) or PLANS[self.corpus][0]
+        check_threads(self.threads)
 
     def runs(self) -> list[PretrainConfig]:
         """The sweep's runs, seed-major; ``variants`` keeps only those names."""
-        base = PretrainConfig(corpus=self.corpus, steps=self.steps, **self.settings)
+        base = PretrainConfig(corpus=self.corpus, steps=self.steps, threads=self.threads, **self.settings)
         attention = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [
             {"attention": s} for s in AttentionSpec().with_each_extra()
         ]

@@ -27,6 +27,7 @@ from ..core.checkpoint import drop_rows_after, latest_checkpoint, load_checkpoin
 from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.progress import progress_bar
+from ..core.provenance import THREADS_HELP, check_threads
 from ..core.results import stamped
 from ..core.runs import append_jsonl, read_jsonl
 from ..models.native import ModelConfig, Transformer
@@ -90,6 +91,7 @@ class PretrainConfig:
     scan_tokens: int = 64
     scan_batch: int = 8
     device: str = "auto"  # auto: the GPU when there is one, else the CPU
+    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False)  # torch's; run.json records the count used
 
     def __post_init__(self) -> None:
         for name, value in CORPUS_DEFAULTS[self.corpus_kind].items():
@@ -112,6 +114,7 @@ class PretrainConfig:
         check(0 < self.adam_beta2 < 1, f"--adam-beta2 must lie in (0, 1), got {self.adam_beta2}")
         check(self.steps < STEPS_PER_SEED, f"--steps must be below {STEPS_PER_SEED}, got {self.steps}")
         check(0 <= self.seed < MAX_SEEDS, f"--seed must lie in [0, {MAX_SEEDS}), got {self.seed}")
+        check_threads(self.threads)
         check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
         check(self.d_model % self.n_heads == 0, f"--d-model {self.d_model} is not divisible by --n-heads {self.n_heads}")
         check(

@@ -181,8 +181,9 @@ def check_memory(jobs: Sequence[Sequence[TriggerConfig]], parallel: int, device:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where and how a grid trains: ``workers`` processes (default one per core; one for a GPU) and
-    whether the seeds of a configuration train as ensembles (default: on a GPU only).
+    """Where and how a grid trains: ``workers`` processes (default one per core; one for a GPU),
+    whether the seeds of a configuration train as ensembles (default: on a GPU only), and torch's
+    ``threads`` in each job (``--threads``).
 
     On the 2-core CPU of BENCHMARKS.md one model's step already keeps a core busy, so an ensemble
     costs each member about what training it alone costs, and independent single-model jobs
@@ -193,6 +194,7 @@ class Placement:
     workers: Optional[int] = None
     device: str = "cpu"
     ensembles: Optional[bool] = None
+    threads: Optional[int] = None  # torch's threads in each job (None: the worker's, 1 side by side)
 
     @property
     def processes(self) -> int:

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.launchers import LOCAL, LauncherSettings, launch
+from ..core.provenance import OnThreads
 from ..core.runs import atomic_path, write_json
 from ..models.native import Transformer
 from .config import TriggerConfig
@@ -61,7 +62,7 @@ def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement, 
             done[cfg.key] = record
 
     launch(
-        partial(run_members, device=placement.device),
+        OnThreads(partial(run_members, device=placement.device), placement.threads),
         jobs,
         launcher.asking_gpu_for(placement.device),
         out,

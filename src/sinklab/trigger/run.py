@@ -17,6 +17,7 @@ from ..core import pipeline
 from ..core.configs import setting
 from ..core.errors import NumericalCheckFailed, check
 from ..core.launchers import LOCAL, LauncherSettings
+from ..core.provenance import THREADS_HELP, check_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from . import page, plots
 from .analyses import cap_tradeoff, check_relu_construction, variant_table
@@ -64,15 +65,17 @@ class LabConfig:
     ensembles: Optional[bool] = setting(
         None, help="train the seeds of a configuration as one batched ensemble (default: on a GPU)", result=False, cli=False
     )
+    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False, cli=False)
 
     def __post_init__(self) -> None:
         self.configs = tuple(c if isinstance(c, TriggerConfig) else TriggerConfig.from_dict(c) for c in self.configs)
         check(bool(self.configs), "a lab trains at least one model")
+        check_threads(self.threads)
         check(self.analysis in ANALYSES, f"unknown analysis {self.analysis!r}; choose from: {', '.join(ANALYSES)}")
 
     @property
     def placement(self) -> Placement:
-        return Placement(self.workers, self.device, self.ensembles)
+        return Placement(self.workers, self.device, self.ensembles, self.threads)
 
 
 def fits_in_memory(cfg: LabConfig, context: RunContext) -> None:
