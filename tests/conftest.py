@@ -319,14 +319,25 @@ def every_summary_matches_its_schema(tmp_path_factory):
     assert not broken, f"{len(broken)} of {checked} summaries break their schema:\n" + "\n".join(broken[:10])
 
 
+#: Choice sets whose counts (2, 4, 3) and lengths (1 to 4 characters) vary over a task's examples
+#: (``write_task(..., choices=VARIED_CHOICES)``, gold "A"): where the chance level, lm-eval's acc
+#: against acc_norm (which divides a choice's log-likelihood by its length) and the rotations per
+#: example can differ. Every set holds a choice longer than "A".
+VARIED_CHOICES = (("A", "BB"), ("A", "BBBB", "C", "DD"), ("A", "CCC", "B"))
+
+
 def write_task(path, gold: str = "A", n: int = 24, choices=("A", "B"), **fields):
     """A BIG-bench multiple-choice task file: ``n`` distinct examples, ``choices`` (single
-    characters, one token each), ``gold`` correct."""
+    characters, one token each), ``gold`` correct. ``choices`` may instead be a sequence of choice
+    tuples (such as :data:`VARIED_CHOICES`), example ``i`` taking the ``i % len(choices)``-th, each
+    holding ``gold``: tasks whose examples differ in their number of choices and their lengths."""
     words = ["tree", "wind", "stone", "river", "light", "field", "cloud", "sea"]
+    sets = [tuple(choices)] if isinstance(choices[0], str) else [tuple(c) for c in choices]
+    assert all(gold in s for s in sets), f"every choice set must hold the correct choice {gold!r}"
     examples = [
         {
             "input": " ".join(words[(i + j) % len(words)] for j in range(2 + i % 5)) + f" {i}",
-            "target_scores": {c: int(c == gold) for c in choices},
+            "target_scores": {c: int(c == gold) for c in sets[i % len(sets)]},
         }
         for i in range(n)
     ]
@@ -340,6 +351,22 @@ def write_task(path, gold: str = "A", n: int = 24, choices=("A", "B"), **fields)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
     return path
+
+
+def scored_of(task: str, correct, chance: float = 0.5, score=None, gold_loglik=None, gold_logprob=None):
+    """A :class:`~sinklab.accuracy.Scored` made by hand: ``correct`` per example (strict), ``score``
+    the rotation-averaged share (default: the outcomes as 0 or 1, one order), the log-likelihoods 0."""
+    from sinklab.accuracy import Scored
+
+    n = len(correct)
+    score = tuple(float(c) for c in correct) if score is None else tuple(score)
+    zeros = (0.0,) * n
+    return Scored(
+        task=task, split="validation", shots=0, chance=chance, rotations=1, listed=True, acc=sum(score) / n, acc_stderr=0.0,
+        acc_norm=sum(score) / n, acc_norm_stderr=0.0, acc_strict=sum(map(bool, correct)) / n, score=score,
+        correct=tuple(map(bool, correct)), gold_loglik=tuple(gold_loglik or zeros), gold_logprob=tuple(gold_logprob or zeros),
+        entropy=zeros, acc_by_position=(None, None), picks_by_position=(0.5, 0.5), answers_by_position=(0.5, 0.5),
+    )  # fmt: skip
 
 
 def planted_model(tokenizer, strength: float = 6.0, gain_a: float = 1.0):

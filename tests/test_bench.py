@@ -225,7 +225,8 @@ def test_the_notebook_function_takes_names_and_says_so_in_one_line(tiny_model_di
 
 
 def test_the_published_leaderboard_files_validate_and_merge():
-    """benchmarks/leaderboard/sinks-v1/ and sinks-v2/ (BENCHMARKS.md 12) stay readable by this sinklab."""
+    """benchmarks/leaderboard/sinks-v1/ (BENCHMARKS.md 12) stays readable by this sinklab; sinks-v2's
+    superseded file is refused."""
     from pathlib import Path
 
     files = sorted((Path(__file__).parent.parent / "benchmarks" / "leaderboard" / "sinks-v1").glob("*.json"))
@@ -233,11 +234,10 @@ def test_the_published_leaderboard_files_validate_and_merge():
     board = sinklab.compare_bench(files).frame()
     rates = dict(zip(board.label, board["sink_rate/sink_rate"]))
     assert rates == {"smollm2": pytest.approx(0.7556, abs=1e-4), "runs/sinklab-bytes-llama": 0.0}
-    (v2,) = (Path(__file__).parent.parent / "benchmarks" / "leaderboard" / "sinks-v2").glob("*.json")
-    row = sinklab.compare_bench([v2]).frame().iloc[0]  # sinks-v2 (BENCHMARKS.md 12), its accuracy tasks too
-    assert row["sink_rate/sink_rate"] == pytest.approx(0.7556, abs=1e-4) and row["zerotuning_payoff/acc_gain"] == pytest.approx(
-        0.07
-    )
+    # sinks-v2's file was judged on splits drawn by rule 1 (issue 50): superseded, and refused beside today's tasks
+    (v2,) = (Path(__file__).parent.parent / "benchmarks" / "leaderboard" / "superseded" / "sinks-v2-split-rule-1").glob("*.json")
+    with pytest.raises(SinklabError, match="task accuracy_dependence was measured at version 1; this sinklab's is 2"):
+        sinklab.compare_bench([v2])
 
 
 @pytest.mark.integration

@@ -359,3 +359,37 @@ def test_the_compress_readers_read_the_texts_the_summary_names():
     found = read("kv_2bit", {"cells": cells, "corpus": "my_text", "outside": None})
     assert found["protect0/ppl_ratio"] == 2.0 and found["ppl_ratio_gain"] == 1.25
     assert not [name for name in found if name.endswith("ppl_ratio_outside")]
+
+
+def test_the_accuracy_readers_read_each_figure_from_its_own_run():
+    """sinks-v2's accuracy tasks on hand-made summaries, every number distinct: the payoff's
+    accuracies are the test split's untouched and tuned runs' (0.4 and 0.475 over two tasks), its
+    gain the paired change's mean; the dependence's ratio is suppressed over intact (0.35 / 0.7 =
+    0.5, below 1 where suppressing the sink costs accuracy). Mutations caught:
+    ``zerotuning_payoff`` reading the untouched accuracy as the tuned one, and
+    ``accuracy_dependence``'s ratio inverted (its judge test has both runs at 1.0, where 1 / 1 = 1)."""
+
+    def tuned(task, untouched, acc, change, loglik):
+        return {"task": task, "chosen": "gamma 2 on 1 heads", "test": {"untouched": {"acc": untouched}, "tuned": {"acc": acc}},
+                "paired": {"acc_change": {"mean": change}, "gold_loglik_change": {"mean": loglik}}}  # fmt: skip
+
+    payoff = read("zerotuning_payoff", {"tasks": [tuned("a", 0.5, 0.75, 0.25, 0.2), tuned("b", 0.3, 0.2, -0.1, -0.4)]})
+    assert payoff == {
+        "acc_gain": pytest.approx(0.075),
+        "acc_untouched": pytest.approx(0.4),
+        "acc_tuned": pytest.approx(0.475),
+        "gold_loglik_change": pytest.approx(-0.1),
+    }
+
+    def judged(task, intact, edited, loglik):
+        return {"task": task, "intact": {"acc": intact}, "edited": {"acc": edited}, "gold_loglik_change": {"mean": loglik},
+                "acc_change": {"mean": edited - intact}, "mcnemar": {"p": 0.5}}  # fmt: skip
+
+    dependence = read("accuracy_dependence", {"accuracy": [judged("a", 0.8, 0.4, -1.5), judged("b", 0.6, 0.3, -0.5)]})
+    assert dependence == {
+        "acc_intact": pytest.approx(0.7),
+        "acc_suppressed": pytest.approx(0.35),
+        "acc_ratio": pytest.approx(0.5),
+        "gold_loglik_change": pytest.approx(-1.0),
+    }
+    assert read("accuracy_dependence", {"accuracy": [judged("a", 0.0, 0.0, 0.0)]})["acc_ratio"] is None

@@ -191,3 +191,45 @@ def test_a_job_checks_the_positions_where_it_loads_the_model(tiny_model_dir):
     cfg = CompressConfig(model=str(tiny_model_dir("llama")), presses=("knorm",), contexts=(300,), **SMALL)
     with pytest.raises(SinklabError, match="--context 300 reads 556 positions"):
         run_job(PressJob(cfg, "knorm"))
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--budget", "128"], "--budget is read only with --during decode: give --during decode, or leave --budget out"),
+        (["--every", "32"], "--every is read only with --during decode"),
+        (["--decode-tokens", "64"], "--decode-tokens is read only with --during decode"),
+        (["--accuracy-test", "50"], "--accuracy-test is read only with --accuracy TASKS"),
+        (["--accuracy-shots", "3"], "--accuracy-shots is read only with --accuracy TASKS"),
+    ],
+)
+def test_a_flag_this_run_would_not_read_is_refused_naming_the_flag_that_enables_it(flags, needle, tmp_path, capsys):
+    """``--budget``/``--every`` after a prefill press and ``--accuracy-test`` with no ``--accuracy``
+    exited 0 having done nothing with them. Each is refused in one line before anything loads, and
+    so is the notebook's keyword; given with the flag that enables it, or left out, it is read
+    (the defaults are the config's). Mutation: the flags' command-line default put back to the
+    config's (512, 64, ...) makes a given flag indistinguishable from none: each case exits 0."""
+    out = tmp_path / "run"
+    assert cli.main(["compress", "--press", "knorm", *SMALL_FLAGS, *flags, "--out", str(out), "--quiet"]) == 2
+    one_line_error(capsys, needle)
+    assert not out.exists()
+    name = flags[0][2:].replace("-", "_")
+    with pytest.raises(SinklabError, match=needle.split(":")[0]):
+        sinklab.compress_model(None, **{name: int(flags[1])})
+
+
+def test_flags_read_under_another_take_the_configs_defaults_when_not_given():
+    """``--during decode`` alone runs at the config's budget, every and decode tokens (the command
+    line's None only tells "not given" apart)."""
+    from sinklab.cli.compress import read_only_with
+
+    args = cli.build_parser().parse_args(["compress", "--press", "knorm", "--during", "decode"])
+    assert (args.budget, args.every, args.decode_tokens, args.accuracy_test) == (None,) * 4
+    read_only_with(args)
+    defaults = CompressConfig()
+    assert (args.budget, args.every, args.decode_tokens, args.accuracy_shots, args.accuracy_test) == (
+        defaults.budget, defaults.every, defaults.decode_tokens, defaults.accuracy_shots, defaults.accuracy_test
+    )  # fmt: skip
+    args = cli.build_parser().parse_args(["compress", "--during", "decode", "--budget", "128", "--every", "32"])
+    read_only_with(args)
+    assert (args.budget, args.every) == (128, 32)

@@ -6,13 +6,16 @@ and the static quantizer's calibration text kept apart from the text it is judge
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 import torch
 import transformers
+from test_lm_eval_files import files_agree
 
 import sinklab
-from sinklab.compress.evaluate import facts, passkey_answer
+from sinklab.compress import plots as compress_plots
+from sinklab.compress.evaluate import facts, passkey_answer, score_each
 from sinklab.compress.frame import cell_rows, quantized_rows, sink_effect_rows
 from sinklab.compress.run import CompressConfig, PressJob, job_policies
 from sinklab.compress.summary import cell_figures, paired
@@ -137,6 +140,25 @@ def test_each_tables_column_carries_its_own_figure():
         {**lead, **PRESS, "context": 128, "keep_sinks": 1, "ppl_change_t": -0.2,
          "accuracy_change": 0.25, "logprob_change": 1.0, "logprob_change_std": 0.5, "prompts_more_likely": 3, "prompts": 4}
     ]  # fmt: skip
+
+
+def choice_effect(keep_sinks: int, gain: float) -> dict:
+    """A sink-effect entry of one multiple-choice task whose correct choice's log-likelihood moved by ``gain``."""
+    change = {"acc_change": {"mean": -0.1}, "mcnemar": {"p": 0.5}, "gold_loglik_change": {"mean": gain}}
+    return {**PRESS, "context": 128, "keep_sinks": keep_sinks, "choice_change": {"t": change}}
+
+
+@pytest.mark.parametrize(
+    "gains, said",
+    [((-0.9, -0.51), "lost least, -0.51 nats"), ((-0.9, 0.51), "gained most, +0.51 nats"), ((0.0,), "gained most, +0.00 nats")],
+)
+def test_the_choice_statement_says_lost_least_where_every_cell_lowered_the_correct_choice(gains, said):
+    """The sentence read "where the correct choice gained most, -0.51 nats": where the largest
+    change is negative, it now says the correct choice lost least; a gain is still a gain. Mutation: the fixed
+    "gained most" fails the first case."""
+    summary = {"presses": ["knorm"], "quantizers": [], "sink_effect": [choice_effect(k, g) for k, g in enumerate(gains, 1)]}
+    (line,) = [line for line in compress_plots.statements(summary) if "multiple-choice" in line]
+    assert said in line and ("gained most" in line) == (max(gains) >= 0)
 
 
 # --------------------------------------------------------------------------- the texts
@@ -269,8 +291,11 @@ def test_keeping_the_planted_sink_keeps_the_answer_it_carries(tmp_path, tokenize
     from conftest import write_task
 
     path = write_task(tmp_path / "gold_a" / "task.json", n=60)
-    _, result = judged_run(tokenizer, path)
+    _, result = judged_run(tokenizer, path, out=tmp_path / "run")
     validate(json.loads(json.dumps(result.summary)))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    cells = {f"gold_a|streaming_llm:0.875/{c['keep_sinks']}": c["choice"]["gold_a"] for c in summary["cells"]}
+    files_agree(tmp_path / "run", {"gold_a|dense:0/0": summary["dense"]["128"]["choice"]["gold_a"], **cells})  # issue 50
     assert result.summary["dense"]["128"]["choice"]["gold_a"]["acc"] == 0
     cells = result.frame().set_index("keep_sinks")
     assert (cells.loc[0, "acc_gold_a"], cells.loc[1, "acc_gold_a"]) == (0, 1)
@@ -283,6 +308,46 @@ def test_keeping_the_planted_sink_keeps_the_answer_it_carries(tmp_path, tokenize
     )
     choice = result.summary["cells"][1]["choice"]["gold_a"]
     assert choice["kept_fraction"] < 0.2 and choice["bytes_ratio"] < 1  # the shots were compressed
+
+
+def test_a_kept_job_without_lm_evals_output_is_run_again_when_accuracy_is_judged(tmp_path):
+    """A stopped ``--accuracy`` run resumed after sinklab began writing lm-eval's files: a job kept
+    without lm-eval's output (``lm_eval``) would leave its cells out of them, so it is run again;
+    without ``--accuracy`` nothing of the kind is needed. Mutation tried: the filter dropped (the
+    old job is reused and ``lm_eval_files`` finds no ``lm_eval``)."""
+    from sinklab.compress.run import JOBS_DIR, finished_jobs
+
+    (tmp_path / JOBS_DIR).mkdir()
+    (tmp_path / JOBS_DIR / "dense.json").write_text(json.dumps({"facts": {}, "rows": {}, "lm_eval": {}}))
+    (tmp_path / JOBS_DIR / "knorm.json").write_text(json.dumps({"facts": {}, "rows": {}}))
+    assert set(finished_jobs(tmp_path, accuracy=True)) == {"dense"}
+    assert set(finished_jobs(tmp_path)) == {"dense", "knorm"}
+
+
+def test_the_choice_judges_kept_fraction_and_bytes_are_the_means_over_every_prompt(tmp_path, tokenizer, monkeypatch):
+    """Each test prompt's shots (of different lengths) are compressed on their own, so each keeps its
+    own fraction and bytes; the cell's figures are their means over the prompts, checked against
+    what every compression reported. Mutation: the last prompt's figures alone (``done[cell][-1]``)
+    fail here, the prompts' fractions differing by more than the tolerance."""
+    from conftest import write_task
+
+    from sinklab.compress import judged
+
+    seen: dict = {}
+
+    def recording(model, policies, inputs):
+        for name, cell, scores in score_each(model, policies, inputs):
+            seen.setdefault(cell, []).append((scores["kept_fraction"], scores["bytes_ratio"]))
+            yield name, cell, scores
+
+    monkeypatch.setattr(judged, "score_each", recording)
+    _, result = judged_run(tokenizer, write_task(tmp_path / "gold_a" / "task.json", n=60))
+    kept, sizes = zip(*seen["0.875/1"])
+    assert len(kept) == TEST and abs(kept[-1] - statistics.fmean(kept)) > 1e-4 and len(set(sizes)) > 1
+    (cell,) = [c for c in result.summary["cells"] if c["keep_sinks"] == 1]
+    choice = cell["choice"]["gold_a"]
+    assert choice["kept_fraction"] == pytest.approx(statistics.fmean(kept), abs=1e-12)
+    assert choice["bytes_ratio"] == pytest.approx(statistics.fmean(sizes), abs=1e-12)
 
 
 def test_the_query_starts_where_the_shots_end(tmp_path, tokenizer):
@@ -310,7 +375,7 @@ def test_the_query_starts_where_the_shots_end(tmp_path, tokenizer):
         (dict(accuracy_test=0), "--accuracy-test must be at least 1"),
         (dict(bos="no"), "drop --bos no"),
         (dict(accuracy=("no_such_task.json",)), "no task file at no_such_task.json"),
-        (dict(accuracy_test=69), r"has 100 usable examples; its splits need 114: .*held out by every judge.* 69 test$"),
+        (dict(accuracy_test=96), r"has 100 usable examples; its splits need 101: 96 test, 5 for the shot pool$"),
         (dict(accuracy_shots=30), "positions; give fewer --accuracy-shots"),
     ],
 )

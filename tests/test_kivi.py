@@ -184,3 +184,19 @@ def test_every_stored_token_reads_as_kivis_arithmetic_on_the_dense_cache(bits, p
     first = len(protected)
     assert torch.equal(keys[:, :, first : first + store.length], torch.cat(expected_k, 2))
     assert torch.equal(values[:, :, first : first + store.length], torch.cat(expected_v, 2))
+
+
+def test_kivis_documented_defaults_keep_its_last_128_tokens_whole():
+    """KIVI's defaults, as its docstring and the paper give them: 2 bits, groups of 32 tokens and a
+    residual of 128, so ``KIVI()`` on 1,024 tokens holds exactly the last 128 in full precision
+    (bit-exact) and quantizes the 896 before them; at 1,000 tokens, residual to residual + 31: the
+    last 136 (1,000 - 128 = 872 rounds down to 27 groups, 864 tokens). Mutation caught: KIVI's
+    default residual changed."""
+    default = KIVI()
+    assert (default.bits, default.protect, default.group_size, default.residual) == (2, 0, 32, 128)
+    for length, recent in ((1024, 128), (1000, 136)):
+        cache = dense_cache(length)
+        twin = P.branch(cache)
+        KIVI().apply(twin)
+        assert full_precision(twin.layers[0]) == recent
+        assert exact_positions(cache, twin, []) == set(range(length - recent, length))

@@ -188,6 +188,76 @@ def test_bad_decoding_flags_are_one_line_before_the_run(flags, needle, tiny_mode
     assert not out.exists()
 
 
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--press", "snapkv", "--budget", "10"], "--press snapkv --keep-sinks 4: --budget 10 cannot hold its 4 sinks, its 64"),
+        (["--press", "knorm,snapkv", "--budget", "10"], "--press snapkv --keep-sinks 4: --budget 10 cannot hold"),
+        (["--press", "snapkv", "--budget", "0.1"], "--budget 0.1 (25 keys of a 256-token prompt) cannot hold its 4 sinks"),
+        (["--press", "streaming_llm", "--budget", "3"], "--press streaming_llm --keep-sinks 4: --budget 3 cannot hold its 4"),
+    ],
+)
+def test_a_budget_that_cannot_hold_a_press_is_refused_before_the_run_naming_that_press(
+    flags, needle, tiny_model_dir, tmp_path, capsys
+):
+    """The user's command: SnapKV's 64-key window in a budget of 10 (or 0.1 of a 256-token
+    context: 25 keys) failed inside its job after the full cache's had run ("1 of 2 jobs failed ...
+    run the command again", on every retry, run.json left "running"), and StreamingLLM's 4 sinks in 3
+    keys were refused as "the 0-key window of knorm". Now every press is checked up front, the one at
+    fault named, with the budget that would hold it, and --out is never made. Mutation: the old check
+    (knorm's alone) passes the SnapKV cases and names knorm in the StreamingLLM one."""
+    from conftest import one_line_error
+
+    from sinklab import cli
+
+    out = tmp_path / "run"
+    argv = ["compress", str(tiny_model_dir("llama", positions=2048)), "--during", "decode", "--every", "32"]
+    argv += ["--keep-sinks", "4", "--context", "256", "--decode-tokens", "64", "--task", "ppl", "--quiet", *flags]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    line = one_line_error(capsys, needle, "give --budget")
+    assert "knorm" not in line and not out.exists()
+
+
+def test_a_fractional_budget_is_checked_at_the_passkey_prompts_length_too(tiny_model_dir, tmp_path, capsys):
+    """A fraction is a number of keys only for a prompt: 5/320 of a 320-token context is the 5
+    keys StreamingLLM's 4 sinks need, but the passkey prompts are shorter (whole filler sentences:
+    296 tokens with the test tokenizer), where it is 4. The preflight builds them (the tokenizer only) and refuses the
+    run before --out is made, not a job after the full cache's. Mutation: the preflight's check
+    removed lets the run claim --out (the config passes: its check is at the context's length)."""
+    from conftest import one_line_error
+
+    import sinklab
+    from sinklab import cli
+    from sinklab.compress.tasks import passkey_prompts
+
+    folder = tiny_model_dir("llama", positions=2048)
+    tokenizer = sinklab.load_model(str(folder)).tokenizer
+    shortest = min(p.context.shape[-1] for p in passkey_prompts(tokenizer, 320, 1, 0, "auto"))
+    assert shortest < 320 and int(shortest * 5 / 320) == 4
+    out = tmp_path / "run"
+    argv = ["compress", str(folder), "--press", "streaming_llm", "--during", "decode", "--budget", str(5 / 320)]
+    argv += ["--every", "32", "--keep-sinks", "4", "--context", "320", "--decode-tokens", "64", "--keys", "1", "--quiet"]
+    assert cli.main([*argv, "--out", str(out)]) == 2
+    one_line_error(capsys, f"(4 keys of a {shortest}-token prompt) cannot hold its 4 sinks", "give --budget 5 or more")
+    assert not out.exists()
+
+
+def test_an_integer_budget_from_a_notebook_is_a_number_of_tokens(tiny_model_dir):
+    """``compress_model(during="decode", budget=64)`` was refused ("got 64.0": the keyword was
+    made a float because the setting was typed float, and a float budget is a fraction). Now it is
+    64 keys: on a 128-token context, the same cells as half the context (0.5), recorded as given."""
+    import sinklab
+
+    lm = sinklab.load_model(str(tiny_model_dir("llama", positions=2048)))
+    settings = dict(during="decode", every=16, decode_tokens=32, contexts=(128,), tasks=("ppl",), outside=None)
+    tokens = sinklab.compress_model(lm, presses=("knorm",), keep_sinks=(1,), budget=64, **settings)
+    half = sinklab.compress_model(lm, presses=("knorm",), keep_sinks=(1,), budget=0.5, **settings)
+    assert tokens.summary["decoding"]["budget"] == 64 and isinstance(tokens.summary["decoding"]["budget"], int)
+    assert tokens.summary["cells"][0]["kept_fraction"] == pytest.approx(64 / 160)  # 64 of the 128 + 32 tokens seen
+    for key in ("ppl", "kept_fraction", "bytes_ratio"):
+        assert tokens.summary["cells"][0][key] == half.summary["cells"][0][key]
+
+
 # --------------------------------------------------------------------------- per-head budgets (AdaKV)
 
 
@@ -346,10 +416,35 @@ def test_the_reviews_bad_settings_are_one_line():
 
 
 def test_adakv_keeps_each_heads_safeguard_share():
-    """With every score in one head, the other heads still keep ``alpha`` of the uniform budget by
-    their own ranking. Mutation: alpha ignored gives them nothing."""
-    scores = torch.zeros(1, 3, 40)
-    scores[0, 0] = torch.arange(40.0) + 100
-    scores[0, 1:] = torch.rand(2, 40)
-    kept = P.AdaKV(P.Knorm(0.5), alpha=0.5).head_budgets(scores, 20, forced=[])
-    assert [len(k) for k in kept] == [40, 10, 10]
+    """Head 0's scores (100 to 139) outrank head 1's (50 to 89), which outrank head 2's (0 to 39),
+    with a budget of 20 keys a head (60 pooled). Pooled alone (alpha 0), head 0 takes its 40 and
+    head 1 20, head 2 none; alpha 0.5 first keeps each head its own best 10 and the other 30 go to
+    head 0: 40, 10, 10; alpha 0.25 keeps 5 each, then head 0's other 35 and head 1's next 10: 40,
+    15, 5, head 2 keeping its best (35 to 39). No random scores: the old test drew unseeded
+    ``torch.rand`` scores for heads 1 and 2, where alpha ignored still gave 10 and 10 whenever the
+    pool happened to split them evenly. Mutation caught: AdaKV's alpha safeguard ignored."""
+    scores = torch.stack([torch.arange(40.0) + 100, torch.arange(40.0) + 50, torch.arange(40.0)]).unsqueeze(0)
+
+    def kept(alpha: float) -> list:
+        return P.AdaKV(P.Knorm(0.5), alpha=alpha).head_budgets(scores, 20, forced=[])
+
+    assert [len(k) for k in kept(0.0)] == [40, 20, 0]
+    assert [len(k) for k in kept(0.5)] == [40, 10, 10]
+    quarter = kept(0.25)
+    assert [len(k) for k in quarter] == [40, 15, 5]
+    assert quarter[1].tolist() == list(range(25, 40)) and quarter[2].tolist() == list(range(35, 40))
+
+
+def test_a_fractional_budget_too_small_for_the_prompt_is_refused_at_the_prefill():
+    """A fraction is a number of keys only once the prompt is seen: 0.2 of the 24-token prompt is
+    4 keys, which cannot hold StreamingLLM's 4 sinks and a key it scores, refused in one line at
+    the prefill (the press's own settings passed: 0.2 is a valid fraction); 0.25 (6 keys) keeps
+    the 4 sinks and the 2 most recent tokens at every compression. Mutation caught: a fractional
+    decode budget never checked for fit (the cache pressed to the sinks alone)."""
+    model = tiny()
+    too_small = P.DecodingPress(P.StreamingLLM(keep_sinks=4), budget=0.2, every=8)
+    with pytest.raises(SinklabError, match="^a budget of 4 keys cannot hold the 4 sinks") as error:
+        decoded(model, too_small, chunk=8)
+    assert "\n" not in str(error.value)
+    _, held, state = decoded(model, P.DecodingPress(P.StreamingLLM(keep_sinks=4), budget=0.25, every=8), chunk=8)
+    assert held[-1] == [0, 1, 2, 3, PROMPT + FED - 2, PROMPT + FED - 1] and set(state.last.kept.values()) == {6}

@@ -381,3 +381,35 @@ def test_the_weights_beside_sdpa_equal_the_instrumented_ones(arch, monkeypatch):
         torch.testing.assert_close(every_row.received[layer], reference.received[layer], atol=1e-5, rtol=0)
         torch.testing.assert_close(every_row.window[layer], sums, atol=1e-5, rtol=0)
         torch.testing.assert_close(last_rows.window[layer], sums, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_the_window_rows_are_the_last_ones_when_a_block_of_rows_is_shorter_than_the_window(attention):
+    """A 300-token prefill tallied in blocks of query rows (beside SDPA 128 at a time; instrumented,
+    for an eager model, 256) with every row's attention (H2O, detected sinks) and a 64-row window
+    (SnapKV's): the last block (rows 256 to 299) is shorter than the window, which starts at row
+    236 inside the block before it. The window sums are those of rows 236 to 299 of the model's
+    own attention weights (eager, ``output_attentions``), and equal the window tallied alone.
+    Mutation caught: the tally's window slice not clamped at 0 (the last block's rows counted from
+    its end: rows 256 to 279 dropped, so detected sinks on contexts over 128 tokens, which tally
+    every row, scored SnapKV on the wrong rows)."""
+    from sinklab.kvcache import tally as attention_tally
+
+    torch.manual_seed(0)
+    config = tiny_config("llama", 300, positions=512)
+    config._attn_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(2, 300, (1, 300), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        weights = model(ids, output_attentions=True).attentions  # (1, H, 300, 300) per layer
+    model.set_attn_implementation(attention)
+    assert attention_tally.ROWS_AT_ONCE == 128 and 300 - 64 < 256 < 300
+    with torch.no_grad():
+        with P.tallied(model, 300, True, 64) as every_row:
+            model(ids, use_cache=True)
+        with P.tallied(model, 300, False, 64) as window_only:
+            model(ids, use_cache=True)
+    for layer, w in enumerate(weights):
+        torch.testing.assert_close(every_row.window[layer], w[:, :, 236:].sum(2), atol=1e-5, rtol=0)
+        torch.testing.assert_close(every_row.received[layer], w.sum(2), atol=1e-4, rtol=0)
+        torch.testing.assert_close(window_only.window[layer], w[:, :, 236:].sum(2), atol=1e-5, rtol=0)

@@ -5,10 +5,12 @@ the test writes (the BIG-bench download is never used here)."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 from conftest import one_line_error, planted_model, write_task
+from test_lm_eval_files import files_agree
 
 import sinklab
 from sinklab.accuracy import read_task
@@ -94,7 +96,7 @@ def test_act_finds_the_head_whose_later_sink_hides_the_answer_and_calibrating_it
     edit's strength fixed at 0 (the sinks' weight left whole) finds nothing to calibrate and fails."""
     model = later_sink_model(tokenizer)
     task = write_task(tmp_path / "later" / "task.json", gold="A")
-    result = sinklab.tune_model(model, tokenizer, tasks=(str(task),), method="act", **SIZES)
+    result = sinklab.tune_model(model, tokenizer, tasks=(str(task),), method="act", act_layers="all", **SIZES)
     profile = result.data["profiles"]["later"]
     assert profile[0, 0] > 0 and abs(profile[0, 1]) < 1e-6 * profile[0, 0]
     assert result.data["tunings"]["later"] == ACT(((0, 0),))
@@ -168,18 +170,46 @@ def test_a_split_too_small_and_a_tokenizer_without_bos_are_refused_before_anythi
         sinklab.tune_model(planted, no_bos, tasks=(str(big),), **SIZES)
 
 
-def test_the_command_writes_the_run_and_a_missing_task_is_one_line(tmp_path, tiny_model_dir, capsys):
+def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_line(tmp_path, tiny_model_dir, capsys):
     from sinklab.cli import main
 
     task = write_task(tmp_path / "tiny" / "task.json")
     out = tmp_path / "run"
     model = str(tiny_model_dir("llama"))
     assert (
-        main(["tune", model, "--tasks", str(task), "--validation", "6", "--test", "8", "--method", "act", "--out", str(out)]) == 0
+        main(
+            [
+                "tune",
+                model,
+                "--tasks",
+                str(task),
+                "--validation",
+                "6",
+                "--test",
+                "8",
+                "--method",
+                "act",
+                "--act-layers",
+                "all",
+                "--num-fewshot",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
     )
     assert (out / "summary.json").exists() and (out / "report.html").exists() and (out / "tuning-tiny.json").exists()
     assert isinstance(load_tuning(out / "tuning-tiny.json"), ACT)
-    capsys.readouterr()
+    summary = json.loads((out / "summary.json").read_text())
+    (verdict,) = summary["tasks"]
+    test = verdict["test"]  # the verdict's per-example results kept, in lm-eval's files (issue 50)
+    written = files_agree(out, {"tiny|untouched": test["untouched"], "tiny|tuned": test["tuned"]})
+    assert summary["shots"] == written["n-shot"]["tiny|tuned"] == 1  # --num-fewshot: lm-eval's spelling of --shots
+    printed = capsys.readouterr().out.splitlines()  # the table was one line, its breaks shown as "\\n"
+    header = next(i for i, line in enumerate(printed) if line.split()[:1] == ["task"])
+    assert not any("\\n" in line for line in printed)
+    assert set(printed[header + 1]) == {"-", " "} and printed[header + 2].split()[0] == "tiny"
     assert main(["tune", model, "--tasks", str(tmp_path / "nowhere" / "task.json"), "--out", str(tmp_path / "r2")]) == 2
     one_line_error(capsys, "no task file")
     assert not (tmp_path / "r2").exists()
@@ -189,6 +219,16 @@ def test_the_command_writes_the_run_and_a_missing_task_is_one_line(tmp_path, tin
     "command, flags, needle",
     [
         ("tune", ["--shots", "20", "--validation", "6", "--test", "8"], "model has 128 positions; give fewer --shots"),
+        ("tune", ["--seed", "-1", "--validation", "6", "--test", "8"], "--seed must be a whole number, at least 0, got -1"),
+        ("tune", ["--batch-size", "0", "--validation", "6", "--test", "8"], "--batch-size must be at least 1, got 0"),
+        (
+            "tune",
+            ["--method", "act", "--validation", "6", "--test", "8"],
+            "--act-layers official leaves none of the model's 3 layers",
+        ),
+        ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "are read only with --method act"),
+        ("tune", ["--rotations", "-1", "--validation", "6", "--test", "8"], "--rotations must be 0 (every rotation)"),
+        ("intervene", ["--accuracy-rotations", "-1"], "--accuracy-rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-shots", "20", "--accuracy-test", "8"], "model has 128 positions; give fewer --accuracy-shots"),
         ("intervene", ["--accuracy-test", "0"], "--accuracy-test must be at least 1, got 0"),
         ("intervene", ["--accuracy-shots", "-2"], "--accuracy-shots must be at least 0, got -2"),
@@ -198,7 +238,9 @@ def test_the_command_writes_the_run_and_a_missing_task_is_one_line(tmp_path, tin
 def test_an_accuracy_judge_that_cannot_run_is_one_line_before_claiming(command, flags, needle, tmp_path, tiny_model_dir, capsys):
     """lm-eval would cut a prompt longer than the model's positions from the left, BOS first, and
     score a prompt other than the one the profile or the edit read; 0 test examples, negative shots
-    and a run without BOS (the judge always puts it first) are refused as compress refuses them."""
+    and a run without BOS (the judge always puts it first) are refused as compress refuses them. A
+    negative seed was a numpy traceback after the whole run (its run left "running"), and
+    ``--batch-size 0`` exited 0 having judged nothing."""
     from sinklab.cli import main
 
     task = str(write_task(tmp_path / "tiny" / "task.json", n=100))
@@ -225,3 +267,251 @@ def test_tunings_are_checked_when_made_loaded_and_applied(tmp_path, tokenizer, p
     task = str(write_task(tmp_path / "same" / "task.json"))
     with pytest.raises(SinklabError, match="name same twice"):
         sinklab.tune_model(planted, tokenizer, tasks=(task, task), **SIZES)
+
+
+def test_a_negative_seed_is_refused_by_the_splits_and_the_notebook(tmp_path, tokenizer, planted):
+    """Python's random took -1 as seed 1 (the same splits, silently) and numpy's bootstrap refused it
+    with a traceback after the whole tuning. The configuration refuses it when made, before a task
+    is read (a BIG-bench name would be fetched first). Mutations tried: no check in TuneConfig (the
+    configuration is made; the preflight's splits refuse it later); no check in Task.splits (seed
+    1's splits returned)."""
+    from sinklab.tune import TuneConfig
+
+    with pytest.raises(SinklabError, match="^--seed must be a whole number, at least 0, got -1$"):
+        TuneConfig(tasks=("navigate",), seed=-1)
+    task = write_task(tmp_path / "tiny" / "task.json")
+    with pytest.raises(SinklabError, match="^--seed must be a whole number, at least 0, got -1$"):
+        read_task(str(task)).splits(-1, 0, 6, 8)
+    with pytest.raises(SinklabError, match="--seed must be a whole number, at least 0, got -1"):
+        sinklab.tune_model(planted, tokenizer, tasks=(str(task),), seed=-1, **SIZES)
+
+
+def test_out_holding_another_commands_run_is_refused_naming_it(tmp_path, tiny_model_dir, capsys):
+    """``tune --out <an intervene run>`` said the run was "written by a newer sinklab (config_version
+    2...)" and ``intervene --out <a tune run>`` that "inputs is not recorded there": each compared
+    another command's settings with its own. Both now say what the folder holds, and keep it."""
+    from sinklab.cli import main
+
+    model, task = str(tiny_model_dir("llama")), str(write_task(tmp_path / "tiny" / "task.json"))
+    intervened, tuned = tmp_path / "intervened", tmp_path / "tuned"
+    intervene = ["intervene", model, "--suppress-sink", "--random-tokens", "--tokens", "16", "--quiet", "--out"]
+    tune = [
+        "tune",
+        model,
+        "--tasks",
+        task,
+        "--validation",
+        "6",
+        "--test",
+        "8",
+        "--method",
+        "act",
+        "--act-layers",
+        "all",
+        "--quiet",
+    ]
+    tune.append("--out")
+    assert main([*intervene, str(intervened)]) == 0 and main([*tune, str(tuned)]) == 0
+    kept = {run: (run / "summary.json").read_text() for run in (intervened, tuned)}
+    capsys.readouterr()
+    assert main([*tune, str(intervened)]) == 2
+    one_line_error(capsys, f"{intervened} holds an intervene run, not a tune run; choose another --out (or --overwrite")
+    assert main([*intervene, str(tuned)]) == 2
+    one_line_error(capsys, f"{tuned} holds a tune run, not an intervene run; choose another --out (or --overwrite")
+    assert {run: (run / "summary.json").read_text() for run in (intervened, tuned)} == kept
+
+
+def test_load_tunings_docstring_names_the_files_a_run_writes(tmp_path):
+    """The docstring sent a reader to a run's ``tuning.json``; a run writes one
+    ``tuning-<task>.json`` per task (a task's ``/`` as ``__``), which load_tuning reads back."""
+    from sinklab.accuracy import LmEvalFiles
+    from sinklab.core.results import RunResult
+    from sinklab.tune.run import write
+
+    tuning = ZeroTuning(((1.0, 2.0),))
+    nothing_judged = LmEvalFiles((), "m", 0, 0, 2)
+    names = write(tmp_path, RunResult({}, {"tunings": {"a/b": tuning}, "profiles": {}, "lm_eval": nothing_judged}))
+    assert names[0] == "tuning-a__b.json" and load_tuning(tmp_path / names[0]) == tuning
+    doc = " ".join(load_tuning.__doc__.split())
+    assert "``tuning-<task>.json``" in doc and "``/`` written as ``__``" in doc and "``tuning.json``" not in doc
+
+
+@pytest.mark.parametrize("gold, direction", [("A", 1), ("B", -1)])
+def test_the_papers_one_head_at_a_time_profile_agrees_with_the_gradient_on_the_planted_head(
+    tmp_path, tokenizer, planted, gold, direction
+):
+    """``--profile ablation``: head 0 alone at gamma 1.5 moves the objective the way the planted
+    answer wants (up for A, which the sink's share carries; down for B), head 1 (which carries
+    nothing) not at all; a subset of heads leaves the others unmeasured (NaN). Mutation caught: the
+    untouched objective not subtracted (head 1 would read the objective itself, not 0)."""
+    from sinklab.accuracy import lm_for, questions, read_task, sizes_for
+    from sinklab.tune.profile import ablation_profile
+
+    task = write_task(tmp_path / f"ablate_{gold}" / "task.json", gold=gold)
+    result = sinklab.tune_model(planted, tokenizer, tasks=(str(task),), profile="ablation", **SIZES)
+    assert result.summary["profile"] == "ablation"
+    profile = result.data["profiles"][f"ablate_{gold}"]
+    assert profile[0, 0] * direction > 0 and profile[0, 1] == 0.0
+    asked = questions(lm_for(planted, tokenizer), read_task(str(task)), "validation", 0, sizes_for(0, 6, 8))
+    some = ablation_profile(planted, asked, "zerotuning", "supervised", (1, 2), math.log(1.5), heads=[(0, 0)])
+    assert some[0, 0] == pytest.approx(float(profile[0, 0])) and math.isnan(some[0, 1])
+
+
+def test_the_ranking_benchmarks_spearman_on_hand_checked_cases():
+    """benchmarks/profile_ranking.py compares the two profiles by Spearman's rho (average ranks at ties)."""
+    from conftest import benchmark_module
+
+    with benchmark_module("profile_ranking") as ranking:
+        spearman = ranking.spearman
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # ranks (0, 1.5, 1.5, 3) against (0, 1, 2, 3): rho = 4.5 / sqrt(4.5 * 5)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(4.5 * 5))
+
+
+# --------------------------------------------------------------------------- the mutation audit (issue 50, section 4)
+
+
+def with_golds_by_split(path, seed: int = 0, validation: int = 6, test: int = 8):
+    """Rewrite the task file at ``path`` (gold A throughout) so that its test examples answer B:
+    the seeded shuffle depends on the number of examples only, so the splits hold the same
+    examples, validation all A and test all B. Returns the task read back."""
+    data = json.loads(path.read_text())
+    tested = {e.stem.removeprefix("\nQ: ") for e in read_task(str(path)).splits(seed, 5, validation, test)["test"]}
+    for example in data["examples"]:
+        if example["input"] in tested:
+            example["target_scores"] = {"A": 0, "B": 1}
+    path.write_text(json.dumps(data))
+    task = read_task(str(path))
+    parts = task.splits(seed, 5, validation, test)
+    assert {e.choices[e.gold] for e in parts["test"]} == {"B"} and {e.choices[e.gold] for e in parts["validation"]} == {"A"}
+    return task
+
+
+def test_the_profile_and_the_search_read_the_validation_split_not_the_test_split(tmp_path, tokenizer, planted):
+    """Validation examples answer A (which more attention on the initial token gives, on the
+    planted model) and test examples B: the profile follows validation (head 0 wants more of the
+    initial token, a positive derivative) and the chosen tuning scales head 0 up, although it loses
+    on the test split. Mutation caught: the head profile read from the test split (its sign flips)."""
+    path = write_task(tmp_path / "golds_by_split" / "task.json", gold="A")
+    with_golds_by_split(path)
+    result = sinklab.tune_model(planted, tokenizer, tasks=(str(path),), **SIZES)
+    profile = result.data["profiles"]["golds_by_split"]
+    assert profile[0, 0] > 0 and abs(profile[0, 1]) < 1e-6 * profile[0, 0]
+    assert result.data["tunings"]["golds_by_split"].gammas[0][0] > 1.0
+    row = result.frame().iloc[0]
+    assert row["gold_loglik_tuned"] < row["gold_loglik_untouched"]  # what suits validation costs the test split
+
+
+def test_the_preflight_checks_the_validation_prompts_fit_too(tmp_path, tokenizer, planted):
+    """The profile and the search read the validation split: a validation prompt past the model's
+    512 positions is refused before anything runs, although every test prompt fits. Mutation
+    caught: the preflight checking only the test prompts' fit."""
+    from sinklab.accuracy import longest_request, sizes_for
+
+    path = write_task(tmp_path / "long_validation" / "task.json")
+    data = json.loads(path.read_text())
+    held_out = {e.stem.removeprefix("\nQ: ") for e in read_task(str(path)).splits(0, 5, 6, 8)["validation"]}
+    for example in data["examples"]:
+        if example["input"] in held_out:
+            example["input"] = " ".join(["tree wind stone river"] * 200) + " " + example["input"]
+    path.write_text(json.dumps(data))
+    task, sizes = read_task(str(path)), sizes_for(0, 6, 8)
+    assert longest_request(task, tokenizer, "test", 0, sizes) <= 512 < longest_request(task, tokenizer, "validation", 0, sizes)
+    with pytest.raises(SinklabError, match="the model has 512 positions; the task does not fit this model"):
+        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), **SIZES)
+
+
+def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, planted):
+    """lm-eval right-pads a batch and passes no padding mask, so ACT at batch size 8 counts padded
+    rows in its sinks' means (the planted model's uniform head 0 scores differently: checked here);
+    a tune run judges ACT one example at a time whatever ``batch_size`` (a setting that changes no
+    result), so runs at 1 and 8 agree. Mutation caught: ACT evaluated at batch size 8."""
+    from sinklab.accuracy import evaluate, lm_for, sizes_for
+
+    path = write_task(tmp_path / "padded" / "task.json", gold="A")
+    task, act = read_task(str(path)), ACT(((0, 0),))
+    scored = {}
+    for size in (1, 8):
+        with applied(planted, act):
+            scored[size] = evaluate(lm_for(planted, tokenizer, size), [task], "test", 0, sizes_for(0, 6, 8))[0]
+    assert scored[1].gold_loglik != pytest.approx(scored[8].gold_loglik, rel=1e-6)  # padding moves ACT's sinks
+    runs = [
+        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", batch_size=size, **SIZES)
+        for size in (1, 8)
+    ]
+    (one,), (eight,) = (run.summary["tasks"] for run in runs)
+    assert one["chosen"] == eight["chosen"] == "ACT on 1 heads"
+    assert eight["test"]["tuned"]["gold_loglik"] == pytest.approx(one["test"]["tuned"]["gold_loglik"], rel=1e-9)
+    assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(scored[1].gold_loglik) / scored[1].n, rel=1e-9)
+
+
+def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():
+    """Candidates made by hand: one that only ties the untouched model on validation (the same
+    accuracy and gold log-likelihood; or the same entropy, unsupervised) is not chosen, the
+    untouched model leading; one better by accuracy, or at the same accuracy by the gold
+    log-likelihood (supervised), or by a lower entropy (unsupervised), is. Mutation caught: ``>=``
+    for ``>`` in search.best (the last tied candidate chosen)."""
+    from dataclasses import replace
+
+    from conftest import scored_of
+
+    from sinklab.tune.search import Candidate, best
+
+    def candidate(label, right, loglik, entropy=0.6):
+        scored = scored_of("t", right, gold_loglik=[loglik] * len(right))
+        return Candidate(label, ZeroTuning(((2.0 if label != "untouched" else 1.0, 1.0),)), replace(scored, entropy=(entropy,) * 4))
+
+    untouched = candidate("untouched", [True, False, True, False], -1.0)
+    tied = candidate("tied", [True, False, True, False], -1.0)
+    for mode in ("supervised", "unsupervised"):
+        assert best([untouched, tied], mode) is untouched
+    likelier = candidate("likelier", [True, False, True, False], -0.5)
+    better = candidate("better", [True, True, True, False], -3.0)
+    sharper = candidate("sharper", [False] * 4, -9.0, entropy=0.3)
+    assert best([untouched, tied, likelier], "supervised") is likelier
+    assert best([untouched, likelier, better, sharper], "supervised") is better
+    assert best([untouched, tied, better, sharper], "unsupervised") is sharper
+
+
+def test_act_candidates_take_only_the_heads_where_calibration_helps():
+    """A 2 x 4 profile with two heads where calibrating helps (positive), three where it hurts and
+    three where it does nothing: ACT's only candidate calibrates the two, in every layer allowed.
+    Mutation caught: ACT candidates including heads where calibration hurts."""
+    from sinklab.tune.search import act_candidates
+
+    profile = torch.tensor([[-0.5, 0.3, 0.0, 0.0], [-0.2, 0.0, 0.1, -0.05]])
+    assert act_candidates(profile, layer_range="all") == [("ACT on 2 heads", ACT(((0, 1), (1, 2))))]
+    assert act_candidates(-profile.abs(), layer_range="all") == []
+
+
+def test_the_head_profile_is_the_mean_over_the_validation_examples(tmp_path, tokenizer, planted):
+    """One question asked three times profiles as that question alone, and two questions as the
+    mean of their profiles (so a larger validation split does not give larger derivatives).
+    Mutation caught: the profile summed instead of averaged."""
+    from sinklab.accuracy import lm_for, questions, sizes_for
+    from sinklab.tune.profile import head_profile
+
+    task = read_task(str(write_task(tmp_path / "mean" / "task.json", gold="A")))
+    asked = questions(lm_for(planted, tokenizer), task, "validation", 0, sizes_for(0, 6, 8))
+
+    def profile(qs):
+        return head_profile(planted, qs, "zerotuning", "supervised", (1, 2))
+
+    first, second = profile(asked[:1]), profile(asked[1:2])
+    assert first[0, 0] > 0 and second[0, 0] > 0
+    torch.testing.assert_close(profile(asked[:1] * 3), first, rtol=1e-6, atol=0)
+    torch.testing.assert_close(profile(asked[:2]), (first + second) / 2, rtol=1e-6, atol=0)
+
+
+def test_heads_tuned_counts_the_heads_a_tuning_edits(tmp_path, tokenizer, planted):
+    """ZeroTuning counts its gammas other than 1, ACT its (layer, head) pairs. On the planted model
+    (one layer of 2 heads) ZeroTuning rescales the top quarter, at least one head: every candidate
+    and the chosen tuning edit 1 head, the untouched model none. Mutation caught: ``heads_tuned``
+    counting every head."""
+    assert ZeroTuning(((1.0, 2.0), (0.5, 1.0))).scaled == 2 and ZeroTuning.identity(2, 4).scaled == 0
+    assert ACT(((0, 1), (1, 0))).scaled == 2 and ACT(()).scaled == 0
+    path = write_task(tmp_path / "counted" / "task.json", gold="A")
+    (entry,) = sinklab.tune_model(planted, tokenizer, tasks=(str(path),), **SIZES).summary["tasks"]
+    assert entry["chosen"] != "untouched" and entry["heads_tuned"] == 1
+    assert [row["heads_tuned"] for row in entry["validation"]] == [0, 1, 1, 1, 1]

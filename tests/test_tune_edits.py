@@ -221,3 +221,148 @@ def test_labels_and_records():
     assert edits[1].gammas == (0.5, 2.0)
     for iv in edits:
         assert Intervention.from_record(json.loads(json.dumps(iv.to_record()))) == iv
+
+
+def test_act_finds_the_sinks_on_the_prompts_rows_where_an_answer_follows():
+    """Rows 0-1 are the prompt, rows 2-3 a choice being scored. Over every row key 2 (the choice's
+    first token, 0.45 on average over rows 2-3) is a sink; over the prompt's rows it is not seen, so
+    nothing but key 1 (0.5 over row 1) is. Mutation caught: the answer's rows counted (key 2 found)."""
+    from sinklab.tune.formulas import sinks_of
+
+    head = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.5, 0.5, 0.0, 0.0], [0.3, 0.2, 0.5, 0.0], [0.4, 0.1, 0.4, 0.1]])
+    pattern, mask = head.view(1, 1, 4, 4), torch.ones(4, 4, dtype=torch.bool).tril().view(1, 1, 4, 4)
+    assert sinks_of(pattern, mask, 0, 0.1)[0, 0].tolist() == [False, True, True, False]
+    assert sinks_of(pattern, mask, 0, 0.1, prompt_end=2)[0, 0].tolist() == [False, True, False, False]
+    edited = SinkCalibration().edit(pattern, HookPoint("blocks.0." + PATTERN, 0, PATTERN, 0, 4, prompt_end=2))
+    assert edited[0, 0, 3, 2] > head[3, 2] and edited[0, 0, 3, 1] < head[3, 1]  # key 1 calibrated on the answer's rows too
+
+
+def test_act_spares_position_0_or_as_the_papers_code_the_first_sink_found():
+    """Threshold 0.4: position 0 is not a sink (mean 0.3 over rows 0-3), keys 1 (0.62) and 2 (0.45)
+    are. sinklab's rule spares position 0 and calibrates both; the paper's code spares key 1, the
+    first found. Where position 0 is a sink the rules agree. Mutation caught: the first sink's
+    index taken from the last position (argmax over a reversed row)."""
+    from sinklab.tune.formulas import sinks_of
+
+    head = torch.tensor([[1.0, 0.0, 0.0, 0.0], [0.1, 0.9, 0.0, 0.0], [0.05, 0.5, 0.45, 0.0], [0.05, 0.45, 0.45, 0.05]])
+    pattern, mask = head.view(1, 1, 4, 4), torch.ones(4, 4, dtype=torch.bool).tril().view(1, 1, 4, 4)
+    assert sinks_of(pattern, mask, 0, 0.4)[0, 0].tolist() == [False, True, True, False]
+    assert sinks_of(pattern, mask, 0, 0.4, spare="first_sink")[0, 0].tolist() == [False, False, True, False]
+    sunk_first = torch.tensor([[1.0, 0.0, 0.0], [0.6, 0.4, 0.0], [0.5, 0.05, 0.45]]).view(1, 1, 3, 3)
+    three = torch.ones(3, 3, dtype=torch.bool).tril().view(1, 1, 3, 3)
+    for rule in ("first_token", "first_sink"):
+        assert sinks_of(sunk_first, three, 0, 0.4, spare=rule)[0, 0].tolist() == [False, False, True]
+    with pytest.raises(SinklabError, match="spare must be one of first_token, first_sink"):
+        SinkCalibration(spare="none")
+
+
+def test_every_choice_of_a_question_is_calibrated_alike_through_the_judge(tmp_path, tiny_model_dir, monkeypatch):
+    """lm-eval scores each choice in its own forward (batch size 1): prompt plus the choice's tokens
+    but the last. The sinks ACT finds must be the prompt's, the same for every choice of a
+    question, whatever the choices' lengths. Mutation caught: the judge not telling the edit where
+    the prompt ends (the choices' rows counted: sink sets differ between choices)."""
+    from conftest import write_task
+
+    from sinklab.accuracy import evaluate, lm_for, read_task, sizes_for
+    from sinklab.tune import formulas
+
+    found = []
+    original = formulas.sinks_of
+
+    def recording(pattern, mask, q_start, threshold, prompt_end=None, spare="first_token"):
+        sinks = original(pattern, mask, q_start, threshold, prompt_end, spare)
+        found.append((prompt_end, pattern.shape[-1], sinks[..., : prompt_end or pattern.shape[-1]].clone()))
+        return sinks
+
+    monkeypatch.setattr(formulas, "sinks_of", recording)
+    model = tiny(tiny_model_dir)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir("llama"))
+    path = write_task(tmp_path / "long" / "task.json", n=20, choices=("A", "B C D E", "F G"), append_choices_to_input=True)
+    with applied(model, [SinkCalibration(threshold=0.02)], query_chunk=None):
+        evaluate(lm_for(model, tokenizer, batch_size=1), [read_task(str(path))], "test", 0, sizes_for(0, 0, 3), rotations=1)
+    assert found and all(prompt_end is not None and prompt_end <= width for prompt_end, width, _ in found)
+    by_prompt: dict = {}
+    for prompt_end, _, sinks in found:
+        by_prompt.setdefault(prompt_end, []).append(sinks)
+    assert any(len(sets) > 3 for sets in by_prompt.values())  # several choices (and layers) per prompt
+    for sets in by_prompt.values():
+        layers = len(model.model.layers)
+        per_layer = [sets[i::layers] for i in range(layers)]
+        assert all(torch.equal(s, group[0]) for group in per_layer for s in group)
+
+
+# --------------------------------------------------------------------------- the mutation audit (issue 50, section 4)
+
+
+def later_sink_input(tokenizer, n: int, seed: int = 0) -> torch.Tensor:
+    """BOS and ``n - 1`` seeded tokens, every tenth the later-sink model's marker ``:``."""
+    ids = torch.randint(2, len(tokenizer), (1, n), generator=torch.Generator().manual_seed(seed))
+    ids[0, 0] = tokenizer.bos_token_id
+    ids[0, 5::10] = tokenizer.convert_tokens_to_ids(":")
+    return ids
+
+
+def patterns_under(model, ids, tuning=None) -> torch.Tensor:
+    """Layer 0's attention pattern (1, H, T, T) as the model uses it, under ``tuning`` (None: untouched)."""
+    from sinklab.tune import applied as tuned
+
+    kept = {}
+
+    def keep(w, where):
+        kept["pattern"] = w.detach().clone()
+
+    block = tuned(model, tuning) if tuning is not None else applied(model, [], query_chunk=None)
+    with block as hooks, hooks.attached([(f"blocks.0.{PATTERN}", keep)]), torch.no_grad():
+        model(input_ids=ids)
+    return kept["pattern"]
+
+
+def test_act_on_one_head_leaves_the_other_heads_of_its_layer_exactly(tokenizer):
+    """ACT on head 0 of the later-sink model (test_tune): head 0's pattern is calibrated, head 1's
+    is bit for bit the untouched one, although head 1 has sinks by ACT's rule (its uniform
+    attention gives key 1 a mean of (H_40 - 1) / 39 = 0.085 over the rows that see it, and key 2
+    and on less; ACT on both heads at a threshold of 0.05 changes it: checked). Mutations caught:
+    ACT's edits built without their heads (every head of the chosen layer calibrated), and
+    SinkCalibration's selected heads ignored."""
+    from test_tune import later_sink_model
+
+    from sinklab.tune import ACT
+
+    model, ids = later_sink_model(tokenizer), later_sink_input(tokenizer, 40)
+    untouched = patterns_under(model, ids)
+    one = patterns_under(model, ids, ACT(((0, 0),), threshold=0.05))
+    both = patterns_under(model, ids, ACT(((0, 0), (0, 1)), threshold=0.05))
+    assert torch.equal(one[:, 1], untouched[:, 1]) and not torch.equal(both[:, 1], untouched[:, 1])
+    assert (one[:, 0] - untouched[:, 0]).abs().max() > 0.05 and torch.equal(one[:, 0], both[:, 0])
+
+
+@torch.no_grad()
+def test_act_attends_whole_patterns_on_prompts_longer_than_the_query_chunk(tokenizer):
+    """sinklab's attention runs 256 query rows at a time by default, and ACT refuses a pattern in
+    row chunks: on a 300-token input ``tune.applied`` (and ``sinklab.applied``, with a ZeroTuning
+    before or after it in the same block) attends all rows at once and gives the logits of the same
+    edits with ``query_chunk=None``, away from the untouched ones. Mutations caught: ACT run in row
+    chunks (``tune.applied``'s query chunk), and a later ZeroTuning in the same ``sinklab.applied``
+    block resetting ACT's chunking."""
+    import sinklab
+    from test_tune import later_sink_model
+
+    from sinklab.tune import ACT, ZeroTuning
+    from sinklab.tune import applied as tuned
+
+    model, ids = later_sink_model(tokenizer), later_sink_input(tokenizer, 300)
+    act, zero = ACT(((0, 0),)), ZeroTuning(((2.0, 0.5),))
+    assert ids.shape[-1] > 256
+    untouched = model(input_ids=ids).logits
+    with applied(model, act.edits(), query_chunk=None):
+        expected = model(input_ids=ids).logits
+    with tuned(model, act):
+        torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=1e-5, atol=1e-5)
+    assert (expected - untouched).abs().max() > 0.05
+    with applied(model, [*act.edits(), *zero.edits()], query_chunk=None):
+        both = model(input_ids=ids).logits
+    for edits in ((act, zero), (zero, act)):
+        with sinklab.applied(model, *edits):
+            torch.testing.assert_close(model(input_ids=ids).logits, both, rtol=1e-5, atol=1e-5)

@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 
 from .adapt import ADAPT, PrefixConfig
 from .bench import BENCH, BENCH_COMPARE, BenchCompareConfig, BenchConfig
-from .compress import COMPRESS, CompressConfig
+from .compress import COMPRESS, CompressConfig, check_read
 from .core import configs, keywords, pipeline
 from .core.errors import check
 from .core.results import Capability, RunResult, load_result
@@ -186,8 +186,12 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     ``.frame("sink_effect")``: keeping sinks against none, paired. Naming ``presses`` runs those
     presses only, naming ``quantizers`` those quantizers only, naming neither the default grid of
     both. A context longer than the model's positions allow is refused before anything runs. To
-    compress your own ``generate``: :func:`sinklab.kvcache.applied`. Settings:
+    compress your own ``generate``: :func:`sinklab.kvcache.applied`. ``budget``, ``every`` and
+    ``decode_tokens`` are read only with ``during="decode"``, ``accuracy_shots`` and
+    ``accuracy_test`` only with ``accuracy``: given without it, they are refused. Settings:
     """
+    during, accuracy = settings.get("during", CompressConfig.during), settings.get("accuracy", CompressConfig.accuracy)
+    check_read(settings, during, accuracy)
     return _run(COMPRESS, model, tokenizer, settings, out, overwrite, "compress_model")
 
 

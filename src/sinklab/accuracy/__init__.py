@@ -1,21 +1,46 @@
 """Task accuracy on real data: BIG-bench's multiple-choice tasks (offline, from the ``bigbench``
 sdist) scored by lm-evaluation-harness on the user's model object, with the paired statistics
 that compare two runs of the same examples. Every judge of accuracy in sinklab reads it: the
-tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block."""
+tunings (``sinklab tune``), and whatever runs inside a sinklab ``applied`` block. A judge's run
+directory holds its scores in lm-eval's own layout too (:mod:`.lm_eval_files`)."""
 
+from ..core.configs import setting
 from ..core.errors import check
-from .bigbench import Example, Task, fetch, read_task, tasks_dir
-from .harness import Question, Scored, check_bos, evaluate, lm_for, longest_request, questions
+from .bigbench import Example, Task, check_seed, fetch, read_task, tasks_dir
+from .harness import Question, check_bos, evaluate, lm_for, longest_request, questions
+from .lm_eval_files import RESULTS_FILE as LM_EVAL_RESULTS
+from .lm_eval_files import Judged, LmEvalFiles, lm_eval_version, numbered
 from .paired import above_chance, mcnemar, paired_bootstrap, paired_columns, verdict, verdict_columns
+from .rotations import EVERY, ROTATIONS_HELP, check_rotations
+from .scored import Scored, TaskOutput
 from .suite import CANDIDATES, SUITE, clearly_above_chance
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
 SIZES = {"shots": 5, "validation": 40, "test": 100}
+#: The rule that draws a task's splits (:meth:`~.bigbench.Task.splits`), a setting of every judge's
+#: config.json so that a run judged under an earlier rule is not taken for today's: 1 put the shot
+#: pool first (the test examples moved with the shot and validation counts), 2 the test examples.
+SPLIT_RULE = 2
+
+
+def split_rule_setting():
+    """The ``splits`` field of a config that judges accuracy (not a flag: the rule is sinklab's)."""
+    return setting(SPLIT_RULE, cli=False, help="the rule that drew the splits (2: test first, fixed by the seed)")
+
+
+def migrated_judge(saved: dict, tasks_key: str = "accuracy", rotations_key: str = "accuracy_rotations") -> dict:
+    """A config.json from before the split rule and the rotations were recorded: where it judged
+    accuracy (tasks under ``tasks_key``), split rule 1 and one order of the choices, what it ran;
+    else today's defaults (it drew no split and asked no choice)."""
+    judged = bool(saved.get(tasks_key))
+    return {**saved, "splits": 1 if judged else SPLIT_RULE, rotations_key: 1 if judged else EVERY}
 
 
 def sizes_for(shots: int = 0, validation: int = SIZES["validation"], test: int = SIZES["test"]) -> dict:
-    """The splits a judge with ``shots`` shots reads: the shot pool holds at least ``shots``
-    examples (5 unless more are asked, which moves the later splits), then validation, then test."""
+    """The splits a judge with ``shots`` shots reads (:meth:`~.bigbench.Task.splits`): test, then
+    validation, and a shot pool of at least ``shots`` examples (5 unless more are asked) from the
+    other end of the shuffled examples, so neither the shots nor the validation count moves the test
+    examples."""
     return {"shots": max(shots, SIZES["shots"]), "validation": validation, "test": test}
 
 
@@ -29,7 +54,11 @@ def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> list[Task]:
         task.splits(seed, **sizes)
     names = [task.name for task in read]
     twice = sorted({n for n in names if names.count(n) > 1})
-    check(not twice, f"the tasks name {', '.join(twice)} twice (a task's figures and files are named after it)")
+    check(
+        not twice,
+        f"the tasks name {', '.join(twice)} twice (a task's figures and files are named after it): "
+        "name each task file with PATH.json:NAME",
+    )
     if tasks:
         check_bos(tokenizer)
     return read
@@ -71,29 +100,42 @@ def task_names(given) -> tuple[str, ...]:
 
 
 __all__ = [
+    "EVERY",
+    "ROTATIONS_HELP",
     "CANDIDATES",
+    "LM_EVAL_RESULTS",
     "SIZES",
+    "SPLIT_RULE",
     "SUITE",
     "Example",
+    "Judged",
+    "LmEvalFiles",
     "Question",
     "Scored",
     "Task",
+    "TaskOutput",
     "above_chance",
     "check_bos",
     "check_judge_flags",
     "check_prompts_fit",
+    "check_rotations",
+    "check_seed",
     "check_tasks",
     "clearly_above_chance",
     "evaluate",
     "fetch",
+    "lm_eval_version",
     "lm_for",
+    "migrated_judge",
     "longest_request",
     "mcnemar",
+    "numbered",
     "paired_bootstrap",
     "paired_columns",
     "questions",
     "read_task",
     "sizes_for",
+    "split_rule_setting",
     "task_names",
     "tasks_dir",
     "verdict",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,16 @@ FORMAT_DEFAULTS = {
     "append_choices_to_input": True,
     "few_shot_example_separator": "\n",
 }
+
+
+def check_seed(seed, flag: str = "--seed") -> None:
+    """Refuse a seed the splits and the paired statistics cannot use alike, in one line: Python's
+    ``random`` takes a negative seed as its absolute value (-1 would draw seed 1's splits) and
+    numpy's generators refuse it (a traceback after the whole run)."""
+    check(
+        isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0,
+        f"{flag} must be a whole number, at least 0, got {seed!r}",
+    )
 
 
 def tasks_dir() -> Path:
@@ -101,11 +112,28 @@ def _extract_task_files(archive: Path, into: Path) -> None:
 
 @dataclass(frozen=True)
 class Example:
-    """One multiple-choice example: the prompt's query part, its choices, the correct one."""
+    """One multiple-choice example: its choices in the order they are listed, the correct one, and
+    what the query is made of (the input, the choices listed after ``listing`` where the task lists
+    them, the output prefix), so that the same example can be asked with its choices in another order."""
 
-    query: str  # input prefix + input (+ choices) + output prefix
+    stem: str  # input prefix + input
     choices: tuple[str, ...]
     gold: int
+    listing: str | None  # the choice prefix, when the prompt lists the choices (append_choices_to_input)
+    answer_prefix: str  # the output prefix, which ends the query
+
+    @property
+    def query(self) -> str:
+        """Input prefix + input (+ the choices, in this order) + output prefix."""
+        listed = self.listing + self.listing.join(self.choices) if self.listing is not None else ""
+        return self.stem + listed + self.answer_prefix
+
+    def rotated(self, shift: int) -> "Example":
+        """The example with its listed choices rotated left by ``shift`` (the choice listed at
+        position ``shift`` comes first), the correct one followed."""
+        n = len(self.choices)
+        choices = self.choices[shift % n :] + self.choices[: shift % n]
+        return Example(self.stem, choices, (self.gold - shift) % n, self.listing, self.answer_prefix)
 
     def as_doc(self) -> dict:
         """The row lm-evaluation-harness reads (``doc_to_text``, ``doc_to_choice``, ``doc_to_target``)."""
@@ -128,24 +156,38 @@ class Task:
         return sum(1.0 / len(e.choices) for e in self.examples) / len(self.examples)
 
     def splits(self, seed: int, shots: int, validation: int, test: int) -> dict[str, list[Example]]:
-        """Fixed seeded splits, disjoint: ``train`` (the pool shots are drawn from), ``validation``
-        (what a tuning reads) and ``test`` (the verdict). A task too small for them is refused."""
+        """Fixed seeded splits, disjoint, from one shuffle of the examples by ``seed``: ``test`` (the
+        verdict) from the front, ``validation`` (what a tuning reads) after it, and ``train`` (the
+        pool of ``shots`` examples the shots are drawn from) from the back. So the test examples are
+        fixed by the seed alone, whatever the validation and shot counts (a larger test split holds
+        a smaller one), and every judge of every command reads the same test examples for the same
+        seed. A task too small for the three is refused."""
+        check_seed(seed)
+        check(
+            min(shots, validation, test) >= 0 and test >= 1,
+            f"split sizes must be >= 0 (test >= 1), got {shots} shots, {validation} validation, {test} test",
+        )
         need = shots + validation + test
+        parts = [f"{test} test", f"{validation} validation" if validation else "", f"{shots} for the shot pool" if shots else ""]
         check(
             len(self.examples) >= need,
             f"BIG-bench task {self.name!r} has {len(self.examples)} usable examples; its splits need {need}: "
-            f"{shots} for the shot pool, {validation} validation (held out by every judge, so that their test "
-            f"splits are the same examples) and {test} test",
+            + ", ".join(part for part in parts if part),
         )
         order = list(self.examples)
         random.Random(seed).shuffle(order)
-        return {"train": order[:shots], "validation": order[shots : shots + validation], "test": order[shots + validation : need]}
+        pool = order[len(order) - shots :] if shots else []
+        return {"test": order[:test], "validation": order[test : test + validation], "train": pool}
+
+
+#: What a task may be named: its name titles tables and names files (``tuning-<name>.json``).
+TASK_NAME = re.compile(r"[A-Za-z0-9_-]+(/[A-Za-z0-9_-]+)*")
 
 
 def task_file(name_or_path: str) -> Path:
     """A task's JSON file from its BIG-bench name (``navigate``, ``abstract_narrative_understanding/4_distractors``)
-    or a path to a ``task.json``; names fetch the task files on first use."""
-    given = Path(name_or_path)
+    or a path to a JSON task file (``PATH.json:NAME`` names it); names fetch the task files on first use."""
+    given = Path(_split_name(name_or_path)[0])
     if given.suffix == ".json":
         check(given.is_file(), f"no task file at {given}")
         return given
@@ -160,6 +202,28 @@ def task_file(name_or_path: str) -> Path:
     return path
 
 
+def _split_name(given: str) -> tuple[str, str | None]:
+    """``PATH.json:NAME`` -> (PATH.json, NAME); anything else -> (it, None)."""
+    path, sep, name = given.rpartition(":")
+    return (path, name) if sep and path.endswith(".json") else (given, None)
+
+
+def task_name(given: str, path: Path, data: dict) -> str:
+    """The name a task goes by: ``NAME`` of ``PATH.json:NAME``; for a user's file its file name
+    (``subset.json`` -> ``subset``), or its folder's for a ``task.json`` (``navigate/task.json`` ->
+    ``navigate``), so two files of one folder, or two copies of one task, are told apart; for a
+    BIG-bench name, the task file's own ``name``."""
+    path_text, named = _split_name(given)
+    if named is None and Path(path_text).suffix != ".json":
+        return str(data.get("name") or path.parent.name)
+    name = named if named is not None else (path.stem if path.name != "task.json" else path.parent.name)
+    check(
+        bool(TASK_NAME.fullmatch(name)),
+        f"{given}: the task name {name!r} is not letters, digits, _ and - (name it: {path_text}:NAME)",
+    )
+    return name
+
+
 def read_task(name_or_path: str) -> Task:
     """A multiple-choice task: every example has ``input`` and ``target_scores`` with one best choice."""
     path = task_file(name_or_path)
@@ -172,7 +236,7 @@ def read_task(name_or_path: str) -> Task:
     fields = {key: data.get(key, default) for key, default in FORMAT_DEFAULTS.items()}
     check(all(isinstance(e, dict) for e in data["examples"]), f"{where}: an example is not a JSON object")
     unique = {json.dumps([e.get("input"), e.get("target_scores")], sort_keys=True): e for e in data["examples"]}
-    name = str(data.get("name") or path.parent.name)
+    name = task_name(name_or_path, path, data)
     examples = tuple(_example(e, i, fields, where, f"{name}:{i}") for i, e in enumerate(unique.values()))
     return Task(name, path, str(fields["task_prefix"]), str(fields["few_shot_example_separator"]), examples)
 
@@ -189,7 +253,6 @@ def _example(raw, index: int, fields: dict, where: str, seed: str) -> Example:
     best = max(scores.values())
     winners = [i for i, c in enumerate(choices) if scores[c] == best]
     check(len(winners) == 1, f"{where}: example {index} has {len(winners)} best choices (one correct answer is needed)")
-    query = fields["example_input_prefix"] + raw["input"]
-    if fields["append_choices_to_input"]:
-        query += fields["choice_prefix"] + fields["choice_prefix"].join(choices)
-    return Example(query + fields["example_output_prefix"], tuple(choices), winners[0])
+    listing = str(fields["choice_prefix"]) if fields["append_choices_to_input"] else None
+    stem = fields["example_input_prefix"] + raw["input"]
+    return Example(stem, tuple(choices), winners[0], listing, str(fields["example_output_prefix"]))

@@ -18,59 +18,18 @@ SmolLM2's adds none), so "the initial token" is the same token in every judge.
 from __future__ import annotations
 
 import logging
-import math
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterator, Sequence
 
 from ..core.errors import check
+from ..core.hooks import scoring_after
+from ..core.progress import progress_bar
 from .bigbench import Task
-
-
-@dataclass(frozen=True)
-class Scored:
-    """One task at one split and shot count, as lm-eval scored it, and its examples in order."""
-
-    task: str
-    split: str
-    shots: int
-    chance: float
-    acc: float
-    acc_stderr: float
-    acc_norm: float
-    acc_norm_stderr: float
-    correct: tuple[bool, ...] = field(repr=False)  # per example (acc)
-    gold_loglik: tuple[float, ...] = field(repr=False)  # the correct choice's log-likelihood
-    entropy: tuple[float, ...] = field(repr=False)  # of softmax over the choices' log-likelihoods (nats)
-
-    @property
-    def n(self) -> int:
-        return len(self.correct)
-
-    def record(self) -> dict:
-        """Every field as JSON keeps it (the per-example lists included): :meth:`from_record` reads it back."""
-        return {f: list(v) if isinstance(v, tuple) else v for f, v in vars(self).items()}
-
-    @classmethod
-    def from_record(cls, record: dict) -> "Scored":
-        return cls(**{f: tuple(record[f]) if isinstance(record[f], list) else record[f] for f in cls.__dataclass_fields__})
-
-    def row(self) -> dict:
-        """The figures of a table row (no per-example lists)."""
-        return {
-            "task": self.task,
-            "split": self.split,
-            "shots": self.shots,
-            "n": self.n,
-            "chance": round(self.chance, 4),
-            "acc": self.acc,
-            "acc_stderr": self.acc_stderr,
-            "acc_norm": self.acc_norm,
-            "acc_norm_stderr": self.acc_norm_stderr,
-            "gold_loglik": sum(self.gold_loglik) / self.n,
-            "entropy": sum(self.entropy) / self.n,
-        }
+from .lm_eval_files import BOOTSTRAP_ITERS
+from .rotations import EVERY, rotated_docs
+from .scored import Scored, TaskOutput, gathered
 
 
 def lm_for(model, tokenizer, batch_size: int = 8):
@@ -80,7 +39,9 @@ def lm_for(model, tokenizer, batch_size: int = 8):
 
     lm-eval right-pads a batch and passes no padding mask (a causal model's real rows never see
     the padding); an edit that reads whole columns of attention, as ACT does, would count the
-    padded rows, so ACT is judged at ``batch_size=1``."""
+    padded rows, so ACT is judged at ``batch_size=1``. Each one-request forward runs inside
+    :func:`~sinklab.core.hooks.scoring_after` with its prompt's length, so that an edit that reads
+    the input's attention (ACT) finds the same sinks for every choice of a question."""
     from lm_eval.models.huggingface import HFLM
 
     class BosLM(HFLM):
@@ -92,9 +53,34 @@ def lm_for(model, tokenizer, batch_size: int = 8):
         def loglikelihood(self, requests, disable_tqdm: bool = False):
             return super().loglikelihood(requests, disable_tqdm=True)  # sinklab's bar counts the evaluations
 
+        def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, override_bs=None):
+            self.prompts = prompt_lengths(requests)  # lm-eval runs each of these inputs once
+            with progress_bar(total=len(self.prompts), desc="scoring choices", unit="input", leave=False) as self.bar:
+                return super()._loglikelihood_tokens(requests, disable_tqdm=disable_tqdm, override_bs=override_bs)
+
+        def _model_call(self, inps, attn_mask=None, labels=None):
+            prompts = getattr(self, "prompts", {})  # set per call of _loglikelihood_tokens
+            prompt_end = prompts.get(tuple(inps[0].tolist())) if inps.shape[0] == 1 else None
+            with scoring_after(prompt_end):  # what ACT finds the sinks on: the prompt's rows (core.hooks)
+                out = super()._model_call(inps, attn_mask=attn_mask, labels=labels)
+            if getattr(self, "bar", None) is not None:
+                self.bar.update(inps.shape[0])
+            return out
+
     check_bos(tokenizer)
     with _quietly():
         return BosLM(pretrained=model, tokenizer=tokenizer, batch_size=batch_size, device=str(model.device))
+
+
+def prompt_lengths(requests) -> dict[tuple[int, ...], int]:
+    """lm-eval's input ids of each request (the context and the continuation but its last token,
+    what a causal model is run on) -> the context's length: where the prompt ends in that input. An
+    input two requests share with different contexts (not seen in a task's prompts) keeps the shorter."""
+    found: dict[tuple[int, ...], int] = {}
+    for _, context, continuation in requests:
+        key = tuple(context + continuation)[:-1]
+        found[key] = min(found.get(key, len(context)), len(context))
+    return found
 
 
 def check_bos(tokenizer) -> None:
@@ -107,13 +93,13 @@ def check_bos(tokenizer) -> None:
     )
 
 
-def task_config(task: Task, examples: dict[str, list], split: str) -> dict:
-    """The lm-eval configuration of ``task`` scored on ``split``; its splits (``train`` is the shot
-    pool) are handed to lm-eval in memory (``custom_dataset``), so nothing is written or cached."""
+def task_config(task: Task, docs: dict[str, list[dict]], split: str) -> dict:
+    """The lm-eval configuration of ``task`` scored on ``split``; its splits' docs (``train`` is the
+    shot pool) are handed to lm-eval in memory (``custom_dataset``), so nothing is written or cached."""
     from datasets import Dataset
 
     name = "sinklab_bb_" + task.name.replace("/", "__")
-    splits = {part: Dataset.from_list([{**e.as_doc(), "prefix": task.prefix} for e in rows]) for part, rows in examples.items()}
+    splits = {part: Dataset.from_list([{**doc, "prefix": task.prefix} for doc in rows]) for part, rows in docs.items()}
     return {
         "task": f"{name}.{split}",
         "custom_dataset": lambda **metadata: splits,
@@ -135,13 +121,19 @@ def task_config(task: Task, examples: dict[str, list], split: str) -> dict:
     }
 
 
-def loaded(tasks: Sequence[Task], split: str, shots: int, sizes: dict, seed: int = 0) -> dict:
+def loaded(tasks: Sequence[Task], split: str, shots: int, sizes: dict, seed: int = 0, rotations: int = EVERY) -> dict:
     """lm-eval's tasks for ``tasks`` on ``split`` (``validation`` or ``test``), loaded by its task
     manager, with ``shots`` shots from each task's ``train`` pool drawn with ``seed`` (what
     ``simple_evaluate``'s ``fewshot_random_seed`` sets; its other seeds touch nothing a
-    multiple-choice log-likelihood reads). ``sizes``: the seeded splits' counts (:func:`sizes_for`)."""
+    multiple-choice log-likelihood reads). ``sizes``: the seeded splits' counts (:func:`sizes_for`);
+    ``rotations``: the orders each example of ``split`` is asked in (:mod:`.rotations`)."""
     check(split in ("validation", "test"), f"split must be validation or test, got {split!r}")
-    configs = [task_config(t, t.splits(seed, sizes["shots"], sizes["validation"], sizes["test"]), split) for t in tasks]
+    check(
+        0 <= shots <= sizes["shots"],
+        f"{shots} shots asked for, but the shot pool holds {sizes['shots']} examples: "
+        f"take the sizes from sizes_for({shots}, ...), which makes the pool large enough",
+    )
+    configs = [task_config(t, _docs(t, split, sizes, seed, rotations), split) for t in tasks]
     with _quietly():
         built = _task_manager().load(configs)
     for task in built["tasks"].values():
@@ -157,19 +149,25 @@ def evaluate(
     shots: int,
     sizes: dict,
     seed: int = 0,
+    rotations: int = EVERY,
 ) -> list[Scored]:
     """Score ``tasks`` on ``split`` with ``shots`` shots through lm-eval's evaluator
     (``lm_eval.evaluator.evaluate``, what ``simple_evaluate`` calls after collecting the machine's
     environment, which takes seconds a call), requests never cached: a context manager around this
-    call must change what is scored."""
+    call must change what is scored. Each example is asked under ``rotations`` orders of its
+    listed choices (:mod:`.rotations`; default every cyclic one, 1: the listed order alone). Each
+    :class:`Scored` keeps lm-eval's output for its task (``lm_eval``: what :mod:`.lm_eval_files`
+    writes as lm-eval's own files)."""
     from lm_eval.evaluator import evaluate as lm_evaluate
 
-    built = loaded(tasks, split, shots, sizes, seed)
+    built = loaded(tasks, split, shots, sizes, seed, rotations)
     with _quietly():
-        out = lm_evaluate(lm=lm, task_dict=built, bootstrap_iters=1, log_samples=True)
-    # bootstrap_iters=1: acc and acc_norm are means, for which lm-eval then gives its closed-form stderr
-    names = list(built["tasks"])
-    return [_scored(t, name, out, split, shots) for t, name in zip(tasks, names)]
+        out = lm_evaluate(lm=lm, task_dict=built, bootstrap_iters=BOOTSTRAP_ITERS, log_samples=True)
+    listed = [t.examples[0].listing is not None for t in tasks]
+    return [
+        gathered(t.name, split, shots, lists, out["samples"][name], out["results"][name], TaskOutput.of(out, name))
+        for t, lists, name in zip(tasks, listed, built["tasks"])
+    ]
 
 
 @dataclass(frozen=True)
@@ -185,12 +183,12 @@ class Question:
     query_start: int
 
 
-def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0) -> list[Question]:
-    """The requests :func:`evaluate` would score (same configuration, shots and seed, built by
-    lm-eval's own task), as token ids: what a tuning differentiates through, since lm-eval returns
-    log-likelihoods, not gradients."""
+def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0, rotations: int = EVERY) -> list[Question]:
+    """The requests :func:`evaluate` would score (same configuration, shots, seed and rotations,
+    built by lm-eval's own task), as token ids, one per example and order: what a tuning
+    differentiates through, since lm-eval returns log-likelihoods, not gradients."""
     by_doc: dict[int, list] = {}
-    for instance in _requests(task, split, shots, sizes, seed):
+    for instance in _requests(task, split, shots, sizes, seed, rotations):
         by_doc.setdefault(instance.doc_id, []).append(instance)
     out = []
     for doc_id in sorted(by_doc):
@@ -203,18 +201,26 @@ def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0
 
 def longest_request(task: Task, tokenizer, split: str, shots: int, sizes: dict, seed: int = 0) -> int:
     """The tokens of the longest request (prompt and choice, BOS first) lm-eval would make of
-    ``task``: what must fit in the model's positions. The tokenizer alone, no model."""
+    ``task``: what must fit in the model's positions (every order of the choices has the same
+    length but for the tokens where they join: all are asked). The tokenizer alone, no model."""
     bos = 0 if tokenizer.bos_token_id is None else 1
-    asked = [inst.arguments for inst in _requests(task, split, shots, sizes, seed)]
+    asked = [inst.arguments for inst in _requests(task, split, shots, sizes, seed, EVERY)]
     return bos + max(len(tokenizer(context + choice, add_special_tokens=False)["input_ids"]) for context, choice in asked)
 
 
-def _requests(task: Task, split: str, shots: int, sizes: dict, seed: int) -> list:
-    """lm-eval's request instances for ``task`` (one per example and choice), built by its own task."""
-    (built,) = loaded([task], split, shots, sizes, seed)["tasks"].values()
+def _requests(task: Task, split: str, shots: int, sizes: dict, seed: int, rotations: int) -> list:
+    """lm-eval's request instances for ``task`` (one per example, order and choice), built by its own task."""
+    (built,) = loaded([task], split, shots, sizes, seed, rotations)["tasks"].values()
     with _quietly():
         built.build_all_requests(rank=0, world_size=1)
     return built.instances
+
+
+def _docs(task: Task, split: str, sizes: dict, seed: int, rotations: int) -> dict[str, list[dict]]:
+    """The docs of each of ``task``'s splits: those of ``split`` asked under ``rotations`` orders, the
+    others (the shot pool's shots) in their listed order."""
+    parts = task.splits(seed, sizes["shots"], sizes["validation"], sizes["test"])
+    return {part: rotated_docs(rows, rotations) if part == split else [e.as_doc() for e in rows] for part, rows in parts.items()}
 
 
 def _query_start(lm, context: str, query: str, context_ids: tuple[int, ...]) -> int:
@@ -229,39 +235,6 @@ def _query_start(lm, context: str, query: str, context_ids: tuple[int, ...]) -> 
             break
         shared += 1
     return shared
-
-
-def _scored(task: Task, name: str, out: dict, split: str, shots: int) -> Scored:
-    result = out["results"][name]
-    samples = sorted(out["samples"][name], key=lambda s: int(s["doc_id"]))
-    gold, entropy, correct = [], [], []
-    for sample in samples:
-        logliks = [float(r[0]) for r in sample["filtered_resps"]]
-        gold.append(logliks[int(sample["doc"]["gold"])])
-        entropy.append(_choice_entropy(logliks))
-        correct.append(bool(sample["acc"]))
-    chance = sum(1.0 / len(s["doc"]["choices"]) for s in samples) / len(samples)
-    return Scored(
-        task.name,
-        split,
-        shots,
-        chance,
-        float(result["acc,none"]),
-        float(result["acc_stderr,none"]),
-        float(result["acc_norm,none"]),
-        float(result["acc_norm_stderr,none"]),
-        tuple(correct),
-        tuple(gold),
-        tuple(entropy),
-    )
-
-
-def _choice_entropy(logliks: list[float]) -> float:
-    """Entropy (nats) of the model's distribution over the choices, softmax of their log-likelihoods."""
-    top = max(logliks)
-    weights = [math.exp(x - top) for x in logliks]
-    total = sum(weights)
-    return -sum(w / total * math.log(w / total) for w in weights if w > 0)
 
 
 @lru_cache(maxsize=1)

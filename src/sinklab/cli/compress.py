@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..compress import COMPRESS, CompressConfig
+from ..compress import COMPRESS, READ_ONLY_WITH, CompressConfig, check_read
 from ..compress import plots as compress_plots
+from ..core.configs import leaf
 from ..core.text import format_table, terminal_text
 from ..kvcache import PRESSES
 from .args import (
@@ -31,6 +32,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     add_config_arguments(p, CompressConfig)
+    p.set_defaults(**dict.fromkeys(READ_ONLY_WITH))  # None: not given (the help still shows the config's default)
     add_launcher_arguments(p)
     p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
@@ -39,7 +41,18 @@ def add_parser(sub) -> None:
     )
 
 
+def read_only_with(args: argparse.Namespace) -> None:
+    """Flags read only under another (``--budget`` under ``--during decode``) default to None on
+    the command line, so that one given alone is refused (:func:`~sinklab.compress.check_read`),
+    not ignored; those not given then take the config's defaults."""
+    check_read([name for name in READ_ONLY_WITH if getattr(args, name) is not None], args.during, args.accuracy)
+    for name in READ_ONLY_WITH:
+        if getattr(args, name) is None:
+            setattr(args, name, leaf(CompressConfig, name).default())
+
+
 def compress_command(args: argparse.Namespace) -> int:
+    read_only_with(args)
     launcher = launcher_settings(args)
     result = run_out(args, COMPRESS, config_from(CompressConfig, args, launcher, model=args.model), launcher=launcher)
     if not result.reused:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from ..core.text import terminal_text
 from ..tune import TUNE, TuneConfig
 from ..tune import plots as tune_plots
 from .args import MODEL_HELP, add_config_arguments, add_overwrite_argument, config_from, run_out, written
@@ -30,6 +29,6 @@ def add_parser(sub) -> None:
 def tune_command(args: argparse.Namespace) -> int:
     result = run_out(args, TUNE, config_from(TuneConfig, args, model=args.model))
     if not result.reused:
-        print(terminal_text(tune_plots.table(result.summary)))
+        print(tune_plots.table(result.summary))  # format_table escapes each cell; its line breaks are the table's
         print(f"\noutputs: {written(result)}")
     return 0

@@ -3,7 +3,8 @@ passkey retrieval, with and without the sink kept: :mod:`.tasks` (the inputs), :
 (a press's row from one prefill per input), :mod:`.run` (the capability), :mod:`.frame` and
 :mod:`.plots` (its tables, figures and page)."""
 
+from .config import READ_ONLY_WITH, check_read
 from .run import COMPRESS, CompressConfig
 from .tasks import CONTINUATION, positions_read
 
-__all__ = ["COMPRESS", "CONTINUATION", "CompressConfig", "positions_read"]
+__all__ = ["COMPRESS", "CONTINUATION", "READ_ONLY_WITH", "CompressConfig", "check_read", "positions_read"]

@@ -4,13 +4,35 @@ decoding), the judges and their inputs."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, Optional
+from typing import ClassVar, Iterable, Optional, Union
 
-from ..accuracy import SIZES, check_judge_flags, task_names
+from ..accuracy import (
+    EVERY,
+    ROTATIONS_HELP,
+    SIZES,
+    check_judge_flags,
+    check_rotations,
+    migrated_judge,
+    sizes_for,
+    split_rule_setting,
+    task_names,
+)
 from ..core.configs import setting
-from ..core.errors import check
-from ..kvcache import DETECTED, PRESSES, PROTECTS, QUANTIZERS, DecodingPress, check_ratio, policy_named
+from ..core.errors import SinklabError, check
+from ..kvcache import (
+    DETECTED,
+    PRESSES,
+    PROTECTS,
+    QUANTIZERS,
+    DecodingPress,
+    budget_tokens,
+    check_ratio,
+    held_apart,
+    least_budget,
+    policy_named,
+)
 from ..models.hf import MODEL_HELP, LoadOptions
 from ..scan import BOS_CHOICES
 from .tasks import JUDGES, MIN_CONTEXT, positions_read
@@ -34,14 +56,36 @@ def keep_sinks_list(text: str) -> tuple:
     return tuple(v if v == DETECTED else int(v) for v in values)
 
 
+#: Settings read only under another: setting -> (the setting that makes them read, as its flag is given).
+READ_ONLY_WITH = {
+    "budget": ("during", "--during decode"),
+    "every": ("during", "--during decode"),
+    "decode_tokens": ("during", "--during decode"),
+    "accuracy_shots": ("accuracy", "--accuracy TASKS"),
+    "accuracy_test": ("accuracy", "--accuracy TASKS"),
+    "accuracy_rotations": ("accuracy", "--accuracy TASKS"),
+}
+
+
+def check_read(given: Iterable[str], during: str, accuracy) -> None:
+    """Refuse, in one line naming the flag that enables it, a setting given that this run would not
+    read (``--budget`` after a prefill, ``--accuracy-test`` with no ``--accuracy``): it exited 0
+    having done nothing with it. ``given``: the names of the settings the user gave."""
+    enabled, given = {"during": during == "decode", "accuracy": bool(accuracy)}, set(given)
+    for name, (enabler, flag) in READ_ONLY_WITH.items():
+        option = "--" + name.replace("_", "-")
+        check(name not in given or enabled[enabler], f"{option} is read only with {flag}: give {flag}, or leave {option} out")
+
+
 @dataclass
 class CompressConfig:
     """``sinklab compress``'s settings (and ``sinklab.compress_model``'s keyword arguments)."""
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
     MIGRATIONS: ClassVar[dict] = {
         1: lambda saved: {**saved, "accuracy": [], "accuracy_shots": 5, "accuracy_test": SIZES["test"]},
         2: lambda saved: {**saved, "during": "prefill", "budget": 512, "every": 64, "decode_tokens": 4096},
+        3: migrated_judge,
     }
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
@@ -98,13 +142,15 @@ class CompressConfig:
     )
     accuracy_shots: int = setting(5, help="shots per --accuracy prompt, from the task's own examples: what is compressed")
     accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")
+    accuracy_rotations: int = setting(EVERY, help=ROTATIONS_HELP + "; each order's shots are compressed apart")
+    splits: int = split_rule_setting()
     during: str = setting(
         "prefill",
         choices=("prefill", "decode"),
         help="when the presses act: once after the prefill, or while decoding (every --every tokens fed after the "
         "context, the cache brought back to --budget; presses only)",
     )
-    budget: float = setting(
+    budget: Union[int, float] = setting(
         512, parse=lambda text: float(text) if "." in text else int(text),
         help="--during decode: keys per KV head the cache is brought back to (or a fraction of the context, in (0, 1])",
     )  # fmt: skip
@@ -117,8 +163,6 @@ class CompressConfig:
     def __post_init__(self) -> None:
         self._fill_grid()
         self.accuracy = task_names(self.accuracy)  # accuracy="suite" as the flag reads it
-        if self.during == "decode":
-            self._check_decoding()
         for ratio in self.ratios:
             check_ratio(ratio, "--ratio")
         for keep in self.keep_sinks:
@@ -128,6 +172,7 @@ class CompressConfig:
         check(self.keys >= 1, f"--keys must be at least 1, got {self.keys}")
         if self.accuracy:  # at least one shot: the shots are the context a press compresses
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.bos, min_shots=1)
+            check_rotations(self.accuracy_rotations, "--accuracy-rotations")
         unknown = [p for p in self.presses if p not in PRESSES]
         check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}")
         unknown = [q for q in self.quantizers if q not in QUANTIZERS]
@@ -140,6 +185,13 @@ class CompressConfig:
                 f"and protects {PROTECTS[QUANTIZERS[name].protects]}; got --bits {','.join(map(str, self.bits))} "
                 f"--keep-sinks {','.join(map(str, self.keep_sinks))}",
             )
+        if self.during == "decode":  # after the presses and sinks are known good: it builds each press
+            self._check_decoding()
+
+    @property
+    def accuracy_sizes(self) -> dict:
+        """The --accuracy tasks' splits: test and the shot pool (nothing is tuned: no validation)."""
+        return sizes_for(self.accuracy_shots, 0, self.accuracy_test)
 
     def _fill_grid(self) -> None:
         """Presses and quantizers left out (None): naming some of one kind runs that kind only (a
@@ -157,11 +209,38 @@ class CompressConfig:
             self.quantizers = () if presses or decoding else tuple(QUANTIZERS)
 
     def _check_decoding(self) -> None:
-        """The settings a decoding press reads, checked once by building one (one line each)."""
+        """The settings a decoding press reads (the budget's type, ``every``: checked by building
+        one that holds apart nothing), then every press's fit at each context (a ppl window's prompt
+        is the context; :mod:`.feasible` checks the passkey prompts, which the tokenizer sizes)."""
         check(not self.accuracy, "--accuracy judges a cache compressed after its prefill: not with --during decode")
         check(self.decode_tokens >= 1, f"--decode-tokens must be at least 1, got {self.decode_tokens}")
-        for keep in self.keep_sinks:
-            DecodingPress(policy_named("knorm", keep_sinks=keep), self.budget, self.every)
+        self.budget = DecodingPress(policy_named("knorm"), self.budget, self.every).budget  # numpy's integers: int
+        self.check_budget(self.contexts)
+
+    def check_budget(self, prompts: Iterable[int]) -> None:
+        """Refuse, in one line naming the press, a budget that cannot hold a press's sinks, its own
+        window and a key it scores, for every press and ``--keep-sinks`` and each prompt length of
+        ``prompts`` (a fraction is a number of keys only for a prompt). Checked here, not in the
+        jobs: there it failed after the full cache's job, on every retry, run.json left "running"."""
+        for name in self.presses:
+            press = policy_named(name)
+            for keep in self.keep_sinks:
+                for prompt in [0] if isinstance(self.budget, int) else sorted(set(prompts)):
+                    self._check_fits(replace(press, keep_sinks=keep), prompt)
+
+    def _check_fits(self, press, prompt: int) -> None:
+        """One press at one keep-sinks setting and prompt length (any, for a budget in tokens)."""
+        tokens = budget_tokens(self.budget, prompt)
+        sinks, window = held_apart(press, tokens, self.every)
+        if tokens > sinks + window:
+            return
+        least, fraction = least_budget(press, self.every), not isinstance(self.budget, int)
+        asked = f"{self.budget:g} ({tokens} keys of a {prompt}-token prompt)" if fraction else f"{self.budget}"
+        held = f"its {sinks} sinks" + (f", its {window}-key window" if window else "") + " and a key it scores"
+        give = f"give --budget {least} or more" if least else "no budget can: leave this press out of --during decode"
+        if least and fraction and least <= prompt:  # the smallest fraction that gives ``least`` keys, rounded up
+            give += f" (or a fraction of at least {math.ceil(least / prompt * 100) / 100:g})"
+        raise SinklabError(f"--press {press.name} --keep-sinks {press.keep_sinks}: --budget {asked} cannot hold {held}; {give}")
 
     def decoding_cells(self, name: str) -> dict:
         """A press's row while decoding: cell name ("decode/keep_sinks") -> the decoding press."""

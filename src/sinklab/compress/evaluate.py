@@ -26,6 +26,7 @@ from typing import Iterator, Optional
 import torch
 import torch.nn.functional as F
 
+from ..core.progress import progress_bar
 from ..kvcache import DETECTED, DecodingState, attention_for, branch, recording, tallied
 from ..stream import cache_bytes
 from .tasks import ANSWER_TOKENS, Passkey, TextWindow, first_integer, key_ids
@@ -138,7 +139,7 @@ def score_decoding(model, tokenizer, policies: dict, windows, prompts, every: in
         (f"passkey:{p.depth:g}:{p.key}", p.context, partial(_decoded_passkey, model, tokenizer, p, every)) for p in prompts
     ]
     detect = any(policy is not None and policy.sinks == DETECTED for policy in policies.values())
-    for name, context, score in inputs:
+    for name, context, score in progress_bar(inputs, desc="decoding inputs", unit="input", leave=False):
         context = context.to(model.device)
         with torch.no_grad(), tallied(model, context.shape[-1], True, 0) if detect else nullcontext() as tally:
             cache = model(context, use_cache=True, logits_to_keep=1).cache

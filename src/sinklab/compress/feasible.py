@@ -1,7 +1,8 @@
 """What ``sinklab compress`` refuses before its run directory is claimed: inputs past the model's
-positions, passkey prompts longer than the context asked for, quantizers that cannot run on the
-model (KIVI groups that do not divide the heads, quanto without its package), and ``--accuracy``
-tasks that cannot be read or split. All need only the model's config and tokenizer, so a run whose
+positions, passkey prompts longer than the context asked for, a decoding budget that cannot hold a
+press's sinks and window at a prompt's length, quantizers that cannot run on the model (KIVI
+groups that do not divide the heads, quanto without its package), and ``--accuracy`` tasks that
+cannot be read or split. All need only the model's config and tokenizer, so a run whose
 jobs load the model elsewhere (a Slurm or Ray launcher) refuses them here too, without loading the
 weights; the jobs check the positions again where they load it."""
 
@@ -52,22 +53,34 @@ def check_quantizers(cfg, config) -> None:
         QUANTIZERS[name].check_usable(head_dim_of(config), QUANTIZERS[name].run_values(cfg))
 
 
-def check_passkeys(cfg, tokenizer) -> None:
+def check_passkeys(cfg, tokenizer) -> list[int]:
     """Build the passkey prompts of every context (the tokenizer only), which refuses a context too
-    short for the template."""
+    short for the template; their lengths in tokens (about the context's, a filler sentence apart)."""
+    lengths = []
     if "passkey" in cfg.tasks:
         for context in cfg.contexts:
-            passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos)
+            lengths += [p.context.shape[-1] for p in passkey_prompts(tokenizer, context, cfg.keys, cfg.seed, cfg.bos)]
+    return lengths
+
+
+def check_decoding_budget(cfg, passkeys: list[int]) -> None:
+    """A fractional ``--budget`` is a number of keys only for a prompt: the config checked every
+    press at the ppl windows' prompts (the contexts); here at the passkey prompts' too, which the
+    tokenizer sizes (up to a filler sentence shorter). A budget in tokens is the same for every
+    prompt, checked there already."""
+    if cfg.during == "decode":
+        cfg.check_budget(passkeys)
 
 
 def preflight(cfg, context: RunContext) -> None:
-    """Before the run directory is claimed: the model's positions, what each quantizer needs, and
-    the passkey prompts. Where the jobs run in this process the model is loaded here (and kept for
-    them); where they run elsewhere only its config and tokenizer are read."""
+    """Before the run directory is claimed: the model's positions, what each quantizer needs, the
+    passkey prompts and a decoding budget's fit at their lengths. Where the jobs run in this
+    process the model is loaded here (and kept for them); where they run elsewhere only its config
+    and tokenizer are read."""
     here = context.subject is not None or context.workdir is None or (context.launcher or LOCAL).launcher == "local"
     model = model_for(cfg, context.subject) if here else read_header(cfg.model, cfg.load)
     check_feasible(cfg, model)
     check_quantizers(cfg, model.config)
-    check_passkeys(cfg, model.tokenizer)
+    check_decoding_budget(cfg, check_passkeys(cfg, model.tokenizer))
     if cfg.accuracy:
         check_judge(cfg, model.tokenizer, model.max_positions)

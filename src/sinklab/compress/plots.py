@@ -207,8 +207,9 @@ def _statement(mine: list[dict]) -> list[str]:
     """Up to five sentences for one press or quantizer: what its best and worst are taken over,
     the best and worst perplexity change from keeping sinks, the best passkey accuracy change, and
     the largest change of the true key's log-probability with its spread over the prompts, and
-    the multiple-choice accuracy change where the correct choice's log-likelihood gained most,
-    each with where it happened."""
+    the multiple-choice accuracy change where the correct choice's log-likelihood gained most (or,
+    where every cell lowered it, lost least: "gained most, -0.51" read as a gain), each with where
+    it happened."""
     if not mine:
         return []
     setting = SETTING[mine[0]["kind"]]
@@ -235,10 +236,11 @@ def _statement(mine: list[dict]) -> list[str]:
     choice = [(change, task, e) for e in mine for task, change in e.get("choice_change", {}).items()]
     if choice:
         change, task, top = max(choice, key=lambda t: t[0]["gold_loglik_change"]["mean"])
+        gain = change["gold_loglik_change"]["mean"]
         lines.append(
             f"multiple-choice accuracy on {task} {_signed(change['acc_change']['mean'])} (McNemar p = "
-            f"{change['mcnemar']['p']:.2g}) where the correct choice gained most, "
-            f"{_signed(change['gold_loglik_change']['mean'])} nats ({_where(top, setting)})"
+            f"{change['mcnemar']['p']:.2g}) where the correct choice {'gained most' if gain >= 0 else 'lost least'}, "
+            f"{_signed(gain)} nats ({_where(top, setting)})"
         )
     return lines
 

@@ -6,7 +6,11 @@ judged by compressed-context perplexity and passkey retrieval against the full c
 One job per press or quantizer (its whole row: every cell, context and input; see
 :mod:`.evaluate` for why a row costs about one prefill per input), plus one for the dense cache,
 through the launchers. With a run directory each finished job's cells are kept in
-``presses/<name>.json``, so a stopped run resumes with the jobs left.
+``presses/<name>.json``, so a stopped run resumes with the jobs left (a kept job of an ``--accuracy``
+run without lm-eval's output, kept before sinklab wrote lm-eval's files, is run again).
+
+With ``--accuracy`` the run directory also holds the judge's scores in lm-eval's own files:
+``lm_eval_results.json`` and ``samples_<task>_<policy>_<cell>.jsonl`` (:mod:`.judged`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
@@ -27,7 +32,7 @@ from .config import CompressConfig
 from .evaluate import score_decoding, score_inputs
 from .feasible import check_feasible, model_for, preflight
 from .frame import COMPRESS_TABLES
-from .judged import score_tasks
+from .judged import lm_eval_files, score_tasks
 from .summary import CELL_GROUP, SCHEMA_VERSION, cell_figures, paired, task_figures
 from .tasks import (
     CONTINUATION,
@@ -70,12 +75,12 @@ def run_job(job: PressJob, subject=None) -> dict:
             found = score_inputs(loaded.model, tokenizer, policies, windows, prompts)
         for name, cell, scores in found:
             rows[f"{context}|{name}"][cell] = scores
+    outputs: dict = defaultdict(dict)
     if cfg.accuracy:  # one judge for every context: its context is the shots
-        for name, cell, scores in score_tasks(
-            loaded.model, tokenizer, policies, cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test
-        ):
+        for name, cell, scores, output in score_tasks(loaded.model, tokenizer, policies, cfg):
             rows[name][cell] = scores
-    return {"facts": {"model": loaded.name, **model_facts(loaded.model)}, "rows": dict(rows)}
+            outputs[name][cell] = output
+    return {"facts": {"model": loaded.name, **model_facts(loaded.model)}, "rows": dict(rows), "lm_eval": dict(outputs)}
 
 
 def job_policies(job: PressJob, loaded) -> dict:
@@ -104,9 +109,10 @@ def quantizer(name: str, bits: int, protect, cfg: CompressConfig, loaded):
 
 
 def measure(cfg: CompressConfig, context: RunContext = RunContext()) -> RunResult:
-    """Every press's row (and the dense cache's), then the table."""
+    """Every press's row (and the dense cache's), then the table; with ``--accuracy``, as data the
+    judge's cells as lm-eval's files hold them (``lm_eval``: :class:`~sinklab.accuracy.LmEvalFiles`)."""
     jobs = [PressJob(cfg, name) for name in (DENSE, *cfg.presses, *cfg.quantizers)]
-    done = _finished_jobs(context.workdir) if context.resume else {}
+    done = finished_jobs(context.workdir, bool(cfg.accuracy)) if context.resume else {}
     todo = [job for job in jobs if job.press not in done]
     if context.subject is not None or context.workdir is None:
         ran = [run_job(job, context.subject) for job in todo]
@@ -116,13 +122,19 @@ def measure(cfg: CompressConfig, context: RunContext = RunContext()) -> RunResul
         ran = launch(run_job, todo, context.launcher or LOCAL, context.workdir, 1, desc="presses", label=lambda j: j.press,
                      on_result=lambda job, result: _keep(context.workdir, job, result))  # fmt: skip
     results = {**done, **{job.press: result for job, result in zip(todo, ran)}}
-    return RunResult(stamped("compress", summarise(cfg, results), SCHEMA_VERSION))
+    summary = stamped("compress", summarise(cfg, results), SCHEMA_VERSION)
+    in_order = {job.press: results[job.press] for job in jobs}
+    return RunResult(summary, {"lm_eval": lm_eval_files(cfg, in_order, summary["model"])} if cfg.accuracy else {})
 
 
-def _finished_jobs(workdir: Optional[Path]) -> dict:
+def finished_jobs(workdir: Optional[Path], accuracy: bool = False) -> dict:
+    """The jobs kept under ``presses/`` of ``workdir``, by name; with ``accuracy``, those that carry
+    lm-eval's output (``lm_eval``) alone: a job kept before sinklab wrote lm-eval's files is run again."""
     found = {}
     for path in sorted((workdir / JOBS_DIR).glob("*.json")) if workdir is not None else []:
-        found[path.stem] = json.loads(path.read_text())
+        kept = json.loads(path.read_text())
+        if not accuracy or "lm_eval" in kept:
+            found[path.stem] = kept
     return found
 
 
@@ -170,7 +182,12 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
         "outside": cfg.outside,
         "continuation": cfg.decode_tokens if cfg.during == "decode" else CONTINUATION,
         "passkey": {"depths": list(DEPTHS), "keys_per_depth": cfg.keys, "seed": cfg.seed},
-        "accuracy": {"tasks": list(cfg.accuracy), "shots": cfg.accuracy_shots, "test": cfg.accuracy_test}
+        "accuracy": {
+            "tasks": list(cfg.accuracy),
+            "shots": cfg.accuracy_shots,
+            "test": cfg.accuracy_test,
+            "rotations": cfg.accuracy_rotations,
+        }
         if cfg.accuracy
         else None,
         "dense": dense,
@@ -180,8 +197,12 @@ def summarise(cfg: CompressConfig, results: dict) -> dict:
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """Nothing beyond the summary (the per-press rows are already under presses/)."""
-    return []
+    """With ``--accuracy``, the judge's scores as lm-eval's files (``lm_eval_results.json``,
+    ``samples_*.jsonl``); nothing else beyond the summary (the per-press rows are already under presses/)."""
+    if not result.summary.get("accuracy"):
+        return []
+    check("lm_eval" in result.data, "this compress result holds no lm-eval output to write (measure it with --accuracy)")
+    return result.data["lm_eval"].write(out)
 
 
 def resumable(run_dir: Path) -> bool:

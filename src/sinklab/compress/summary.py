@@ -15,7 +15,7 @@ from ..accuracy import Scored, verdict
 #: The compress summary's schema: 3 holds presses' and quantizers' cells in one list (``cells``,
 #: ``sink_effect``); 2 held the quantizers' apart (``quantized``, ``quantized_sink_effect``), under
 #: their own names (``quantizer``, ``protect``), and named a press ``press`` (:func:`current` reads it).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: multiple-choice scores asked under every order of the choices (rotations), the gold log-probability
 #: What tells a cell's paired comparisons apart: the policy and its level, at one context.
 CELL_GROUP = ("policy", "kind", "ratio", "bits", "context")
 

@@ -42,6 +42,7 @@ def setting(
     help: str = "",
     flag: Optional[str] = None,
     aliases: Sequence[str] = (),
+    alias_note: Optional[str] = None,
     parse: Optional[Callable[[str], Any]] = None,
     choices: Optional[Sequence[str]] = None,
     metavar: Optional[str] = None,
@@ -52,7 +53,8 @@ def setting(
     default_factory: Any = MISSING,
 ) -> Any:
     """A config field with what its flag needs: ``help``; ``flag`` when it is not ``--name``
-    (``aliases``: old spellings); ``parse`` a command-line string into the field's value (default:
+    (``aliases``: old spellings, or another tool's where ``alias_note`` says whose: the help
+    names them with it); ``parse`` a command-line string into the field's value (default:
     from the field's type, comma lists for tuples); ``choices``; ``shown`` the default as the help
     prints it; ``negate`` for a True boolean switched off by ``--no-name``; ``cli=False`` for a
     field the command line sets otherwise; ``result=False`` for a field that does not change what
@@ -61,6 +63,7 @@ def setting(
         "help": help,
         "flag": flag,
         "aliases": tuple(aliases),
+        "alias_note": alias_note,
         "parse": parse,
         "choices": choices,
         "metavar": metavar,
@@ -89,6 +92,7 @@ class Leaf:
             "help": "",
             "flag": None,
             "aliases": (),
+            "alias_note": None,
             "parse": None,
             "choices": None,
             "metavar": None,

@@ -77,7 +77,7 @@ def _parser(x: Leaf) -> Optional[Callable[[str], Any]]:
 def add_flag(parser, x: Leaf, default: Any) -> None:
     meta, base = x.meta, base_type(x.kind)[0]
     aliases = meta["aliases"]
-    note = f"; {', '.join(aliases)}: the old spelling, kept as an alias" if aliases else ""
+    note = f"; {', '.join(aliases)}: {meta['alias_note'] or 'the old spelling, kept as an alias'}" if aliases else ""
     if base is bool and not meta["choices"]:
         if meta["negate"]:
             flag = meta["flag"] or f"--no-{x.name.replace('_', '-')}"

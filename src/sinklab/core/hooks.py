@@ -41,6 +41,7 @@ Hooks are global state for the model that owns the :class:`HookSet`, so they are
 from __future__ import annotations
 
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Callable, Iterable, Iterator, Optional
@@ -71,14 +72,34 @@ def hook_name(layer: int | str, point: str) -> str:
 
 @dataclass(frozen=True)
 class HookPoint:
-    """Where a hook fired: its full name, the block index, the first query position and (for
-    the attention points, where known) the number of keys of the whole attention."""
+    """Where a hook fired: its full name, the block index, the first query position, (for the
+    attention points, where known) the number of keys of the whole attention, and where the input
+    is a prompt followed by an answer being scored (a multiple-choice judge's request), the
+    prompt's length (:func:`scoring_after`; None otherwise)."""
 
     name: str
     layer: int
     point: str
     q_start: int = 0
     n_keys: Optional[int] = None
+    prompt_end: Optional[int] = None
+
+
+#: The prompt's length in the input being run, where its later positions are an answer being scored.
+_PROMPT_END: ContextVar[Optional[int]] = ContextVar("sinklab_prompt_end", default=None)
+
+
+@contextmanager
+def scoring_after(prompt_end: Optional[int]) -> Iterator[None]:
+    """Inside the block, the inputs run are a prompt of ``prompt_end`` tokens followed by an answer
+    being scored, and every :class:`HookPoint` says so: an edit that reads the input's attention
+    (ACT's sink detection) can read the prompt's rows only, so that each choice of a question is
+    edited alike (None: no such split)."""
+    token = _PROMPT_END.set(prompt_end)
+    try:
+        yield
+    finally:
+        _PROMPT_END.reset(token)
 
 
 HookFn = Callable[[torch.Tensor, HookPoint], Optional[torch.Tensor]]
@@ -112,7 +133,7 @@ class HookSet:
         where = None
         for pattern, fn in self._hooks:
             if fnmatchcase(name, pattern):
-                where = where or HookPoint(name, layer, point, q_start, n_keys)
+                where = where or HookPoint(name, layer, point, q_start, n_keys, _PROMPT_END.get())
                 out = fn(tensor, where)
                 if isinstance(out, torch.Tensor):
                     tensor = out

@@ -18,6 +18,10 @@ drop what the directory measured), so a refused run leaves the directory as it w
    it again) and raises :class:`~.errors.NumericalCheckFailed` with the results kept;
 6. record the run finished, with the files it wrote.
 
+An error (or Ctrl-C) in steps 2 to 6 is recorded in ``run.json`` (:func:`~.runs.fail_run`: status
+``failed`` or ``interrupted``, the error's line) and raised again; the same command resumes the run
+or starts it over, as any unfinished run.
+
 Nothing else writes a run directory, and the summary is never changed after it is measured:
 ``result.summary`` is the same dict with or without ``out``.
 """
@@ -32,7 +36,19 @@ from .errors import NumericalCheckFailed, check
 from .figures import Images, save_images, warm_up
 from .provenance import torch_threads
 from .results import Capability, RunContext, RunResult, load_result
-from .runs import CONFIG, FINISHED, RESUME, SUMMARY, claim_run_dir, config_record, finish_run, record_model, start_run, write_json
+from .runs import (
+    CONFIG,
+    FINISHED,
+    RESUME,
+    SUMMARY,
+    claim_run_dir,
+    config_record,
+    fail_run,
+    finish_run,
+    record_model,
+    start_run,
+    write_json,
+)
 
 #: The summary keys that say which model ran, where and how; run.json's ``model`` entry records them
 #: too (the summary's ``model``, the model's name, as ``name``).
@@ -95,15 +111,28 @@ def _run(
         resumable=capability.resumable or (lambda run_dir: False),
         remove=main_process,
         holds_runs=capability.holds_runs,
+        kind=capability.kind,
     )
     if state == FINISHED:
         found = load_result(out)
         found.reused = True
         return found
     if main_process:
-        start_run(out, launcher)
-        if state != RESUME or capability.holds_runs:  # a run of runs may resume under another configuration
-            write_json(out / CONFIG, config_record(cfg))
+        start_run(out, launcher, kind=capability.kind)
+    try:
+        return _measure_and_write(capability, cfg, subject, out, launcher, state, main_process)
+    except BaseException as exc:  # a failed run says so in run.json (never "running"), then the error goes on
+        if main_process:
+            fail_run(out, exc)
+        raise
+
+
+def _measure_and_write(
+    capability: Capability, cfg: Any, subject: Any, out: Path, launcher: Any, state: str, main_process: bool
+) -> RunResult:
+    """Steps 2 (config.json) to 6 of a started run."""
+    if main_process and (state != RESUME or capability.holds_runs):  # a run of runs may resume under another configuration
+        write_json(out / CONFIG, config_record(cfg))
     if main_process and capability.figures is not None:
         warm_up()  # the browser that draws the PNGs starts while the run measures
     context = RunContext(subject, out, launcher, resume=state == RESUME)

@@ -12,7 +12,6 @@ existing ``--out``.
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import sys
@@ -20,12 +19,13 @@ import tempfile
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import fields, is_dataclass
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .configs import CONFIG_VERSION_KEY, first_difference, migrate, not_result_paths
 from .errors import SinklabError, check
+from .jsonable import jsonable
 from .provenance import machine_record, package_versions, source_revision
 
 RUN_INFO = "run.json"
@@ -74,30 +74,6 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def jsonable(obj: Any) -> Any:
-    """Convert dataclasses, tensors, paths and dtypes into plain JSON values; a non-finite float
-    becomes None (JSON's null: a reader needs no special case for "inf" or "nan" strings)."""
-    if hasattr(obj, "to_record"):  # a value that says how it is recorded (an intervention: its type too)
-        return jsonable(obj.to_record())
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in fields(obj)}
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    if hasattr(obj, "tolist"):  # torch tensors and numpy arrays
-        return jsonable(obj.tolist())
-    if hasattr(obj, "item"):  # numpy scalars
-        return jsonable(obj.item())
-    if type(obj).__module__ == "torch" and type(obj).__name__ in ("dtype", "device"):
-        return str(obj).removeprefix("torch.")
-    return obj
-
-
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Atomically write ``obj`` as indented JSON (NaN/inf become null, never invalid JSON)."""
     with atomic_path(path) as tmp:
@@ -134,9 +110,10 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     return rows
 
 
-def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
+def start_run(path: str | os.PathLike, launcher: Any = None, kind: Optional[str] = None) -> Path:
     """Create ``path`` (and parents), check that it is writable (a clear error if not), and write a
-    fresh ``run.json``: the command line, package versions, the git commit, and the launcher
+    fresh ``run.json``: the command line, the run's ``kind`` (so another command's claim refuses it
+    before it has a summary), package versions, the git commit, and the launcher
     settings when the run's jobs are launched (:mod:`.launchers`), and the machine's facts that can change
     a trained result (:func:`~.provenance.machine_record`: threads, processor, determinism)."""
     out = Path(path)
@@ -147,7 +124,7 @@ def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
     except OSError as exc:
         raise SinklabError(f"output directory {out} is not writable: {exc.strerror or exc}") from None
     info = {
-        "command": ["sinklab", *sys.argv[1:]] if _from_cli() else sys.argv,
+        "command": _command_line(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "versions": package_versions(),
         "machine": machine_record(),
@@ -158,6 +135,8 @@ def start_run(path: str | os.PathLike, launcher: Any = None) -> Path:
         info["git"] = source
     if launcher is not None:
         info["launcher"] = jsonable(launcher)
+    if kind is not None:
+        info["kind"] = kind
     _write_run_info(out, info)
     return out
 
@@ -192,20 +171,32 @@ def finish_run(out: str | os.PathLike, files: Sequence[str] = (), failed_check: 
     _write_run_info(out, info)
 
 
+def fail_run(out: str | os.PathLike, error: BaseException) -> None:
+    """Mark a running run that raised while it measured or wrote ``interrupted`` (Ctrl-C) or
+    ``failed``, with the error's first line, so run.json never says running for a dead run (the
+    same command resumes it or starts it over); one already marked (a failed check) is left as it is."""
+    info, lines = read_run_info(out), str(error).strip().splitlines()
+    if info.get("status") == RUNNING:
+        status = INTERRUPTED if isinstance(error, KeyboardInterrupt) else FAILED
+        said = type(error).__name__ + (f": {lines[0]}" if lines else "")
+        _write_run_info(out, {**info, "status": status, "ended": time.strftime("%Y-%m-%d %H:%M:%S"), "error": said})
+
+
 def _write_run_info(out: str | os.PathLike, info: dict) -> None:
-    """The one writer of ``run.json`` (atomic): :func:`start_run`, :func:`record_model` and
-    :func:`finish_run` call it, and nothing else in sinklab writes that file."""
+    """The one writer of ``run.json`` (atomic): :func:`start_run`, :func:`record_model`,
+    :func:`finish_run` and :func:`fail_run` call it, and nothing else in sinklab writes that file."""
     write_json(Path(out) / RUN_INFO, info)
 
 
-NEW, RESUME, FINISHED, RUNNING = "new", "resume", "finished", "running"
+NEW, RESUME, FINISHED, RUNNING, FAILED, INTERRUPTED = "new", "resume", "finished", "running", "failed", "interrupted"
 
 
 def is_finished(path: str | os.PathLike) -> bool:
-    """Whether ``path`` holds a finished run: a summary, no failed check, not running again (a run of
-    runs measured anew keeps its old summary until it finishes)."""
+    """Whether ``path`` holds a finished run: a summary, and run.json saying finished (or nothing, from
+    before it had a status): not running again (a run of runs measured anew keeps its old summary
+    until it finishes), failed, interrupted or failed its check (all after writing a summary)."""
     info = read_run_info(path)
-    return (Path(path) / SUMMARY).exists() and FAILED_CHECK not in info and info.get("status") != RUNNING
+    return (Path(path) / SUMMARY).exists() and FAILED_CHECK not in info and info.get("status", FINISHED) == FINISHED
 
 
 def claim_run_dir(
@@ -215,6 +206,7 @@ def claim_run_dir(
     resumable: Callable[[Path], bool] = lambda run_dir: False,
     remove: bool = True,
     holds_runs: bool = False,
+    kind: Optional[str] = None,
 ) -> str:
     """The one policy for an existing ``--out`` (or ``out=``), applied before anything is written.
 
@@ -224,6 +216,7 @@ def claim_run_dir(
 
     * ``overwrite``: a sinklab run directory (one with run.json or config.json) is removed first;
     * a folder that is not a sinklab run directory and not empty is refused (never removed);
+    * another command's run (not ``kind``'s, the claiming capability's) is refused naming it;
     * a run of another configuration is refused with the first differing setting: the saved
       ``config.json``, brought to today's version by the config's migrations, against ``config``,
       every setting compared except those declared ``result=False``;
@@ -245,6 +238,7 @@ def claim_run_dir(
     )
     finished = is_finished(path)
     if not overwrite:
+        _check_kind(path, kind)
         check(
             (path / CONFIG).exists() or not finished,
             f"{path} holds a finished run with no {CONFIG} to compare with; "
@@ -264,6 +258,33 @@ def claim_run_dir(
     if remove:
         _remove_run_dir(path)
     return NEW
+
+
+def _check_kind(path: Path, kind: Optional[str]) -> None:
+    """Refuse another command's run, naming it (comparing its settings with this command's would
+    name a setting or a config version, not the difference): the kind run.json (or summary.json)
+    records, else, for an older unfinished run, the subcommand its command line names."""
+    info = read_run_info(path)
+    held, by, here = info.get("kind") or _summary_kind(path), _subcommand(info.get("command")), _subcommand(_command_line())
+    if kind is None or held == kind or (held is None and (None in (by, here) or by == here)):
+        return
+    shown = f"`sinklab {by}`" if by and by != here else str(held)
+    raise SinklabError(f"{path} holds {_a(shown)} run, not {_a(kind)} run; choose another --out (or --overwrite to replace it)")
+
+
+def _summary_kind(path: Path) -> Optional[str]:
+    try:
+        return json.loads((path / SUMMARY).read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _subcommand(command: Any) -> Optional[str]:
+    return command[1] if isinstance(command, list) and len(command) > 1 and command[0] == "sinklab" else None
+
+
+def _a(word: str) -> str:
+    return ("an " if word[:1] in tuple("aeiou") else "a ") + word
 
 
 def run_differs(out: str | os.PathLike, config: Any) -> Optional[str]:
@@ -310,6 +331,11 @@ def _remove_run_dir(path: Path) -> None:
     here, target = Path.cwd().resolve(), path.resolve()
     check(here != target and target not in here.parents, f"{path} holds the current directory; sinklab does not remove it")
     shutil.rmtree(path)
+
+
+def _command_line() -> list:
+    """This process's command line as run.json records it (``sinklab ...`` for the command)."""
+    return ["sinklab", *sys.argv[1:]] if _from_cli() else list(sys.argv)
 
 
 def _from_cli() -> bool:

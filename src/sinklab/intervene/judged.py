@@ -1,30 +1,38 @@
 """Accuracy as a judge of interventions (``sinklab intervene --accuracy TASKS``): each BIG-bench
 task's test split scored intact and with each experiment's interventions applied, by
 lm-evaluation-harness on the same examples, compared example by example (:mod:`sinklab.accuracy`).
-Does a model need its sink to answer? ``--suppress-sink --accuracy navigate`` says, with a paired test."""
+Does a model need its sink to answer? ``--suppress-sink --accuracy navigate`` says, with a paired test.
+
+The run directory holds the scores in lm-eval's own files too (:mod:`sinklab.accuracy.lm_eval_files`):
+``lm_eval_results.json``, whose entries are ``<task>|intact`` and ``<task>|<the experiment's label>``
+(a label given twice numbered ``#2``), and each entry's per-example ``samples_<task>_<run>.jsonl``."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from ..accuracy import evaluate, lm_for, read_task, sizes_for, verdict
+from ..accuracy import Judged, LmEvalFiles, evaluate, lm_for, numbered, read_task, verdict
 from ..models.subjects import Subject, transformers_model
 from .applied import applied
 
 
-def accuracy_rows(subject: Subject, experiments: Sequence, tasks: Sequence[str], shots: int, test: int) -> list[dict]:
-    """Per task and experiment: intact and edited test-split figures (lm-eval's acc, acc_norm, the
-    gold answer's log-likelihood) and the paired verdict (McNemar, the changes' 95 % intervals)."""
+def judge_accuracy(subject: Subject, experiments: Sequence, cfg) -> tuple[list[dict], LmEvalFiles]:
+    """Per ``--accuracy`` task of ``cfg`` (an :class:`~.run.InterveneConfig`) and experiment: intact
+    and edited test-split figures (lm-eval's, each example asked under ``accuracy_rotations`` orders
+    of its choices) and the paired verdict (:func:`~sinklab.accuracy.verdict`); and every scored
+    run as lm-eval's files hold it."""
     loaded = transformers_model(subject)
     lm = lm_for(loaded.model, loaded.tokenizer)
-    sizes = sizes_for(shots, test=test)
-    rows = []
-    for name in tasks:
+    judged = dict(split="test", shots=cfg.accuracy_shots, sizes=cfg.accuracy_sizes, rotations=cfg.accuracy_rotations)
+    rows, runs, named = [], [], numbered([exp.label for exp in experiments])
+    for name in cfg.accuracy:
         task = read_task(name)
-        (intact,) = evaluate(lm, [task], "test", shots, sizes)
-        for exp in experiments:
+        (intact,) = evaluate(lm, [task], **judged)
+        runs.append(Judged(task.name, "intact", intact))
+        for exp, run in zip(experiments, named):
             with applied(subject, exp.interventions):
-                (edited,) = evaluate(lm, [task], "test", shots, sizes)
+                (edited,) = evaluate(lm, [task], **judged)
+            runs.append(Judged(task.name, run, edited))
             rows.append(
                 {
                     "task": task.name,
@@ -35,4 +43,4 @@ def accuracy_rows(subject: Subject, experiments: Sequence, tasks: Sequence[str],
                     **verdict(intact, edited),
                 }
             )
-    return rows
+    return rows, LmEvalFiles(tuple(runs), subject.name, 0, cfg.accuracy_rotations, cfg.splits)

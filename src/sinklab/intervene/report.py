@@ -49,14 +49,16 @@ ACCURACY_COLUMNS = [
     ("task", "task", "s"),
     ("intervention", "experiment", "s"),
     ("n", "n", "d"),
+    ("orders", "rotations", "d"),
     ("chance", "chance", ".3f"),
     ("acc intact", "acc_intact", ".3f"),
     ("edited", "acc_edited", ".3f"),
     ("change", "acc_change", "+.3f"),
     ("95% low", "acc_change_low", "+.3f"),
     ("high", "acc_change_high", "+.3f"),
-    ("McNemar p", "mcnemar_p", ".3g"),
-    ("gold loglik change", "gold_loglik_change", "+.3f"),
+    ("sign-flip p", "sign_flip_p", ".3g"),
+    ("McNemar p (strict)", "mcnemar_p", ".3g"),
+    ("gold logprob change", "gold_logprob_change", "+.3f"),
 ]
 
 

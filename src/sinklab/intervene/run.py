@@ -4,6 +4,9 @@ before and after (the ``INTERVENE`` capability of the one pipeline).
 :func:`apply_interventions` is the one runner: it attaches the interventions' hooks next to the
 scanner's recorder and returns the scanner's :class:`~sinklab.recorder.Record` plus the
 next-token loss, so anything the scanner measures is available before and after an edit.
+
+With ``--accuracy`` the run directory also holds the judge's scores in lm-eval's own files
+(``lm_eval_results.json`` and ``samples_<task>_<run>.jsonl``, :mod:`.judged`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,19 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
-from ..accuracy import SIZES, check_judge_flags, check_prompts_fit, check_tasks, sizes_for, task_names
+from ..accuracy import (
+    EVERY,
+    ROTATIONS_HELP,
+    SIZES,
+    check_judge_flags,
+    check_prompts_fit,
+    check_rotations,
+    check_tasks,
+    migrated_judge,
+    sizes_for,
+    split_rule_setting,
+    task_names,
+)
 from ..core.configs import recorded, setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -26,7 +41,7 @@ from . import page, plots
 from .experiments import Experiment, hooks_of, interventions_for, validate_all
 from .frame import INTERVENE_TABLES
 from .interventions import MU_DEFINITION, Intervention
-from .judged import accuracy_rows
+from .judged import judge_accuracy
 
 
 def apply_interventions(
@@ -54,15 +69,21 @@ def migrated_edits(saved: dict) -> dict:
     return {**kept, "inputs": renamed_max_tokens(saved["inputs"]), "interventions": [iv.to_record() for iv in asked]}
 
 
+#: The summary's schema: 3, accuracy asked under every order of the listed choices (``rotations``),
+#: rotation-averaged and strict accuracy, the gold log-probability among the choices, the sign-flip p.
+SCHEMA_VERSION = 3
+
+
 @dataclass
 class InterveneConfig:
     """``sinklab intervene``'s settings (and ``sinklab.intervene_model``'s keyword arguments).
     ``interventions``: one run each, an :class:`Intervention` or a tuple of them applied together."""
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
     MIGRATIONS: ClassVar[dict] = {
         0: migrated_edits,
         1: lambda saved: {**saved, "accuracy": [], "accuracy_shots": 0, "accuracy_test": SIZES["test"]},
+        2: migrated_judge,
     }
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
@@ -77,6 +98,8 @@ class InterveneConfig:
     )
     accuracy_shots: int = setting(0, help="shots per --accuracy prompt, from the task's own examples")
     accuracy_test: int = setting(SIZES["test"], help="test examples per --accuracy task")
+    accuracy_rotations: int = setting(EVERY, help=ROTATIONS_HELP)
+    splits: int = split_rule_setting()
     query_chunk: int = setting(QUERY_CHUNK, help="query rows attended at once; bounds memory on long inputs", result=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
@@ -85,6 +108,12 @@ class InterveneConfig:
         self.accuracy = task_names(self.accuracy)  # accuracy="suite" as the flag reads it
         if self.accuracy:
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.inputs.bos)
+            check_rotations(self.accuracy_rotations, "--accuracy-rotations")
+
+    @property
+    def accuracy_sizes(self) -> dict:
+        """The --accuracy tasks' splits: test and the shot pool (nothing is tuned: no validation)."""
+        return sizes_for(self.accuracy_shots, 0, self.accuracy_test)
 
     def experiments(self) -> list[Experiment]:
         check(bool(self.interventions), "name at least one intervention")
@@ -152,24 +181,29 @@ def measure(cfg: InterveneConfig, context: RunContext = RunContext()) -> RunResu
         "baseline": baseline,
         "results": results,
     }
+    data = {}
     if cfg.accuracy:
-        summary["accuracy"] = accuracy_rows(subject, experiments, cfg.accuracy, cfg.accuracy_shots, cfg.accuracy_test)
-    return RunResult(stamped("intervene", summary), plots.data_from(base_record, records, summary))
+        summary["accuracy"], data["lm_eval"] = judge_accuracy(subject, experiments, cfg)
+    return RunResult(stamped("intervene", summary, SCHEMA_VERSION), {**plots.data_from(base_record, records, summary), **data})
 
 
 def preflight(cfg: InterveneConfig, context: RunContext) -> None:
     """The --accuracy tasks, the model's BOS and the prompts within its positions, before the run directory is claimed."""
     if cfg.accuracy:
         header = context.subject if context.subject is not None else read_header(cfg.model, cfg.load)
-        sizes = sizes_for(cfg.accuracy_shots, test=cfg.accuracy_test)
-        tasks = check_tasks(cfg.accuracy, header.tokenizer, sizes)
-        check_prompts_fit(tasks, header.tokenizer, cfg.accuracy_shots, sizes, header.max_positions)
+        tasks = check_tasks(cfg.accuracy, header.tokenizer, cfg.accuracy_sizes)
+        check_prompts_fit(tasks, header.tokenizer, cfg.accuracy_shots, cfg.accuracy_sizes, header.max_positions)
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """The maps (the figures, summary.json and the page are the pipeline's)."""
+    """The maps, and with ``--accuracy`` the judge's scores as lm-eval's files (``lm_eval_results.json``,
+    ``samples_*.jsonl``); the figures, summary.json and the page are the pipeline's."""
     plots.save_data(out, result.data)
-    return [plots.MAPS_FILE] if result.data["maps"] else []
+    names = [plots.MAPS_FILE] if result.data["maps"] else []
+    if result.summary.get("accuracy"):
+        check("lm_eval" in result.data, "this intervene result holds no lm-eval output to write (measure it with --accuracy)")
+        names += result.data["lm_eval"].write(out)
+    return names
 
 
 INTERVENE = register(

@@ -20,7 +20,7 @@ A new press or quantizer is one file in :mod:`.presses` or :mod:`.quantizers` (D
 """
 
 from .applied import Pressing, applied
-from .decoding import DecodingPress, DecodingState
+from .decoding import DecodingPress, DecodingState, budget_tokens, held_apart, least_budget
 from .narrowed import attention_for
 from .policy import (
     CachePolicy,
@@ -66,9 +66,12 @@ __all__ = [
     "applied",
     "attention_for",
     "branch",
+    "budget_tokens",
     "calibrate",
     "check_quanto",
     "check_ratio",
+    "held_apart",
+    "least_budget",
     "policy_named",
     "recording",
     "register_policy",

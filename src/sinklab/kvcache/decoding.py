@@ -70,11 +70,10 @@ class DecodingPress(CachePolicy):
     def check_fits(self, budget: int) -> None:
         """A budget must hold the sinks and the press's own window (SnapKV's last queries, H2O's
         recent half) with room for a scored key: else the window's newest keys would be dropped."""
-        sinks = 0 if self.press.keep_sinks == DETECTED else self.press.keep_sinks
-        window = len(self.press.always_kept(budget + self.every, budget))
+        sinks, window = held_apart(self.press, budget, self.every)
         check(
-            budget > sinks + max(window, self.press.window_rows),
-            f"a budget of {budget} keys cannot hold the {sinks} sinks, the {max(window, self.press.window_rows)}-key "
+            budget > sinks + window,
+            f"a budget of {budget} keys cannot hold the {sinks} sinks, the {window}-key "
             f"window of {self.press.name} and a key it scores: give a larger budget (or a smaller window)",
         )
 
@@ -107,7 +106,7 @@ class DecodingPress(CachePolicy):
 
     def tokens(self, prompt: int) -> int:
         """The budget in keys per KV head, for a prompt of ``prompt`` tokens."""
-        return self.budget if isinstance(self.budget, int) else max(1, int(prompt * self.budget))
+        return budget_tokens(self.budget, prompt)
 
     def for_prompt(self, prompt: int) -> "DecodingPress":
         """This press with its budget in tokens (a fraction of the prompt resolved)."""
@@ -121,6 +120,26 @@ class DecodingPress(CachePolicy):
 
     def label(self) -> str:
         return f"{self.press.label()} while decoding (budget {self.budget}, every {self.every})"
+
+
+def budget_tokens(budget: Union[int, float], prompt: int) -> int:
+    """A decoding budget in keys per KV head for a prompt of ``prompt`` tokens: a number of tokens
+    as it is, a fraction of the prompt rounded down (at least one key)."""
+    return budget if isinstance(budget, int) else max(1, int(prompt * budget))
+
+
+def held_apart(press: Press, budget: int, every: int) -> tuple[int, int]:
+    """(sinks, window): the keys ``press`` keeps whatever their score at a compression to
+    ``budget`` keys, ``every`` tokens after the last (its first ``keep_sinks`` tokens, none counted
+    for detected sinks, and its own window); a budget must hold both and a key it scores."""
+    sinks = 0 if press.keep_sinks == DETECTED else press.keep_sinks
+    return sinks, max(len(press.always_kept(budget + every, budget)), press.window_rows)
+
+
+def least_budget(press: Press, every: int, most: int = 1 << 16) -> Optional[int]:
+    """The smallest budget in keys that holds ``press``'s sinks, its window and a key it scores
+    (the window may grow with the budget: H2O's recent half); None when none up to ``most`` does."""
+    return next((budget for budget in range(1, most) if budget > sum(held_apart(press, budget, every))), None)
 
 
 class DecodingState:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Optional, Sequence
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
+from ..core.stats import sign_flip_p
 from . import page, plots
 from .results import load_run, run_row
 
@@ -111,8 +111,8 @@ PAIRED_KEYS = ("first_token_mass_mean", "sink_rate", "sink_head_bos_mass_nontrig
 def paired_comparison(rows: Sequence[dict], baseline: str = "softmax", keys: Sequence[str] = PAIRED_KEYS) -> list[dict]:
     """Every other variant against ``baseline`` on the seeds both ran: per key the differences
     (variant - baseline) seed by seed, their mean and standard deviation, the paired t statistic
-    and the exact two-sided sign-flip p-value (every one of the 2^n sign patterns of the
-    differences; no normality assumed, which a handful of seeds cannot check). Empty without the
+    and the two-sided sign-flip p-value (:func:`~sinklab.core.stats.sign_flip_p`: every one of the
+    2^n sign patterns up to 16 seeds; no normality assumed, which a handful of seeds cannot check). Empty without the
     baseline or with fewer than two shared seeds."""
     by_seed = {(r["variant"], r["seed"]): r for r in rows}
     variants = sorted({r["variant"] for r in rows} - {baseline})
@@ -138,9 +138,7 @@ def paired_statistics(diffs: Sequence[float]) -> dict:
     n = len(diffs)
     mean = sum(diffs) / n
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-    observed = abs(sum(diffs))
-    flips = [abs(sum(s * d for s, d in zip(signs, diffs))) for signs in itertools.product((1, -1), repeat=n)]
-    p_value = sum(f >= observed - 1e-12 for f in flips) / len(flips)
+    p_value = sign_flip_p(diffs)
     return {
         "diffs": list(diffs),
         "mean": mean,

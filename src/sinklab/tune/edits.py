@@ -87,17 +87,22 @@ class InitialTokenScale(Intervention):
 @recordable
 @dataclass(frozen=True)
 class SinkCalibration(Intervention):
-    """ACT (Yu et al., ICML 2024, arXiv 2406.15765): in the selected heads, a token other than the
-    first whose attention, averaged over the query rows that can see it, exceeds ``threshold`` is a
-    sink of this input; its weight is multiplied by ``beta`` and each row's removed mass goes to
-    that row's other keys (position 0 included) in proportion to their weights, so rows still sum
-    to 1. Why: such hidden sinks draw attention that carries little, and calibrating it away raises
-    accuracy without training. Position 0 is never a sink; a row with no other weight is left
-    alone.
+    """ACT (Yu et al., ICML 2024, arXiv 2406.15765): in the selected heads, a token whose attention,
+    averaged over the query rows that can see it, exceeds ``threshold`` is a sink of this input;
+    one is spared (``spare``: the first token, or the first sink found as the paper's code does,
+    :data:`~.formulas.SPARE_RULES`), the others' weights are multiplied by ``beta`` and each row's
+    removed mass goes to that row's other keys in proportion to their weights, so rows still sum to
+    1. Why: such hidden sinks draw attention that carries little, and calibrating it away raises
+    accuracy without training. A row with no other weight is left alone. Where the input is a
+    prompt followed by an answer being scored (:func:`~sinklab.core.hooks.scoring_after`: sinklab's
+    multiple-choice judges), the sinks are found on the prompt's rows only, so every choice of a
+    question is calibrated alike, and the calibration applies to every row.
 
-    Departures from the paper's code (GATECH-EIC/ACT): position 0 is always spared (the code
-    spares the first sink it finds), any layer may be chosen, and every sequence of a batch is
-    calibrated (the code calibrates the first).
+    Departures from the paper's code (GATECH-EIC/ACT): ``spare="first_token"`` (the default) spares
+    position 0 even where it is not a sink (the code spares the first sink it finds:
+    ``spare="first_sink"``); any layer may be chosen (the code's search skips the first two layers
+    and the last: ``sinklab tune --act-layers official``, the default there); every sequence of a
+    batch is calibrated (the code calibrates the first).
 
     Input-adaptive: the sinks are found per sequence and head from the pattern at hand, which must
     be whole: pass ``query_chunk=None`` to :func:`~sinklab.intervene.applied` for inputs longer
@@ -109,16 +114,22 @@ class SinkCalibration(Intervention):
 
     beta: float = 0.4
     threshold: float = 0.1
+    spare: str = "first_token"
     point: ClassVar[str] = "attn.hook_pattern"
 
     def __post_init__(self) -> None:
         for name, value, low_open in (("beta", self.beta, False), ("threshold", self.threshold, True)):
             ok = isinstance(value, (int, float)) and (0 < value <= 1 if low_open else 0 <= value <= 1)
             check(ok, f"SinkCalibration: {name} must be in {'(0, 1]' if low_open else '[0, 1]'}, got {value!r}")
+        check(
+            self.spare in formulas.SPARE_RULES,
+            f"SinkCalibration: spare must be one of {', '.join(formulas.SPARE_RULES)}, got {self.spare!r}",
+        )
 
     @property
     def label(self) -> str:
-        return f"act beta={self.beta:g} thr={self.threshold:g}"
+        spared = "" if self.spare == "first_token" else f" spare={self.spare}"
+        return f"act beta={self.beta:g} thr={self.threshold:g}{spared}"
 
     @property
     def reported_position(self) -> int:
@@ -159,4 +170,5 @@ class SinkCalibration(Intervention):
         if mask is None:
             mask = causal_mask(n_rows, n_keys, pattern.device)
         strength = torch.full((pattern.shape[1],), 1.0 - self.beta, device=pattern.device)
-        return formulas.calibrate(pattern, formulas.sinks_of(pattern, mask, where.q_start, self.threshold), strength)
+        sinks = formulas.sinks_of(pattern, mask, where.q_start, self.threshold, where.prompt_end, self.spare)
+        return formulas.calibrate(pattern, sinks, strength)

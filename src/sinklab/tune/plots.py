@@ -25,14 +25,16 @@ PROFILES_FILE = "profiles.safetensors"
 COLUMNS = [
     ("task", "task", "s"),
     ("n", "n", "d"),
+    ("orders", "rotations", "d"),
     ("chance", "chance", ".3f"),
     ("acc untouched", "acc_untouched", ".3f"),
     ("tuned", "acc_tuned", ".3f"),
     ("change", "acc_change", "+.3f"),
     ("95% low", "acc_change_low", "+.3f"),
     ("high", "acc_change_high", "+.3f"),
-    ("McNemar p", "mcnemar_p", ".3g"),
-    ("gold loglik change", "gold_loglik_change", "+.3f"),
+    ("sign-flip p", "sign_flip_p", ".3g"),
+    ("McNemar p (strict)", "mcnemar_p", ".3g"),
+    ("gold logprob change", "gold_logprob_change", "+.3f"),
     ("chosen", "chosen", "s"),
 ]
 

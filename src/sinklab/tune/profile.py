@@ -1,12 +1,15 @@
 """Head profiling: which heads' edit moves the validation objective, and which way.
 
 The papers profile by trying each head in turn (ZeroTuning scales one head's initial-token weight
-and re-scores the validation split; ACT calibrates one head at a time): two evaluations per head,
-540 for a 30-layer, 9-head model, hours on a CPU. sinklab takes the derivative of the same
-objective with respect to every head's edit strength at the identity instead (log gamma for
-ZeroTuning, 1 - beta for ACT), one backward pass per validation example for all heads at once: the
-first-order answer to "does scaling this head help, and which way". The search that follows
-(:mod:`.search`) then judges whole tunings with lm-eval, so no verdict rests on the derivative.
+at a fixed gamma and re-scores the validation split; ACT calibrates one head at a time): one
+validation pass per head, 270 for a 30-layer, 9-head model, hours on a CPU. That is
+:func:`ablation_profile` (``sinklab tune --profile ablation``). sinklab's default,
+:func:`head_profile`, takes the derivative of the same objective with respect to every head's edit
+strength at the identity instead (log gamma for ZeroTuning, 1 - beta for ACT), one backward pass per
+validation example for all heads at once: the first-order answer to "does scaling this head help,
+and which way". The search that follows (:mod:`.search`) judges whole tunings with lm-eval either
+way, so no verdict rests on the profile; whether the two rank heads alike is measured
+(``benchmarks/profile_ranking.py``).
 
 The objective is read from the choices' log-likelihoods of the requests lm-eval builds
 (:func:`sinklab.accuracy.harness.questions`): supervised, the log-probability of the correct choice
@@ -16,17 +19,21 @@ mode, which needs no labels).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from .. import intervene
-from ..core.hooks import hook_name
+from ..core.hooks import hook_name, scoring_after
 from ..core.progress import progress_bar
 from . import formulas
 
 MODES = ("supervised", "unsupervised")
+#: How heads are profiled: ``gradient`` (:func:`head_profile`) or ``ablation`` (:func:`ablation_profile`).
+PROFILES = ("gradient", "ablation")
+#: The fixed gamma each head is scaled by, alone, in ZeroTuning's ablation profile.
+ABLATION_GAMMA = 1.5
 
 
 def choice_logliks(model, question) -> torch.Tensor:
@@ -54,15 +61,16 @@ def objective(logliks: torch.Tensor, gold: int, mode: str) -> torch.Tensor:
     return logp[gold] if mode == "supervised" else (logp.exp() * logp).sum()
 
 
-def strength_hooks(method: str, strength: torch.Tensor, threshold: float) -> list:
-    """Hooks that apply ``method`` with per-(layer, head) ``strength`` (L, H), differentiably."""
+def strength_hooks(method: str, strength: torch.Tensor, threshold: float, spare: str = "first_token") -> list:
+    """Hooks that apply ``method`` with per-(layer, head) ``strength`` (L, H), differentiably (ACT
+    with its ``threshold`` and the sink it ``spare``s)."""
     if method == "zerotuning":
         return [(hook_name(layer, "attn.hook_scores"), _scaled(strength[layer])) for layer in range(strength.shape[0])]
     masks: dict = {}
     hooks = []
     for layer in range(strength.shape[0]):
         hooks.append((hook_name(layer, "attn.hook_mask"), _kept(masks, layer)))
-        hooks.append((hook_name(layer, "attn.hook_pattern"), _calibrated(masks, layer, strength[layer], threshold)))
+        hooks.append((hook_name(layer, "attn.hook_pattern"), _calibrated(masks, layer, strength[layer], threshold, spare)))
     return hooks
 
 
@@ -78,24 +86,69 @@ def _kept(masks: dict, layer: int) -> Callable:
     return keep
 
 
-def _calibrated(masks: dict, layer: int, strength: torch.Tensor, threshold: float) -> Callable:
+def _calibrated(masks: dict, layer: int, strength: torch.Tensor, threshold: float, spare: str) -> Callable:
     def edit(pattern, where):
-        sinks = formulas.sinks_of(pattern.detach(), masks[layer], where.q_start, threshold)
+        sinks = formulas.sinks_of(pattern.detach(), masks[layer], where.q_start, threshold, where.prompt_end, spare)
         return formulas.calibrate(pattern, sinks, strength)
 
     return edit
 
 
 def head_profile(
-    model, questions: Sequence, method: str, mode: str, shape: tuple[int, int], threshold: float = 0.1
+    model,
+    questions: Sequence,
+    method: str,
+    mode: str,
+    shape: tuple[int, int],
+    threshold: float = 0.1,
+    spare: str = "first_token",
 ) -> torch.Tensor:
     """(L, H): the mean derivative of :func:`objective` over ``questions`` with respect to each
-    head's strength at the identity (positive: strengthening the edit on that head helps)."""
+    head's strength at the identity (positive: strengthening the edit on that head helps). Each
+    question's choices follow its prompt, which ACT finds the sinks on (as the judge does)."""
     strength = torch.zeros(shape, device=model.device, requires_grad=True)
     total = torch.zeros(shape, device=model.device)
-    with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(strength_hooks(method, strength, threshold)):
+    hooked = strength_hooks(method, strength, threshold, spare)
+    with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
         for question in progress_bar(questions, desc=f"profiling heads ({method})", unit="example", leave=False):
-            value = objective(choice_logliks(model, question), question.gold, mode)
+            with scoring_after(len(question.pairs[0][0])):
+                logliks = choice_logliks(model, question)
+            value = objective(logliks, question.gold, mode)
             (grad,) = torch.autograd.grad(value, strength, materialize_grads=True)  # no sink in this input: 0
             total += grad
+    return total / max(len(questions), 1)
+
+
+def ablation_profile(
+    model,
+    questions: Sequence,
+    method: str,
+    mode: str,
+    shape: tuple[int, int],
+    strength: float,
+    heads: Optional[Sequence[tuple[int, int]]] = None,
+    threshold: float = 0.1,
+    spare: str = "first_token",
+) -> torch.Tensor:
+    """(L, H): for each (layer, head) of ``heads`` (None: every head; the others NaN), the mean of
+    :func:`objective` over ``questions`` with that head alone edited at ``strength`` (ZeroTuning:
+    log gamma; ACT: 1 - beta), minus the untouched model's: the papers' one-head-at-a-time profile."""
+    base = _mean_objective(model, questions, mode, [])
+    profile = torch.full(shape, float("nan"))
+    tried = list(heads) if heads is not None else [(layer, head) for layer in range(shape[0]) for head in range(shape[1])]
+    for layer, head in progress_bar(tried, desc=f"profiling heads one at a time ({method})", unit="head", leave=False):
+        alone = torch.zeros(shape, device=model.device)
+        alone[layer, head] = strength
+        profile[layer, head] = _mean_objective(model, questions, mode, strength_hooks(method, alone, threshold, spare)) - base
+    return profile
+
+
+@torch.no_grad()
+def _mean_objective(model, questions: Sequence, mode: str, hooked: list) -> float:
+    """:func:`objective`'s mean over ``questions`` with the hooks ``hooked`` attached."""
+    total = 0.0
+    with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
+        for question in questions:
+            with scoring_after(len(question.pairs[0][0])):
+                total += float(objective(choice_logliks(model, question), question.gold, mode))
     return total / max(len(questions), 1)

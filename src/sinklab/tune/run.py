@@ -4,25 +4,41 @@ capability of the one pipeline).
 Per task: the validation split's requests profile every head (:mod:`.profile`), candidate tunings
 are judged on validation by lm-eval (:mod:`.search`), and the chosen tuning and the untouched model
 are judged on the test split by lm-eval, example by example (:mod:`sinklab.accuracy.paired`).
+
+A run directory holds, beside the summary, each task's tuning (``tuning-<task>.json``), the
+profiles, and the test verdict in lm-eval's own files (:mod:`sinklab.accuracy.lm_eval_files`):
+``lm_eval_results.json``, whose entries are ``<task>|untouched`` and ``<task>|tuned`` (the tuned
+entry is the untouched model's where no tuning beat it on validation: the verdict is no change),
+and their per-example samples, ``samples_<task>_untouched.jsonl`` and ``samples_<task>_tuned.jsonl``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
 from ..accuracy import (
+    EVERY,
+    ROTATIONS_HELP,
     SIZES,
     SUITE,
+    Judged,
+    LmEvalFiles,
     check_prompts_fit,
+    check_rotations,
+    check_seed,
     check_tasks,
     evaluate,
+    lm_eval_version,
     lm_for,
+    migrated_judge,
     questions,
     read_task,
     sizes_for,
+    split_rule_setting,
     task_names,
     verdict,
 )
@@ -34,10 +50,11 @@ from ..models.hf import MODEL_HELP, LoadOptions, model_facts, read_header
 from ..models.subjects import transformers_model
 from . import page, plots
 from .applied import applied
+from .formulas import SPARE_RULES
 from .frame import TUNE_TABLES
-from .profile import MODES, head_profile
-from .search import SEARCHES, Candidate, best
-from .tunings import save_tuning, to_record
+from .profile import ABLATION_GAMMA, MODES, PROFILES, ablation_profile, head_profile
+from .search import ACT_LAYER_RANGES, SEARCHES, Candidate, best
+from .tunings import ACT_BETA, save_tuning, to_record
 from .tunings import untouched as untouched_tuning
 
 METHODS = tuple(SEARCHES)
@@ -45,11 +62,24 @@ METHODS = tuple(SEARCHES)
 DEFAULT_TASKS = SUITE
 
 
+#: The summary's schema: 3, accuracy asked under every order of the listed choices (``rotations``),
+#: rotation-averaged and strict accuracy, the gold log-probability among the choices, the sign-flip p.
+SCHEMA_VERSION = 3
+
+
 @dataclass
 class TuneConfig:
     """``sinklab tune``'s settings (and ``sinklab.tune_model``'s keyword arguments)."""
 
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {
+        1: lambda saved: {
+            **migrated_judge(saved, "tasks", "rotations"),
+            "profile": "gradient",
+            "act_layers": "all",
+            "act_spare": "first_token",
+        }
+    }
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     method: str = setting("zerotuning", choices=METHODS, help="zerotuning (Han et al. 2026) or act (Yu et al. 2024)")
@@ -62,10 +92,34 @@ class TuneConfig:
         parse=task_names,
         help="BIG-bench task names or task.json paths (one tuning each; suite: the suite's)",
     )
-    shots: int = setting(0, help="shots per prompt, drawn from the task's own examples (BIG-bench's few-shot convention)")
+    shots: int = setting(
+        0,
+        help="shots per prompt, drawn from the task's own examples (BIG-bench's few-shot convention)",
+        aliases=("--num-fewshot", "--num_fewshot"),
+        alias_note="lm-eval's spelling, accepted as an alias",
+    )
     validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
     test: int = setting(SIZES["test"], help="test examples per task (the verdict)")
     seed: int = setting(0, help="draws the splits and the shots")
+    rotations: int = setting(EVERY, help=ROTATIONS_HELP)
+    profile: str = setting(
+        "gradient",
+        choices=PROFILES,
+        help="how heads are ranked: gradient (every head's derivative at once, one backward pass per validation example) "
+        f"or ablation (the papers': each head edited alone, gamma {ABLATION_GAMMA:g} or ACT's beta, one validation pass "
+        "per head: hours on a CPU for a 30-layer model)",
+    )
+    act_layers: str = setting(
+        "official",
+        choices=tuple(ACT_LAYER_RANGES),
+        help="--method act: the layers it may calibrate: official (the paper's code: all but the first two and the last) or all",
+    )
+    act_spare: str = setting(
+        "first_token",
+        choices=SPARE_RULES,
+        help="--method act: the sink kept: first_token (position 0, always) or first_sink (the first found, as the paper's code)",
+    )
+    splits: int = split_rule_setting()
     batch_size: int = setting(8, help="lm-eval's batch size (ACT's evaluations run one example at a time)", result=False)
     load: LoadOptions = field(default_factory=LoadOptions)
 
@@ -75,8 +129,19 @@ class TuneConfig:
         check(self.shots >= 0, f"--shots must be at least 0, got {self.shots}")
         check(self.validation >= 1, f"--validation must be at least 1, got {self.validation}")
         check(self.test >= 1, f"--test must be at least 1, got {self.test}")
+        check_seed(self.seed)  # a negative seed was a numpy traceback after the whole run
+        check(self.batch_size >= 1, f"--batch-size must be at least 1, got {self.batch_size}")
+        check_rotations(self.rotations)
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        check(
+            self.method == "act" or (self.act_layers, self.act_spare) == ("official", "first_token"),
+            "--act-layers and --act-spare are read only with --method act",
+        )
+
+    def search_options(self) -> dict:
+        """What the method's candidates are drawn with (:data:`~.search.SEARCHES`)."""
+        return {"layer_range": self.act_layers, "spare": self.act_spare} if self.method == "act" else {}
 
     @property
     def sizes(self) -> dict:
@@ -88,26 +153,44 @@ def preflight(cfg: TuneConfig, context: RunContext) -> None:
     prompts within the model's positions, and a BOS token (the configuration's model read without its weights)."""
     loaded = transformers_model(context.subject) if context.subject is not None else read_header(cfg.model, cfg.load)
     tasks = check_tasks(cfg.tasks, loaded.tokenizer, cfg.sizes, cfg.seed)
+    config = loaded.config if hasattr(loaded, "config") else loaded.model.config
+    layers = config.get_text_config().num_hidden_layers
+    check(
+        cfg.method != "act" or len(ACT_LAYER_RANGES[cfg.act_layers](layers)) > 0,
+        f"--act-layers {cfg.act_layers} leaves none of the model's {layers} layers to calibrate "
+        "(official: all but the first two and the last); pass --act-layers all",
+    )
     splits = ("validation", "test")
     check_prompts_fit(tasks, loaded.tokenizer, cfg.shots, cfg.sizes, loaded.max_positions, splits, cfg.seed, "--shots")
 
 
+def profile_heads(model, asked, cfg: TuneConfig, shape: tuple[int, int]):
+    """(L, H): the validation objective's response to each head's edit, as ``cfg.profile`` measures it."""
+    if cfg.profile == "gradient":
+        return head_profile(model, asked, cfg.method, cfg.mode, shape, spare=cfg.act_spare)
+    strength = math.log(ABLATION_GAMMA) if cfg.method == "zerotuning" else 1 - ACT_BETA
+    return ablation_profile(model, asked, cfg.method, cfg.mode, shape, strength, spare=cfg.act_spare)
+
+
 def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
-    """One task's profile, search and verdict: (its summary entry, its data)."""
+    """One task's profile, search and verdict: (its summary entry, its data: the profile, the
+    chosen tuning and the verdict's two scored runs, ``judged``, lm-eval's output on them kept)."""
     shape = (model.config.num_hidden_layers, model.config.num_attention_heads)
     clock = time.perf_counter()
-    asked = questions(lm, task, "validation", cfg.shots, cfg.sizes, cfg.seed)
-    profile = head_profile(model, asked, cfg.method, cfg.mode, shape)
+    asked = questions(lm, task, "validation", cfg.shots, cfg.sizes, cfg.seed, cfg.rotations)
+    profile = profile_heads(model, asked, cfg, shape)
     profile_s = time.perf_counter() - clock
 
     clock = time.perf_counter()
 
     def scored(split: str):
-        return evaluate(lm, [task], split, cfg.shots, cfg.sizes, cfg.seed)[0]
+        return evaluate(lm, [task], split, cfg.shots, cfg.sizes, cfg.seed, cfg.rotations)[0]
 
     untouched = Candidate("untouched", untouched_tuning(cfg.method, *shape), scored("validation"))
     tried = [untouched]
-    for label, tuning in progress_bar(SEARCHES[cfg.method](profile), desc=f"searching ({task.name})", unit="tuning", leave=False):
+    for label, tuning in progress_bar(
+        SEARCHES[cfg.method](profile, **cfg.search_options()), desc=f"searching ({task.name})", unit="tuning", leave=False
+    ):
         with applied(model, tuning):
             tried.append(Candidate(label, tuning, scored("validation")))
     chosen = best(tried, cfg.mode)
@@ -136,21 +219,25 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
             "search_s": round(search_s, 2),
         },
     }
-    return entry, {"profile": profile.cpu(), "tuning": chosen.tuning}
+    judged = (Judged(task.name, "untouched", before), Judged(task.name, "tuned", after, {"tuning": chosen.label}))
+    return entry, {"profile": profile.cpu(), "tuning": chosen.tuning, "judged": judged}
 
 
 def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
     """Every task's tuning and verdict, in memory: the summary, and as data each task's head
-    profile (L, H) and chosen tuning (the object ``sinklab.tune.applied`` takes)."""
+    profile (L, H), chosen tuning (the object ``sinklab.tune.applied`` takes) and the test
+    verdict's scored runs as lm-eval's files hold them (``lm_eval``: :class:`~sinklab.accuracy.LmEvalFiles`)."""
     loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
     model, tokenizer = loaded.model, loaded.tokenizer
     lm = lm_for(model, tokenizer, 1 if cfg.method == "act" else cfg.batch_size)  # ACT reads whole columns: no padded rows
-    entries, data = [], {"profiles": {}, "tunings": {}}
+    entries, data, judged = [], {"profiles": {}, "tunings": {}}, []
     for name in progress_bar(cfg.tasks, desc=f"tuning ({cfg.method}, {cfg.mode})", unit="task"):
         entry, found = tune_task(model, lm, read_task(name), cfg)
         entries.append(entry)
         data["profiles"][entry["task"]] = found["profile"]
         data["tunings"][entry["task"]] = found["tuning"]
+        judged += found["judged"]
+    data["lm_eval"] = LmEvalFiles(tuple(judged), loaded.name, cfg.seed, cfg.rotations, cfg.splits)
     summary = {
         "model": loaded.name,
         **model_facts(model),
@@ -159,29 +246,27 @@ def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
         "method": cfg.method,
         "mode": cfg.mode,
         "shots": cfg.shots,
+        "rotations": cfg.rotations,
+        "profile": cfg.profile,
         "sizes": {"validation": cfg.validation, "test": cfg.test},
-        "engine": f"lm-eval {_lm_eval_version()}",
+        "engine": f"lm-eval {lm_eval_version()}",
         "tasks": entries,
         "tunings": {task: to_record(t) for task, t in data["tunings"].items()},
     }
-    return RunResult(stamped("tune", summary), data)
-
-
-def _lm_eval_version() -> str:
-    from importlib.metadata import version
-
-    return version("lm_eval")
+    return RunResult(stamped("tune", summary, SCHEMA_VERSION), data)
 
 
 def write(out: Path, result: RunResult) -> list[str]:
-    """Each task's tuning as ``tuning-<task>.json`` (``sinklab.tune.load_tuning`` reads it back) and the profiles."""
+    """Each task's tuning as ``tuning-<task>.json`` (``sinklab.tune.load_tuning`` reads it back),
+    the profiles, and the test verdict as lm-eval's files (``lm_eval_results.json``, ``samples_*.jsonl``)."""
     names = []
     for task, tuning in result.data["tunings"].items():
         name = f"tuning-{task.replace('/', '__')}.json"
         save_tuning(tuning, out / name)
         names.append(name)
     plots.save_data(out, result.data)
-    return [*names, plots.PROFILES_FILE]
+    check("lm_eval" in result.data, "this tune result holds no lm-eval output to write (measure it with sinklab.tune_model)")
+    return [*names, plots.PROFILES_FILE, *result.data["lm_eval"].write(out)]
 
 
 def read_data(run_dir: Path) -> dict:

@@ -27,6 +27,9 @@ GAMMAS = (1.25, 1.5, 2.0, 3.0)
 ZEROTUNING_SHARE = 0.25
 #: ACT's head counts tried on validation.
 ACT_COUNTS = (4, 8, 16, 32)
+#: The layers ACT may calibrate, of a model's n: ``official`` as GATECH-EIC/ACT's search (every layer
+#: but the first two and the last), ``all``.
+ACT_LAYER_RANGES = {"official": lambda n: range(2, n - 1), "all": range}
 
 
 @dataclass(frozen=True)
@@ -60,18 +63,20 @@ def zerotuning_candidates(profile: torch.Tensor) -> list[tuple[str, Tuning]]:
     return out
 
 
-def act_candidates(profile: torch.Tensor) -> list[tuple[str, Tuning]]:
-    """ACT on the top n heads where calibration helps (positive profile), n in :data:`ACT_COUNTS`."""
+def act_candidates(profile: torch.Tensor, layer_range: str = "official", spare: str = "first_token") -> list[tuple[str, Tuning]]:
+    """ACT on the top n heads of the layers of ``layer_range`` (:data:`ACT_LAYER_RANGES`) where
+    calibration helps (positive profile), n in :data:`ACT_COUNTS`, each keeping the sink ``spare`` names."""
     layers, heads = profile.shape
+    allowed = ACT_LAYER_RANGES[layer_range](layers)
     flat = profile.flatten()
-    helpful = [i for i in flat.argsort(descending=True).tolist() if flat[i] > 0]
+    helpful = [i for i in flat.argsort(descending=True).tolist() if flat[i] > 0 and i // heads in allowed]
     out = []
     for n in ACT_COUNTS:
         if n > len(helpful) and out:
             break
         picked = helpful[:n]
         if picked:
-            out.append((f"ACT on {len(picked)} heads", ACT(tuple(divmod(i, heads) for i in picked))))
+            out.append((f"ACT on {len(picked)} heads", ACT(tuple(divmod(i, heads) for i in picked), spare=spare)))
     return out
 
 

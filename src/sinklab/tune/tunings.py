@@ -56,11 +56,12 @@ class ACT:
     heads: tuple[tuple[int, int], ...]
     beta: float = ACT_BETA
     threshold: float = ACT_THRESHOLD
+    spare: str = "first_token"  # which sink is kept (formulas.SPARE_RULES); older tunings kept the first token
     method: ClassVar[str] = "act"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(sorted((int(layer), int(head)) for layer, head in self.heads)))
-        SinkCalibration(beta=self.beta, threshold=self.threshold)  # refuses a beta or threshold outside its range
+        SinkCalibration(beta=self.beta, threshold=self.threshold, spare=self.spare)  # refuses what is out of range
 
     @property
     def scaled(self) -> int:
@@ -71,7 +72,7 @@ class ACT:
         for layer, head in self.heads:
             by_layer.setdefault(layer, []).append(head)
         return [
-            SinkCalibration(beta=self.beta, threshold=self.threshold, layers=(layer,), heads=tuple(heads))
+            SinkCalibration(beta=self.beta, threshold=self.threshold, spare=self.spare, layers=(layer,), heads=tuple(heads))
             for layer, heads in sorted(by_layer.items())
         ]
 
@@ -112,7 +113,8 @@ def save_tuning(tuning: Tuning, path: str | Path) -> Path:
 
 
 def load_tuning(path: str | Path) -> Tuning:
-    """A tuning saved by :func:`save_tuning` (or a run's ``tuning.json``)."""
+    """A tuning saved by :func:`save_tuning`, such as each task's ``tuning-<task>.json`` in a
+    ``sinklab tune`` run directory (a task name's ``/`` written as ``__``)."""
     path = Path(path)
     check(path.is_file(), f"no tuning file at {path}")
     try:

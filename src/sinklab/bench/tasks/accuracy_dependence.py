@@ -28,7 +28,7 @@ def read(result) -> dict:
 TASK = register(
     Task(
         name="accuracy_dependence",
-        version=1,
+        version=2,  # 2: the splits drawn test first (sinklab.accuracy.SPLIT_RULE 2)
         group="dependence",
         title="accuracy with the sink suppressed / intact",
         paper="Gu et al. 2025 (ICLR): removing the sink; judged on BIG-bench (Srivastava et al. 2023) by lm-eval",

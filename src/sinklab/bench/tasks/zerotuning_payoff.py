@@ -25,7 +25,7 @@ def read(result) -> dict:
 TASK = register(
     Task(
         name="zerotuning_payoff",
-        version=1,
+        version=2,  # 2: the splits drawn test first (sinklab.accuracy.SPLIT_RULE 2)
         group="payoff",
         title="ZeroTuning (unsupervised): accuracy gain",
         paper="Han et al. 2026 (ICLR), ZeroTuning; judged on BIG-bench (Srivastava et al. 2023) by lm-eval",

@@ -1,0 +1,68 @@
+"""The accuracy suite screened on enough data (issue 50; BENCHMARKS.md 13).
+
+Every task of ``sinklab.accuracy.CANDIDATES`` (or ``--tasks``) is scored zero-shot (or with
+``--shots``) by lm-eval on the default model, each example under every cyclic order of its listed
+choices, on up to ``--examples`` (1,000) examples outside the seeded test split (all of them where
+fewer; at least ``SELECTION``, 200, where the task has them): the rotation-averaged accuracy with its
+95 % t interval, the strict accuracy, the position bias, and the suite rule
+(``sinklab.accuracy.suite.screen``: one-sided t-test against chance, Holm's correction over every
+candidate screened, the margin). Each kept task is then scored on its test split
+(``confirmed``). One row per task and one for the screen in ``results/suite_screen.jsonl``, each with
+its wall and CPU time.
+
+Run: `.venv/bin/python benchmarks/suite_screen.py [--shots 0] [--examples 1000]` (the BIG-bench task
+files are fetched once on first use). Hours on 2 CPU cores for the 24 candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import record
+
+from sinklab.accuracy import CANDIDATES, SIZES, evaluate, lm_for, read_task, sizes_for
+from sinklab.accuracy.suite import REPORTED, confirmed, screen
+from sinklab.core.progress import progress_bar
+from sinklab.models.hf import load_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default=",".join(CANDIDATES), help="BIG-bench task names (default: the candidates)")
+    parser.add_argument("--shots", type=int, default=0)
+    parser.add_argument("--examples", type=int, default=REPORTED, help="the most examples scored outside the test split")
+    parser.add_argument("--batch-size", type=int, default=8)
+    args = parser.parse_args()
+    loaded = load_model(None)
+    lm = lm_for(loaded.model, loaded.tokenizer, args.batch_size)
+    pool = max(args.shots, SIZES["shots"])
+    selected, tasks = [], {}
+    for name in progress_bar(args.tasks.split(","), desc="screening", unit="task"):
+        task = tasks[name] = read_task(name)
+        outside = min(args.examples, len(task.examples) - SIZES["test"] - pool)
+        wall, cpu = time.perf_counter(), time.process_time()
+        (scored,) = evaluate(lm, [task], "validation", args.shots, sizes_for(args.shots, outside))
+        selected.append(scored)
+        record(
+            "suite_screen",
+            {
+                **scored.row(),
+                "model": loaded.name,
+                "examples_in_task": len(task.examples),
+                "acc_by_position": scored.acc_by_position,
+                "picks_by_position": scored.picks_by_position,
+                "wall_s": round(time.perf_counter() - wall, 1),
+                "cpu_s": round(time.process_time() - cpu, 1),
+            },
+        )
+    rows = screen(selected)
+    for row in rows:
+        if row["kept"]:
+            (test,) = evaluate(lm, [tasks[row["task"]]], "test", args.shots, sizes_for(args.shots, 0))
+            row.update(test_acc=test.acc, test_n=test.n, confirmed=confirmed(test))
+    record("suite_screen", {"model": loaded.name, "shots": args.shots, "screen": rows})
+
+
+if __name__ == "__main__":
+    main()

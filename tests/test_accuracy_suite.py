@@ -1,0 +1,53 @@
+"""The suite rule (issue 50): each candidate's rotation-averaged scores tested one-sided against
+chance by a t-test, Holm's correction over every candidate screened, the margin, and the test
+split's confirmation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import scored_of
+
+from sinklab.accuracy.suite import above_chance_t, confirmed, holm, interval, screen
+
+
+def test_holms_step_down_on_hand_checked_p_values():
+    """m = 4 at alpha 0.05: thresholds 0.0125, 0.0167, 0.025, 0.05. b (0.014) passes Holm where
+    Bonferroni (0.0125 for all) would fail it; c (0.03) fails, and d (0.04, below its own 0.05)
+    fails too because the steps stop at c. Mutations caught: Bonferroni, and no stop after the
+    first failure."""
+    assert holm({"a": 0.001, "b": 0.014, "c": 0.03, "d": 0.04}, 0.05) == {"a": True, "b": True, "c": False, "d": False}
+    assert holm({"a": 0.001, "b": 0.004}, 0.01) == {"a": True, "b": True}  # 0.004 < 0.01 / 1
+    assert holm({"a": 0.006}, 0.01) == {"a": True}
+
+
+def test_the_one_sided_t_test_and_interval_on_a_hand_checked_sample():
+    """Scores 1,1,0,1,1,0,1,1 against chance 0.5: mean 0.75, sd 0.4629, t = 1.5275 on 7 degrees."""
+    from scipy import stats
+
+    scored = scored_of("t", [True] * 8, chance=0.5, score=[1, 1, 0, 1, 1, 0, 1, 1])
+    sd = math.sqrt((6 * 0.25**2 + 2 * 0.75**2) / 7)
+    t = 0.25 / (sd / math.sqrt(8))
+    assert above_chance_t(scored) == pytest.approx(stats.t.sf(t, 7))
+    low, high = interval(scored)
+    half = stats.t.ppf(0.975, 7) * sd / math.sqrt(8)
+    assert (low, high) == (pytest.approx(0.75 - half), pytest.approx(0.75 + half))
+    below = scored_of("t", [False] * 8, chance=0.5, score=[0, 0, 1, 0, 0, 1, 0, 0])
+    assert above_chance_t(below) == pytest.approx(stats.t.cdf(t, 7))  # below chance: the one-sided p is near 1
+
+
+def test_the_screen_keeps_what_passes_holm_and_the_margin_and_the_test_split_confirms():
+    """Three candidates of 300 examples at chance 0.25: one far above (kept), one significantly but
+    only 0.03 above (fails the margin), one at chance. Mutations caught: the margin dropped (the
+    second kept), the correction dropped is caught by the Holm test above."""
+    n = 300
+    far = scored_of("far", [False] * n, chance=0.25, score=[0.75] * (n // 2) + [0.25] * (n // 2))
+    near = scored_of("near", [False] * n, chance=0.25, score=[0.28 + 0.01 * ((i % 3) - 1) for i in range(n)])
+    flat = scored_of("flat", [False] * n, chance=0.25, score=[0.0, 0.5] * (n // 2))
+    rows = {r["task"]: r for r in screen([far, near, flat])}
+    assert rows["far"]["kept"] and rows["far"]["holm_passed"]
+    assert rows["near"]["holm_passed"] and not rows["near"]["kept"]
+    assert not rows["flat"]["holm_passed"] and not rows["flat"]["kept"]
+    assert rows["far"]["acc_low"] < 0.5 < rows["far"]["acc_high"]
+    assert confirmed(far) and not confirmed(flat)
