@@ -111,9 +111,13 @@ def test_a_users_task_files_are_named_by_their_file_or_explicitly(tmp_path, toke
         read_task(f"{first}:two words")
 
 
-def test_what_sinklab_differentiates_is_what_lm_eval_scores(tmp_path, tokenizer, tiny_model_dir):
+@pytest.mark.parametrize("choices", [("A", "B"), VARIED_CHOICES], ids=["two-choices", "varied-counts-and-lengths"])
+def test_what_sinklab_differentiates_is_what_lm_eval_scores(tmp_path, tokenizer, tiny_model_dir, choices):
+    """The profile's log-likelihoods (one right-padded batch of a question's choices) are lm-eval's,
+    also where the examples differ in their number of choices and the choices in their length
+    (several tokens each, padded to the longest)."""
     loaded = sinklab.load_model(str(tiny_model_dir("llama")))
-    task = read_task(str(write_task(tmp_path / "same" / "task.json")))
+    task = read_task(str(write_task(tmp_path / "same" / "task.json", choices=choices)))
     lm = lm_for(loaded.model, loaded.tokenizer)
     (scored,) = evaluate(lm, [task], "test", 2, SPLITS)
     with torch.no_grad():

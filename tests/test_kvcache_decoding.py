@@ -440,7 +440,9 @@ def test_a_fractional_budget_too_small_for_the_prompt_is_refused_at_the_prefill(
     4 keys, which cannot hold StreamingLLM's 4 sinks and a key it scores, refused in one line at
     the prefill (the press's own settings passed: 0.2 is a valid fraction); 0.25 (6 keys) keeps
     the 4 sinks and the 2 most recent tokens at every compression. Mutation caught: a fractional
-    decode budget never checked for fit (the cache pressed to the sinks alone)."""
+    decode budget never checked for fit (resolved at the prefill without the check, the cache then
+    pressed to the sinks alone; dropping only ``for_prompt``'s own call is no bug, since
+    ``dataclasses.replace`` runs ``__post_init__`` again, which checks a budget in tokens)."""
     model = tiny()
     too_small = P.DecodingPress(P.StreamingLLM(keep_sinks=4), budget=0.2, every=8)
     with pytest.raises(SinklabError, match="^a budget of 4 keys cannot hold the 4 sinks") as error:
@@ -448,3 +450,18 @@ def test_a_fractional_budget_too_small_for_the_prompt_is_refused_at_the_prefill(
     assert "\n" not in str(error.value)
     _, held, state = decoded(model, P.DecodingPress(P.StreamingLLM(keep_sinks=4), budget=0.25, every=8), chunk=8)
     assert held[-1] == [0, 1, 2, 3, PROMPT + FED - 2, PROMPT + FED - 1] and set(state.last.kept.values()) == {6}
+
+
+def test_kvpress_argument_names_are_taken_and_adakv_under_a_decoding_press_says_why():
+    """A kvpress user's spellings: ``DecodingPress(base_press=, compression_interval=, target_size=)``
+    and ``AdaKV(press, alpha_safeguard=)`` (issue 51); ``DecodingPress(AdaKV(...))`` is refused with
+    the reason, not "needs a press"."""
+    from sinklab.kvcache import AdaKV, DecodingPress, SnapKV
+
+    theirs = DecodingPress(base_press=SnapKV(keep_sinks=4), compression_interval=32, target_size=256)
+    assert theirs == DecodingPress(SnapKV(keep_sinks=4), budget=256, every=32)
+    assert AdaKV(SnapKV(ratio=0.5), alpha_safeguard=0.3).alpha == 0.3
+    with pytest.raises(SinklabError, match="AdaKV gives each head its own number of keys"):
+        DecodingPress(AdaKV(SnapKV(keep_sinks=4)), budget=256)
+    with pytest.raises(SinklabError, match="give every= .* or compression_interval=, not both"):
+        DecodingPress(SnapKV(), every=8, compression_interval=16)

@@ -1,7 +1,10 @@
 """Reproducible training (issue 53): the threads a run used are recorded, ``--threads`` sets them, and
-the same seed and thread count give the same checkpoint bit for bit, uninterrupted or resumed."""
+the same seed and thread count give the same checkpoint bit for bit, uninterrupted or resumed; a run
+of another thread count is another run."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,37 +13,77 @@ from test_pretrain import corpus, tiny  # noqa: F401 (the fixture)
 
 from sinklab import cli
 from sinklab.core.checkpoint import latest_checkpoint
-from sinklab.core.provenance import OnThreads, machine_record
+from sinklab.core.errors import SinklabError
+from sinklab.core.launchers import LOCAL, LauncherSettings
+from sinklab.core.provenance import OnThreads, cpu_model, machine_record
+from sinklab.core.runs import read_jsonl
 from sinklab.pretrain import results, train_lm
 from sinklab.pretrain import train as pretrain
 from sinklab.pretrain.sweep import SweepConfig
+
+pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two threads need two cores")
+
+
+@pytest.fixture(autouse=True)
+def threads_kept():
+    """Each test leaves torch's threads as it found them."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def wide(corpus, **kw):  # noqa: F811
+    """The tiny run with a batch wide enough that one and two threads sum its floats in another
+    order (at batch 4 they agree to the bit, and a test of the threads could not fail)."""
+    return tiny(corpus, batch=32, **kw)
 
 
 def weights(run_dir) -> dict:
     """The tensors of the run's last checkpoint: the model's weights and the optimizer's moments."""
     last = latest_checkpoint(run_dir)
-    return {f"{part}/{k}": v for part in ("model", "optimizer") for k, v in load_file(str(last / f"{part}.safetensors")).items()}
+    return {f"{part}/{k}": v for part, k, v in _tensors(last)}
 
 
-def test_same_seed_and_threads_give_the_same_checkpoint_bit_for_bit(corpus, tmp_path):  # noqa: F811
-    before = torch.get_num_threads()
-    first, second = tmp_path / "first", tmp_path / "second"
-    train_lm(tiny(corpus, threads=2), first)
-    train_lm(tiny(corpus, threads=2), second)
-    a, b = weights(first), weights(second)
-    assert a.keys() == b.keys() and a
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert torch.get_num_threads() == before  # the run's threads do not leak into the caller
+def _tensors(last: Path):
+    for part in ("model", "optimizer"):
+        for k, v in load_file(str(last / f"{part}.safetensors")).items():
+            yield part, k, v
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and bool(a) and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_same_seed_and_threads_give_the_same_checkpoint_bit_for_bit_and_other_threads_do_not(corpus, tmp_path):  # noqa: F811
+    """Mutation caught: the pipeline setting the threads only around run.json's writing (training
+    on the caller's 1 thread): the 2-thread checkpoints would equal the 1-thread one."""
+    torch.set_num_threads(1)
+    first, second, single = tmp_path / "first", tmp_path / "second", tmp_path / "single"
+    train_lm(wide(corpus, threads=2), first)
+    train_lm(wide(corpus, threads=2), second)
+    train_lm(wide(corpus, threads=1), single)
+    assert same(weights(first), weights(second))
+    timeless = [
+        [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in read_jsonl(run / "metrics.jsonl")]
+        for run in (first, second)
+    ]
+    assert timeless[0] == timeless[1]  # every evaluation's loss and sink figures too
+    assert not same(weights(first), weights(single))  # the thread count reaches the training
+    assert torch.get_num_threads() == 1  # the run's threads do not leak into the caller
     machine = json.loads((first / "run.json").read_text())["machine"]
-    assert machine["torch_threads"] == 2
-    assert {"torch_interop_threads", "cpu", "cpu_count", "deterministic_algorithms"} <= set(machine)
-    assert machine["deterministic_algorithms"] is False and machine["cpu"]
-    assert results.run_row(str(first), json.loads((first / "summary.json").read_text()))["threads"] == 2
+    assert machine["torch_threads"] == 2 and machine["torch_interop_threads"] == torch.get_num_interop_threads()
+    assert machine["cpu"] == cpu_model() and machine["cpu_count"] == os.cpu_count()
+    assert machine["deterministic_algorithms"] is False
+    summary = json.loads((first / "summary.json").read_text())
+    assert results.run_row(str(first), summary)["threads"] == 2
+    assert results.run_row(str(single), json.loads((single / "summary.json").read_text()))["threads"] == 1
 
 
 def test_a_run_resumed_at_the_same_threads_equals_the_uninterrupted_one(corpus, tmp_path, monkeypatch):  # noqa: F811
+    """Mutation caught: the resumed half on the caller's thread (1) instead of the run's 2."""
+    torch.set_num_threads(1)
     straight, killed = tmp_path / "straight", tmp_path / "killed"
-    train_lm(tiny(corpus, threads=2), straight)
+    train_lm(wide(corpus, threads=2), straight)
     original = pretrain.step_batch
 
     def dies_at_step_7(data, cfg, step):
@@ -50,32 +93,67 @@ def test_a_run_resumed_at_the_same_threads_equals_the_uninterrupted_one(corpus, 
 
     monkeypatch.setattr(pretrain, "step_batch", dies_at_step_7)
     with pytest.raises(KeyboardInterrupt):
-        train_lm(tiny(corpus, threads=2), killed)
+        train_lm(wide(corpus, threads=2), killed)
     monkeypatch.setattr(pretrain, "step_batch", original)
-    train_lm(tiny(corpus, threads=2), killed, resume=True)
-    a, b = weights(straight), weights(killed)
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(SinklabError, match=r"holds a run of another configuration \(threads: 2 there, 1 now\)"):
+        train_lm(wide(corpus, threads=1), killed, resume=True)  # another thread count is another run
+    train_lm(wide(corpus, threads=2), killed, resume=True)
+    assert same(weights(straight), weights(killed))
+    with pytest.raises(SinklabError, match=r"threads: 2 there, None now"):
+        train_lm(wide(corpus), straight)  # a finished run is not read back as a default-threads run
 
 
-def test_run_json_records_the_threads_the_run_used_not_the_callers(corpus, tmp_path):  # noqa: F811
-    torch.set_num_threads(1)
-    train_lm(tiny(corpus, steps=4, eval_every=4, threads=2), tmp_path / "two")
-    train_lm(tiny(corpus, steps=4, eval_every=4), tmp_path / "default")
-    recorded = {
-        name: json.loads((tmp_path / name / "run.json").read_text())["machine"]["torch_threads"] for name in ("two", "default")
-    }
-    assert recorded == {"two": 2, "default": 1}
+def test_the_machine_record_reads_what_torch_and_the_system_say(monkeypatch):
+    record = machine_record()
+    assert record["torch_threads"] == torch.get_num_threads()
+    assert record["torch_interop_threads"] == torch.get_num_interop_threads()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        assert not names or record["cpu"] == names[0]
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert machine_record()["deterministic_algorithms"] is True
+    finally:
+        torch.use_deterministic_algorithms(False)
+    assert "gpu" not in record or torch.cuda.is_available()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    assert machine_record()["gpu"] == "NVIDIA H200"
 
 
 def test_jobs_run_on_the_threads_asked_and_give_them_back():
-    before = torch.get_num_threads()
-    assert OnThreads(lambda job: (job, torch.get_num_threads()), 3)("x") == ("x", 3)
-    assert OnThreads(lambda job: torch.get_num_threads(), None)(None) == before
-    assert torch.get_num_threads() == before
-    assert machine_record()["torch_threads"] == before
+    torch.set_num_threads(1)
+    assert OnThreads(lambda job: (job, torch.get_num_threads()), 2)("x") == ("x", 2)
+    assert OnThreads(lambda job: torch.get_num_threads(), None)(None) == 1
+    assert torch.get_num_threads() == 1
 
 
-def test_a_sweep_gives_every_run_its_threads_and_the_flag_is_its_own():
+def test_the_trigger_labs_jobs_get_the_threads_and_ask_the_engine_for_as_many_cpus(monkeypatch, tmp_path):
+    """Mutation caught: the lab handing its jobs OnThreads(fn, None)."""
+    from sinklab.trigger import TriggerConfig, lab
+    from sinklab.trigger.ensemble import Placement
+
+    seen = {}
+
+    def launch(fn, jobs, settings, *args, **kwargs):
+        seen.update(fn=fn, settings=settings)
+        return []
+
+    monkeypatch.setattr(lab, "launch", launch)
+    with pytest.raises(KeyError):  # nothing trained: no record to return
+        lab.run_grid([TriggerConfig()], tmp_path, Placement(threads=2), LOCAL)
+    assert isinstance(seen["fn"], OnThreads) and seen["fn"].threads == 2 and seen["settings"].cpus_per_job == 2
+
+
+def test_a_job_never_asks_for_fewer_cpus_than_its_threads():
+    assert LOCAL.with_threads(None) is LOCAL and LOCAL.with_threads(2).cpus_per_job == 2
+    assert LauncherSettings(cpus_per_job=4).with_threads(2).cpus_per_job == 4
+    with pytest.raises(SinklabError, match="--threads 2 is more than the 1 CPUs each job asks for"):
+        LauncherSettings(cpus_per_job=1).with_threads(2)
+
+
+def test_a_sweep_gives_every_run_its_threads():
     assert {run.threads for run in SweepConfig(corpus="bb", threads=2).runs()} == {2}
     assert {run.threads for run in SweepConfig(corpus="bb").runs()} == {None}
 
@@ -83,11 +161,13 @@ def test_a_sweep_gives_every_run_its_threads_and_the_flag_is_its_own():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["pretrain", "--corpus", "bb", "--threads", "0"], "--threads must be at least 1, got 0"),
-        (["sweep", "--corpus", "bb", "--threads", "0"], "--threads must be at least 1, got 0"),
-        (["sweep", "--corpus", "bb", "--set", "threads=2"], "--set threads=2: expected KEY=VALUE"),
-        (["trigger", "--quick", "--threads", "0"], "--threads must be at least 1, got 0"),
+        (["pretrain", "--corpus", "bb", "--threads", "0"], "--threads must be from 1 to this machine's"),
+        (["pretrain", "--corpus", "bb", "--threads", "100000"], "--threads must be from 1 to this machine's"),
+        (["sweep", "--corpus", "bb", "--threads", "0"], "--threads must be from 1 to this machine's"),
+        (["sweep", "--corpus", "bb", "--set", "threads=2"], "the threads are the sweep's own flag: give --threads 2"),
+        (["trigger", "--quick", "--threads", "0"], "--threads must be from 1 to this machine's"),
         (["adapt", "--threads", "2"], "--threads applies to fine-tuning (--to)"),
+        (["adapt", "--to", "gate", "--threads", "0"], "--threads must be from 1 to this machine's"),
     ],
 )
 def test_bad_thread_counts_are_refused_in_one_line(argv, message, tmp_path, capsys):

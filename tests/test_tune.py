@@ -459,8 +459,8 @@ def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():
     from sinklab.tune.search import Candidate, best
 
     def candidate(label, right, loglik, entropy=0.6):
-        scored = scored_of("t", right, gold_loglik=[loglik] * len(right))
-        return Candidate(label, ZeroTuning(((2.0 if label != "untouched" else 1.0, 1.0),)), replace(scored, entropy=(entropy,) * 4))
+        scored = replace(scored_of("t", right, gold_loglik=[loglik] * len(right)), entropy=(entropy,) * len(right))
+        return Candidate(label, ZeroTuning(((1.0 if label == "untouched" else 2.0, 1.0),)), scored)
 
     untouched = candidate("untouched", [True, False, True, False], -1.0)
     tied = candidate("tied", [True, False, True, False], -1.0)

@@ -322,7 +322,7 @@ def patterns_under(model, ids, tuning=None) -> torch.Tensor:
 def test_act_on_one_head_leaves_the_other_heads_of_its_layer_exactly(tokenizer):
     """ACT on head 0 of the later-sink model (test_tune): head 0's pattern is calibrated, head 1's
     is bit for bit the untouched one, although head 1 has sinks by ACT's rule (its uniform
-    attention gives key 1 a mean of (H_40 - 1) / 39 = 0.085 over the rows that see it, and key 2
+    attention gives key 1 a mean of (H_40 - 1) / 39 = 0.084 over the rows that see it, and key 2
     and on less; ACT on both heads at a threshold of 0.05 changes it: checked). Mutations caught:
     ACT's edits built without their heads (every head of the chosen layer calibrated), and
     SinkCalibration's selected heads ignored."""
@@ -346,9 +346,9 @@ def test_act_attends_whole_patterns_on_prompts_longer_than_the_query_chunk(token
     edits with ``query_chunk=None``, away from the untouched ones. Mutations caught: ACT run in row
     chunks (``tune.applied``'s query chunk), and a later ZeroTuning in the same ``sinklab.applied``
     block resetting ACT's chunking."""
-    import sinklab
     from test_tune import later_sink_model
 
+    import sinklab
     from sinklab.tune import ACT, ZeroTuning
     from sinklab.tune import applied as tuned
 

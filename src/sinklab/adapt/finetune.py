@@ -30,7 +30,7 @@ from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoi
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
-from ..core.provenance import THREADS_HELP, check_threads
+from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import append_jsonl, atomic_path
 from ..models.hf import MODEL_HELP, LoadedModel, LoadOptions, describe_architecture, model_facts
@@ -51,8 +51,8 @@ ADAPTER_FILE = "adapter.safetensors"
 class FinetuneConfig:
     """``sinklab adapt --to NAME``'s settings."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[dict] = {0: nested_evaluation}
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {0: nested_evaluation, 1: migrated_threads}
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     mitigation: str = setting("gate", help="the mitigation fine-tuned in", flag="--to", choices=tuple(MITIGATIONS), cli=False)
@@ -74,7 +74,7 @@ class FinetuneConfig:
     ramp: float = setting(0.5, help="fraction of the steps over which BOS fades out and the mitigation in")
     checkpoint_every: int = setting(50, help="steps between checkpoints", result=False)
     seed: int = setting(0, help="seed of the training batches")
-    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False)
+    threads: Optional[int] = setting(None, help=THREADS_HELP, metavar="N")
     load: LoadOptions = field(default_factory=LoadOptions)
 
     def __post_init__(self) -> None:

@@ -83,6 +83,21 @@ class LauncherSettings:
         engine's job sees no GPU it did not ask for: submitit hides the others, Slurm allots none)."""
         return replace(self, gpus_per_job=max(1, self.gpus_per_job)) if device.startswith("cuda") else self
 
+    def with_threads(self, threads: Optional[int]) -> "LauncherSettings":
+        """These settings for jobs that train on ``threads`` torch threads (``--threads``): each job
+        asks its engine for that many CPUs unless ``cpus_per_job`` says, and asking fewer CPUs than
+        threads is refused (the job would oversubscribe what Slurm or Ray gave it)."""
+        if threads is None:
+            return self
+        if self.cpus_per_job is None:
+            return replace(self, cpus_per_job=threads)
+        check(
+            threads <= self.cpus_per_job,
+            f"--threads {threads} is more than the {self.cpus_per_job} CPUs each job asks for (--cpus-per-job): "
+            "give --cpus-per-job at least --threads",
+        )
+        return self
+
     @property
     def runs_here(self) -> bool:
         """Whether the jobs run on this machine (its memory and devices are theirs)."""

@@ -99,10 +99,17 @@ def torch_threads(threads: Optional[int]) -> Iterator[None]:
 
 
 def check_threads(threads: Optional[int]) -> None:
-    """Refuse a thread count below 1 (``--threads``), in one line."""
+    """Refuse a thread count below 1 or above this machine's cores (``--threads``; more threads than
+    cores only slows torch, and thousands fail to start after the run directory is claimed), in one line."""
     from .errors import check
 
-    check(threads is None or threads >= 1, f"--threads must be at least 1, got {threads}")
+    cores = os.cpu_count() or 1
+    check(threads is None or 1 <= threads <= cores, f"--threads must be from 1 to this machine's {cores} cores, got {threads}")
+
+
+def migrated_threads(saved: dict) -> dict:
+    """A config.json from before ``--threads``: it ran on torch's default threads (None)."""
+    return {**saved, "threads": None}
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,7 @@ class OnThreads:
 
 #: The help of every ``--threads`` flag.
 THREADS_HELP = (
-    "torch's intra-op threads for each training run (default: torch's own, the cores or OMP_NUM_THREADS; "
-    "1 for runs trained side by side). The float order, and so a chaotic training's outcome, depends on it"
+    "torch's intra-op threads while training (default: torch's own, the cores or OMP_NUM_THREADS; 1 for runs "
+    "trained side by side). The float order, and so a chaotic training's outcome, depends on it: a run of "
+    "another --threads is another run (refused in its --out, as any other setting)"
 )

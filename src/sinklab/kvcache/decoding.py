@@ -31,6 +31,7 @@ from typing import Optional, Union
 from ..core.errors import check
 from .policy import DETECTED, CachePolicy, Compression, LayerContext, full_attention_layers, rewrite, sink_positions
 from .press import Press
+from .presses.adakv import AdaKV
 from .tally import tallied
 
 
@@ -46,8 +47,14 @@ class DecodingPress(CachePolicy):
     every: int = 64
 
     kind = "press"
+    aliases = {"base_press": "press", "compression_interval": "every", "target_size": "budget"}  # kvpress's names
 
     def __post_init__(self) -> None:
+        check(
+            not isinstance(self.press, AdaKV),
+            "DecodingPress brings every KV head back to the same budget each step, and AdaKV gives each head its own "
+            "number of keys: wrap the press AdaKV wraps, e.g. DecodingPress(SnapKV(keep_sinks=4))",
+        )
         check(isinstance(self.press, Press), f"DecodingPress needs a press, e.g. SnapKV(keep_sinks=4); got {self.press!r}")
         check(
             self.press.ratio == 0,

@@ -28,7 +28,7 @@ from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.flags import seed_ranges
 from ..core.launchers import LOCAL, LauncherSettings, launch
-from ..core.provenance import THREADS_HELP, check_threads
+from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import is_finished, run_differs
 from . import page
@@ -53,7 +53,8 @@ class SweepConfig:
     """Which runs a sweep trains (corpus, seeds, variants, budget, settings of every run) and how
     many at a time (``workers``: it does not change what a run computes)."""
 
-    VERSION: ClassVar[int] = 1
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {1: migrated_threads}
 
     corpus: str = setting(
         "shakespeare", choices=tuple(PLANS), help="shakespeare (every normalisation and extra) or bb (the mitigation sweep)"
@@ -78,7 +79,7 @@ class SweepConfig:
         None, shown="1 for text, 2 single-threaded for bb", help="runs trained at a time here", result=False
     )
     rerun_stale: bool = setting(False, help="train again a run of another configuration (default: refuse it)", result=False)
-    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False)
+    threads: Optional[int] = setting(None, help=THREADS_HELP, metavar="N")
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.settings) - set(SETTABLE))
@@ -107,6 +108,7 @@ def parse_setting(text: str) -> tuple[str, object]:
     """``KEY=VALUE`` as a setting of every run: the value read as JSON (numbers, true, false), else
     text (``positions=learned``), and of the field's type (a JSON true is not an int)."""
     key, sep, value = text.partition("=")
+    check(key != "threads", f"--set {text}: the threads are the sweep's own flag: give --threads {value or 'N'}")
     check(bool(sep) and key in SETTABLE, f"--set {text}: expected KEY=VALUE with KEY one of {', '.join(SETTABLE)}")
     try:
         parsed = json.loads(value)
@@ -151,7 +153,7 @@ def measure(cfg: SweepConfig, context: RunContext) -> RunResult:
     launch(
         train_one,
         [job for job in jobs if not (is_finished(job.out) and run_differs(job.out, job.cfg) is None)],
-        context.launcher or LOCAL,
+        (context.launcher or LOCAL).with_threads(cfg.threads),
         root,
         workers,
         desc=f"sweep {cfg.corpus}",

@@ -27,7 +27,7 @@ from ..core.checkpoint import drop_rows_after, latest_checkpoint, load_checkpoin
 from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.progress import progress_bar
-from ..core.provenance import THREADS_HELP, check_threads
+from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import stamped
 from ..core.runs import append_jsonl, read_jsonl
 from ..models.native import ModelConfig, Transformer
@@ -60,8 +60,8 @@ TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[dict] = {0: lambda saved: migrated_pretrain(saved)}
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {0: lambda saved: migrated_pretrain(saved), 1: migrated_threads}
 
     corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
     tokenizer: str = "default"
@@ -91,7 +91,7 @@ class PretrainConfig:
     scan_tokens: int = 64
     scan_batch: int = 8
     device: str = "auto"  # auto: the GPU when there is one, else the CPU
-    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False)  # torch's; run.json records the count used
+    threads: Optional[int] = setting(None, help=THREADS_HELP)  # torch's: it sets the float order, so part of the run
 
     def __post_init__(self) -> None:
         for name, value in CORPUS_DEFAULTS[self.corpus_kind].items():

@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
+import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
@@ -40,7 +41,8 @@ def run_members(job: Sequence[TriggerConfig], device: str = "cpu") -> list[tuple
         model = model.cpu()
         metrics = evaluate_trigger(model, cfg)
         maps = {k: v.contiguous() for k, v in metrics.pop("maps").items()}
-        results.append((trigger_record(cfg, log, metrics), model.state_dict(), maps))
+        record = {**trigger_record(cfg, log, metrics), "torch_threads": torch.get_num_threads()}  # the job's, not run.json's
+        results.append((record, model.state_dict(), maps))
     return results
 
 
@@ -64,7 +66,7 @@ def run_grid(configs: Sequence[TriggerConfig], out: Path, placement: Placement, 
     launch(
         OnThreads(partial(run_members, device=placement.device), placement.threads),
         jobs,
-        launcher.asking_gpu_for(placement.device),
+        launcher.asking_gpu_for(placement.device).with_threads(placement.threads),
         out,
         placement.processes,
         desc="training",

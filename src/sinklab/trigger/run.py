@@ -17,7 +17,7 @@ from ..core import pipeline
 from ..core.configs import setting
 from ..core.errors import NumericalCheckFailed, check
 from ..core.launchers import LOCAL, LauncherSettings
-from ..core.provenance import THREADS_HELP, check_threads
+from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from . import page, plots
 from .analyses import cap_tradeoff, check_relu_construction, variant_table
@@ -50,8 +50,8 @@ class LabConfig:
     ``device`` and ``ensembles`` place the jobs: they do not change what a model computes beyond
     float rounding, and a lab resumes under another placement)."""
 
-    VERSION: ClassVar[int] = 1
-    MIGRATIONS: ClassVar[dict] = {0: migrated_lab}
+    VERSION: ClassVar[int] = 2
+    MIGRATIONS: ClassVar[dict] = {0: migrated_lab, 1: migrated_threads}
 
     configs: tuple[TriggerConfig, ...] = setting((), help="the models, one per configuration and seed", cli=False)
     analysis: str = setting("grid", help="what the lab ends with", choices=tuple(ANALYSES), cli=False)
@@ -65,7 +65,7 @@ class LabConfig:
     ensembles: Optional[bool] = setting(
         None, help="train the seeds of a configuration as one batched ensemble (default: on a GPU)", result=False, cli=False
     )
-    threads: Optional[int] = setting(None, help=THREADS_HELP, result=False, cli=False)
+    threads: Optional[int] = setting(None, help=THREADS_HELP, cli=False)
 
     def __post_init__(self) -> None:
         self.configs = tuple(c if isinstance(c, TriggerConfig) else TriggerConfig.from_dict(c) for c in self.configs)

@@ -34,6 +34,7 @@ class AdaKV(CachePolicy):
     alpha: float = 0.2
 
     kind = "press"
+    aliases = {"alpha_safeguard": "alpha"}  # kvpress's name
     per_layer_budgets = True  # the heads' longest differs per layer: each layer's mask is cut to it
 
     def __post_init__(self) -> None:
