@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 from conftest import VARIED_CHOICES, planted_model, scored_of, write_task
 
-from sinklab.accuracy import evaluate, lm_for, read_task, sizes_for, verdict
+from sinklab.accuracy import evaluate, lm_for, questions, read_task, sizes_for, verdict
 from sinklab.accuracy.rotations import shifts
 from sinklab.core.errors import SinklabError
 from sinklab.core.stats import sign_flip_p
@@ -153,3 +153,53 @@ def test_the_sign_flip_test_on_hand_checked_cases():
     assert sign_flip_p([1, -1, 1, -1]) == 1.0
     many = [1.0] * 30  # beyond exact enumeration: (1 + hits) / (1 + draws), never 0
     assert 0 < sign_flip_p(many) < 1e-3
+
+
+def test_every_order_of_an_example_is_asked_after_the_same_shots(listed_task, tokenizer):
+    """lm-eval draws each doc's shots from one generator that advances per doc; the orders of one
+    example must share theirs, or the position balance would mix in which shots were drawn.
+    Mutation caught: the per-example reseeding dropped (an example's orders get other shots)."""
+    planted = planted_model(tokenizer)
+    asked = questions(lm_for(planted, tokenizer), listed_task, "test", 2, sizes_for(2, 4, 12))
+    assert len(asked) == 36  # 12 examples x 3 orders, in example order
+    shots = [q.pairs[0][0][: q.query_start] for q in asked]
+    assert all(shots[i] == shots[i + 1] == shots[i + 2] for i in range(0, 36, 3))
+    assert len({tuple(s) for s in shots}) > 1  # examples still draw their own shots
+
+
+def test_a_renamed_task_asks_the_same_prompts(tmp_path):
+    """The listed order of each example's choices is seeded by the example itself, not by the name
+    the task goes by. Mutation caught: seeding by the task's name (a renamed copy lists its
+    choices in other orders, and under rotation asks other orders)."""
+    path = write_task(tmp_path / "nav" / "task.json", n=30, choices=CHOICES, append_choices_to_input=True)
+    first, renamed = read_task(str(path)), read_task(f"{path}:other")
+    assert renamed.name == "other" and [e.query for e in first.examples] == [e.query for e in renamed.examples]
+    assert len({e.choices for e in first.examples}) > 1  # the orders do vary between examples
+
+
+def test_fewer_rotations_than_choices_are_spread_over_the_positions(tmp_path):
+    """N < choices: N evenly spaced left shifts. Mutation caught: the first N shifts (0, 1) instead."""
+    path = write_task(tmp_path / "four" / "task.json", n=4, choices=("A", "B", "C", "D"), append_choices_to_input=True)
+    example = read_task(str(path)).examples[0]
+    assert shifts(example, 2) == (0, 2) and shifts(example, 3) == (0, 1, 2) and shifts(example, 4) == (0, 1, 2, 3)
+
+
+def test_rotation_averaged_figures_are_means_over_examples_with_the_sample_standard_error():
+    """Two examples: the first right in 1 of its 3 orders, the second in all 3. acc = (1/3 + 1) / 2,
+    the strict accuracy 1/2, the standard error the sample standard deviation of (1/3, 1) over
+    sqrt(2) (lm-eval's formula for a mean). Mutations caught: the mean over docs (4/6 = 2/3 too,
+    but the stderr differs), the population standard deviation."""
+    from sinklab.accuracy.scored import gathered
+
+    def sample(doc_id, example, right):
+        logliks = [[-1.0, False], [-2.0, False], [-3.0, False]]
+        return {"doc_id": doc_id, "doc": {"example": example, "gold": 0 if right else 1}, "filtered_resps": logliks,
+                "acc": float(right), "acc_norm": float(right)}  # fmt: skip
+
+    samples = [sample(0, 0, True), sample(1, 0, False), sample(2, 0, False)] + [sample(3 + i, 1, True) for i in range(3)]
+    scored = gathered("t", "test", 0, True, samples, {"acc,none": 4 / 6, "acc_stderr,none": 0.0, "acc_norm,none": 4 / 6,
+                                                       "acc_norm_stderr,none": 0.0})  # fmt: skip
+    assert scored.score == (pytest.approx(1 / 3), 1.0) and scored.acc == pytest.approx(2 / 3)
+    assert scored.acc_strict == 0.5 and scored.rotations == 3
+    assert scored.acc_stderr == pytest.approx(math.sqrt(((1 / 3 - 2 / 3) ** 2 + (1 - 2 / 3) ** 2) / 1) / math.sqrt(2))
+    assert scored.picks_by_position == (1.0, 0.0, 0.0)  # the first choice's log-likelihood is the largest in every doc

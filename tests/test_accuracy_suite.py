@@ -51,3 +51,19 @@ def test_the_screen_keeps_what_passes_holm_and_the_margin_and_the_test_split_con
     assert not rows["flat"]["holm_passed"] and not rows["flat"]["kept"]
     assert rows["far"]["acc_low"] < 0.5 < rows["far"]["acc_high"]
     assert confirmed(far) and not confirmed(flat)
+
+
+def test_holm_passes_a_p_value_equal_to_its_threshold():
+    """Holm rejects where p_(i) <= alpha / (m - i + 1). Mutation caught: ``<`` (0.005 = 0.01 / 2 fails)."""
+    assert holm({"a": 0.005, "b": 0.01}, 0.01) == {"a": True, "b": True}
+
+
+def test_old_configs_judged_with_one_order_on_the_earlier_splits_stay_what_they_ran():
+    """A config.json from before the split rule: judged accuracy means rule 1 and one order; judging
+    nothing, today's defaults (nothing was drawn). Mutations caught: the migration writing rule 2."""
+    from sinklab.accuracy import EVERY, SPLIT_RULE, migrated_judge
+
+    assert migrated_judge({"accuracy": ["navigate"]}) == {"accuracy": ["navigate"], "splits": 1, "accuracy_rotations": 1}
+    assert migrated_judge({"accuracy": []})["splits"] == SPLIT_RULE == 2
+    assert migrated_judge({"accuracy": []})["accuracy_rotations"] == EVERY
+    assert migrated_judge({"tasks": ["x"]}, "tasks", "rotations") == {"tasks": ["x"], "splits": 1, "rotations": 1}

@@ -423,19 +423,19 @@ def test_the_preflight_checks_the_validation_prompts_fit_too(tmp_path, tokenizer
 
 
 def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, planted):
-    """lm-eval right-pads a batch and passes no padding mask, so ACT at batch size 8 counts padded
-    rows in its sinks' means (the planted model's uniform head 0 scores differently: checked here);
-    a tune run judges ACT one example at a time whatever ``batch_size`` (a setting that changes no
+    """lm-eval right-pads a batch and passes no padding mask, so ACT at batch size 8 would count
+    padded rows and the answers' rows in its sinks' means: the judge cannot tell a batched
+    request's prompt from its answer, and ACT refuses it in one line rather than read every row; a
+    tune run judges ACT one example at a time whatever ``batch_size`` (a setting that changes no
     result), so runs at 1 and 8 agree. Mutation caught: ACT evaluated at batch size 8."""
     from sinklab.accuracy import evaluate, lm_for, sizes_for
 
     path = write_task(tmp_path / "padded" / "task.json", gold="A")
     task, act = read_task(str(path)), ACT(((0, 0),))
-    scored = {}
-    for size in (1, 8):
-        with applied(planted, act):
-            scored[size] = evaluate(lm_for(planted, tokenizer, size), [task], "test", 0, sizes_for(0, 6, 8))[0]
-    assert scored[1].gold_loglik != pytest.approx(scored[8].gold_loglik, rel=1e-6)  # padding moves ACT's sinks
+    with applied(planted, act):
+        alone = evaluate(lm_for(planted, tokenizer, 1), [task], "test", 0, sizes_for(0, 6, 8))[0]
+        with pytest.raises(SinklabError, match="judge it at batch size 1"):
+            evaluate(lm_for(planted, tokenizer, 8), [task], "test", 0, sizes_for(0, 6, 8))
     runs = [
         sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", batch_size=size, **SIZES)
         for size in (1, 8)
@@ -443,7 +443,7 @@ def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, pla
     (one,), (eight,) = (run.summary["tasks"] for run in runs)
     assert one["chosen"] == eight["chosen"] == "ACT on 1 heads"
     assert eight["test"]["tuned"]["gold_loglik"] == pytest.approx(one["test"]["tuned"]["gold_loglik"], rel=1e-9)
-    assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(scored[1].gold_loglik) / scored[1].n, rel=1e-9)
+    assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(alone.gold_loglik) / alone.n, rel=1e-9)
 
 
 def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():

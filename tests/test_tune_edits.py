@@ -366,3 +366,69 @@ def test_act_attends_whole_patterns_on_prompts_longer_than_the_query_chunk(token
     for edits in ((act, zero), (zero, act)):
         with sinklab.applied(model, *edits):
             torch.testing.assert_close(model(input_ids=ids).logits, both, rtol=1e-5, atol=1e-5)
+
+
+def test_both_profiles_find_acts_sinks_on_the_prompt_and_keep_the_sink_asked(tmp_path, tokenizer, monkeypatch):
+    """The gradient and the one-head-at-a-time profile tell ACT where each question's prompt ends
+    and which sink to spare, as the judge does. Mutations caught: ``scoring_after`` dropped in either
+    profile (sinks over the answers' rows), the spare rule not passed."""
+    from conftest import planted_model, write_task
+
+    from sinklab.accuracy import lm_for, questions, read_task, sizes_for
+    from sinklab.tune import formulas
+    from sinklab.tune.profile import ablation_profile, head_profile
+
+    seen = []
+    original = formulas.sinks_of
+
+    def recording(pattern, mask, q_start, threshold, prompt_end=None, spare="first_token"):
+        seen.append((prompt_end, spare))
+        return original(pattern, mask, q_start, threshold, prompt_end, spare)
+
+    monkeypatch.setattr(formulas, "sinks_of", recording)
+    planted = planted_model(tokenizer)
+    task = read_task(str(write_task(tmp_path / "p" / "task.json", choices=("A", "BB C"), append_choices_to_input=True)))
+    asked = questions(lm_for(planted, tokenizer, 1), task, "validation", 0, sizes_for(0, 4, 8))
+    starts = {len(q.pairs[0][0]) for q in asked}
+    head_profile(planted, asked, "act", "supervised", (1, 2), spare="first_sink")
+    ablation_profile(planted, asked, "act", "supervised", (1, 2), 0.6, heads=[(0, 0)], spare="first_sink")
+    assert seen and all(end in starts and spare == "first_sink" for end, spare in seen)
+
+
+def test_the_tune_ablation_edits_each_head_at_the_papers_strength(monkeypatch, tmp_path, tokenizer):
+    """ZeroTuning's ablation scales one head by gamma 1.5 (log 1.5 added to its score), ACT's
+    calibrates one head at beta 0.4 (strength 1 - beta); ACT tries only the layers it may calibrate.
+    Mutation caught: ACT's strength set to beta."""
+    import math
+
+    from sinklab.tune import run as tune_run
+    from sinklab.tune.run import TuneConfig, profile_heads
+
+    calls = []
+
+    def ablation(model, asked, method, mode, shape, strength, heads=None, **kw):
+        calls.append((method, strength, heads))
+        return torch.zeros(shape)
+
+    monkeypatch.setattr(tune_run, "ablation_profile", ablation)
+    for method in ("zerotuning", "act"):
+        _, passes = profile_heads(None, [1, 2], TuneConfig(method=method, profile="ablation"), (5, 2))
+        assert passes == {"profile_forward_backward_passes": 0, "profile_forward_passes": (len(calls[-1][2]) + 1) * 2}
+    assert calls[0][:2] == ("zerotuning", pytest.approx(math.log(1.5))) and len(calls[0][2]) == 10
+    assert calls[1][:2] == ("act", pytest.approx(0.6)) and {layer for layer, _ in calls[1][2]} == {2, 3}
+
+
+def test_an_intervention_that_reads_the_prompt_rows_is_judged_one_request_at_a_time(tmp_path, tokenizer):
+    """``sinklab intervene --accuracy`` with ACT among the interventions runs lm-eval at batch size
+    1, where each request's prompt is known (at 8, ACT would refuse). Mutation caught: the judge
+    left at batch size 8 (the run fails with ACT's refusal)."""
+    from conftest import planted_model, write_task
+
+    import sinklab
+
+    path = write_task(tmp_path / "i" / "task.json", n=40)
+    run = sinklab.intervene_model(
+        planted_model(tokenizer), tokenizer, [SinkCalibration(threshold=0.05)], tokens=16, accuracy=(str(path),),
+        accuracy_test=6,
+    )  # fmt: skip
+    assert run.summary["accuracy"][0]["edited"]["n"] == 6

@@ -17,9 +17,11 @@ from .suite import CANDIDATES, SUITE, clearly_above_chance
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
 SIZES = {"shots": 5, "validation": 40, "test": 100}
-#: The rule that draws a task's splits (:meth:`~.bigbench.Task.splits`), a setting of every judge's
-#: config.json so that a run judged under an earlier rule is not taken for today's: 1 put the shot
-#: pool first (the test examples moved with the shot and validation counts), 2 the test examples.
+#: The rule that draws a task's splits (:meth:`~.bigbench.Task.splits`) and lists its choices, a
+#: setting of every judge's config.json so that a run judged under an earlier rule is not taken for
+#: today's: 1 put the shot pool first (the test examples moved with the shot and validation counts)
+#: and permuted the choices by the task's name and the example's index; 2 draws the test examples
+#: first and permutes the choices by the example's own content.
 SPLIT_RULE = 2
 
 

@@ -14,7 +14,8 @@ shots are whole examples with their correct choice, joined by ``few_shot_example
 Defaults are BIG-bench's (``"\\nQ: "``, ``"\\nA: "``, ``"\\n  choice: "``, ``"\\n"``). The
 choices are listed sorted and then permuted, as BIG-bench lists them (many files store the correct
 answer first: a prompt in file order would give its position away), here by a permutation seeded
-per example. Repeated examples (the same input and scores) are kept once, as lm-eval's BIG-bench
+by the example's own input and scores (the same order whatever the task is named). Repeated
+examples (the same input and scores) are kept once, as lm-eval's BIG-bench
 tasks did, so that no example sits in two splits.
 """
 
@@ -237,7 +238,8 @@ def read_task(name_or_path: str) -> Task:
     check(all(isinstance(e, dict) for e in data["examples"]), f"{where}: an example is not a JSON object")
     unique = {json.dumps([e.get("input"), e.get("target_scores")], sort_keys=True): e for e in data["examples"]}
     name = task_name(name_or_path, path, data)
-    examples = tuple(_example(e, i, fields, where, f"{name}:{i}") for i, e in enumerate(unique.values()))
+    # the listed order is seeded by the example itself: a task renamed or copied lists its choices alike
+    examples = tuple(_example(e, i, fields, where, key) for i, (key, e) in enumerate(unique.items()))
     return Task(name, path, str(fields["task_prefix"]), str(fields["few_shot_example_separator"]), examples)
 
 

@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Iterator, Sequence
 
 from ..core.errors import check
-from ..core.hooks import scoring_after
+from ..core.hooks import PROMPT_UNKNOWN, scoring_after
 from ..core.progress import progress_bar
 from .bigbench import Task
 from .lm_eval_files import BOOTSTRAP_ITERS
@@ -60,7 +60,8 @@ def lm_for(model, tokenizer, batch_size: int = 8):
 
         def _model_call(self, inps, attn_mask=None, labels=None):
             prompts = getattr(self, "prompts", {})  # set per call of _loglikelihood_tokens
-            prompt_end = prompts.get(tuple(inps[0].tolist())) if inps.shape[0] == 1 else None
+            found = prompts.get(tuple(inps[0].tolist())) if inps.shape[0] == 1 else None
+            prompt_end = PROMPT_UNKNOWN if found is None else found
             with scoring_after(prompt_end):  # what ACT finds the sinks on: the prompt's rows (core.hooks)
                 out = super()._model_call(inps, attn_mask=attn_mask, labels=labels)
             if getattr(self, "bar", None) is not None:
@@ -139,7 +140,23 @@ def loaded(tasks: Sequence[Task], split: str, shots: int, sizes: dict, seed: int
     for task in built["tasks"].values():
         task.set_config(key="num_fewshot", value=shots)
         task.set_fewshot_seed(seed=seed)
+        if rotations != 1:
+            _same_shots_per_example(task, seed)
     return built
+
+
+def _same_shots_per_example(task, seed: int) -> None:
+    """Every order of an example gets the same shots: lm-eval draws each doc's shots from one
+    generator that advances per doc, which would give an example's orders different shots (and
+    mix which shots were drawn into the position balance); here each example's draw is seeded by
+    (``seed``, its index). With one order, lm-eval's own draw stays (its run, key for key)."""
+    own = task.fewshot_context
+
+    def fewshot_context(doc, num_fewshot, *args, **kwargs):
+        task.sampler.set_rnd(seed * 1_000_003 + int(doc["example"]))
+        return own(doc, num_fewshot, *args, **kwargs)
+
+    task.fewshot_context = fewshot_context
 
 
 def evaluate(

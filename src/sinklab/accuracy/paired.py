@@ -52,7 +52,8 @@ def verdict(before, after, seed: int = 0) -> dict:
     order, 0 or 1) with its paired bootstrap interval and the sign-flip test's p
     (:func:`~sinklab.core.stats.sign_flip_p`); the exact McNemar test on the strict outcomes (right
     under every order); the paired changes of the gold answer's log-likelihood and of its
-    log-probability among the choices (which the newline lm-eval puts before every choice cannot move)."""
+    log-probability among the choices (which a term every choice shares, such as the whitespace
+    lm-eval moves before each, cannot move)."""
     check(before.n == after.n, f"a paired verdict needs the same examples ({before.n} and {after.n} scored)")
     check(
         before.rotations == after.rotations,

@@ -167,7 +167,8 @@ def gathered(
 
 def _doc_figures(sample: dict) -> dict:
     """One asked order's figures: the answer's log-likelihood and log-probability among the choices
-    (which a constant shared by every choice, such as lm-eval's trailing newline, cannot move), the
+    (which a term shared by every choice cannot move: lm-eval's trailing whitespace where the tokenizer
+    keeps it apart from the choice), the
     entropy over the choices, and the listed positions of the answer and of the model's pick."""
     logliks = [float(r[0]) for r in sample["filtered_resps"]]
     gold = int(sample["doc"]["gold"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from ..core.errors import check
 from .paired import above_chance
 from .scored import Scored
 
@@ -68,7 +69,9 @@ REPORTED = 1000
 
 
 def clearly_above_chance(scored: Scored) -> bool:
-    """The earlier suite rule, on one order: p < ALPHA against chance (exact binomial, one-sided) and MARGIN above it."""
+    """The earlier suite rule, on one order: p < ALPHA against chance (exact binomial, one-sided) and
+    MARGIN above it. Refused for scores of several orders: their strict outcomes have another chance."""
+    check(scored.rotations == 1, "clearly_above_chance reads one order of the choices (rotations=1); screen() reads rotations")
     return scored.acc >= scored.chance + MARGIN and above_chance(scored.correct, scored.chance) < ALPHA
 
 
@@ -96,12 +99,12 @@ def interval(scored: Scored, level: float = 0.95) -> tuple[float, float]:
 
 
 def holm(pvalues: dict[str, float], alpha: float = ALPHA) -> dict[str, bool]:
-    """Holm's step-down correction (1979): the i-th smallest of m p-values passes while it is below
+    """Holm's step-down correction (1979): the i-th smallest of m p-values passes while it is at most
     alpha / (m - i) (i from 0), and every later one fails once one does."""
     order = sorted(pvalues, key=pvalues.__getitem__)
     passed, going = {}, True
     for i, name in enumerate(order):
-        going = going and pvalues[name] < alpha / (len(order) - i)
+        going = going and pvalues[name] <= alpha / (len(order) - i)
         passed[name] = going
     return passed
 

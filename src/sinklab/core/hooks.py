@@ -87,6 +87,10 @@ class HookPoint:
 
 #: The prompt's length in the input being run, where its later positions are an answer being scored.
 _PROMPT_END: ContextVar[Optional[int]] = ContextVar("sinklab_prompt_end", default=None)
+#: ``prompt_end`` of an input that is a prompt and an answer being scored where the prompt's end is not
+#: known (lm-eval batched several requests, or cut one to the model's positions): an edit that reads
+#: the prompt's rows must refuse it rather than read every row.
+PROMPT_UNKNOWN = -1
 
 
 @contextmanager

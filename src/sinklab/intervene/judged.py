@@ -22,7 +22,9 @@ def judge_accuracy(subject: Subject, experiments: Sequence, cfg) -> tuple[list[d
     of its choices) and the paired verdict (:func:`~sinklab.accuracy.verdict`); and every scored
     run as lm-eval's files hold it."""
     loaded = transformers_model(subject)
-    lm = lm_for(loaded.model, loaded.tokenizer)
+    # an edit that reads each request's prompt rows (ACT) needs one request a forward: lm-eval pads a batch
+    one_at_a_time = any(getattr(i, "reads_prompt_rows", False) for exp in experiments for i in exp.interventions)
+    lm = lm_for(loaded.model, loaded.tokenizer, 1 if one_at_a_time else 8)
     judged = dict(split="test", shots=cfg.accuracy_shots, sizes=cfg.accuracy_sizes, rotations=cfg.accuracy_rotations)
     rows, runs, named = [], [], numbered([exp.label for exp in experiments])
     for name in cfg.accuracy:

@@ -21,7 +21,7 @@ import torch
 
 from ..core.attention import causal_mask
 from ..core.errors import SinklabError, check
-from ..core.hooks import HookFn, HookPoint, hook_name
+from ..core.hooks import PROMPT_UNKNOWN, HookFn, HookPoint, hook_name
 from ..intervene import Intervention, recordable
 from . import formulas
 
@@ -116,6 +116,8 @@ class SinkCalibration(Intervention):
     threshold: float = 0.1
     spare: str = "first_token"
     point: ClassVar[str] = "attn.hook_pattern"
+    #: A judge must tell it where each request's prompt ends (batch size 1 in lm-eval).
+    reads_prompt_rows: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for name, value, low_open in (("beta", self.beta, False), ("threshold", self.threshold, True)):
@@ -166,6 +168,12 @@ class SinkCalibration(Intervention):
             raise SinklabError(
                 f"SinkCalibration (ACT) needs each layer's whole attention pattern, but {where.name} arrived in row chunks "
                 f"(rows {where.q_start}..{where.q_start + n_rows - 1} of {n_keys}); pass query_chunk=None to applied()"
+            )
+        if where.prompt_end == PROMPT_UNKNOWN:
+            raise SinklabError(
+                "SinkCalibration (ACT) finds the sinks on a request's prompt rows, but the judge could not tell this "
+                "request's prompt from its answer (several requests in one batch, or a prompt cut to the model's "
+                "positions): judge it at batch size 1 (sinklab.accuracy.lm_for(model, tokenizer, batch_size=1))"
             )
         if mask is None:
             mask = causal_mask(n_rows, n_keys, pattern.device)

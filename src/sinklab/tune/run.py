@@ -76,7 +76,7 @@ class TuneConfig:
         1: lambda saved: {
             **migrated_judge(saved, "tasks", "rotations"),
             "profile": "gradient",
-            "act_layers": "all",
+            "act_layers": "all" if saved.get("method") == "act" else "official",  # ACT ran on every layer
             "act_spare": "first_token",
         }
     }
@@ -164,12 +164,17 @@ def preflight(cfg: TuneConfig, context: RunContext) -> None:
     check_prompts_fit(tasks, loaded.tokenizer, cfg.shots, cfg.sizes, loaded.max_positions, splits, cfg.seed, "--shots")
 
 
-def profile_heads(model, asked, cfg: TuneConfig, shape: tuple[int, int]):
-    """(L, H): the validation objective's response to each head's edit, as ``cfg.profile`` measures it."""
+def profile_heads(model, asked, cfg: TuneConfig, shape: tuple[int, int]) -> tuple:
+    """(L, H): the validation objective's response to each head's edit, as ``cfg.profile`` measures
+    it (ACT's ablation tries only the layers it may calibrate: NaN elsewhere), and the passes it cost."""
     if cfg.profile == "gradient":
-        return head_profile(model, asked, cfg.method, cfg.mode, shape, spare=cfg.act_spare)
+        profile = head_profile(model, asked, cfg.method, cfg.mode, shape, spare=cfg.act_spare)
+        return profile, {"profile_forward_backward_passes": len(asked), "profile_forward_passes": 0}
+    layers = ACT_LAYER_RANGES[cfg.act_layers](shape[0]) if cfg.method == "act" else range(shape[0])
+    heads = [(layer, head) for layer in layers for head in range(shape[1])]
     strength = math.log(ABLATION_GAMMA) if cfg.method == "zerotuning" else 1 - ACT_BETA
-    return ablation_profile(model, asked, cfg.method, cfg.mode, shape, strength, spare=cfg.act_spare)
+    profile = ablation_profile(model, asked, cfg.method, cfg.mode, shape, strength, heads, spare=cfg.act_spare)
+    return profile, {"profile_forward_backward_passes": 0, "profile_forward_passes": (len(heads) + 1) * len(asked)}
 
 
 def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
@@ -178,7 +183,7 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
     shape = (model.config.num_hidden_layers, model.config.num_attention_heads)
     clock = time.perf_counter()
     asked = questions(lm, task, "validation", cfg.shots, cfg.sizes, cfg.seed, cfg.rotations)
-    profile = profile_heads(model, asked, cfg, shape)
+    profile, passes = profile_heads(model, asked, cfg, shape)
     profile_s = time.perf_counter() - clock
 
     clock = time.perf_counter()
@@ -211,8 +216,8 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
         "test": {"untouched": before.row(), "tuned": after.row()},
         "paired": verdict(before, after, cfg.seed),
         "cost": {
-            "profile_examples": len(asked),
-            "profile_forward_backward_passes": len(asked),
+            "profile_examples": len(asked),  # requests: examples times the orders of their choices
+            **passes,
             "profile_s": round(profile_s, 2),
             "search_evaluations": len(tried),
             "search_examples_scored": sum(c.scored.n for c in tried),
