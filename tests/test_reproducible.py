@@ -119,7 +119,9 @@ def test_the_machine_record_reads_what_torch_and_the_system_say(monkeypatch):
     assert "gpu" not in record or torch.cuda.is_available()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
-    assert machine_record()["gpu"] == "NVIDIA H200"
+    assert machine_record()["gpu"] == "NVIDIA H200" and set(machine_record()["cudnn"]) == {"deterministic", "benchmark"}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert machine_record()["world_size"] == 2 and record["world_size"] == 1
 
 
 def test_jobs_run_on_the_threads_asked_and_give_them_back():

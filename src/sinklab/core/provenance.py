@@ -53,8 +53,9 @@ def source_revision(package_dir: str | os.PathLike = Path(__file__).resolve().pa
 
 def machine_record() -> dict:
     """The facts of this process that can change a trained result: torch's intra-op and inter-op
-    thread counts, the CPU model (or the GPU's name when torch sees one), the logical cores, and
-    whether deterministic algorithms were on."""
+    thread counts, the CPU model (and the GPU's name, with cuDNN's determinism switches, when torch
+    sees one), the logical cores, whether deterministic algorithms were on, and the processes of a
+    distributed run (``WORLD_SIZE``: each sums the gradients in its own order)."""
     import torch
 
     record: dict[str, Any] = {
@@ -63,9 +64,11 @@ def machine_record() -> dict:
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "world_size": int(os.environ.get("WORLD_SIZE", "1")),
     }
     if torch.cuda.is_available():
         record["gpu"] = torch.cuda.get_device_name()
+        record["cudnn"] = {"deterministic": torch.backends.cudnn.deterministic, "benchmark": torch.backends.cudnn.benchmark}
     return record
 
 
