@@ -151,10 +151,8 @@ def test_checkpoint_round_trip(corpus, tmp_path):
     assert all(torch.equal(s1[i]["exp_avg_sq"], s2[i]["exp_avg_sq"]) for i in s1)
 
 
-def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch):
-    straight = tmp_path / "straight"
-    train_lm(tiny(corpus), straight)
-    killed = tmp_path / "killed"
+def killed_at_step_7(cfg, out, monkeypatch) -> None:
+    """Train ``cfg`` into ``out`` and interrupt it at step 7, after its checkpoint at step 4."""
     original = pretrain.step_batch
 
     def dies_at_step_7(data, cfg, step):
@@ -164,8 +162,15 @@ def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, m
 
     monkeypatch.setattr(pretrain, "step_batch", dies_at_step_7)
     with pytest.raises(KeyboardInterrupt):
-        train_lm(tiny(corpus), killed)
+        train_lm(cfg, out)
     monkeypatch.setattr(pretrain, "step_batch", original)
+
+
+def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    train_lm(tiny(corpus), straight)
+    killed = tmp_path / "killed"
+    killed_at_step_7(tiny(corpus), killed, monkeypatch)
     train_lm(tiny(corpus), killed, resume=True)
     a, b = read_jsonl(straight / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
     assert [r["step"] for r in b] == [4, 8, 12]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_pretrain import corpus, tiny  # noqa: F401 (the fixture)
+from test_pretrain import corpus, killed_at_step_7, tiny  # noqa: F401 (the fixture)
 
 from sinklab import cli
 from sinklab.core.checkpoint import latest_checkpoint
@@ -18,7 +18,6 @@ from sinklab.core.launchers import LOCAL, LauncherSettings
 from sinklab.core.provenance import OnThreads, cpu_model, machine_record
 from sinklab.core.runs import read_jsonl
 from sinklab.pretrain import results, train_lm
-from sinklab.pretrain import train as pretrain
 from sinklab.pretrain.sweep import SweepConfig
 
 pytestmark = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="two threads need two cores")
@@ -84,17 +83,7 @@ def test_a_run_resumed_at_the_same_threads_equals_the_uninterrupted_one(corpus, 
     torch.set_num_threads(1)
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     train_lm(wide(corpus, threads=2), straight)
-    original = pretrain.step_batch
-
-    def dies_at_step_7(data, cfg, step):
-        if step == 7:
-            raise KeyboardInterrupt
-        return original(data, cfg, step)
-
-    monkeypatch.setattr(pretrain, "step_batch", dies_at_step_7)
-    with pytest.raises(KeyboardInterrupt):
-        train_lm(wide(corpus, threads=2), killed)
-    monkeypatch.setattr(pretrain, "step_batch", original)
+    killed_at_step_7(wide(corpus, threads=2), killed, monkeypatch)
     with pytest.raises(SinklabError, match=r"holds a run of another configuration \(threads: 2 there, 1 now\)"):
         train_lm(wide(corpus, threads=1), killed, resume=True)  # another thread count is another run
     train_lm(wide(corpus, threads=2), killed, resume=True)

@@ -18,6 +18,8 @@ from sinklab.core.errors import SinklabError
 from sinklab.tune import ACT, ZeroTuning, applied, load_tuning, save_tuning
 
 SIZES = dict(validation=6, test=8)
+#: ``sinklab tune`` flags for ACT on the tiny fixtures (3 layers: the official range would leave none).
+TINY_ACT = ["--validation", "6", "--test", "8", "--method", "act", "--act-layers", "all"]
 
 
 @pytest.fixture
@@ -183,14 +185,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
                 model,
                 "--tasks",
                 str(task),
-                "--validation",
-                "6",
-                "--test",
-                "8",
-                "--method",
-                "act",
-                "--act-layers",
-                "all",
+                *TINY_ACT,
                 "--num-fewshot",
                 "1",
                 "--out",
@@ -295,21 +290,7 @@ def test_out_holding_another_commands_run_is_refused_naming_it(tmp_path, tiny_mo
     model, task = str(tiny_model_dir("llama")), str(write_task(tmp_path / "tiny" / "task.json"))
     intervened, tuned = tmp_path / "intervened", tmp_path / "tuned"
     intervene = ["intervene", model, "--suppress-sink", "--random-tokens", "--tokens", "16", "--quiet", "--out"]
-    tune = [
-        "tune",
-        model,
-        "--tasks",
-        task,
-        "--validation",
-        "6",
-        "--test",
-        "8",
-        "--method",
-        "act",
-        "--act-layers",
-        "all",
-        "--quiet",
-    ]
+    tune = ["tune", model, "--tasks", task, *TINY_ACT, "--quiet"]
     tune.append("--out")
     assert main([*intervene, str(intervened)]) == 0 and main([*tune, str(tuned)]) == 0
     kept = {run: (run / "summary.json").read_text() for run in (intervened, tuned)}
