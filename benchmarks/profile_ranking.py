@@ -7,9 +7,11 @@ choice's log-probability among the choices): the gradient at gamma = 1 (``--prof
 every head, and the ablation at gamma 1.5, one head at a time (``--profile ablation``), for a stated
 subset: the ``--per-group`` heads the gradient ranks highest, as many it ranks lowest, and as many
 drawn at random from the rest (seeded), since all 270 heads take hours per gamma on a CPU. Reported:
-Spearman's rank correlation between the two profiles over the subset, the overlap of the top quarter
-each would choose within the subset (ZeroTuning rescales the quarter of heads largest in size), the
-sign agreement, and each profile's CPU time. One row in ``results/profile_ranking.jsonl``.
+Spearman's rank correlation between the two profiles over the subset (a subset holding both extremes
+favours a high one: the random group's own correlation is recorded too, with every head's two
+values), the overlap of the top quarter each would choose within the subset (ZeroTuning rescales
+the quarter of heads largest in size), the sign agreement, and each profile's CPU time. One row in
+``results/profile_ranking.jsonl``.
 
 Run: `.venv/bin/python benchmarks/profile_ranking.py --task movie_recommendation [--per-group 32]`
 (the BIG-bench task files are fetched once on first use).
@@ -73,6 +75,7 @@ def main() -> None:
     rest = ranked[args.per_group : -args.per_group]
     drawn = random.Random(args.seed).sample(rest, args.per_group)
     subset = top + bottom + drawn
+    groups = ["top"] * len(top) + ["bottom"] * len(bottom) + ["random"] * len(drawn)
 
     clock = time.process_time()
     ablated = ablation_profile(model, asked, "zerotuning", "supervised", shape, math.log(ABLATION_GAMMA), heads=subset)
@@ -96,6 +99,10 @@ def main() -> None:
             "spearman": spearman(g, a),
             "top_quarter_overlap": len(chosen_g & chosen_a) / quarter,
             "sign_agreement": sum((x > 0) == (y > 0) for x, y in zip(g, a)) / len(subset),
+            "per_head": [
+                {"head": list(h), "group": grp, "gradient": x, "ablation": y} for h, grp, x, y in zip(subset, groups, g, a)
+            ],
+            "random_group_spearman": spearman(g[-args.per_group :], a[-args.per_group :]),
             "gradient_cpu_s": round(gradient_cpu, 1),
             "ablation_cpu_s": round(ablation_cpu, 1),
             "torch_threads": torch.get_num_threads(),
