@@ -167,13 +167,14 @@ def gathered(
 
 def _doc_figures(sample: dict) -> dict:
     """One asked order's figures: the answer's log-likelihood and log-probability among the choices
-    (which a term shared by every choice cannot move: lm-eval's trailing whitespace where the tokenizer
-    keeps it apart from the choice), the
-    entropy over the choices, and the listed positions of the answer and of the model's pick."""
+    (which a term shared by every choice cannot move: lm-eval's trailing whitespace where the
+    tokenizer keeps it apart from the choice), the entropy over the choices (of the same
+    distribution), and the listed positions of the answer and of the model's pick."""
     logliks = [float(r[0]) for r in sample["filtered_resps"]]
     gold = int(sample["doc"]["gold"])
     top = max(logliks)
     log_total = top + math.log(sum(math.exp(x - top) for x in logliks))
+    logprobs = [x - log_total for x in logliks]
     return {
         "choices": len(logliks),
         "gold": gold,
@@ -181,17 +182,9 @@ def _doc_figures(sample: dict) -> dict:
         "correct": bool(sample["acc"]),
         "correct_norm": bool(sample["acc_norm"]),
         "gold_loglik": logliks[gold],
-        "gold_logprob": logliks[gold] - log_total,
-        "entropy": _choice_entropy(logliks),
+        "gold_logprob": logprobs[gold],
+        "entropy": -sum(math.exp(lp) * lp for lp in logprobs if lp > -math.inf),  # nats; a choice of p = 0 adds 0
     }
-
-
-def _choice_entropy(logliks: list[float]) -> float:
-    """Entropy (nats) of the model's distribution over the choices, softmax of their log-likelihoods."""
-    top = max(logliks)
-    weights = [math.exp(x - top) for x in logliks]
-    total = sum(weights)
-    return -sum(w / total * math.log(w / total) for w in weights if w > 0)
 
 
 def _stderr(values: Sequence[float]) -> float:

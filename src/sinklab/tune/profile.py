@@ -37,7 +37,9 @@ ABLATION_GAMMA = 1.5
 
 
 def choice_logliks(model, question) -> torch.Tensor:
-    """(choices,): each choice's summed log-likelihood given its context, one right-padded batch."""
+    """(choices,): each choice's summed log-likelihood given its context, one right-padded batch,
+    run as a prompt followed by the answers being scored (:func:`~sinklab.core.hooks.scoring_after`:
+    ACT finds its sinks on the prompt's rows, as the judge has it do)."""
     rows = [list(ctx) + list(cont) for ctx, cont in question.pairs]
     width = max(map(len, rows))
     device = model.device
@@ -46,7 +48,9 @@ def choice_logliks(model, question) -> torch.Tensor:
     for i, row in enumerate(rows):
         ids[i, : len(row)] = torch.tensor(row, device=device)
         mask[i, : len(row)] = 1
-    logprobs = F.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+    with scoring_after(len(question.pairs[0][0])):  # every choice shares the question's context
+        logits = model(input_ids=ids, attention_mask=mask).logits
+    logprobs = F.log_softmax(logits.float(), dim=-1)
     totals = []
     for i, (ctx, cont) in enumerate(question.pairs):
         start = len(ctx)
@@ -105,15 +109,13 @@ def head_profile(
 ) -> torch.Tensor:
     """(L, H): the mean derivative of :func:`objective` over ``questions`` with respect to each
     head's strength at the identity (positive: strengthening the edit on that head helps). Each
-    question's choices follow its prompt, which ACT finds the sinks on (as the judge does)."""
+    question's choices follow its prompt, which ACT finds the sinks on (:func:`choice_logliks`)."""
     strength = torch.zeros(shape, device=model.device, requires_grad=True)
     total = torch.zeros(shape, device=model.device)
     hooked = strength_hooks(method, strength, threshold, spare)
     with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
         for question in progress_bar(questions, desc=f"profiling heads ({method})", unit="example", leave=False):
-            with scoring_after(len(question.pairs[0][0])):
-                logliks = choice_logliks(model, question)
-            value = objective(logliks, question.gold, mode)
+            value = objective(choice_logliks(model, question), question.gold, mode)
             (grad,) = torch.autograd.grad(value, strength, materialize_grads=True)  # no sink in this input: 0
             total += grad
     return total / max(len(questions), 1)
@@ -149,6 +151,5 @@ def _mean_objective(model, questions: Sequence, mode: str, hooked: list) -> floa
     total = 0.0
     with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
         for question in questions:
-            with scoring_after(len(question.pairs[0][0])):
-                total += float(objective(choice_logliks(model, question), question.gold, mode))
+            total += float(objective(choice_logliks(model, question), question.gold, mode))
     return total / max(len(questions), 1)

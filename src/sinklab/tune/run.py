@@ -135,7 +135,7 @@ class TuneConfig:
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         check(
-            self.method == "act" or (self.act_layers, self.act_spare) == ("official", "first_token"),
+            self.method == "act" or (self.act_layers, self.act_spare) == (TuneConfig.act_layers, TuneConfig.act_spare),
             "--act-layers and --act-spare are read only with --method act",
         )
 
@@ -153,8 +153,7 @@ def preflight(cfg: TuneConfig, context: RunContext) -> None:
     prompts within the model's positions, and a BOS token (the configuration's model read without its weights)."""
     loaded = transformers_model(context.subject) if context.subject is not None else read_header(cfg.model, cfg.load)
     tasks = check_tasks(cfg.tasks, loaded.tokenizer, cfg.sizes, cfg.seed)
-    config = loaded.config if hasattr(loaded, "config") else loaded.model.config
-    layers = config.get_text_config().num_hidden_layers
+    layers = loaded.config.get_text_config().num_hidden_layers
     check(
         cfg.method != "act" or len(ACT_LAYER_RANGES[cfg.act_layers](layers)) > 0,
         f"--act-layers {cfg.act_layers} leaves none of the model's {layers} layers to calibrate "
