@@ -10,6 +10,9 @@ candidate screened, the margin). Each kept task is then scored on its test split
 (``confirmed``). One row per task and one for the screen in ``results/suite_screen.jsonl``, each with
 its wall and CPU time.
 
+Resumable: each task's scores are kept under ``runs/suite_screen/<commit>/`` as they finish, and a
+run of the same commit and settings scores only the tasks not kept there.
+
 Run: `.venv/bin/python benchmarks/suite_screen.py [--shots 0] [--examples 1000]` (the BIG-bench task
 files are fetched once on first use). Hours on 2 CPU cores for the 24 candidates.
 """
@@ -17,13 +20,16 @@ files are fetched once on first use). Hours on 2 CPU cores for the 24 candidates
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
-from common import record
+from common import REVISION, RUNS, record
 
 from sinklab.accuracy import CANDIDATES, SIZES, evaluate, lm_for, read_task, sizes_for
+from sinklab.accuracy.scored import Scored
 from sinklab.accuracy.suite import REPORTED, confirmed, screen
 from sinklab.core.progress import progress_bar
+from sinklab.core.runs import write_json
 from sinklab.models.hf import load_model
 
 
@@ -37,13 +43,19 @@ def main() -> None:
     loaded = load_model(None)
     lm = lm_for(loaded.model, loaded.tokenizer, args.batch_size)
     pool = max(args.shots, SIZES["shots"])
+    kept = RUNS / "suite_screen" / REVISION / f"shots{args.shots}-examples{args.examples}"
+    kept.mkdir(parents=True, exist_ok=True)
     selected, tasks = [], {}
     for name in progress_bar(args.tasks.split(","), desc="screening", unit="task"):
         task = tasks[name] = read_task(name)
+        if (kept / f"{name}.json").exists():  # scored by an earlier run of this commit and settings
+            selected.append(Scored.from_record(json.loads((kept / f"{name}.json").read_text())))
+            continue
         outside = min(args.examples, len(task.examples) - SIZES["test"] - pool)
         wall, cpu = time.perf_counter(), time.process_time()
         (scored,) = evaluate(lm, [task], "validation", args.shots, sizes_for(args.shots, outside))
         selected.append(scored)
+        write_json(kept / f"{name}.json", scored.record())
         record(
             "suite_screen",
             {
@@ -52,6 +64,7 @@ def main() -> None:
                 "examples_in_task": len(task.examples),
                 "acc_by_position": scored.acc_by_position,
                 "picks_by_position": scored.picks_by_position,
+                "score": scored.score,
                 "wall_s": round(time.perf_counter() - wall, 1),
                 "cpu_s": round(time.process_time() - cpu, 1),
             },
