@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo test test-integration bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
+.PHONY: install browser demo docs test test-integration bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
 
 # torch first, so that the build is a choice, not whatever pip resolves for sinklab's `torch`
 # dependency (on PyPI for Linux, a multi-GB CUDA build). TORCH_INDEX empty: pip's configured index
@@ -58,8 +58,14 @@ PYTEST = $(BIN)/python -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TE
 test: install browser
 	$(PYTEST) -m "not integration"
 
-test-integration: install
+test-integration: install docs
 	$(PYTEST) -m integration
+
+# The documentation site (Sphinx, MyST pages, Furo, MathJax bundled: it opens offline) into
+# docs/_build/html, with every warning an error (an unresolved cross-reference fails the build).
+# The integration tier's browser test opens what this builds.
+docs: install
+	$(BIN)/python -m sphinx -b html -W --keep-going -q docs docs/_build/html
 
 # The checks that need a GPU, as one prepared run of at most 8 minutes (BENCHMARKS.md 9): on a
 # machine with a CUDA build of torch (make install TORCH_INDEX=...). GPU_PYTHON runs it with

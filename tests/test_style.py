@@ -15,6 +15,9 @@ def test_ruff_check_and_format_pass():
     pytest.importorskip("ruff")  # in the test extra; skipped only where it is not installed
     for command in (["check"], ["format", "--check"]):
         result = subprocess.run(
-            [sys.executable, "-m", "ruff", *command, "src", "tests", "benchmarks"], cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "-m", "ruff", *command, "src", "tests", "benchmarks", "docs"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         )
         assert result.returncode == 0, f"ruff {' '.join(command)}:\n{result.stdout}{result.stderr}"

@@ -10,7 +10,7 @@ KV-cache press acts on the steps after a prefill, and lm-eval scores each choice
 a press inside the block changes nothing here; ``sinklab compress --accuracy`` reads the prompts
 through a compressed cache itself and hands lm-eval the log-likelihoods, :mod:`sinklab.compress.judged`.)
 
-Position 0 is the BOS token: :class:`BosLM` (lm-eval's ``HFLM``) puts the tokenizer's BOS first in
+Position 0 is the BOS token: ``BosLM`` (lm-eval's ``HFLM``) puts the tokenizer's BOS first in
 every request, as sinklab's other inputs do (lm-eval would otherwise follow the tokenizer, and
 SmolLM2's adds none), so "the initial token" is the same token in every judge.
 """

@@ -36,7 +36,7 @@ class AdaptedModel:
 
     @contextmanager
     def applied(self) -> Iterator["AdaptedModel"]:
-        """Route attention through the mitigation; hooks on :attr:`hooks` see the adapted model."""
+        """Route attention through the mitigation; hooks on its ``hooks`` see the adapted model."""
         inputs: dict[int, torch.Tensor] = {}
         handles = [
             layer.register_forward_pre_hook(_keep_input(inputs, i), with_kwargs=True)

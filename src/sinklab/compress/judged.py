@@ -58,7 +58,7 @@ def check_judge(cfg, tokenizer, max_positions) -> None:
 def score_tasks(model, tokenizer, policies: dict, cfg) -> Iterator[tuple[str, str, dict, dict]]:
     """(``accuracy:<task>``, cell, scores, lm-eval's output) for every task and cell of ``policies``:
     as scores, lm-eval's figures of the test split read through the cell's cache
-    (:meth:`Scored.record`, the per-example lists a paired verdict needs included), and the
+    (:meth:`~sinklab.accuracy.Scored.record`, the per-example lists a paired verdict needs included), and the
     compressions' ``kept_fraction`` and ``bytes_ratio`` (means over the prompts: what the cell did
     to the shots, which a quantizer keeping its recent tokens whole may leave whole); then what
     lm-eval's evaluator returned on the cell (:meth:`~sinklab.accuracy.TaskOutput.record`, for

@@ -28,7 +28,7 @@ is continued inside the block).
 
 :attr:`Pressing.last` reports the last compression: the context's length, what each layer kept,
 the sinks held apart, and the cache's bytes before and after (with several policies, the whole
-composition's; :attr:`Pressing.steps` has each policy's own).
+composition's; ``Pressing.steps`` has each policy's own).
 """
 
 from __future__ import annotations

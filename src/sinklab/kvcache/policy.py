@@ -107,7 +107,7 @@ class CachePolicy(metaclass=_TakesOtherNames):
     aliases: ClassVar[dict] = {}
     #: The field that says which sinks are held apart ("keep_sinks" or "protect").
     sink_field: ClassVar[str] = "keep_sinks"
-    #: What the prefill must record for :meth:`rewritten` (from :data:`NEEDS`).
+    #: What the prefill must record for :meth:`CachePolicy.rewritten` (from :data:`NEEDS`).
     needs: ClassVar[frozenset] = frozenset()
     #: Whether layers keep different numbers of keys (the mask is then cut per layer: :mod:`.narrowed`).
     per_layer_budgets: ClassVar[bool] = False

@@ -67,7 +67,7 @@ def objective(logliks: torch.Tensor, gold: int, mode: str) -> torch.Tensor:
 
 def strength_hooks(method: str, strength: torch.Tensor, threshold: float, spare: str = "first_token") -> list:
     """Hooks that apply ``method`` with per-(layer, head) ``strength`` (L, H), differentiably (ACT
-    with its ``threshold`` and the sink it ``spare``s)."""
+    with its ``threshold`` and the sink its ``spare`` rule spares)."""
     if method == "zerotuning":
         return [(hook_name(layer, "attn.hook_scores"), _scaled(strength[layer])) for layer in range(strength.shape[0])]
     masks: dict = {}

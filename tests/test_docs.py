@@ -1,0 +1,139 @@
+"""The documentation site is tested like the code: its examples run, its commands parse with the
+real parser, the README stays a landing page, and (integration tier, on the site ``make docs``
+built) every public name and command has its reference entry and the site works offline in a
+browser: search finds "SnapKV", the result opens, nothing leaves the folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import shlex
+from pathlib import Path
+
+import pytest
+from browser import chromium, require_chromium, visit
+
+ROOT = Path(__file__).parent.parent
+DOCS = ROOT / "docs"
+SITE = DOCS / "_build" / "html"
+SNIPPETS = DOCS / "snippets"
+#: The Hub id the snippets load "your own model" from; the tests load a tiny model in its place.
+SNIPPET_MODEL = "HuggingFaceTB/SmolLM2-135M"
+#: Snippets on the real default model (minutes, the model's files): the integration tier.
+ON_THE_DEFAULT_MODEL = ("scan_default_model.py",)
+
+
+def pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)
+
+
+def test_every_snippet_is_included_by_a_page():
+    """A snippet file no page includes is dead; a page that includes a missing one fails the build."""
+    included = {m for page in pages() for m in re.findall(r"snippets/([\w.]+\.py)", page.read_text())}
+    assert included == {p.name for p in SNIPPETS.glob("*.py")}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SNIPPETS.glob("*.py") if p.name not in ON_THE_DEFAULT_MODEL))
+def test_each_snippet_runs_on_a_tiny_model(name, tiny_model_dir, monkeypatch, tmp_path, capsys):
+    """The page's code as written, with the Hub id swapped for a tiny saved Llama (offline)."""
+    source = (SNIPPETS / name).read_text()
+    assert SNIPPET_MODEL in source
+    script = tmp_path / name
+    script.write_text(source.replace(SNIPPET_MODEL, str(tiny_model_dir("llama", positions=1024))))
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(script), run_name="__main__")
+    assert capsys.readouterr().out.strip()  # each snippet prints what it shows the reader
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ON_THE_DEFAULT_MODEL)
+def test_each_default_model_snippet_runs(name, monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)
+    runpy.run_path(str(SNIPPETS / name), run_name="__main__")
+    assert capsys.readouterr().out.strip()
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    """Every ``sinklab ...`` line of a bash block in the docs and the README: (page, line)."""
+    found = []
+    for page in [*pages(), ROOT / "README.md"]:
+        for block in re.findall(r"```bash\n(.*?)```", page.read_text(), flags=re.S):
+            for line in block.splitlines():
+                line = line.strip()
+                if line.startswith(("sinklab ", ".venv/bin/sinklab ")):
+                    found.append((page.relative_to(ROOT).as_posix(), line))
+    return found
+
+
+def test_every_documented_command_parses_with_the_real_parser():
+    """A flag renamed or removed fails here, not in a reader's terminal."""
+    from sinklab.cli import build_parser
+
+    commands = documented_commands()
+    assert len(commands) > 50
+    bad = []
+    for page, line in commands:
+        argv = shlex.split(line, comments=True)[1:]
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit:
+            bad.append(f"{page}: {line}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_readme_is_a_landing_page():
+    readme = (ROOT / "README.md").read_bytes()
+    assert len(readme) <= 12_000
+    text = readme.decode()
+    assert text.index("make demo") < text.index("make test") < 2000  # the two set-up commands first
+    assert "docs/_build/html" in text and "## Cite" in text
+
+
+def built_site() -> Path:
+    if not (SITE / "index.html").exists():
+        if os.environ.get("CI"):
+            pytest.fail("`make test-integration` builds the site first (make docs)")
+        pytest.skip("the site is not built: make docs")
+    return SITE
+
+
+@pytest.mark.integration
+def test_every_public_name_and_command_has_its_reference_entry():
+    import sinklab
+    from sinklab.cli import build_parser
+
+    site = built_site()
+    api = (site / "reference" / "api" / "sinklab.html").read_text()
+    missing = [name for name in sinklab.__all__ if f'id="sinklab.{name}"' not in api]
+    assert not missing, f"not on the API page: {missing}"
+    cli = (site / "reference" / "cli.html").read_text()
+    commands = build_parser()._subparsers._group_actions[0].choices
+    missing = [name for name in commands if f'id="sinklab-{name}"' not in cli]
+    assert not missing, f"not on the command page: {missing}"
+
+
+@pytest.mark.integration
+def test_the_site_searches_and_navigates_offline():
+    """Headless Chromium on the built folder: the search box finds SnapKV, the first result opens on
+    a page that names it, and no page logs an error or requests anything outside the folder."""
+    require_chromium()
+    site = built_site()
+    with chromium() as browser:
+        home = visit(browser, site / "index.html")
+        assert not home.problems(), home.problems()
+        page = home.page
+        requested = []
+        page.on("request", lambda request: requested.append(request.url))
+        page.fill("input[name=q]", "SnapKV")
+        page.press("input[name=q]", "Enter")
+        page.wait_for_selector("#search-results ul.search li a", timeout=20_000)
+        results = page.locator("#search-results ul.search li a")
+        assert results.count() >= 1
+        results.first.click()
+        page.wait_for_load_state("load")
+        assert "SnapKV" in page.content()
+        inside = site.resolve().as_uri()
+        assert page.url.startswith(inside)
+        assert not home.problems(), home.problems()
+        assert requested and all(url.startswith(inside) for url in requested), [u for u in requested if not u.startswith(inside)]
