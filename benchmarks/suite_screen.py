@@ -48,14 +48,15 @@ def main() -> None:
     selected, tasks = [], {}
     for name in progress_bar(args.tasks.split(","), desc="screening", unit="task"):
         task = tasks[name] = read_task(name)
-        if (kept / f"{name}.json").exists():  # scored by an earlier run of this commit and settings
-            selected.append(Scored.from_record(json.loads((kept / f"{name}.json").read_text())))
+        cached = kept / f"{name}.json"
+        if cached.exists():  # scored by an earlier run of this commit and settings
+            selected.append(Scored.from_record(json.loads(cached.read_text())))
             continue
         outside = min(args.examples, len(task.examples) - SIZES["test"] - pool)
         wall, cpu = time.perf_counter(), time.process_time()
         (scored,) = evaluate(lm, [task], "validation", args.shots, sizes_for(args.shots, outside))
         selected.append(scored)
-        write_json(kept / f"{name}.json", scored.record())
+        write_json(cached, scored.record())
         record(
             "suite_screen",
             {

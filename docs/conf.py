@@ -1,5 +1,5 @@
 """Sphinx configuration of sinklab's documentation site (``make docs``: the site in docs/_build/html,
-read offline; the test suite builds it with warnings as errors).
+read offline; every warning is an error, and CI builds it before the integration tests).
 
 Offline in every part: the theme (Furo) ships its own files and uses the system's fonts, maths is
 rendered by the MathJax copy that ``sphinx-mathjax-offline`` bundles, no intersphinx inventory is

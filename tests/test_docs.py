@@ -102,6 +102,7 @@ def built_site() -> Path:
 def test_every_public_name_and_command_has_its_reference_entry():
     import sinklab
     from sinklab.cli import build_parser
+    from sinklab.intervene.interventions import INTERVENTIONS
 
     site = built_site()
     api = (site / "reference" / "api" / "sinklab.html").read_text()
@@ -111,6 +112,11 @@ def test_every_public_name_and_command_has_its_reference_entry():
     commands = build_parser()._subparsers._group_actions[0].choices
     missing = [name for name in commands if f'id="sinklab-{name}"' not in cli]
     assert not missing, f"not on the command page: {missing}"
+    registries = (site / "reference" / "registries.html").read_text()
+    flags = [a.option_strings[0] for a in commands["intervene"]._actions if a.dest in INTERVENTIONS]
+    shown = '<code class="docutils literal notranslate"><span class="pre">{}</span>'
+    missing = [flag for flag in flags if shown.format(flag) not in registries]
+    assert len(flags) == len(INTERVENTIONS) and not missing, f"interventions not named by their flags: {missing}"
 
 
 @pytest.mark.integration

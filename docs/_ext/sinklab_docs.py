@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -38,6 +39,7 @@ class Generated(Directive):
     """A directive whose content is reStructuredText made by :meth:`lines`."""
 
     has_content = False
+    allows_titles = True  # False: the content is a list, placed inside a container
 
     def lines(self) -> list[str]:
         raise NotImplementedError
@@ -49,8 +51,6 @@ class Generated(Directive):
         holder.document = self.state.document
         nested_parse_with_titles(self.state, StringList(self.lines(), source=f"<{self.name}>"), holder)
         return holder.children
-
-    allows_titles = True
 
 
 def _option_lines(action: argparse.Action) -> list[str]:
@@ -66,14 +66,30 @@ def _option_lines(action: argparse.Action) -> list[str]:
     return [flags, "   " + " ".join(p for p in parts if p), ""]
 
 
+@lru_cache(maxsize=1)
+def _parser() -> argparse.ArgumentParser:
+    """The parser the command line runs, built once per documentation build."""
+    from sinklab.cli import build_parser
+
+    return build_parser()
+
+
+def _subcommands() -> argparse._SubParsersAction:
+    return next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+
+
+def flag_of(command: str, dest: str) -> str:
+    """The flag ``sinklab <command>`` gives the setting ``dest``, read from the parser the command
+    line runs (never re-derived from the name)."""
+    parser = _subcommands().choices[command]
+    return next(a.option_strings[0] for a in parser._actions if a.dest == dest and a.option_strings)
+
+
 class Commands(Generated):
     """Every ``sinklab`` command, from the parser the command line runs."""
 
     def lines(self) -> list[str]:
-        from sinklab.cli import build_parser
-
-        parser = build_parser()
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser, sub = _parser(), _subcommands()
         helps = {choice.dest: choice.help for choice in sub._choices_actions}
         out = [escaped(parser.description), "", escaped(parser.epilog), ""]
         for name, command in sub.choices.items():
@@ -99,6 +115,7 @@ class Commands(Generated):
 
 def _registries() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     """Each registry a user extends, as (name, one-line help) pairs read from the code."""
+    from sinklab.kvcache.registry import PRESSES, QUANTIZERS
 
     def first_line(obj) -> str:
         return ((getattr(obj, "__doc__", None) or "").strip().splitlines() or [""])[0]
@@ -111,20 +128,15 @@ def _registries() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     def extras():
         from sinklab.core.attention.extras import HEAD_EXTRAS
 
-        return [(f"--{name.replace('_', '-')}", extra.help) for name, extra in HEAD_EXTRAS.items()]
+        return [(flag_of("pretrain", name), extra.help) for name, extra in HEAD_EXTRAS.items()]
 
-    def policies(kind: str):
-        def read():
-            from sinklab.kvcache.registry import POLICIES
-
-            return [(name, first_line(cls)) for name, cls in POLICIES.items() if cls.kind == kind]
-
-        return read
+    def policies(family: dict):
+        return lambda: [(name, first_line(cls)) for name, cls in family.items()]
 
     def interventions():
         from sinklab.intervene.interventions import INTERVENTIONS
 
-        return [(f"--{option}", cls.help) for option, cls in INTERVENTIONS.items()]
+        return [(flag_of("intervene", option), cls.help) for option, cls in INTERVENTIONS.items()]
 
     def bench_tasks():
         from sinklab.bench.task import TASKS
@@ -139,8 +151,8 @@ def _registries() -> dict[str, Callable[[], list[tuple[str, str]]]]:
     return {
         "attention": attention,
         "extras": extras,
-        "presses": policies("press"),
-        "quantizers": policies("quantizer"),
+        "presses": policies(PRESSES),
+        "quantizers": policies(QUANTIZERS),
         "interventions": interventions,
         "bench-tasks": bench_tasks,
         "suites": suites,
