@@ -6,9 +6,9 @@ examples, zero-shot), alternated over ``--rounds`` rounds (the order reversed ev
 * ``lm_eval_plain``: lm-eval's own ``HFLM`` around the model (its tokenisation: no BOS added for
   SmolLM2), scored by the same evaluator call, nothing of sinklab's in the forward;
 * ``sinklab_untouched``: ``sinklab.accuracy.evaluate`` (BOS first, the same evaluator), nothing applied;
-* ``zerotuning``: the same inside ``sinklab.tune.applied`` with a ZeroTuning that scales a quarter of the heads;
+* ``zerotuning``: the same inside ``sinklab.applied`` with a ZeroTuning that scales a quarter of the heads;
 * ``act``: inside ``applied`` with ACT on 16 heads (whole patterns, the paper's beta and threshold);
-* ``suppress_sink``: inside ``sinklab.intervene.applied`` with the first-token sink removed.
+* ``suppress_sink``: inside ``sinklab.applied`` with the first-token sink removed.
 
 Examples per second of each, the median over rounds, and each over ``lm_eval_plain``. Goals: the
 untouched path >= 0.95x, an intervention or tuning active >= 0.8x.
@@ -25,6 +25,7 @@ import time
 import torch
 from common import record
 
+import sinklab
 from sinklab import intervene, tune
 from sinklab.accuracy import evaluate, lm_for, read_task, sizes_for
 from sinklab.models.hf import load_model
@@ -63,9 +64,9 @@ def main() -> None:
     methods = {
         "lm_eval_plain": lambda: evaluate(plain_lm, [task], "test", 0, sizes)[0],
         "sinklab_untouched": lambda: evaluate(ours, [task], "test", 0, sizes)[0],
-        "zerotuning": within(lambda: tune.applied(model, zero)),
-        "act": within(lambda: tune.applied(model, act)),
-        "suppress_sink": within(lambda: intervene.applied(model, [intervene.suppress_sink(0)])),
+        "zerotuning": within(lambda: sinklab.applied(model, zero)),
+        "act": within(lambda: sinklab.applied(model, act)),
+        "suppress_sink": within(lambda: sinklab.applied(model, intervene.suppress_sink(0))),
     }
     seconds = {name: [] for name in methods}
     accuracy = {}

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from common import record
 
+import sinklab
 from sinklab import kvcache as P
 from sinklab.compress.tasks import text_window
 from sinklab.models.hf import load_model
@@ -32,7 +33,7 @@ from sinklab.models.hf import load_model
 def measured(model, window, policy, steps: int) -> dict:
     """The cache's facts after ``policy`` (None: dense), the continuation's perplexity, and ms per decode step."""
     cont = window.continuation
-    with P.applied(model, policy) if policy is not None else nullcontext() as state:
+    with sinklab.applied(model, policy) if policy is not None else nullcontext() as state:
         cache = model(window.context, use_cache=True, logits_to_keep=1).cache
         twin = P.branch(cache)
         logits = model(cont[:, :-1], cache=twin).logits[0]
@@ -41,7 +42,7 @@ def measured(model, window, policy, steps: int) -> dict:
             model(cont[:, t : t + 1], cache=cache)
         step_ms = 1000 * (time.perf_counter() - start) / steps
     ppl = math.exp(F.cross_entropy(logits.float(), cont[0, 1:]).item())
-    last = state.last if policy is not None else None
+    last = state.cache.last if policy is not None else None
     counts = [] if last is None else [int(n) for p in last.positions.values() for n in (p >= 0).sum(-1)[0]]
     return {
         "bytes_ratio": None if last is None else last.bytes_after / last.bytes_before,

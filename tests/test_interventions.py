@@ -10,7 +10,7 @@ import torch
 from conftest import tiny_config
 from transformers import AutoModelForCausalLM
 
-from sinklab import cli
+from sinklab import applied, cli
 from sinklab.core import pipeline
 from sinklab.core.attention import causal_mask
 from sinklab.core.errors import SinklabError
@@ -24,7 +24,6 @@ from sinklab.intervene import (
     ScoreBias,
     ValueZero,
     VarianceAmplify,
-    applied,
     apply_interventions,
     hooks_of,
     interventions_for,
@@ -399,8 +398,8 @@ def test_whole_patterns_with_query_chunk_none():
     for chunk in (None, 4):
         calls.clear()
         with (
-            applied(model, [], query_chunk=chunk) as hooks,
-            hooks.attached([("blocks.*.attn.hook_pattern", keep)]),
+            applied(model, query_chunk=chunk) as block,
+            block.hooks.attached([("blocks.*.attn.hook_pattern", keep)]),
             torch.no_grad(),
         ):
             model(input_ids=ids)

@@ -9,6 +9,7 @@ import torch
 import transformers
 from conftest import tiny_config
 
+import sinklab
 from sinklab import kvcache as P
 from sinklab.core.errors import SinklabError
 from sinklab.stream import make_sink_cache
@@ -32,7 +33,7 @@ def decoded(model, press, chunk: int, prompt: int = PROMPT):
     """The logits of the FED tokens after the prompt, fed ``chunk`` at a time under ``press``, and
     the held positions of the first layer after each forward."""
     tokens, logits, held = ids(prompt + FED), [], []
-    with P.applied(model, press) as state:
+    with sinklab.applied(model, press) as state:
         cache = model(tokens[:, :prompt], use_cache=True).cache
         for start in range(prompt, prompt + FED, chunk):
             logits.append(model(tokens[:, start : start + chunk], cache=cache).logits)
@@ -53,7 +54,7 @@ def test_streaming_llm_while_decoding_keeps_what_the_sink_cache_keeps():
             model(tokens[:, t : t + 1], cache=sink)
             kept.append(list(sink.layers[0].positions))
     cache = transformers.DynamicCache()
-    with torch.no_grad(), P.applied(model, P.DecodingPress(P.StreamingLLM(keep_sinks=2), budget=9, every=1)):
+    with torch.no_grad(), sinklab.applied(model, P.DecodingPress(P.StreamingLLM(keep_sinks=2), budget=9, every=1)):
         for t in range(30):
             model(tokens[:, t : t + 1], cache=cache)
             layer = cache.layers[0]
@@ -79,7 +80,7 @@ def test_every_so_many_tokens_the_cache_is_back_at_its_budget_however_the_tokens
     assert torch.allclose(one, eight, atol=1e-4)
     for positions in held_eight:
         assert len(positions) == 16 and positions[: press.keep_sinks] == list(range(press.keep_sinks))
-    assert state.last.length == PROMPT + FED and set(state.last.kept.values()) == {16}
+    assert state.cache.last.length == PROMPT + FED and set(state.cache.last.kept.values()) == {16}
 
 
 def test_the_prompt_stays_whole_and_nothing_is_pressed_under_the_budget():
@@ -87,7 +88,7 @@ def test_the_prompt_stays_whole_and_nothing_is_pressed_under_the_budget():
     the budget is never rewritten; a fractional budget is a fraction of the prompt."""
     model = tiny()
     _, held, state = decoded(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=100, every=8), chunk=4)
-    assert held == [None] * (FED // 4) and state.last is None
+    assert held == [None] * (FED // 4) and state.cache.last is None
     _, held, _ = decoded(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=0.5, every=8), chunk=4)
     assert held[0] is None and [len(h) for h in held[1::2]] == [12] * (FED // 8)
 
@@ -95,8 +96,8 @@ def test_the_prompt_stays_whole_and_nothing_is_pressed_under_the_budget():
 def test_detected_sinks_come_from_the_prompt_and_are_kept_at_every_compression():
     model = tiny()
     _, held, state = decoded(model, P.DecodingPress(P.SnapKV(keep_sinks="detected", window_size=4), budget=16, every=8), chunk=8)
-    sinks = state.decoding.sinks
-    assert state.last.sinks == sinks and all(set(sinks) <= set(h) for h in held)
+    sinks = state.cache.decoding.sinks
+    assert state.cache.last.sinks == sinks and all(set(sinks) <= set(h) for h in held)
 
 
 def test_bad_decoding_settings_are_one_line_and_the_block_leaves_the_model_as_it_was():
@@ -112,9 +113,9 @@ def test_bad_decoding_settings_are_one_line_and_the_block_leaves_the_model_as_it
             P.DecodingPress(**settings)
     decoding = P.DecodingPress(P.SnapKV(keep_sinks=1, window_size=4), budget=16, every=8)
     with pytest.raises(SinklabError, match="a DecodingPress works alone"):
-        with P.applied(model, decoding, P.KIVI(group_size=8)):
+        with sinklab.applied(model, decoding, P.KIVI(group_size=8)):
             pass
-    with torch.no_grad(), P.applied(model, decoding):  # left in the middle of an interval
+    with torch.no_grad(), sinklab.applied(model, decoding):  # left in the middle of an interval
         cache = model(ids(PROMPT), use_cache=True).cache
         model(ids(3, 2), cache=cache)
     assert model.config._attn_implementation == "sdpa" and not model._forward_hooks and not model._forward_pre_hooks
@@ -122,9 +123,9 @@ def test_bad_decoding_settings_are_one_line_and_the_block_leaves_the_model_as_it
 
 def test_generate_runs_under_a_decoding_press():
     model = tiny()
-    with torch.no_grad(), P.applied(model, P.DecodingPress(P.TOVA(keep_sinks=1), budget=16, every=4)) as state:
+    with torch.no_grad(), sinklab.applied(model, P.DecodingPress(P.TOVA(keep_sinks=1), budget=16, every=4)) as state:
         out = model.generate(ids(PROMPT), max_new_tokens=12, do_sample=False)
-    assert out.shape[-1] == PROMPT + 12 and set(state.last.kept.values()) == {16}
+    assert out.shape[-1] == PROMPT + 12 and set(state.cache.last.kept.values()) == {16}
 
 
 # --------------------------------------------------------------------------- sinklab compress --during decode
@@ -274,23 +275,23 @@ def test_adakv_gives_heads_their_own_budgets_and_frees_the_bytes():
 
     model, context, cont = tiny(), ids(40), ids(6, 2)
     uniform, ada = P.SnapKV(ratio=0.5, keep_sinks=2, window_size=4), P.AdaKV(P.SnapKV(ratio=0.5, keep_sinks=2, window_size=4))
-    with P.applied(model, uniform) as plain:
+    with sinklab.applied(model, uniform) as plain:
         model(context, use_cache=True)
-    with P.applied(model, ada) as state:
+    with sinklab.applied(model, ada) as state:
         cache = model(context, use_cache=True).cache
         logits = model(cont, cache=cache).logits
-    counts = {layer: (p >= 0).sum(-1)[0].tolist() for layer, p in state.last.positions.items()}
+    counts = {layer: (p >= 0).sum(-1)[0].tolist() for layer, p in state.cache.last.positions.items()}
     heads = model.config.num_key_value_heads
     assert any(len(set(c)) > 1 for c in counts.values()) and all(sum(c) == heads * 20 for c in counts.values())
     assert all(min(c) >= 4 for c in counts.values())  # alpha 0.2 of 20, or the sinks and the window
-    for positions in state.last.positions.values():
+    for positions in state.cache.last.positions.values():
         for head in positions[0]:
             assert {0, 1, 36, 37, 38, 39} <= set(head.tolist())
-    assert state.last.bytes_after == plain.last.bytes_after < 0.55 * state.last.bytes_before
-    assert set(state.last.kept.values()) == {20}  # the heads' mean; padding is not kept
+    assert state.cache.last.bytes_after == plain.cache.last.bytes_after < 0.55 * state.cache.last.bytes_before
+    assert set(state.cache.last.kept.values()) == {20}  # the heads' mean; padding is not kept
 
     def hide_dropped(mask, point):
-        kept = state.last.positions.get(point.layer)
+        kept = state.cache.last.positions.get(point.layer)
         visible = torch.zeros(1, kept.shape[1], 40, dtype=torch.bool)
         for h, head in enumerate(kept[0]):
             visible[0, h, head[head >= 0]] = True
@@ -303,7 +304,7 @@ def test_adakv_gives_heads_their_own_budgets_and_frees_the_bytes():
     with hooks.attached([("blocks.*.attn.hook_mask", hide_dropped)]), instrument(model, hooks, query_chunk=None):
         expected = model(torch.cat([context, cont], 1)).logits[:, 40:]
     assert torch.allclose(logits, expected, atol=1e-5)
-    with P.applied(model, ada):
+    with sinklab.applied(model, ada):
         assert model.generate(context, max_new_tokens=5, do_sample=False).shape[-1] == 45
     with pytest.raises(SinklabError, match="AdaKV wraps a press"):
         P.AdaKV(P.KIVI())
@@ -333,20 +334,20 @@ def test_a_decoding_press_governs_its_own_cache_and_starts_afresh_at_each_prefil
     cache early; not closing the interval at the prefill keeps other keys in the second generation."""
     model, prompt = tiny(), ids(PROMPT)
     decoding = P.DecodingPress(P.H2O(keep_sinks=1), budget=16, every=8)
-    with P.applied(model, decoding) as state:
+    with sinklab.applied(model, decoding) as state:
         cache = model(prompt, use_cache=True).cache
         model(ids(5, 3), cache=P.branch(cache))
         model(ids(3, 4), cache=cache)
-        assert state.last is None and cache.layers[0].keys.shape[-2] == PROMPT + 3
+        assert state.cache.last is None and cache.layers[0].keys.shape[-2] == PROMPT + 3
     kept = []
-    with P.applied(model, decoding) as state:
+    with sinklab.applied(model, decoding) as state:
         for _ in range(2):
             model.generate(prompt, max_new_tokens=20, do_sample=False)
-            kept.append(state.last.positions)
-    with P.applied(model, decoding) as fresh:
+            kept.append(state.cache.last.positions)
+    with sinklab.applied(model, decoding) as fresh:
         model.generate(prompt, max_new_tokens=20, do_sample=False)
     for positions in kept:
-        assert all(torch.equal(positions[i], fresh.last.positions[i]) for i in positions)
+        assert all(torch.equal(positions[i], fresh.cache.last.positions[i]) for i in positions)
 
 
 @torch.no_grad()
@@ -354,12 +355,12 @@ def test_chunks_that_pass_the_every_th_token_carry_their_excess():
     """Chunks of 5 with ``every`` 8: 40 tokens give 5 compressions, as token by token. Mutation:
     resetting the count to 0 after a compression gives 4."""
     model, tokens = tiny(), ids(PROMPT + 40)
-    with P.applied(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=16, every=8)) as state:
+    with sinklab.applied(model, P.DecodingPress(P.Knorm(keep_sinks=1), budget=16, every=8)) as state:
         cache = model(tokens[:, :PROMPT], use_cache=True).cache
         pressed = 0
         for start in range(PROMPT, PROMPT + 40, 5):
             model(tokens[:, start : start + 5], cache=cache)
-            pressed += state.last is not None and state.last.length == start + 5
+            pressed += state.cache.last is not None and state.cache.last.length == start + 5
     assert pressed == 5
 
 
@@ -373,12 +374,12 @@ def test_detected_sinks_past_the_first_tokens_are_held_or_refused_in_one_line(mo
     model = tiny()
     monkeypatch.setattr(policy, "detected_sinks", lambda received: [0, 1])
     _, held, state = decoded(model, P.DecodingPress(P.Knorm(keep_sinks="detected"), budget=16, every=8), chunk=8)
-    assert state.decoding.sinks == [0, 1] and state.last.sinks == [0, 1] and all(h[:2] == [0, 1] for h in held)
+    assert state.cache.decoding.sinks == [0, 1] and state.cache.last.sinks == [0, 1] and all(h[:2] == [0, 1] for h in held)
     monkeypatch.setattr(policy, "detected_sinks", lambda received: [0, 7])
     with pytest.raises(SinklabError, match="holds position 7 apart, which sits at different places among the heads"):
         with (
             torch.no_grad(),
-            P.applied(model, P.Random(0.5, keep_sinks="detected", seed=1), P.KIVI(protect="detected", group_size=8)),
+            sinklab.applied(model, P.Random(0.5, keep_sinks="detected", seed=1), P.KIVI(protect="detected", group_size=8)),
         ):
             model(ids(40), use_cache=True)
 
@@ -397,15 +398,15 @@ def test_the_reviews_bad_settings_are_one_line():
         P.DecodingPress(P.H2O(keep_sinks=5), budget=9, every=8)
     decoding = P.DecodingPress(P.Knorm(keep_sinks=1), budget=16, every=8)
     for enter, needle in [
-        (lambda: P.applied(model, decoding, question=[5, 6]), "a DecodingPress leaves the prefill whole"),
+        (lambda: sinklab.applied(model, decoding, question=[5, 6]), "a DecodingPress leaves the prefill whole"),
         (lambda: sinklab.applied(model, MaskSelf(3), decoding), "^interventions and tunings name token positions"),
-        (lambda: P.applied(model, P.Knorm(0.5), P.Knorm(0.5), P.KIVI(group_size=8)), "^applied\\(\\) takes a press"),
+        (lambda: sinklab.applied(model, P.Knorm(0.5), P.Knorm(0.5), P.KIVI(group_size=8)), "^applied\\(\\) takes a press"),
     ]:
         with pytest.raises(SinklabError, match=needle):
             with enter():
                 pass
     with pytest.raises(SinklabError, match="groups of --group-size 32 channels do not divide this model's head dimension 8"):
-        with torch.no_grad(), P.applied(model, P.KIVI(bits=2, protect=1)):
+        with torch.no_grad(), sinklab.applied(model, P.KIVI(bits=2, protect=1)):
             model(ids(20), use_cache=True)
     with torch.no_grad(), P.tallied(model, 20, True, 0) as tally:
         cache = model(ids(20), use_cache=True).cache
@@ -449,7 +450,7 @@ def test_a_fractional_budget_too_small_for_the_prompt_is_refused_at_the_prefill(
         decoded(model, too_small, chunk=8)
     assert "\n" not in str(error.value)
     _, held, state = decoded(model, P.DecodingPress(P.StreamingLLM(keep_sinks=4), budget=0.25, every=8), chunk=8)
-    assert held[-1] == [0, 1, 2, 3, PROMPT + FED - 2, PROMPT + FED - 1] and set(state.last.kept.values()) == {6}
+    assert held[-1] == [0, 1, 2, 3, PROMPT + FED - 2, PROMPT + FED - 1] and set(state.cache.last.kept.values()) == {6}
 
 
 def test_kvpress_argument_names_are_taken_and_adakv_under_a_decoding_press_says_why():

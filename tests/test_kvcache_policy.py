@@ -17,6 +17,7 @@ from sinklab.compress.run import CompressConfig, PressJob, job_policies
 from sinklab.core.errors import SinklabError
 from sinklab.intervene import MaskSelf
 from sinklab.kvcache.layers import PressedLayer, QuantizedKVLayer
+from sinklab.models.hf import LoadedModel
 from sinklab.tune import ZeroTuning
 
 CONTEXT = 40
@@ -35,11 +36,11 @@ def ids(length: int, seed: int) -> torch.Tensor:
 @torch.no_grad()
 def under(model, *policies):
     """The continuation's logits after the context's cache went through ``policies`` inside the
-    block, the cache and the block's state."""
-    with P.applied(model, *policies) as state:
+    block, the cache and the block's cache state."""
+    with sinklab.applied(model, *policies) as state:
         cache = model(ids(CONTEXT, 1), use_cache=True).cache
         logits = model(ids(6, 2), cache=cache).logits
-    return logits, cache, state
+    return logits, cache, state.cache
 
 
 @torch.no_grad()
@@ -85,7 +86,7 @@ def test_a_press_then_a_quantizer_quantize_what_the_press_kept():
     assert state.last.bytes_after < pressed.last.bytes_after and state.last.bytes_before == pressed.last.bytes_before
     assert state.last.kept_fraction == 0.5 and state.last.sinks == [0, 1, 2, 3]
     assert torch.equal(logits, by_hand(model, snap, kivi))
-    with P.applied(model, snap, kivi), torch.no_grad():
+    with sinklab.applied(model, snap, kivi), torch.no_grad():
         out = model.generate(ids(CONTEXT, 1), max_new_tokens=5, do_sample=False)
     assert out.shape[-1] == CONTEXT + 5
 
@@ -103,9 +104,8 @@ def test_a_quantizer_after_a_press_protects_only_sinks_the_press_kept_in_every_h
     for order in ((P.KIVI(**KIVI8), P.Knorm(0.5)), (P.KIVI(**KIVI8), P.KIVI(**KIVI8)), (P.Knorm(0.5), P.SnapKV(0.5))):
         with pytest.raises(SinklabError, match=r"^applied\(\) takes a press, a quantizer, or a press then a quantizer"):
             under(model, *order)
-    for bad in ((), ("snapkv",)):
-        with pytest.raises(SinklabError, match=r"applied\(\) needs a press or a quantizer|expected a sinklab press or quant"):
-            under(model, *bad)
+    with pytest.raises(SinklabError, match=r"^sinklab.applied takes .* a press such as SnapKV\(ratio=0.5\).* got str 'snapkv'"):
+        under(model, "snapkv")
     assert not model._forward_hooks and not model._forward_pre_hooks
 
 
@@ -187,18 +187,18 @@ def test_a_new_quantizer_is_one_class_the_registry_command_and_block_all_take(ha
 
 def test_one_block_applies_interventions_tunings_and_a_quantizer_and_leaves_nothing():
     """``sinklab.applied`` composes a forward edit with a cache policy: the logits are the
-    intervention's (inside ``intervene.applied``) over the quantizer's cache (inside
-    ``kvcache.applied``), nested by hand; a press beside a forward edit is refused before anything
-    runs (its eviction would turn the edit's positions into slots), and a tuning that edits nothing
-    leaves the model as it is. Mutation: a quantized layer that does not say how many tokens it
-    holds (no ``kept_tokens``) is read by the intervention's guard as holding none and fails."""
+    intervention's (its own block) over the quantizer's cache (another), nested by hand; a press
+    beside a forward edit is refused before anything runs (its eviction would turn the edit's
+    positions into slots), and a tuning that edits nothing leaves the model as it is. Mutation: a
+    quantized layer that does not say how many tokens it holds (no ``kept_tokens``) is read by the
+    intervention's guard as holding none and fails."""
     model = tiny()
     kivi, edit = P.KIVI(bits=4, protect=1, **KIVI8), MaskSelf(3)
     with torch.no_grad():
         with sinklab.applied(model, edit, kivi) as both:
             cache = model(ids(CONTEXT, 1), use_cache=True).cache
             logits = model(ids(6, 2), cache=cache).logits
-        with sinklab.intervene.applied(model, [edit]), P.applied(model, kivi):
+        with sinklab.applied(model, edit), sinklab.applied(model, kivi):
             cache = model(ids(CONTEXT, 1), use_cache=True).cache
             nested = model(ids(6, 2), cache=cache).logits
         plain = under(model, kivi)[0]
@@ -208,7 +208,7 @@ def test_one_block_applies_interventions_tunings_and_a_quantizer_and_leaves_noth
     with pytest.raises(SinklabError, match="^interventions and tunings name token positions, which snapkv's eviction"):
         with sinklab.applied(model, [edit], P.SnapKV(0.5)):
             pass
-    with pytest.raises(SinklabError, match="^sinklab.applied takes interventions .* got str"):
+    with pytest.raises(SinklabError, match="^sinklab.applied takes interventions .* got str 'snapkv'"):
         with sinklab.applied(model, "snapkv"):
             pass
     untouched = ZeroTuning(gammas=((1.0,) * model.config.num_attention_heads,) * model.config.num_hidden_layers)
@@ -225,17 +225,29 @@ def test_an_intervention_refuses_a_forward_through_a_pressed_cache():
     _, cache, _ = under(model, P.Knorm(ratio=0.5))
     assert isinstance(cache.layers[0], PressedLayer)
     with pytest.raises(SinklabError, match=r"this forward's cache has dropped 20 token\(s\)"):
-        with sinklab.intervene.applied(model, [MaskSelf(3)]), torch.no_grad():
+        with sinklab.applied(model, MaskSelf(3)), torch.no_grad():
             model(ids(2, 3), cache=cache)
 
 
-def test_the_old_package_name_still_works_with_a_deprecation_line(monkeypatch):
-    """``sinklab.press`` (it held the quantizers too) is ``sinklab.kvcache`` under its old names."""
+def test_one_block_is_the_public_way_and_kvpress_spelling_is_the_same_block():
+    """``sinklab.applied`` is the one block: the per-capability blocks are not public (no
+    ``applied`` in ``sinklab.intervene``, ``sinklab.tune`` or ``sinklab.kvcache``), ``sinklab.press``
+    is gone, and ``with press(model):`` (kvpress's spelling) is ``sinklab.applied(model, press)``:
+    the same kept positions, a :class:`~sinklab.kvcache.CacheState` under ``.cache``, and it takes
+    what ``sinklab.load_model`` returns. Mutation: ``__call__`` returning a block without the
+    policy (nothing pressed) fails on the kept positions."""
     import importlib
-    import sys
 
-    monkeypatch.delitem(sys.modules, "sinklab.press", raising=False)
-    with pytest.warns(DeprecationWarning, match="^sinklab.press is now sinklab.kvcache; sinklab.press goes in 0.3$"):
-        old = importlib.import_module("sinklab.press")
-    assert old.SnapKV is P.SnapKV and old.KIVI is P.KIVI and old.applied is P.applied
-    assert old.compress is old.quantize_cache is P.rewrite and old.press_named is P.policy_named
+    for package in ("intervene", "tune", "kvcache"):
+        assert not hasattr(importlib.import_module(f"sinklab.{package}"), "applied")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("sinklab.press")
+    model, press = tiny(), P.SnapKV(compression_ratio=0.5, keep_sinks=2, window_size=4)
+    kept = []
+    for block in (sinklab.applied(model, press), press(model), press(LoadedModel(model, None, "tiny", "object"))):
+        with block as edits, torch.no_grad():
+            model(ids(CONTEXT, 1), use_cache=True)
+        assert isinstance(edits.cache, P.CacheState) and edits.hooks is None
+        kept.append(edits.cache.last.positions)
+    assert all(torch.equal(kept[0][layer], other[layer]) for other in kept[1:] for layer in kept[0])
+    assert len(kept[0]) and all(p.shape[-1] == CONTEXT // 2 for p in kept[0].values())

@@ -12,7 +12,7 @@ import sinklab
 ROOT = Path(sinklab.__file__).parent
 CAPABILITIES = {
     *("trigger", "scan", "intervene", "pretrain", "stream", "adapt"),
-    *("kvcache", "press", "compress", "accuracy", "tune", "bench"),
+    *("kvcache", "compress", "accuracy", "tune", "bench"),
 }
 MAX_LINES = 350
 

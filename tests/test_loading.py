@@ -12,10 +12,9 @@ import pytest
 import torch
 from conftest import one_line_error, tiny_config
 
-from sinklab import cli
+from sinklab import applied, cli
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
-from sinklab.intervene import applied
 from sinklab.models.hf import LoadedModel, check_causal, instrument, load_model, model_facts
 from sinklab.models.hf.hub import hub_files_only_local
 from sinklab.models.hf.instrument import sinklab_attention

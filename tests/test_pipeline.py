@@ -314,7 +314,7 @@ def test_every_write_of_run_json_comes_from_its_one_writer(folder, loaded, promp
 
 def test_dir_lists_the_api_and_subpackages_import_on_first_use():
     """Mutations tried: no module __dir__ (dir() lists no function); intervene not among the
-    lazily imported subpackages (``sinklab.intervene.applied`` after a plain import fails)."""
+    lazily imported subpackages (``sinklab.intervene.MaskSelf`` after a plain import fails)."""
     listed = dir(sinklab)
     for name in (
         "scan_model",
@@ -329,9 +329,9 @@ def test_dir_lists_the_api_and_subpackages_import_on_first_use():
         "scan",
     ):
         assert name in listed
-    code = "import sinklab; print(sinklab.intervene.applied.__name__, sinklab.stream.sink_cache.__name__)"
+    code = "import sinklab; print(sinklab.intervene.MaskSelf.__name__, sinklab.stream.sink_cache.__name__)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split() == [
-        "applied",
+        "MaskSelf",
         "sink_cache",
     ]
 

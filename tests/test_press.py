@@ -10,6 +10,7 @@ import torch
 import transformers
 from conftest import tiny_config
 
+import sinklab
 from sinklab import kvcache as P
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
@@ -47,10 +48,10 @@ def inputs(seed: int = 0):
 @torch.no_grad()
 def pressed_continuation(model, press, ids, cont):
     """The continuation's logits after the context's cache was compressed, and the compression."""
-    with P.applied(model, press) as pressing:
+    with sinklab.applied(model, press) as pressing:
         cache = model(ids, use_cache=True).cache
         logits = model(cont, cache=cache).logits
-    return logits, pressing.last
+    return logits, pressing.cache.last
 
 
 @torch.no_grad()
@@ -213,7 +214,7 @@ def test_new_tokens_take_their_true_positions_without_position_ids():
     positions passed: the cache counts every token fed, not only the kept ones."""
     model = tiny("llama")
     ids, cont = inputs(4)
-    with torch.no_grad(), P.applied(model, P.StreamingLLM(0.5, keep_sinks=1)):
+    with torch.no_grad(), sinklab.applied(model, P.StreamingLLM(0.5, keep_sinks=1)):
         runs = []
         for give_positions in (False, True):
             cache, logits = model(ids, use_cache=True).cache, []
@@ -314,7 +315,7 @@ def test_a_padded_batch_is_refused_and_nothing_stays_on_the_model():
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
     before = model.config._attn_implementation
-    with pytest.raises(SinklabError, match="padded"), P.applied(model, P.PyramidKV(0.5, window_size=2)):
+    with pytest.raises(SinklabError, match="padded"), sinklab.applied(model, P.PyramidKV(0.5, window_size=2)):
         model(ids, attention_mask=mask, use_cache=True)
     assert model.config._attn_implementation == before
     assert not model._forward_hooks and not model._forward_pre_hooks
@@ -327,9 +328,9 @@ def test_generate_under_a_press_continues_the_compressed_context():
     model = tiny("llama")
     ids, _ = inputs(2)
     press = P.SnapKV(0.5, keep_sinks=1, window_size=4)
-    with P.applied(model, press):
+    with sinklab.applied(model, press):
         generated = model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=1)[0, CONTEXT:].tolist()
-    with torch.no_grad(), P.applied(model, press):
+    with torch.no_grad(), sinklab.applied(model, press):
         out = model(ids, use_cache=True)
         token, loop = out.logits[:, -1].argmax(-1, keepdim=True), []
         for step in range(5):
@@ -344,12 +345,12 @@ def test_a_prefill_given_as_embeddings_is_refused_not_left_dense():
     one line instead of leaving the cache silently uncompressed."""
     model = tiny("llama")
     ids, _ = inputs()
-    with pytest.raises(SinklabError, match="inputs_embeds"), P.applied(model, P.Knorm(0.5)), torch.no_grad():
+    with pytest.raises(SinklabError, match="inputs_embeds"), sinklab.applied(model, P.Knorm(0.5)), torch.no_grad():
         model(inputs_embeds=model.get_input_embeddings()(ids), use_cache=True)
 
 
 def test_a_press_is_refused_with_a_clear_error_when_not_a_press():
-    with pytest.raises(SinklabError, match="press"), P.applied(tiny("llama"), "snapkv"):
+    with pytest.raises(SinklabError, match="press"), sinklab.applied(tiny("llama"), "snapkv"):
         pass
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_press import tiny
 
+import sinklab
 from sinklab import kvcache as P
 from sinklab.core.errors import SinklabError
 
@@ -69,18 +70,20 @@ def test_the_question_is_kept_out_of_the_compression_as_in_kvpresss_pipeline():
     is compressed and the question chooses the keys: the passkey was lost that way)."""
     model, press = tiny("llama"), P.SnapKV(0.5, keep_sinks=1, window_size=4)
     context, question, whole = prompt()
-    with P.applied(model, press) as by_hand:
+    with sinklab.applied(model, press) as by_hand:
         first = model(context, use_cache=True)
         then = model(question, cache=first.cache)
-    with P.applied(model, press, question=question[0].tolist()) as pressing:
+    with sinklab.applied(model, press, question=question[0].tolist()) as pressing:
         out = model(whole, use_cache=True)
-    assert out.logits.shape[1] == CONTEXT + QUESTION and pressing.last.length == CONTEXT
+    assert out.logits.shape[1] == CONTEXT + QUESTION and pressing.cache.last.length == CONTEXT
     torch.testing.assert_close(out.logits[:, :CONTEXT], first.logits)
     torch.testing.assert_close(out.logits[:, CONTEXT:], then.logits)
-    assert all(torch.equal(pressing.last.positions[i], by_hand.last.positions[i]) for i in by_hand.last.positions)
-    with P.applied(model, press) as whole_prompt:
+    assert all(
+        torch.equal(pressing.cache.last.positions[i], by_hand.cache.last.positions[i]) for i in by_hand.cache.last.positions
+    )
+    with sinklab.applied(model, press) as whole_prompt:
         model(whole, use_cache=True)
-    assert whole_prompt.last.length == CONTEXT + QUESTION
+    assert whole_prompt.cache.last.length == CONTEXT + QUESTION
 
 
 @torch.no_grad()
@@ -90,9 +93,9 @@ def test_generate_with_a_question_answers_from_the_compressed_context():
     positions generate passes."""
     model, press = tiny("llama"), P.SnapKV(0.5, keep_sinks=1, window_size=4)
     context, question, whole = prompt(1)
-    with P.applied(model, press, question=question):
+    with sinklab.applied(model, press, question=question):
         generated = model.generate(whole, max_new_tokens=4, do_sample=False, pad_token_id=1)[0, CONTEXT + QUESTION :].tolist()
-    with P.applied(model, press):
+    with sinklab.applied(model, press):
         out = model(question, cache=model(context, use_cache=True).cache)
         loop = []
         for _ in range(4):
@@ -106,12 +109,12 @@ def test_a_prompt_that_does_not_end_with_the_question_is_one_line_and_leaves_not
     model = tiny("llama")
     _, question, whole = prompt()
     with pytest.raises(SinklabError, match="does not end with the question"), torch.no_grad():
-        with P.applied(model, P.Knorm(0.5), question=question[0, :-1]):
+        with sinklab.applied(model, P.Knorm(0.5), question=question[0, :-1]):
             model(whole, use_cache=True)
     with pytest.raises(SinklabError, match="question= takes the token ids"):
-        with P.applied(model, P.Knorm(0.5), question=torch.ones(2, 3)):
+        with sinklab.applied(model, P.Knorm(0.5), question=torch.ones(2, 3)):
             pass
     with pytest.raises(SinklabError, match="with question=, labels= is not taken"), torch.no_grad():
-        with P.applied(model, P.Knorm(0.5), question=question):
+        with sinklab.applied(model, P.Knorm(0.5), question=question):
             model(whole, labels=whole, use_cache=True)  # it was a shape-mismatch traceback
     assert not model._forward_hooks and not model._forward_pre_hooks

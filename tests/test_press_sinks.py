@@ -9,6 +9,7 @@ import torch
 import transformers
 from test_compress import planted_context, planted_model
 
+import sinklab
 from sinklab import kvcache as P
 from sinklab.compress.evaluate import compressed, prefill
 from sinklab.kvcache.policy import sink_positions
@@ -45,10 +46,10 @@ def test_detected_sinks_on_a_press_that_reads_no_attention_itself():
     press recording only what its scores need (nothing) fails here (detection refused: no attention)."""
     model, context = planted_model(), planted_context(fillers_each_side=60)
     press = P.Knorm(0.5, keep_sinks=P.DETECTED)
-    with P.applied(model, press) as pressing:
+    with sinklab.applied(model, press) as pressing:
         model(context, use_cache=True)
-    assert pressing.last.sinks == [0] and all((kept[..., 0] == 0).all() for kept in pressing.last.positions.values())
+    assert pressing.cache.last.sinks == [0] and all((kept[..., 0] == 0).all() for kept in pressing.cache.last.positions.values())
     cache, tally = prefill(model, context, [press, P.Knorm(0.5)])
     _, compression = compressed(cache, press, tally)
-    assert compression.sinks == [0] and compression.positions.keys() == pressing.last.positions.keys()
-    assert all(torch.equal(kept, pressing.last.positions[layer]) for layer, kept in compression.positions.items())
+    assert compression.sinks == [0] and compression.positions.keys() == pressing.cache.last.positions.keys()
+    assert all(torch.equal(kept, pressing.cache.last.positions[layer]) for layer, kept in compression.positions.items())

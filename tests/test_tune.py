@@ -13,9 +13,10 @@ from conftest import one_line_error, planted_model, write_task
 from test_lm_eval_files import files_agree
 
 import sinklab
+from sinklab import applied
 from sinklab.accuracy import read_task
 from sinklab.core.errors import SinklabError
-from sinklab.tune import ACT, ZeroTuning, applied, load_tuning, save_tuning
+from sinklab.tune import ACT, ZeroTuning, load_tuning, save_tuning
 
 SIZES = dict(validation=6, test=8)
 #: ``sinklab tune`` flags for ACT on the tiny fixtures (3 layers: the official range would leave none).
@@ -129,7 +130,7 @@ def test_gamma_one_and_act_with_nothing_to_calibrate_leave_the_logits_bit_for_bi
         plain = planted(ids).logits
         with applied(planted, ZeroTuning.identity(1, 2)):
             assert torch.equal(planted(ids).logits, plain)
-        with sinklab.intervene.applied(planted, [], query_chunk=None):
+        with applied(planted, query_chunk=None):
             routed = planted(ids).logits  # through sinklab's attention, which ACT's edit needs
         with applied(planted, ACT(((0, 0), (0, 1)), threshold=1.0)):
             assert torch.equal(planted(ids).logits, routed)

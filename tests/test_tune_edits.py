@@ -10,9 +10,10 @@ import torch
 from test_interventions import decoded_and_rerun, random_ids, sharp_model
 from transformers import AutoModelForCausalLM
 
+from sinklab import applied
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookPoint
-from sinklab.intervene import Intervention, applied
+from sinklab.intervene import Intervention
 from sinklab.tune import InitialTokenScale, SinkCalibration
 
 PATTERN = "attn.hook_pattern"
@@ -30,7 +31,7 @@ def run(model, edits, ids, **kwargs):
     def keep(w, where):
         patterns[where.layer] = w.detach().clone()
 
-    with applied(model, edits, **kwargs) as hooks, hooks.attached([(f"blocks.*.{PATTERN}", keep)]), torch.no_grad():
+    with applied(model, edits, **kwargs) as block, block.hooks.attached([(f"blocks.*.{PATTERN}", keep)]), torch.no_grad():
         logits = model(input_ids=ids).logits
     return logits, patterns
 
@@ -304,17 +305,20 @@ def later_sink_input(tokenizer, n: int, seed: int = 0) -> torch.Tensor:
     return ids
 
 
+@torch.no_grad()
 def patterns_under(model, ids, tuning=None) -> torch.Tensor:
     """Layer 0's attention pattern (1, H, T, T) as the model uses it, under ``tuning`` (None: untouched)."""
-    from sinklab.tune import applied as tuned
-
     kept = {}
 
     def keep(w, where):
         kept["pattern"] = w.detach().clone()
 
-    block = tuned(model, tuning) if tuning is not None else applied(model, [], query_chunk=None)
-    with block as hooks, hooks.attached([(f"blocks.0.{PATTERN}", keep)]), torch.no_grad():
+    edits = (tuning,) if tuning is not None else ()
+    with (
+        applied(model, *edits, query_chunk=None) as block,
+        block.hooks.attached([(f"blocks.0.{PATTERN}", keep)]),
+        torch.no_grad(),
+    ):
         model(input_ids=ids)
     return kept["pattern"]
 
@@ -341,16 +345,14 @@ def test_act_on_one_head_leaves_the_other_heads_of_its_layer_exactly(tokenizer):
 @torch.no_grad()
 def test_act_attends_whole_patterns_on_prompts_longer_than_the_query_chunk(tokenizer):
     """sinklab's attention runs 256 query rows at a time by default, and ACT refuses a pattern in
-    row chunks: on a 300-token input ``tune.applied`` (and ``sinklab.applied``, with a ZeroTuning
+    row chunks: on a 300-token input ``sinklab.applied`` with ACT (alone, or with a ZeroTuning
     before or after it in the same block) attends all rows at once and gives the logits of the same
     edits with ``query_chunk=None``, away from the untouched ones. Mutations caught: ACT run in row
-    chunks (``tune.applied``'s query chunk), and a later ZeroTuning in the same ``sinklab.applied``
+    chunks (the block's default query chunk), and a later ZeroTuning in the same ``sinklab.applied``
     block resetting ACT's chunking."""
     from test_tune import later_sink_model
 
-    import sinklab
     from sinklab.tune import ACT, ZeroTuning
-    from sinklab.tune import applied as tuned
 
     model, ids = later_sink_model(tokenizer), later_sink_input(tokenizer, 300)
     act, zero = ACT(((0, 0),)), ZeroTuning(((2.0, 0.5),))
@@ -358,13 +360,13 @@ def test_act_attends_whole_patterns_on_prompts_longer_than_the_query_chunk(token
     untouched = model(input_ids=ids).logits
     with applied(model, act.edits(), query_chunk=None):
         expected = model(input_ids=ids).logits
-    with tuned(model, act):
+    with applied(model, act):
         torch.testing.assert_close(model(input_ids=ids).logits, expected, rtol=1e-5, atol=1e-5)
     assert (expected - untouched).abs().max() > 0.05
     with applied(model, [*act.edits(), *zero.edits()], query_chunk=None):
         both = model(input_ids=ids).logits
     for edits in ((act, zero), (zero, act)):
-        with sinklab.applied(model, *edits):
+        with applied(model, *edits):
             torch.testing.assert_close(model(input_ids=ids).logits, both, rtol=1e-5, atol=1e-5)
 
 

@@ -204,7 +204,7 @@ def module_pages(srcdir: Path) -> None:
             parts = parts[:-1]
             if len(parts) <= 2:  # sinklab and its packages: their API pages
                 continue
-        if parts[-1] == "__main__" or parts[1] in DEPRECATED:
+        if parts[-1] == "__main__":
             continue
         groups.setdefault(".".join(parts[:2]) if len(parts) > 2 else "sinklab", []).append(".".join(parts))
     out = srcdir / MODULES
@@ -283,9 +283,6 @@ def _write_if_changed(path: Path, text: str) -> None:
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
 
-
-#: Packages left out of the module pages: deprecated aliases that warn on import.
-DEPRECATED = ("press",)
 
 #: ``|x|`` in a docstring is an absolute value, never a reStructuredText substitution.
 _ABSOLUTE = re.compile(r"(?<![`\\|])\|([^|`\n]{1,40})\|(?![`|_])")

@@ -7,7 +7,7 @@ In a notebook, on a model you loaded (or ``sinklab.load_model()``, the built-in 
 reads any finished run back;
 ``sinklab.applied(model, *edits)`` puts interventions, ZeroTuning or ACT tunings, KV-cache presses
 and quantizers around your own forward or ``generate`` (``sinklab.intervene.applied``,
-``sinklab.tune.applied`` and ``sinklab.kvcache.applied`` take one kind each).
+``sinklab.applied`` and ``sinklab.applied`` take one kind each).
 Names are imported on first use, so ``import sinklab`` stays light; ``dir(sinklab)`` lists them.
 """
 
@@ -34,14 +34,13 @@ _EXPORTS = {
     "SinklabError": ("core.errors", "SinklabError"),
     "NumericalCheckFailed": ("core.errors", "NumericalCheckFailed"),
 }
-#: The capabilities' packages, imported on first use (``sinklab.intervene.applied`` after ``import sinklab``).
+#: The capabilities' packages, imported on first use (``sinklab.kvcache.SnapKV`` after ``import sinklab``).
 _SUBPACKAGES = (
     "scan",
     "intervene",
     "stream",
     "adapt",
     "kvcache",
-    "press",
     "compress",
     "tune",
     "accuracy",

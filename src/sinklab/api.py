@@ -1,6 +1,12 @@
-"""The notebook face of every capability: a model you loaded in, a :class:`RunResult` out
+"""The notebook face of every capability: a model in, a :class:`RunResult` out
 (``.summary``, ``.data``, ``.frame()``, ``.figures()``, ``.page()``), nothing written unless
 ``out`` is given.
+
+Every function takes the model in the same forms: a transformers causal LM with its tokenizer
+(``scan_model(model, tokenizer)``), what :func:`sinklab.load_model` returns (a
+:class:`~sinklab.models.hf.LoadedModel`), a sinklab :class:`~sinklab.models.subjects.Subject`, or a
+model's name (a folder, a .gguf file, a Hub id; None: the built-in default), loaded as the command
+line loads it (the loading settings, ``dtype``, ``device``, ..., then apply).
 
 Each function is the command line's run through the same pipeline (:func:`sinklab.core.pipeline.run`)
 with the same configuration class, so the keyword arguments are the command's settings, with
@@ -51,6 +57,12 @@ ALIASES = {"max_tokens": "tokens"}
 LOADING = tuple(x.name for x in configs.leaves(ScanConfig) if x.path[0] in ("model", "load"))
 
 
+def by_name(model: Any) -> bool:
+    """Whether ``model`` names a model to load (a folder, a .gguf file, a Hub id; None: the
+    default) rather than being one."""
+    return model is None or isinstance(model, (str, os.PathLike))
+
+
 def subject_of(model: Any, tokenizer: Any = None, query_chunk: Optional[int] = None) -> Subject:
     """The model a notebook function was given, as sinklab measures it: a transformers causal LM
     with its tokenizer, what :func:`sinklab.load_model` returns, a :class:`Subject`, or a native
@@ -62,7 +74,15 @@ def _run(
     capability: Capability, model: Any, tokenizer: Any, settings: dict, out: Optional[str], overwrite: bool, what: str, **fixed
 ) -> RunResult:
     """Build the configuration from the keyword arguments, hand the model over, run the pipeline.
-    How to load a model is refused: the model given is loaded (the config records how)."""
+    A model named (a folder, a .gguf file, a Hub id; None: the default) is loaded as the command
+    line loads it, with the loading settings given; for a model object, how to load a model is
+    refused: it is loaded (the config records how)."""
+    if by_name(model):
+        check(tokenizer is None, f"{what}: a tokenizer goes with a model object; {model!r} names a model, loaded with its own")
+        named = keywords.from_kwargs(capability.config, {**settings, **fixed, "model": model}, ALIASES, what)
+        result = pipeline.run(capability, resolved_config(named), out=out, overwrite=overwrite)
+        _warn_if_reused(result)
+        return result
     moot = sorted(set(settings) & set(LOADING))
     check(not moot, f"{what}: {', '.join(moot)} say how to load a model, and this one is loaded: give them to sinklab.load_model")
     cfg = keywords.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
@@ -142,7 +162,7 @@ def intervene_model(
     model, tokenizer=None, interventions: Sequence = (), *, out: Optional[str] = None, overwrite: bool = False, **settings
 ) -> RunResult:
     """Interventions against a baseline (``sinklab intervene``): ``interventions`` are the values
-    :func:`sinklab.intervene.applied` takes (``[MaskSelf(10), VarianceAmplify(5, 4.0)]``, or one of
+    :func:`sinklab.applied` takes (``[MaskSelf(10), VarianceAmplify(5, 4.0)]``, or one of
     them), one run each (a tuple of them is applied together; ``sinklab.intervene.interventions_for`` turns
     command-line options into them). ``.frame()``: one row per (experiment, layer) with
     ``share_at_k`` and ``share_at_0`` (the attention weight later queries give to k and to 0, in
@@ -186,7 +206,7 @@ def compress_model(model, tokenizer=None, *, out: Optional[str] = None, overwrit
     ``.frame("sink_effect")``: keeping sinks against none, paired. Naming ``presses`` runs those
     presses only, naming ``quantizers`` those quantizers only, naming neither the default grid of
     both. A context longer than the model's positions allow is refused before anything runs. To
-    compress your own ``generate``: :func:`sinklab.kvcache.applied`. ``budget``, ``every`` and
+    compress your own ``generate``: :func:`sinklab.applied`. ``budget``, ``every`` and
     ``decode_tokens`` are read only with ``during="decode"``, ``accuracy_shots`` and
     ``accuracy_test`` only with ``accuracy``: given without it, they are refused. Settings:
     """
@@ -204,35 +224,37 @@ def tune_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: b
     example. ``.frame()``: one row per task with ``acc_untouched``, ``acc_tuned``, the paired
     ``acc_change`` with its 95 % interval, ``mcnemar_p`` and the gold answer's log-likelihood
     change; ``.frame("validation")``: every candidate tried; ``.data["tunings"][task]``: the tuning,
-    for ``with sinklab.tune.applied(model, tuning):``. Settings:
+    for ``with sinklab.applied(model, tuning):``. Settings:
     """
     return _run(TUNE, model, tokenizer, settings, out, overwrite, "tune_model")
 
 
 def bench_models(models=(None,), *, out: Optional[str] = None, overwrite: bool = False, launcher=None, **settings) -> RunResult:
-    """The sink benchmark (``sinklab bench``): every task of ``suite`` on each of ``models`` (model
-    names: folders, .gguf files, Hub ids; None: the default), each task measured through its
-    capability with fixed inputs. With ``out``, one job per (model, task) on ``launcher``
-    (:class:`~sinklab.core.launchers.LauncherSettings`; default this machine), finished jobs kept
-    and reused, and one results file per model under ``out/results/``. ``.frame()`` (table
+    """The sink benchmark (``sinklab bench``): every task of ``suite`` on each of ``models`` (a
+    model or a sequence of them, in the forms every notebook function takes: names (folders, .gguf
+    files, Hub ids; None: the default), what :func:`sinklab.load_model` returns, a transformers
+    model with its tokenizer as a pair), each task measured through its capability with fixed
+    inputs. With ``out``, one job per (model, task), named models' on ``launcher``
+    (:class:`~sinklab.core.launchers.LauncherSettings`; default this machine) and model objects'
+    in this process, finished jobs of named models kept and reused, and one results file per model
+    under ``out/results/``. ``.frame()`` (table
     ``leaderboard``): one row per model, each task's headline metric (None where it does not
     apply); ``.frame("metrics")``: one row per (model, task, metric) with ``value``, ``spread``
     (the standard deviation, n - 1, over the ``n`` units named in ``over``: prompts, layers,
     chunks) and ``better``.
     Settings:
     """
-    given = [models] if models is None or isinstance(models, (str, os.PathLike)) else list(models)
-    objects = [type(m).__name__ for m in given if m is not None and not isinstance(m, (str, os.PathLike))]
-    check(
-        not objects,
-        f"bench_models takes model names (folders, .gguf files, Hub ids; None: the default), "
-        f"not a {objects[0] if objects else ''}: each task loads its model",
+    given = [models] if by_name(models) or not isinstance(models, (list, tuple)) else list(models)
+    subjects = [None if by_name(m) else subject_of(*(m if isinstance(m, tuple) else (m,))) for m in given]
+    names = tuple(
+        recorded_model(subject)["model"] if subject is not None else None if m is None else str(m)
+        for m, subject in zip(given, subjects)
     )
-    names = tuple(None if m is None else str(m) for m in given)
     cfg = keywords.from_kwargs(BenchConfig, {**settings, "models": names}, ALIASES, "bench_models")
     if launcher is None or launcher.runs_here:
         cfg = resolved_config(cfg)
-    result = pipeline.run(BENCH, cfg, out=out, overwrite=overwrite, launcher=launcher)
+    loaded = subjects if any(s is not None for s in subjects) else None
+    result = pipeline.run(BENCH, cfg, loaded, out=out, overwrite=overwrite, launcher=launcher)
     _warn_if_reused(result)
     return result
 

@@ -21,9 +21,11 @@ from typing import ClassVar, Optional
 from ..core.configs import first_difference, not_result_paths, setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
+from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import CONFIG, config_record, read_config, write_json
 from ..models.hf import DEFAULT_MODEL, MODEL_HELP, LoadOptions, default_gguf_path
+from ..models.subjects import Subject
 from ..scan import label_of
 from . import plots
 from .frame import BENCH_TABLES, model_label, write_csv
@@ -102,29 +104,44 @@ class BenchJob:
         return config_record(TASKS[self.task].config(self.model, self.load, self.limit))
 
 
-def run_job(job: BenchJob) -> dict:
-    """A task on a model: its results-file entry, with where it ran and what the model was."""
-    return {**TASKS[job.task].run(job.model, job.load, job.limit), "where": provenance(), "fingerprint": job.fingerprint()}
+def run_job(job: BenchJob, subject: Optional[Subject] = None) -> dict:
+    """A task on a model (loaded by name, or the model object ``subject``): its results-file
+    entry, with where it ran and what the model was."""
+    entry = TASKS[job.task].run(job.model, job.load, job.limit, subject)
+    return {**entry, "where": provenance(), "fingerprint": job.fingerprint() if subject is None else None}
 
 
 def measure(cfg: BenchConfig, context: RunContext = RunContext()) -> RunResult:
-    """Every (model, task) job, then one results file per model."""
-    check(context.subject is None, "sinklab bench loads each model by name (a folder, a .gguf file or a Hub id)")
+    """Every (model, task) job, then one results file per model. Models given as objects
+    (``context.subject``: one per model, None where it is named) are measured here, in this
+    process; named ones on the launcher."""
+    given = dict(zip(cfg.models, context.subject)) if context.subject is not None else {}
+    objects = {model: subject for model, subject in given.items() if subject is not None}
+    check(
+        not objects or context.launcher is None or context.launcher.runs_here,
+        "a model object is measured in this process: give the models by name to run them on a launcher",
+    )
     jobs = [BenchJob(model, task, cfg.limit, cfg.load) for model in cfg.models for task in cfg.task_names]
-    done = {job: found for job in jobs if (found := _finished(context.workdir, job)) is not None}
+    done = {job: found for job in jobs if (found := _finished(context.workdir, job, job.model in objects)) is not None}
     todo = [job for job in jobs if job not in done]
-    if context.workdir is None:
-        ran = [run_job(job) for job in todo]
-    else:
-        keep = lambda job, entry: _keep(context.workdir, job, entry)  # noqa: E731
+    keep = (lambda job, entry: _keep(context.workdir, job, entry)) if context.workdir is not None else None  # noqa: E731
+    here = [job for job in todo if job.model in objects or context.workdir is None]
+    named = [job for job in todo if job not in here]
+    ran = {}
+    for job in progress_bar(here, desc="bench", unit="job"):
+        ran[job] = run_job(job, objects.get(job.model))
+        if keep is not None:
+            keep(job, ran[job])
+    if named:
         label = lambda job: f"{job.label}: {job.task}"  # noqa: E731
-        ran = launch(run_job, todo, context.launcher or LOCAL, context.workdir, 1, desc="bench", label=label, on_result=keep)
-    entries = {**done, **dict(zip(todo, ran))}
-    here = provenance()
+        entries = launch(run_job, named, context.launcher or LOCAL, context.workdir, 1, desc="bench", label=label, on_result=keep)
+        ran.update(zip(named, entries))
+    entries = {**done, **ran}
+    where = provenance()
     models = []
     for model in cfg.models:
         mine = {job.task: {k: v for k, v in entries[job].items() if k != "fingerprint"} for job in jobs if job.model == model}
-        models.append(model_results(model, model_label(model), cfg.suite, cfg.limit, mine, here))
+        models.append(model_results(model, model_label(model), cfg.suite, cfg.limit, mine, where))
     return RunResult(stamped("bench", summarise(cfg.suite, cfg.limit, models, cfg.task_names)))
 
 
@@ -144,11 +161,12 @@ def _kept_path(workdir: Path, job: BenchJob) -> Optional[Path]:
     return next((path for path in paths if path.exists()), None)
 
 
-def _finished(workdir: Optional[Path], job: BenchJob) -> Optional[dict]:
+def _finished(workdir: Optional[Path], job: BenchJob, an_object: bool = False) -> Optional[dict]:
     """The job's kept entry when it measured this model (the same files) with this task's version
     and configuration (whatever sinklab commit measured it: a task's version is what says its
-    numbers are comparable; each entry's ``where`` names the commit)."""
-    path = None if workdir is None else _kept_path(workdir, job)
+    numbers are comparable; each entry's ``where`` names the commit). A model object's files
+    are not known: it is measured again."""
+    path = None if workdir is None or an_object else _kept_path(workdir, job)
     if path is None:
         return None
     kept = json.loads(path.read_text(encoding="utf-8"))

@@ -89,20 +89,21 @@ class Task:
         """The capability's configuration for ``model`` loaded with ``load``."""
         return configs.build(self.capability.config, {**self.values(limit), "model": model, **configs.flat(load)})
 
-    def run(self, model: Optional[str], load: Any, limit: Optional[str] = None) -> dict:
-        """Measure ``model`` (loaded once, measured in memory through the one pipeline) and read the
-        result: the task's entry in a results file (its version, configuration, wall time,
-        metrics). A model the task cannot measure as defined (inputs longer than the positions it
-        was trained on, an architecture the capability refuses) gets an entry that says why
-        (``not_applicable``) and no metrics: never a number measured some other way."""
+    def run(self, model: Optional[str], load: Any, limit: Optional[str] = None, subject: Optional[Subject] = None) -> dict:
+        """Measure ``model`` (loaded once, or the model object ``subject`` it names, measured in
+        memory through the one pipeline) and read the result: the task's entry in a results file
+        (its version, configuration, wall time, metrics). A model the task cannot measure as
+        defined (inputs longer than the positions it was trained on, an architecture the capability
+        refuses) gets an entry that says why (``not_applicable``) and no metrics: never a number
+        measured some other way."""
         cfg = self.config(model, load, limit)
         started = time.perf_counter()
         entry = {"version": self.version, "group": self.group, "capability": self.capability.kind, "config": config_record(cfg)}
-        loaded = load.load(model)  # a model that does not load fails the job (its own error): no entry
+        subject = subject or Subject.from_model(load.load(model))  # a model that does not load fails the job: no entry
         try:
-            needed, trained = self.positions(self.values(limit)), loaded.max_positions
+            needed, trained = self.positions(self.values(limit)), subject.max_positions
             check(trained is None or needed <= trained, f"it reads {needed} positions and the model has {trained}")
-            result = pipeline.run(self.capability, cfg, Subject.from_model(loaded))
+            result = pipeline.run(self.capability, cfg, subject)
         except SinklabError as exc:
             return {**entry, "not_applicable": str(exc), "wall_s": time.perf_counter() - started, "model_facts": {},
                     "metrics": {}, "profiles": {}, "details": {}}  # fmt: skip

@@ -26,6 +26,7 @@ from ..kvcache import (
     PRESSES,
     PROTECTS,
     QUANTIZERS,
+    AdaKV,
     DecodingPress,
     budget_tokens,
     check_ratio,
@@ -36,6 +37,21 @@ from ..kvcache import (
 from ..models.hf import MODEL_HELP, LoadOptions
 from ..scan import BOS_CHOICES
 from .tasks import JUDGES, MIN_CONTEXT, positions_read
+
+#: ``--press adakv_<press>``: AdaKV over that press (:class:`~sinklab.kvcache.AdaKV`, kvpress's
+#: ``AdaKVPress``): the press's scores, ratio and sinks, each layer's budget pooled over its heads.
+ADAKV = "adakv_"
+#: Every name ``--press`` takes.
+PRESS_NAMES = (*PRESSES, *(ADAKV + name for name in PRESSES))
+
+
+def press_named(name: str, seed: int, **fields):
+    """The press ``--press name`` means, with ``fields`` (ratio, keep_sinks) and the run's seed
+    where it draws (random); ``adakv_<press>`` wraps that press in AdaKV."""
+    inner = name.removeprefix(ADAKV)
+    press = policy_named(inner, **fields, **({"seed": seed} if inner == "random" else {}))
+    return AdaKV(press) if name.startswith(ADAKV) else press
+
 
 RATIOS = (0.25, 0.5, 0.75, 0.875)
 
@@ -94,7 +110,8 @@ class CompressConfig:
         flag="--press",
         metavar="P[,P...]",
         shown="all, or none when only --quant is given",
-        help=f"from {', '.join(PRESSES)}; 'none' for quantizers only",
+        help=f"from {', '.join(PRESSES)}, or {ADAKV}<press> for AdaKV over it (each layer's budget pooled over its "
+        "heads; kvpress's AdaKVPress); 'none' for quantizers only",
         parse=lambda text: () if text == "none" else tuple(t.strip() for t in text.split(",") if t.strip()),
     )
     ratios: Optional[tuple[float, ...]] = setting(
@@ -173,8 +190,8 @@ class CompressConfig:
         if self.accuracy:  # at least one shot: the shots are the context a press compresses
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.bos, min_shots=1)
             check_rotations(self.accuracy_rotations, "--accuracy-rotations")
-        unknown = [p for p in self.presses if p not in PRESSES]
-        check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}")
+        unknown = [p for p in self.presses if p not in PRESS_NAMES]
+        check(not unknown, f"unknown press {', '.join(unknown)}; choose from: {', '.join(PRESSES)}, or {ADAKV}<press>")
         unknown = [q for q in self.quantizers if q not in QUANTIZERS]
         check(not unknown, f"unknown quantizer {', '.join(unknown)}; choose from: {', '.join(QUANTIZERS)}")
         check(self.presses or self.quantizers, "give at least one press or quantizer")
@@ -213,6 +230,12 @@ class CompressConfig:
         one that holds apart nothing), then every press's fit at each context (a ppl window's prompt
         is the context; :mod:`.feasible` checks the passkey prompts, which the tokenizer sizes)."""
         check(not self.accuracy, "--accuracy judges a cache compressed after its prefill: not with --during decode")
+        pooled = [p for p in self.presses if p.startswith(ADAKV)]
+        check(
+            not pooled,
+            f"--press {pooled[0] if pooled else ''}: a decoding press brings every KV head to the same budget each step, "
+            "and AdaKV gives each head its own number of keys: name the press it wraps with --during decode",
+        )
         check(self.decode_tokens >= 1, f"--decode-tokens must be at least 1, got {self.decode_tokens}")
         self.budget = DecodingPress(policy_named("knorm"), self.budget, self.every).budget  # numpy's integers: int
         self.check_budget(self.contexts)
@@ -223,7 +246,7 @@ class CompressConfig:
         ``prompts`` (a fraction is a number of keys only for a prompt). Checked here, not in the
         jobs: there it failed after the full cache's job, on every retry, run.json left "running"."""
         for name in self.presses:
-            press = policy_named(name)
+            press = press_named(name, self.seed)
             for keep in self.keep_sinks:
                 for prompt in [0] if isinstance(self.budget, int) else sorted(set(prompts)):
                     self._check_fits(replace(press, keep_sinks=keep), prompt)
@@ -244,7 +267,7 @@ class CompressConfig:
 
     def decoding_cells(self, name: str) -> dict:
         """A press's row while decoding: cell name ("decode/keep_sinks") -> the decoding press."""
-        base = policy_named(name, **({"seed": self.seed} if name == "random" else {}))
+        base = press_named(name, self.seed)
         return {f"decode/{k}": DecodingPress(replace(base, keep_sinks=k), self.budget, self.every) for k in self.keep_sinks}
 
     @property
@@ -259,8 +282,7 @@ class CompressConfig:
 
     def press_cells(self, name: str) -> dict:
         """A press's row: cell name ("ratio/keep_sinks") -> the press."""
-        base = policy_named(name, **({"seed": self.seed} if name == "random" else {}))
-        return {f"{r:g}/{k}": replace(base, ratio=r, keep_sinks=k) for r, k in self.press_grid()}
+        return {f"{r:g}/{k}": press_named(name, self.seed, ratio=r, keep_sinks=k) for r, k in self.press_grid()}
 
     def quantizer_bits(self, name: str) -> list[int]:
         return [b for b in self.bits if b in QUANTIZERS[name].bit_widths]

@@ -25,7 +25,7 @@ from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import write_json
-from ..kvcache import PRESSES, QUANTIZERS, policy_named
+from ..kvcache import QUANTIZERS, policy_named
 from ..models.hf import model_facts
 from . import plots
 from .config import CompressConfig
@@ -88,7 +88,7 @@ def job_policies(job: PressJob, loaded) -> dict:
     cfg = job.cfg
     if job.press == DENSE:  # the full cache: ratio 0, or no decoding press
         return {"0/0": None if cfg.during == "decode" else policy_named("knorm")}
-    if job.press in PRESSES:
+    if job.press in cfg.presses:
         return cfg.decoding_cells(job.press) if cfg.during == "decode" else cfg.press_cells(job.press)
     cells = {}
     for bits in cfg.quantizer_bits(job.press):

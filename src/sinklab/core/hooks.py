@@ -28,7 +28,7 @@ With a KV cache the queries are the last Tq of the Tk positions (Tq = 1 while de
 ``attn.hook_scores`` and ``attn.hook_pattern`` may arrive in chunks of rows (the Hugging Face
 adapter attends long inputs in query blocks, 256 rows by default, to bound memory; the native
 model does not chunk), again with ``q_start`` giving the first row; pass ``query_chunk=None`` to
-:func:`sinklab.models.hf.instrument` (or :func:`sinklab.intervene.applied`) to receive the whole
+:func:`sinklab.models.hf.instrument` (or :func:`sinklab.applied`) to receive the whole
 (B, H, Tq, Tk) pattern in one call. A chunk's ``hook_scores`` and ``hook_pattern`` may also stop
 before the last key: keys no row of the chunk can see are not scored (their weight is zero).
 Column j is always key j, and :attr:`HookPoint.n_keys`, where set, is the number of keys of the
@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 import torch
 
@@ -167,3 +167,14 @@ def _resolved(pattern: str) -> str:
             f"hook pattern {pattern!r} names no hook point; points: {', '.join(POINTS)} (alias: {', '.join(ALIASES)})"
         )
     return pattern
+
+
+@dataclass
+class Applied:
+    """What a ``sinklab.applied`` block (and kvpress's spelling ``with press(model):``) yields: the
+    hooks the model fires (None without a forward edit; probes can be attached to it) and the
+    cache policies' state (a :class:`sinklab.kvcache.CacheState`, None without a policy; its
+    ``last`` describes the last rewrite of the cache)."""
+
+    hooks: Optional[HookSet]
+    cache: Optional[Any]

@@ -1,12 +1,12 @@
 """Interventions: create, move and remove sinks with causal edits (Li et al. 2026; Xiao et al. 2024).
 
-A new intervention is one registered class in :mod:`.interventions`; :func:`applied` puts a list of
+A new intervention is one registered class in :mod:`.interventions`; ``sinklab.applied`` puts
 them around any forward, ``generate`` or backward pass of a model the user holds, and
 ``sinklab.intervene_model`` (``sinklab intervene``) runs each against a baseline."""
 
-from .applied import applied
 from .experiments import DEFAULT_LAMS, Experiment, hooks_of, interventions_for, recordable, validate_all
 from .frame import intervene_rows
+from .hooked import _hooked as _hooked  # the interventions' part of sinklab.applied: not public
 from .interventions import (
     INTERVENTIONS,
     DropFirst,
@@ -37,7 +37,6 @@ __all__ = [
     "TriggerEditConfig",
     "ValueZero",
     "VarianceAmplify",
-    "applied",
     "apply_interventions",
     "hooks_of",
     "interventions_for",

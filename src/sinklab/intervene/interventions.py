@@ -10,7 +10,7 @@ decorated with ``@register(option, takes=..., help=...)`` and saying in ``for_op
 interventions its command-line option asks for. ``sinklab intervene --option`` (from ``help`` and
 ``takes``), the runner and the report pick it up from :data:`INTERVENTIONS`. The notebook and the
 configuration take the values themselves (``intervene_model(model, tok, [MaskSelf(10)])``, as
-:func:`~.applied.applied` does); only the command line speaks in options.
+:func:`sinklab.applied` does); only the command line speaks in options.
 
 ``layers`` / ``heads`` select where an intervention acts (None: everywhere) and are keyword-only;
 the fields of each intervention come first and may be positional (``MaskSelf(10)``,

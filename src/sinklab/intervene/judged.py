@@ -13,7 +13,7 @@ from typing import Sequence
 
 from ..accuracy import Judged, LmEvalFiles, evaluate, lm_for, numbered, read_task, verdict
 from ..models.subjects import Subject, transformers_model
-from .applied import applied
+from .hooked import _hooked
 
 
 def judge_accuracy(subject: Subject, experiments: Sequence, cfg) -> tuple[list[dict], LmEvalFiles]:
@@ -32,7 +32,7 @@ def judge_accuracy(subject: Subject, experiments: Sequence, cfg) -> tuple[list[d
         (intact,) = evaluate(lm, [task], **judged)
         runs.append(Judged(task.name, "intact", intact))
         for exp, run in zip(experiments, named):
-            with applied(subject, exp.interventions):
+            with _hooked(subject, exp.interventions):
                 (edited,) = evaluate(lm, [task], **judged)
             runs.append(Judged(task.name, run, edited))
             rows.append(

@@ -2,8 +2,9 @@
 applied to a cache a prefill has just filled, on transformers 5 (kvpress's idea; kvpress itself
 needs transformers < 5.3).
 
-``with sinklab.kvcache.applied(model, SnapKV(ratio=0.5, keep_sinks=4), KIVI(bits=4, protect=4)):
-model.generate(...)`` (evict, then quantize what is kept; either alone works the same way).
+``with sinklab.applied(model, SnapKV(ratio=0.5, keep_sinks=4), KIVI(bits=4, protect=4)):
+model.generate(...)`` (evict, then quantize what is kept; either alone works the same way;
+``with SnapKV(ratio=0.5, keep_sinks=4)(model):`` is kvpress's spelling of one policy's block).
 
 * :mod:`.policy`: what every policy is, and the one rewrite routine; :mod:`.registry`: the
   registry and the sink vocabulary;
@@ -13,13 +14,14 @@ model.generate(...)`` (evict, then quantize what is kept; either alone works the
   the sink as a prefix, transformers' quanto as the baseline), their packed storage in :mod:`.packing`;
 * :mod:`.layers` (the cache layers a policy leaves), :mod:`.narrowed` (the attention for layers of
   different widths), :mod:`.tally` (the prefill's attention, summed on arrival), :mod:`.sinks`
-  (detected sinks), :mod:`.applied` (the ``with`` block), :mod:`.decoding` (a press applied while
+  (detected sinks), :mod:`.block` (the policies' part of the ``with`` block), :mod:`.decoding` (a press applied while
   decoding: ``DecodingPress(SnapKV(keep_sinks=4), budget=512, every=64)``).
 
 A new press or quantizer is one file in :mod:`.presses` or :mod:`.quantizers` (DEVELOPERS.md).
 """
 
-from .applied import Pressing, applied
+from .block import CacheState
+from .block import _rewriting as _rewriting  # the policies' part of sinklab.applied: not public
 from .decoding import DecodingPress, DecodingState, budget_tokens, held_apart, least_budget
 from .narrowed import attention_for
 from .policy import (
@@ -47,6 +49,7 @@ __all__ = [
     "QUANTIZERS",
     "TOVA",
     "CachePolicy",
+    "CacheState",
     "AdaKV",
     "Compression",
     "DecodingPress",
@@ -55,7 +58,6 @@ __all__ = [
     "Knorm",
     "LayerContext",
     "Press",
-    "Pressing",
     "PyramidKV",
     "Quantizer",
     "QuantoKV",
@@ -63,7 +65,6 @@ __all__ = [
     "SnapKV",
     "StaticKV",
     "StreamingLLM",
-    "applied",
     "attention_for",
     "branch",
     "budget_tokens",

@@ -40,7 +40,7 @@ class DecodingPress(CachePolicy):
     """``press`` applied while decoding: every ``every`` tokens fed after the prompt, each
     full-attention layer is brought back to ``budget`` keys per KV head (a number of tokens, or a
     float in (0, 1]: that fraction of the prompt). Use it alone in
-    ``kvcache.applied(model, DecodingPress(SnapKV(keep_sinks=4), budget=512, every=64))``."""
+    ``sinklab.applied(model, DecodingPress(SnapKV(keep_sinks=4), budget=512, every=64))``."""
 
     press: Press = None
     budget: Union[int, float] = 512

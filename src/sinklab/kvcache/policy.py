@@ -14,7 +14,7 @@ which sinks, where they sit among a layer's keys after a press, the report of by
 positions). A policy only says how one layer is rewritten (:meth:`CachePolicy.rewritten`). The
 registry and the sink vocabulary are in :mod:`.registry`.
 
-A press and then a quantizer compose: the quantizer stores what the press kept (:mod:`.applied`).
+A press and then a quantizer compose: the quantizer stores what the press kept (:mod:`.block`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import ClassVar, Optional
+from typing import Callable, ClassVar, Optional
 
 import torch
 
@@ -98,7 +98,8 @@ class CachePolicy(metaclass=_TakesOtherNames):
     A subclass says its ``kind`` ("press" or "quantizer"), which field names the sinks it holds
     apart (``sink_field``), what the prefill must record for it (``needs``), and how it rewrites one
     layer (:meth:`rewritten`); :meth:`apply` runs it on a cache and the ``with`` block
-    (``sinklab.kvcache.applied``) on the next prefill."""
+    (``sinklab.applied(model, policy)``, or kvpress's spelling ``with policy(model):``) on the next
+    prefill."""
 
     name: ClassVar[str] = ""
     #: "press" or "quantizer": the family, which sets the registry view and the cell schema's columns.
@@ -130,6 +131,15 @@ class CachePolicy(metaclass=_TakesOtherNames):
         """Whether it drops keys, after which a key's slot is no longer its position (interventions,
         which name positions, are refused beside it): a press that is not idle."""
         return self.kind == "press" and not self.idle
+
+    #: The block ``with policy(model):`` opens, set by :mod:`.block` on import (it imports the
+    #: policies, so they cannot import it).
+    _block: ClassVar[Optional[Callable]] = None
+
+    def __call__(self, model, question=None):
+        """``with press(model):``, kvpress's spelling of ``with sinklab.applied(model, press):``
+        (the same block; it yields the same :class:`~sinklab.core.hooks.Applied`)."""
+        return CachePolicy._block(model, self, question)
 
     # -- derived -------------------------------------------------------------------------------
 
@@ -216,7 +226,7 @@ def sink_positions(setting: KeepSinks, length: int, tally, layers: list[int]) ->
     if setting == DETECTED:
         check(
             tally is not None and bool(tally.received),
-            "detected sinks are read from the prefill's attention: rewrite inside `kvcache.applied(model, ...)`, "
+            "detected sinks are read from the prefill's attention: rewrite inside `sinklab.applied(model, ...)`, "
             "or pass the tally of a prefill run under `kvcache.tallied(...)`",
         )
         return detected_sinks({index: tally.received[index] for index in layers})
@@ -232,7 +242,7 @@ def rewrite(cache, policy: CachePolicy, tally=None, sinks: Optional[list] = None
         raise not_a_policy(policy)
     check(
         policy.idle or not policy.needs or tally is not None,
-        f"{policy.name} scores keys from the prefill's attention: rewrite inside `kvcache.applied(model, ...)`",
+        f"{policy.name} scores keys from the prefill's attention: rewrite inside `sinklab.applied(model, ...)`",
     )
     layers = rewritable_layers(cache, policy)
     report = Compression(cache.layers[layers[0]].get_seq_length(), bytes_before=cache_bytes(cache))

@@ -58,7 +58,7 @@ class Press(CachePolicy):
     ``ratio``: the fraction of the context's keys removed, 0 (keeps every key: the dense cache) or
     in (0, 1); kvpress's ``compression_ratio``, accepted under that name too. ``keep_sinks``: 0, N
     (the first N tokens) or "detected", protected inside the budget (``protect=``, the quantizers'
-    name, is taken too). Use it with ``with sinklab.kvcache.applied(model, press): model.generate(...)``,
+    name, is taken too). Use it with ``with sinklab.applied(model, press): model.generate(...)``,
     or ``press.apply(cache)``."""
 
     ratio: float = 0.0

@@ -7,7 +7,7 @@ optionally held in full precision.
 others: attention does not depend on the order of cached keys (their positions are already
 rotated in), and every cached key stays visible to every new token.
 
-After a press a quantizer stores what the press kept (``kvcache.applied(model, SnapKV(...),
+After a press a quantizer stores what the press kept (``sinklab.applied(model, SnapKV(...),
 KIVI(...))``): its tokens are the layer's kept keys in order, and a protected token must be one the
 press kept, at the same place in every head (a press that keeps the same sinks does).
 

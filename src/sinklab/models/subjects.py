@@ -132,7 +132,7 @@ class HFSubject(Subject):
         return hf.input_device(self.model)
 
     def layer_device(self, layer: int) -> torch.device:
-        return next(hf.decoder_layers(self.model)[layer].parameters()).device
+        return hf.execution_device(hf.decoder_layers(self.model)[layer])
 
     @property
     def dtype(self) -> torch.dtype:

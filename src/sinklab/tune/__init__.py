@@ -6,15 +6,14 @@ scales each head's attention to the initial token by a tuned factor (Han et al.,
 :class:`ACT` finds each input's sinks after the first token in chosen heads and gives part of their
 attention back to the other keys (Yu et al., ICML 2024). A run profiles the heads on a task's
 validation split, chooses the tuning there and judges it on the test split through
-lm-evaluation-harness (:mod:`sinklab.accuracy`); ``with sinklab.tune.applied(model, tuning):``
+lm-evaluation-harness (:mod:`sinklab.accuracy`); ``with sinklab.applied(model, tuning):``
 applies a tuning around any forward, ``generate`` or lm-eval run, and :func:`load_tuning` reads a
 saved one back. The edits themselves (:class:`InitialTokenScale`, :class:`SinkCalibration`) are
-interventions, usable in :func:`sinklab.intervene.applied` too."""
+interventions, which ``sinklab.applied`` takes too."""
 
-from .applied import applied, tuning_edits
 from .edits import InitialTokenScale, SinkCalibration
 from .run import DEFAULT_TASKS, METHODS, TUNE, TuneConfig
-from .tunings import ACT, ZeroTuning, from_record, load_tuning, save_tuning, to_record
+from .tunings import ACT, ZeroTuning, from_record, load_tuning, save_tuning, to_record, tuning_edits
 
 __all__ = [
     "tuning_edits",
@@ -26,7 +25,6 @@ __all__ = [
     "SinkCalibration",
     "TuneConfig",
     "ZeroTuning",
-    "applied",
     "from_record",
     "load_tuning",
     "save_tuning",

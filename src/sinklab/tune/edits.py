@@ -7,7 +7,7 @@
   arXiv 2406.15765; GATECH-EIC/ACT): tokens after the first that draw much attention are "hidden"
   sinks that waste it; their weight is cut to ``beta`` and given back to the other keys.
 
-Neither is a ``sinklab intervene`` option; both work inside :func:`sinklab.intervene.applied` and
+Neither is a ``sinklab intervene`` option; both work inside :func:`sinklab.applied` and
 are recorded as every intervention is (``to_record`` / ``Intervention.from_record``).
 """
 
@@ -105,7 +105,7 @@ class SinkCalibration(Intervention):
     batch is calibrated (the code calibrates the first).
 
     Input-adaptive: the sinks are found per sequence and head from the pattern at hand, which must
-    be whole: pass ``query_chunk=None`` to :func:`~sinklab.intervene.applied` for inputs longer
+    be whole: pass ``query_chunk=None`` to :func:`~sinklab.applied` for inputs longer
     than its query chunk (a pattern in row chunks is refused). A query row is real where it sees
     itself (a right-padded row does not), from the mask at ``attn.hook_mask`` of the same layer
     as this edit's hook receives it. Under a KV cache a decoding step holds one row: its sinks

@@ -24,9 +24,9 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import intervene
 from ..core.hooks import hook_name, scoring_after
 from ..core.progress import progress_bar
+from ..intervene import _hooked
 from . import formulas
 
 MODES = ("supervised", "unsupervised")
@@ -113,7 +113,7 @@ def head_profile(
     strength = torch.zeros(shape, device=model.device, requires_grad=True)
     total = torch.zeros(shape, device=model.device)
     hooked = strength_hooks(method, strength, threshold, spare)
-    with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
+    with _hooked(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
         for question in progress_bar(questions, desc=f"profiling heads ({method})", unit="example", leave=False):
             value = objective(choice_logliks(model, question), question.gold, mode)
             (grad,) = torch.autograd.grad(value, strength, materialize_grads=True)  # no sink in this input: 0
@@ -149,7 +149,7 @@ def ablation_profile(
 def _mean_objective(model, questions: Sequence, mode: str, hooked: list) -> float:
     """:func:`objective`'s mean over ``questions`` with the hooks ``hooked`` attached."""
     total = 0.0
-    with intervene.applied(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
+    with _hooked(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
         for question in questions:
             total += float(objective(choice_logliks(model, question), question.gold, mode))
     return total / max(len(questions), 1)

@@ -49,12 +49,11 @@ from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..models.hf import MODEL_HELP, LoadOptions, model_facts, read_header
 from ..models.subjects import transformers_model
 from . import page, plots
-from .applied import applied
 from .formulas import SPARE_RULES
 from .frame import TUNE_TABLES
 from .profile import ABLATION_GAMMA, MODES, PROFILES, ablation_profile, head_profile
 from .search import ACT_LAYER_RANGES, SEARCHES, Candidate, best
-from .tunings import ACT_BETA, save_tuning, to_record
+from .tunings import ACT_BETA, _tuned, save_tuning, to_record
 from .tunings import untouched as untouched_tuning
 
 METHODS = tuple(SEARCHES)
@@ -195,7 +194,7 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
     for label, tuning in progress_bar(
         SEARCHES[cfg.method](profile, **cfg.search_options()), desc=f"searching ({task.name})", unit="tuning", leave=False
     ):
-        with applied(model, tuning):
+        with _tuned(model, tuning):
             tried.append(Candidate(label, tuning, scored("validation")))
     chosen = best(tried, cfg.mode)
     search_s = time.perf_counter() - clock
@@ -204,7 +203,7 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
     if chosen is untouched:  # nothing beat the model on validation: the verdict is no change
         after = before
     else:
-        with applied(model, chosen.tuning):
+        with _tuned(model, chosen.tuning):
             after = scored("test")
     entry = {
         "task": task.name,
@@ -229,7 +228,7 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
 
 def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
     """Every task's tuning and verdict, in memory: the summary, and as data each task's head
-    profile (L, H), chosen tuning (the object ``sinklab.tune.applied`` takes) and the test
+    profile (L, H), chosen tuning (the object ``sinklab.applied`` takes) and the test
     verdict's scored runs as lm-eval's files hold them (``lm_eval``: :class:`~sinklab.accuracy.LmEvalFiles`)."""
     loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
     model, tokenizer = loaded.model, loaded.tokenizer

@@ -1,5 +1,5 @@
-"""The tunings a search returns, as values: what :func:`.applied` applies around any forward,
-``generate`` or lm-eval run, saved and loaded as JSON.
+"""The tunings a search returns, as values: what ``sinklab.applied(model, tuning)`` applies around
+any forward, ``generate`` or lm-eval run (through :func:`tuning_edits`), saved and loaded as JSON.
 
 * :class:`ZeroTuning` (Han et al., ICLR 2026, arXiv 2505.11739): a gamma per (layer, head) on the
   initial token's attention weight; 1 leaves a head untouched.
@@ -10,12 +10,15 @@
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import ClassVar, Union
+from typing import ClassVar, Iterator, Optional, Union
 
 from ..core.errors import SinklabError, check
 from ..core.runs import write_json
+from ..intervene import _hooked
+from ..models.hf import QUERY_CHUNK
 from .edits import InitialTokenScale, SinkCalibration
 
 #: ACT's defaults as the paper's code runs it (BETA=0.4, THRES=0.1).
@@ -29,6 +32,8 @@ class ZeroTuning:
 
     gammas: tuple[tuple[float, ...], ...]
     method: ClassVar[str] = "zerotuning"
+    #: Whether its edits read each head's whole attention pattern (every query row at once).
+    whole_rows: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gammas", tuple(tuple(float(g) for g in row) for row in self.gammas))
@@ -45,6 +50,10 @@ class ZeroTuning:
         """How many heads have a gamma other than 1."""
         return sum(g != 1.0 for row in self.gammas for g in row)
 
+    def check_depth(self, layers: int) -> None:
+        """Refuse a model of another depth than the one the gammas were chosen for."""
+        check(len(self.gammas) == layers, f"this ZeroTuning has gammas for {len(self.gammas)} layers; the model has {layers}")
+
     def edits(self) -> list:
         return [InitialTokenScale(row, layers=(layer,)) for layer, row in enumerate(self.gammas) if any(g != 1.0 for g in row)]
 
@@ -58,6 +67,10 @@ class ACT:
     threshold: float = ACT_THRESHOLD
     spare: str = "first_token"  # which sink is kept (formulas.SPARE_RULES); older tunings kept the first token
     method: ClassVar[str] = "act"
+    whole_rows: ClassVar[bool] = True  # a head's sinks are read from its whole pattern
+
+    def check_depth(self, layers: int) -> None:
+        """The heads' layers are checked against the model when the block's edits are."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(sorted((int(layer), int(head)) for layer, head in self.heads)))
@@ -79,6 +92,25 @@ class ACT:
 
 Tuning = Union[ZeroTuning, ACT]
 TUNINGS = {cls.method: cls for cls in (ZeroTuning, ACT)}
+
+
+@contextmanager
+def _tuned(model, tuning: Tuning) -> Iterator[None]:
+    """``sinklab.applied(model, tuning)`` for the tune runs (a capability cannot import the block):
+    the tuning's edits through the interventions' hooks; nothing at all when it edits nothing."""
+    edits, chunk = tuning_edits(model, tuning)
+    with _hooked(model, edits, query_chunk=chunk) if edits else nullcontext():
+        yield
+
+
+def tuning_edits(model, tuning: Tuning) -> tuple[list, Optional[int]]:
+    """The interventions ``tuning`` puts on ``model`` (a model of another depth refused), and the
+    query rows its forwards attend at a time (None: whole patterns, for a method that reads them)."""
+    check(isinstance(tuning, tuple(TUNINGS.values())), f"expected a ZeroTuning or an ACT tuning, got {type(tuning).__name__}")
+    layers = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+    if layers is not None:
+        tuning.check_depth(layers)
+    return list(tuning.edits()), None if tuning.whole_rows else QUERY_CHUNK
 
 
 def untouched(method: str, layers: int, heads: int) -> Tuning:

@@ -26,7 +26,7 @@ from ..registry import register_policy
 class H2O(Press):
     """H2O: keep the keys that received the most attention over the whole prefill (summed, per KV
     head) and the most recent ones, half the budget each. It reads the prefill's attention, so it
-    compresses inside ``kvcache.applied(model, H2O(ratio=0.5))``. kvpress's nearest press is
+    compresses inside ``sinklab.applied(model, H2O(ratio=0.5))``. kvpress's nearest press is
     ``ObservedAttentionPress`` (this module's docstring says how they differ); kvpress's
     ``compression_ratio`` is accepted for ``ratio``."""
 

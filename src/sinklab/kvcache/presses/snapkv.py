@@ -31,7 +31,7 @@ class SnapKV(Press):
     and the window's own keys. As kvpress's ``SnapKVPress(compression_ratio, window_size=64,
     kernel_size=5)``; ``compression_ratio`` is accepted for ``ratio``. The window is the end of
     what is compressed: a prompt that ends with its question is scored by the question's queries
-    (and the question compressed with the rest); ``kvcache.applied(model, press, question=question_ids)``
+    (and the question compressed with the rest); ``sinklab.applied(model, press, question=question_ids)``
     keeps the question out of the compression, as kvpress's pipeline does, and the window is then
     the context's own last queries (the question chooses no key)."""
 

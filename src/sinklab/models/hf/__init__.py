@@ -24,7 +24,7 @@ from .loading import (
     read_header,
     resolved_config,
 )
-from .placement import DTYPES, check_device_map, device_name, resolve_device, resolve_dtype
+from .placement import DTYPES, check_device_map, device_name, execution_device, resolve_device, resolve_dtype
 from .support import check_causal, check_supported
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "evicted_tokens",
     "down_proj_weight",
     "head_nll",
+    "execution_device",
     "input_device",
     "instrument",
     "layout_of",

@@ -184,7 +184,7 @@ def instrument(
     hooks then do not fire); with ``norms`` (one per layer) each layer's softmax is replaced by
     that normalisation. Restores the model's attention implementation and removes every torch
     hook on exit, also when the body raises; an instrumentation entered inside another one (a
-    scan inside :func:`sinklab.intervene.applied`) gives the outer one back its bindings.
+    scan inside :func:`sinklab.applied`) gives the outer one back its bindings.
     """
     check_causal(model)
     _register()

@@ -27,7 +27,7 @@ from ...core.errors import SinklabError
 from ...core.runs import atomic_dir
 from .hub import hub_files_only_local
 from .layouts import decoder_layers
-from .placement import DTYPES, check_device_map, device_name, resolve_device, resolve_dtype
+from .placement import DTYPES, check_device_map, device_name, execution_device, resolve_device, resolve_dtype, spread
 from .support import check_causal, check_supported
 
 DEFAULT_MODEL = "smollm2"
@@ -82,9 +82,9 @@ def resolved_config(cfg: Any) -> Any:
 
 
 def input_device(model: nn.Module) -> torch.device:
-    """Where a model's input ids belong: the device of its input embeddings (with a device map,
-    the first layers' device)."""
-    return model.get_input_embeddings().weight.device
+    """Where a model's input ids belong: the device its input embeddings run on (with a device
+    map, the first layers' device)."""
+    return execution_device(model.get_input_embeddings())
 
 
 #: The keys of :func:`model_facts`, as summaries and run.json hold them.
@@ -169,7 +169,7 @@ def load_model(
         if where.type != "cpu":
             placement["device_map"] = {"": where.index or 0}  # weights go straight to the GPU: no full copy in host memory first
     else:  # accelerate places the layers; "auto" dtype as on the machine's first device
-        placement = {"dtype": resolve_dtype(dtype, resolve_device("auto")) or "auto", "device_map": check_device_map(device_map)}
+        placement = {"dtype": resolve_dtype(dtype, resolve_device("auto")) or "auto", **spread(device_map)}
     where, name, source, local_only = _files_of(spec, revision)
     hub = {"revision": revision} if source == "hub" else {}
     loaded = _from_pretrained(where, name, source, trust_remote_code, placement, local_only, **hub)

@@ -6,10 +6,12 @@ device."""
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Optional, Union
 
 import torch
+from torch import nn
 
 from ...core.errors import SinklabError
 
@@ -105,3 +107,27 @@ def _read_text(path: str, what: str) -> str:
         raise SinklabError(
             f"{what} {path!r} is neither auto, a JSON object nor a readable file ({exc.strerror or exc})"
         ) from None
+
+
+def spread(device_map) -> dict:
+    """What ``from_pretrained`` takes to spread a model by ``device_map`` (checked): the map, and,
+    where it sends modules to ``disk``, a fresh folder for accelerate to offload their weights to
+    (they are read back from it layer by layer as the forward reaches them)."""
+    mapping = check_device_map(device_map)
+    disk = isinstance(mapping, dict) and "disk" in mapping.values()
+    return {"device_map": mapping, **({"offload_folder": tempfile.mkdtemp(prefix="sinklab-offload-")} if disk else {})}
+
+
+def execution_device(module: nn.Module) -> torch.device:
+    """Where ``module`` computes: its parameters' device, or, for a module accelerate offloaded
+    (to the CPU beside a GPU, or to disk: its parameters are on ``meta`` until its forward), the
+    device accelerate's hook runs it on. Statistics summed beside an offloaded layer belong there,
+    not on ``meta``."""
+    device = next(module.parameters()).device
+    if device.type != "meta":
+        return device
+    for part in module.modules():  # the hook sits on the module the device map named: this one or a part
+        executes = getattr(getattr(part, "_hf_hook", None), "execution_device", None)
+        if executes is not None:
+            return torch.device(executes)
+    return device

@@ -1,4 +1,5 @@
-"""``with sinklab.kvcache.applied(model, SnapKV(ratio=0.5, keep_sinks=4)): model.generate(...)``.
+"""The cache policies' part of ``with sinklab.applied(model, SnapKV(ratio=0.5, keep_sinks=4)): model.generate(...)``
+(:mod:`sinklab.editing`; ``with SnapKV(ratio=0.5, keep_sinks=4)(model):`` is kvpress's spelling of the same).
 
 Within the block, the model's next prefill (a forward over several tokens into an empty cache:
 ``generate``'s first step, or ``model(context_ids, use_cache=True)``) runs as usual, and its cache
@@ -26,9 +27,9 @@ block; the compressed cache outlives it (the same ``model.generate`` may continu
 a cache whose layers kept different numbers of keys needs the block's attention function, so it
 is continued inside the block).
 
-:attr:`Pressing.last` reports the last compression: the context's length, what each layer kept,
+:attr:`CacheState.last` reports the last compression: the context's length, what each layer kept,
 the sinks held apart, and the cache's bytes before and after (with several policies, the whole
-composition's; ``Pressing.steps`` has each policy's own).
+composition's; ``CacheState.steps`` has each policy's own).
 """
 
 from __future__ import annotations
@@ -40,14 +41,16 @@ import torch
 from torch import nn
 
 from ..core.errors import SinklabError, check
+from ..core.hooks import Applied
 from .decoding import DecodingPress, DecodingState
 from .narrowed import attention_for
 from .policy import CachePolicy, Compression, not_a_policy, recording, rewrite
 from .tally import tallied
 
 
-class Pressing:
-    """The state of an :func:`applied` block: the policies, the model, and the last compression."""
+class CacheState:
+    """What a block of cache policies yields (``sinklab.applied(...).cache``): the policies, the
+    model, and the last rewrite of the cache (an eviction, a quantization, or both)."""
 
     def __init__(self, model: nn.Module, policies: tuple, question: Optional[torch.Tensor] = None) -> None:
         self.model, self.policies, self.question = model, policies, question
@@ -165,10 +168,10 @@ class Pressing:
 
 
 @contextmanager
-def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator[Pressing]:
+def _rewriting(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator[CacheState]:
     """Rewrite the cache of the model's next prefill(s) inside the block with ``policies`` (a press,
     a quantizer, or presses then one quantizer, applied in that order); yields the
-    :class:`Pressing`, whose ``last`` describes the last compression. Nothing stays on the model
+    :class:`CacheState`, whose ``last`` describes the last compression. Nothing stays on the model
     after the block (its hooks and attention implementation are restored, also on error).
 
     ``question``: the token ids a prompt ends with (a list, or a tensor of shape (Q,) or (1, Q)),
@@ -176,8 +179,10 @@ def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator
     them is compressed, then they are fed through the compressed cache (see the module's docstring):
     the output's logits cover the whole prompt, its ``hidden_states`` and ``attentions`` the question
     only, and ``labels=`` is refused."""
+    from ..models.hf import LoadedModel
     from ..models.hf.support import check_causal
 
+    model = model.model if isinstance(model, LoadedModel) else model
     check_order(policies, question)
     question = None if question is None else _question_ids(question)
     check(
@@ -185,7 +190,7 @@ def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator
         f"expected a transformers causal LM, got {type(model).__name__}",
     )
     check_causal(model)
-    state = Pressing(model, policies, question)
+    state = CacheState(model, policies, question)
     with attention_for(model, policies):
         handles = [
             model.register_forward_pre_hook(state.before, with_kwargs=True),
@@ -197,6 +202,17 @@ def applied(model: nn.Module, *policies: CachePolicy, question=None) -> Iterator
             for handle in handles:
                 handle.remove()
             state.close()
+
+
+@contextmanager
+def _alone(model, policy: CachePolicy, question=None) -> Iterator[Applied]:
+    """``with policy(model):``, kvpress's spelling: the block ``sinklab.applied(model, policy)``
+    runs for one cache policy, yielding the same :class:`~sinklab.core.hooks.Applied`."""
+    with _rewriting(model, policy, question=question) as state:
+        yield Applied(None, state)
+
+
+CachePolicy._block = staticmethod(_alone)
 
 
 def check_order(policies: tuple, question) -> None:

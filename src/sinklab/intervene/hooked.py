@@ -1,9 +1,10 @@
-"""Interventions around any forward: :func:`applied` edits whatever runs inside its block (a
-forward, ``model.generate``, a backward pass) on a model the user already holds.
+"""Interventions around any forward, the part of ``sinklab.applied`` (:mod:`sinklab.editing`) that
+edits attention: whatever runs inside the block (a forward, ``model.generate``, a backward pass) on
+a model the user already holds.
 
 The run functions (:func:`~.run.apply_interventions`, ``sinklab intervene``) own their forward
-and run it without gradients; :func:`applied` leaves the forward, autograd and the KV cache to the
-caller and only routes attention through sinklab's hook points while the block runs.
+and run it without gradients; the block leaves the forward, autograd and the KV cache to the
+caller and only routes attention through sinklab's hook points while it runs.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .interventions import Intervention
 
 
 @contextmanager
-def applied(model, interventions: Sequence[Intervention], query_chunk: Optional[int] = QUERY_CHUNK) -> Iterator[HookSet]:
+def _hooked(model, interventions: Sequence[Intervention], query_chunk: Optional[int] = QUERY_CHUNK) -> Iterator[HookSet]:
     """Apply ``interventions`` to every forward of ``model`` run inside the block.
 
     ``model`` is a transformers causal LM (its attention is routed through sinklab's instrumented
@@ -40,8 +41,9 @@ def applied(model, interventions: Sequence[Intervention], query_chunk: Optional[
     never chunk; a Subject keeps the ``query_chunk`` it was made with). Yields the
     :class:`HookSet` the model fires, so probes can be attached next to the edits::
 
-        with applied(model, [MaskSelf(10)], query_chunk=None) as hooks, hooks.attached([("blocks.*.attn.hook_pattern", keep)]):
-            model(ids)
+        with sinklab.applied(model, MaskSelf(10), query_chunk=None) as block:
+            with block.hooks.attached([("blocks.*.attn.hook_pattern", keep)]):
+                model(ids)
 
     On exit the model's attention implementation, its torch hooks and the edits are removed, also
     when the block raises. A scan or run started inside the block uses its own hooks, without

@@ -1,0 +1,59 @@
+"""Every notebook function takes the model in every form a user holds it: a transformers model with
+its tokenizer, what ``sinklab.load_model`` returns, and the model's name (a folder here; a .gguf file
+or a Hub id go the same way), and measures the same numbers from each.
+
+Mutations tried: ``bench_models`` refusing model objects again fails its two object forms; the
+notebook functions refusing a name (``Subject.from_model`` on a string) fails every name form."""
+
+import pytest
+from conftest import write_task
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+import sinklab
+from sinklab.intervene import MaskSelf
+
+
+def one(given: tuple):
+    """A model as one item of a sequence of models: a (model, tokenizer) pair, or the thing itself."""
+    return given if len(given) == 2 else given[0]
+
+
+TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 3
+#: Each notebook function on cheap settings, given a model form (its leading arguments).
+CALLS = {
+    "scan_model": lambda m, tmp: sinklab.scan_model(*m, prompt=TEXT, tokens=24),
+    "scan_models": lambda m, tmp: sinklab.scan_models({"a": one(m), "b": one(m)}, prompt=TEXT, tokens=24),
+    "intervene_model": lambda m, tmp: sinklab.intervene_model(*m, interventions=[MaskSelf(5)], prompt=TEXT, tokens=24),
+    "stream_model": lambda m, tmp: sinklab.stream_model(
+        *m, tokens=40, sinks=2, window=14, chunk=20, latency_steps=1, policies=("dense", "sink")
+    ),
+    "adapt_model": lambda m, tmp: sinklab.adapt_model(*m, tokens=16, windows=1, calibration=1, schemes=("w8a8",)),
+    "compress_model": lambda m, tmp: sinklab.compress_model(
+        *m, presses=("knorm",), ratios=(0.5,), keep_sinks=(1,), quantizers=(), contexts=(128,), tasks=("ppl",), outside=None
+    ),
+    "tune_model": lambda m, tmp: sinklab.tune_model(*m, tasks=(str(write_task(tmp / "t" / "task.json")),), validation=6, test=8),
+    "bench_models": lambda m, tmp: sinklab.bench_models([one(m)], tasks=("sink_rate",), limit="quick"),
+}
+FORMS = ("transformers", "loaded", "name")
+#: Columns that time the run, or say how the model was given, rather than measure it.
+NOT_MEASURED = ("model", "label", "device", "dtype", "ms_per_token", "tokens_per_s", "wall_s", "peak_mb")
+
+
+@pytest.fixture(scope="module")
+def forms(tiny_model_dir):
+    folder = str(tiny_model_dir("llama", positions=1024))
+    pair = (AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder))
+    return {"transformers": pair, "loaded": (sinklab.load_model(folder),), "name": (folder,)}
+
+
+def measured(result):
+    table = result.frame("metrics") if result.kind == "bench" else result.frame()
+    return table.drop(columns=[c for c in table.columns if c in NOT_MEASURED]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("function", sorted(CALLS))
+def test_every_notebook_function_takes_every_model_form(function, forms, tmp_path):
+    tables = {form: measured(CALLS[function](forms[form], tmp_path / form)) for form in FORMS}
+    assert len(tables["name"]) > 0
+    for form in ("transformers", "loaded"):
+        assert tables[form].equals(tables["name"]) or tables[form].compare(tables["name"]).empty, form
