@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.sinklab-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: install browser demo docs test test-integration bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
+.PHONY: install browser demo docs test test-integration typecheck bigbench gpu-check sweep sweep-bb bench-llama-cpp clean
 
 # torch first, so that the build is a choice, not whatever pip resolves for sinklab's `torch`
 # dependency (on PyPI for Linux, a multi-GB CUDA build). TORCH_INDEX empty: pip's configured index
@@ -60,6 +60,11 @@ test: install browser
 
 test-integration: install docs
 	$(PYTEST) -m integration
+
+# mypy, functions without annotations checked too, on the packages pyproject.toml's [tool.mypy] names
+# (its overrides list the typing debt, in one place). CI runs it; so does the pre-commit hook.
+typecheck: install
+	$(BIN)/python -m mypy
 
 # The documentation site (Sphinx, MyST pages, Furo, MathJax bundled: it opens offline) into
 # docs/_build/html, with every warning an error (an unresolved cross-reference fails the build).

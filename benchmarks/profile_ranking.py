@@ -29,7 +29,8 @@ from common import record
 
 from sinklab.accuracy import lm_for, questions, read_task, sizes_for
 from sinklab.models.hf import load_model
-from sinklab.tune.profile import ABLATION_GAMMA, ablation_profile, head_profile
+from sinklab.tune.methods.zerotuning import ABLATION_GAMMA
+from sinklab.tune.profile import ablation_profile, head_profile
 
 
 def spearman(a: list[float], b: list[float]) -> float:

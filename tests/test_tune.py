@@ -115,11 +115,11 @@ def test_zerotuning_scales_the_profiled_heads_at_their_layer_and_head():
     the initial token gets gamma, the one that wants less 1 / gamma, every other head 1.
     Mutation caught: the flat gammas cut into layers by stride (``gammas[r::layers]``), which
     a one-layer model cannot tell apart."""
-    from sinklab.tune.search import GAMMAS, zerotuning_candidates
+    from sinklab.tune.methods.zerotuning import GAMMAS
 
     profile = torch.zeros(2, 4)
     profile[0, 1], profile[1, 2] = 0.5, -0.8
-    for (label, tuning), g in zip(zerotuning_candidates(profile), GAMMAS):
+    for (label, tuning), g in zip(ZeroTuning.candidates(profile, {}), GAMMAS):
         expected = [[1.0, g, 1.0, 1.0], [1.0, 1.0, 1.0 / g, 1.0]]
         assert [list(layer) for layer in tuning.gammas] == expected and label == f"gamma {g:g} on 2 heads"
 
@@ -222,7 +222,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
             ["--method", "act", "--validation", "6", "--test", "8"],
             "--act-layers official leaves none of the model's 3 layers",
         ),
-        ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "are read only with --method act"),
+        ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "--act-spare is read only with --method act"),
         ("tune", ["--rotations", "-1", "--validation", "6", "--test", "8"], "--rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-rotations", "-1"], "--accuracy-rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-shots", "20", "--accuracy-test", "8"], "model has 128 positions; give fewer --accuracy-shots"),
@@ -460,11 +460,10 @@ def test_act_candidates_take_only_the_heads_where_calibration_helps():
     """A 2 x 4 profile with two heads where calibrating helps (positive), three where it hurts and
     three where it does nothing: ACT's only candidate calibrates the two, in every layer allowed.
     Mutation caught: ACT candidates including heads where calibration hurts."""
-    from sinklab.tune.search import act_candidates
 
     profile = torch.tensor([[-0.5, 0.3, 0.0, 0.0], [-0.2, 0.0, 0.1, -0.05]])
-    assert act_candidates(profile, layer_range="all") == [("ACT on 2 heads", ACT(((0, 1), (1, 2))))]
-    assert act_candidates(-profile.abs(), layer_range="all") == []
+    assert ACT.candidates(profile, {"layer_range": "all"}) == [("ACT on 2 heads", ACT(((0, 1), (1, 2))))]
+    assert ACT.candidates(-profile.abs(), {"layer_range": "all"}) == []
 
 
 def test_the_head_profile_is_the_mean_over_the_validation_examples(tmp_path, tokenizer, planted):

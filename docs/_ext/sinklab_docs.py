@@ -138,6 +138,11 @@ def _registries() -> dict[str, Callable[[], list[tuple[str, str]]]]:
 
         return [(flag_of("intervene", option), cls.help) for option, cls in INTERVENTIONS.items()]
 
+    def tuning_methods():
+        from sinklab.tune import TUNINGS
+
+        return [(name, cls.help) for name, cls in TUNINGS.items()]
+
     def bench_tasks():
         from sinklab.bench.task import TASKS
 
@@ -154,6 +159,7 @@ def _registries() -> dict[str, Callable[[], list[tuple[str, str]]]]:
         "presses": policies(PRESSES),
         "quantizers": policies(QUANTIZERS),
         "interventions": interventions,
+        "tuning-methods": tuning_methods,
         "bench-tasks": bench_tasks,
         "suites": suites,
     }

@@ -20,7 +20,7 @@ raises. ``with press(model):`` (kvpress's spelling) is this block with that one 
 from __future__ import annotations
 
 from contextlib import ExitStack, contextmanager
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 from . import intervene, kvcache, tune
 from .core.errors import SinklabError, check
@@ -61,7 +61,7 @@ def sorted_edits(model, edits: tuple, query_chunk: Optional[int] = QUERY_CHUNK) 
     for edit in _flat(edits):
         if isinstance(edit, intervene.Intervention):
             forward.append(edit)
-        elif isinstance(edit, tuple(tune.tunings.TUNINGS.values())):
+        elif isinstance(edit, tune.Tuning):
             interventions, rows = tune.tuning_edits(model, edit)
             forward += interventions
             chunk = None if rows is None else chunk  # a method that reads whole patterns gets them
@@ -81,7 +81,7 @@ def sorted_edits(model, edits: tuple, query_chunk: Optional[int] = QUERY_CHUNK) 
     return forward, policies, chunk
 
 
-def _flat(edits) -> Iterator:
+def _flat(edits) -> Iterator[Any]:
     for edit in edits:
         if isinstance(edit, (list, tuple)):
             yield from _flat(edit)

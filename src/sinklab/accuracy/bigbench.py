@@ -107,7 +107,10 @@ def _extract_task_files(archive: Path, into: Path) -> None:
             relative = Path(member.name.split(marker, 1)[1])
             check(".." not in relative.parts, f"unsafe path in {archive.name}: {member.name}")
             (into / relative.parent).mkdir(parents=True, exist_ok=True)
-            with tar.extractfile(member) as src, open(into / relative, "wb") as dst:
+            source = tar.extractfile(member)
+            if source is None:
+                raise SinklabError(f"{member.name} in {archive.name} cannot be read")
+            with source as src, open(into / relative, "wb") as dst:
                 shutil.copyfileobj(src, dst)
 
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ..core.errors import check
+from ..core.errors import SinklabError, check
 from ..core.runs import write_json, write_jsonl
 from .scored import PER_TASK, Scored, TaskOutput
 
@@ -161,8 +161,6 @@ def numbered(names: Sequence[str], form: str = "{name} #{i}") -> list[str]:
 
 def _output_of(judged: Judged) -> TaskOutput:
     output: Optional[TaskOutput] = judged.scored.lm_eval
-    check(
-        output is not None,
-        f"{judged.name}: its scores carry no lm-eval output (score it with sinklab.accuracy.evaluate)",
-    )
+    if output is None:
+        raise SinklabError(f"{judged.name}: its scores carry no lm-eval output (score it with sinklab.accuracy.evaluate)")
     return output

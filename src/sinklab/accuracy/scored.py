@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from ..core.errors import check
 from ..core.jsonable import jsonable
@@ -87,7 +87,8 @@ class Scored:
 
     @classmethod
     def from_record(cls, record: dict) -> "Scored":
-        return cls(**{f: tuple(record[f]) if isinstance(record[f], list) else record[f] for f in RECORDED})
+        values: dict[str, Any] = {f: tuple(record[f]) if isinstance(record[f], list) else record[f] for f in RECORDED}
+        return cls(**values)
 
     def row(self) -> dict:
         """The figures of a table row (no per-example lists; the first listed position's share of

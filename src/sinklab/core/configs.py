@@ -29,7 +29,7 @@ import types
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import lru_cache
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Collection, Optional, Sequence
 
 from .errors import SinklabError, check
 
@@ -44,7 +44,7 @@ def setting(
     aliases: Sequence[str] = (),
     alias_note: Optional[str] = None,
     parse: Optional[Callable[[str], Any]] = None,
-    choices: Optional[Sequence[str]] = None,
+    choices: Optional[Collection[str]] = None,
     metavar: Optional[str] = None,
     shown: Optional[str] = None,
     negate: bool = False,

@@ -27,7 +27,7 @@ class NumericalCheckFailed(Exception):
         self.run_dir = run_dir
 
 
-def check(condition: bool, message: str) -> None:
-    """Raise :class:`SinklabError` with ``message`` unless ``condition`` holds."""
+def check(condition: object, message: str) -> None:
+    """Raise :class:`SinklabError` with ``message`` unless ``condition`` holds (is truthy)."""
     if not condition:
         raise SinklabError(message)

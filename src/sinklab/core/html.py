@@ -296,4 +296,4 @@ class RunPage:
     def write_result(self, path: os.PathLike, summary: dict, data: dict) -> Path:
         """A page of a result in memory (``summary`` and its data), written to ``path``."""
         heading = f"{self.heading}: {summary.get('model', '')}"
-        return write_page(Path(path), f"sinklab {self.command}", [(heading, self.sections(summary, data, dom_id(path)))])
+        return write_page(Path(path), f"sinklab {self.command}", [(heading, self.sections(summary, data, dom_id(Path(path))))])

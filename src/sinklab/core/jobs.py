@@ -21,7 +21,7 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Generator, Iterator, Optional, Sequence
 
 from .errors import SinklabError, check
 
@@ -41,7 +41,9 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def pool_outcomes(fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, log_dir: Optional[Path]) -> Iterator[Outcome]:
+def pool_outcomes(
+    fn: Callable[[Any], Any], jobs: Sequence[Any], workers: int, log_dir: Optional[Path]
+) -> Generator[Outcome, None, None]:
     """Apply ``fn`` to every job in ``workers`` processes (1, or one job: in this process), as the
     jobs finish. A failed job's traceback goes to ``log_dir/pool-job-<index>.log`` (when a log
     folder is given). Jobs are submitted in the given order, so put the longest first. Leaving
@@ -216,7 +218,7 @@ def _restore_sigterm(previous: Any) -> None:
 
 def submitit_outcomes(
     job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, cluster: str, parameters: dict
-) -> Iterator[Outcome]:
+) -> Generator[Outcome, None, None]:
     """One submitit job array on ``cluster`` with the executor's ``parameters``, as its jobs finish;
     whatever ends this early (SIGTERM, an error, Ctrl-C) cancels the jobs not yet finished."""
     import submitit
@@ -257,7 +259,7 @@ def _error_line(report: str) -> str:
 
 def ray_outcomes(
     job_fn: PortableJob, jobs: Sequence[Any], log_dir: Path, init: dict, options: dict, env_vars: dict
-) -> Iterator[Outcome]:
+) -> Generator[Outcome, None, None]:
     """One Ray task per job (its ``options``; its worker's environment ``env_vars`` and this
     process's ``sys.path`` as PYTHONPATH), as they finish; when no Ray is running here, one is
     started with ``ray.init(**init)`` and shut down at the end, and the program's SIGTERM handler,

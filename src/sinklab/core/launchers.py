@@ -19,7 +19,7 @@ import os
 import socket
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Generator, Optional, Sequence
 
 from .errors import SinklabError, check
 from .jobs import Outcome, PortableJob, default_workers, pool_outcomes, ray_outcomes, submitit_outcomes
@@ -200,7 +200,7 @@ def launch(
 
 def _outcomes(
     fn: Callable[[Any], Any], jobs: Sequence[Any], settings: LauncherSettings, log_dir: Optional[Path], workers: int
-) -> Iterator[Outcome]:
+) -> Generator[Outcome, None, None]:
     """Each job's outcome, as the jobs finish, from the engine ``settings`` names, in its own terms."""
     if settings.launcher == "local":
         return pool_outcomes(fn, jobs, workers, log_dir)

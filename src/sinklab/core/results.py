@@ -22,7 +22,7 @@ import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from .errors import SinklabError, check
 from .runs import FAILED_CHECK, SUMMARY, jsonable, read_run_info
@@ -87,7 +87,7 @@ class Capability:
     write_page: Callable[[Path], Path]
     read_data: Callable[[Path], dict] = lambda run_dir: {}
     check: Callable[["RunResult"], None] = no_check
-    figures: Optional[Callable[[dict, dict], dict]] = None
+    figures: Optional[Callable[["RunResult"], dict]] = None
     sections: Optional[Callable[..., list]] = None
     resumable: Optional[Callable[[Path], bool]] = None
     holds_runs: bool = False
@@ -140,25 +140,28 @@ class RunResult:
 
     def figures(self) -> dict:
         """Every figure of the run as plotly figures, by file name (what the run directory's PNGs show)."""
-        capability = self._capability()
-        check(capability.figures is not None, f"a {self.kind} result has no figures")
-        return capability.figures(self)
+        figures = self._capability().figures
+        if figures is None:
+            raise SinklabError(f"a {self.kind} result has no figures")
+        return figures(self)
 
     def page(self, path) -> Path:
         """Write the run's interactive report page to ``path`` from memory (its header from run.json
         when the result has a run directory); returns the path."""
         from . import html
 
-        capability = self._capability()
-        check(capability.sections is not None, f"a {self.kind} result has no report page drawn from memory")
-        sections = capability.sections(self.summary, self.data, html.dom_id(Path(path)), self.out)
+        drawn = self._capability().sections
+        if drawn is None:
+            raise SinklabError(f"a {self.kind} result has no report page drawn from memory")
+        sections = drawn(self.summary, self.data, html.dom_id(Path(path)), self.out)
         return html.write_page(
             Path(path), f"sinklab {self.kind}", [(f"{self.kind}: {html.esc(self.summary.get('model', ''))}", sections)]
         )
 
     def _capability(self) -> Capability:
         capability = self.capability or CAPABILITIES.get(self.kind)
-        check(capability is not None, f"no capability of kind {self.kind!r} is loaded (import sinklab.api first)")
+        if capability is None:
+            raise SinklabError(f"no capability of kind {self.kind!r} is loaded (import sinklab.api first)")
         return capability
 
     def __repr__(self) -> str:
@@ -192,7 +195,8 @@ def load_result(run_dir) -> RunResult:
     check(path.is_dir(), f"no such run directory: {run_dir}")
     summary = read_summary(path)
     capability = CAPABILITIES.get(summary["kind"])
-    check(capability is not None, f"{path} holds a run of kind {summary['kind']!r}, which this sinklab cannot read")
+    if capability is None:
+        raise SinklabError(f"{path} holds a run of kind {summary['kind']!r}, which this sinklab cannot read")
     failed = read_run_info(path).get(FAILED_CHECK)
     if failed is not None:
         warnings.warn(f"{path} failed its numerical check ({failed}): these results did not pass it", stacklevel=2)
@@ -211,7 +215,7 @@ def model_columns(summary: dict) -> dict:
     return {key: summary.get(key) for key in MODEL_COLUMNS}
 
 
-def table_rows(summary: dict, rows: Iterable[dict]) -> Iterable[dict]:
+def table_rows(summary: dict, rows: Iterable[dict]) -> Iterator[dict]:
     """``rows`` each led by :func:`model_columns`."""
     lead = model_columns(summary)
     for row in rows:

@@ -6,9 +6,11 @@ writes against its kind's schema; :func:`validate` does the same for any summary
 
 from __future__ import annotations
 
+import copy
 import json
 from functools import lru_cache
 from importlib import resources
+from typing import Callable
 
 from .errors import SinklabError, check
 
@@ -22,9 +24,25 @@ def kinds() -> list[str]:
     )
 
 
-@lru_cache(maxsize=None)
+#: The lists of names a schema takes from a registry, by kind: the JSON pointer of an ``enum`` ->
+#: the registry's names now (a tuning method registered in one file is in the schema with no edit
+#: of it; the file ships the built-in names).
+REGISTERED_ENUMS: dict[str, dict[str, Callable[[], list[str]]]] = {}
+
+
 def schema_of(kind: str) -> dict:
-    """The JSON schema of a ``kind`` of summary."""
+    """The JSON schema of a ``kind`` of summary, its registered lists as their registries hold them."""
+    schema = copy.deepcopy(_shipped(kind))
+    for pointer, names in REGISTERED_ENUMS.get(kind, {}).items():
+        place = schema
+        for key in pointer.strip("/").split("/"):
+            place = place[key]
+        place["enum"] = names()
+    return schema
+
+
+@lru_cache(maxsize=None)
+def _shipped(kind: str) -> dict:
     check(kind in kinds(), f"no schema for summaries of kind {kind!r}; kinds: {', '.join(kinds())}")
     return json.loads(resources.files("sinklab").joinpath("schemas", f"{kind}.json").read_text())
 

@@ -67,7 +67,7 @@ class Quantized:
     bits: int
     pack_dim: int = -1
 
-    def tensors(self) -> tuple:
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.data, self.scale, self.low
 
     def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
@@ -97,12 +97,13 @@ class Quantized:
 
     def appended(self, other: "Quantized", dim: int) -> "Quantized":
         """This and ``other`` (quantized alike) joined along ``dim`` (an axis before the groups)."""
-        joined = (torch.cat([a, b], dim) for a, b in zip(self.tensors(), other.tensors()))
-        return Quantized(*joined, self.bits, self.pack_dim)
+        data, scale, low = (torch.cat([a, b], dim) for a, b in zip(self.tensors(), other.tensors()))
+        return Quantized(data, scale, low, self.bits, self.pack_dim)
 
     def narrowed(self, dim: int, start: int, end: int) -> "Quantized":
         """Its groups ``start`` to ``end`` along ``dim`` (an axis before the groups), as views."""
-        return Quantized(*(t.narrow(dim, start, end - start) for t in self.tensors()), self.bits, self.pack_dim)
+        data, scale, low = (t.narrow(dim, start, end - start) for t in self.tensors())
+        return Quantized(data, scale, low, self.bits, self.pack_dim)
 
 
 def quantize_groups(x: torch.Tensor, bits: int, dim: int = -1, pack_dim: int = -1) -> Quantized:

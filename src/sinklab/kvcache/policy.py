@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Callable, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
@@ -134,7 +134,7 @@ class CachePolicy(metaclass=_TakesOtherNames):
 
     #: The block ``with policy(model):`` opens, set by :mod:`.block` on import (it imports the
     #: policies, so they cannot import it).
-    _block: ClassVar[Optional[Callable]] = None
+    _block: ClassVar[Callable[..., Any]]
 
     def __call__(self, model, question=None):
         """``with press(model):``, kvpress's spelling of ``with sinklab.applied(model, press):``

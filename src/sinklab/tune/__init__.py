@@ -12,8 +12,9 @@ saved one back. The edits themselves (:class:`InitialTokenScale`, :class:`SinkCa
 interventions, which ``sinklab.applied`` takes too."""
 
 from .edits import InitialTokenScale, SinkCalibration
+from .methods import ACT, TUNINGS, Tuning, ZeroTuning, register_tuning
 from .run import DEFAULT_TASKS, METHODS, TUNE, TuneConfig
-from .tunings import ACT, ZeroTuning, from_record, load_tuning, save_tuning, to_record, tuning_edits
+from .tunings import from_record, load_tuning, save_tuning, to_record, tuning_edits
 
 __all__ = [
     "tuning_edits",
@@ -21,12 +22,15 @@ __all__ = [
     "DEFAULT_TASKS",
     "METHODS",
     "TUNE",
+    "TUNINGS",
+    "Tuning",
     "InitialTokenScale",
     "SinkCalibration",
     "TuneConfig",
     "ZeroTuning",
     "from_record",
     "load_tuning",
+    "register_tuning",
     "save_tuning",
     "to_record",
 ]

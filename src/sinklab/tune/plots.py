@@ -19,6 +19,7 @@ from ..core.figures import title
 from ..core.runs import atomic_path
 from ..core.text import format_table, html_text
 from .frame import verdict_rows
+from .methods import TUNINGS
 
 PROFILES_FILE = "profiles.safetensors"
 
@@ -124,7 +125,7 @@ def _heatmap(summary: dict, task: str, profile: torch.Tensor):
 
     values = profile.float()
     bound = float(values.abs().max()) or 1.0
-    edit = "log gamma on the initial token" if summary["method"] == "zerotuning" else "ACT's calibration strength (1 - beta)"
+    edit = TUNINGS[summary["method"]].strength_label
     fig = go.Figure(go.Heatmap(z=values.tolist(), zmin=-bound, zmax=bound, colorscale="RdBu", colorbar=dict(title="d objective")))
     heading = title(html_text(task, 60), f"derivative of the validation objective ({summary['mode']}) w.r.t. {edit}")
     return fig.update_layout(title=heading, xaxis_title="head", yaxis_title="layer", height=520)

@@ -19,21 +19,19 @@ mode, which needs no labels).
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from ..core.hooks import hook_name, scoring_after
+from ..core.hooks import scoring_after
 from ..core.progress import progress_bar
 from ..intervene import _hooked
-from . import formulas
+from .methods import TUNINGS
 
 MODES = ("supervised", "unsupervised")
 #: How heads are profiled: ``gradient`` (:func:`head_profile`) or ``ablation`` (:func:`ablation_profile`).
 PROFILES = ("gradient", "ablation")
-#: The fixed gamma each head is scaled by, alone, in ZeroTuning's ablation profile.
-ABLATION_GAMMA = 1.5
 
 
 def choice_logliks(model, question) -> torch.Tensor:
@@ -65,54 +63,21 @@ def objective(logliks: torch.Tensor, gold: int, mode: str) -> torch.Tensor:
     return logp[gold] if mode == "supervised" else (logp.exp() * logp).sum()
 
 
-def strength_hooks(method: str, strength: torch.Tensor, threshold: float, spare: str = "first_token") -> list:
-    """Hooks that apply ``method`` with per-(layer, head) ``strength`` (L, H), differentiably (ACT
-    with its ``threshold`` and the sink its ``spare`` rule spares)."""
-    if method == "zerotuning":
-        return [(hook_name(layer, "attn.hook_scores"), _scaled(strength[layer])) for layer in range(strength.shape[0])]
-    masks: dict = {}
-    hooks = []
-    for layer in range(strength.shape[0]):
-        hooks.append((hook_name(layer, "attn.hook_mask"), _kept(masks, layer)))
-        hooks.append((hook_name(layer, "attn.hook_pattern"), _calibrated(masks, layer, strength[layer], threshold, spare)))
-    return hooks
-
-
-def _scaled(log_gamma: torch.Tensor) -> Callable:
-    return lambda scores, where: formulas.scale_initial(scores, log_gamma)
-
-
-def _kept(masks: dict, layer: int) -> Callable:
-    def keep(mask, where):
-        masks[layer] = mask
-        return mask
-
-    return keep
-
-
-def _calibrated(masks: dict, layer: int, strength: torch.Tensor, threshold: float, spare: str) -> Callable:
-    def edit(pattern, where):
-        sinks = formulas.sinks_of(pattern.detach(), masks[layer], where.q_start, threshold, where.prompt_end, spare)
-        return formulas.calibrate(pattern, sinks, strength)
-
-    return edit
-
-
 def head_profile(
     model,
     questions: Sequence,
     method: str,
     mode: str,
     shape: tuple[int, int],
-    threshold: float = 0.1,
-    spare: str = "first_token",
+    **options,
 ) -> torch.Tensor:
     """(L, H): the mean derivative of :func:`objective` over ``questions`` with respect to each
-    head's strength at the identity (positive: strengthening the edit on that head helps). Each
-    question's choices follow its prompt, which ACT finds the sinks on (:func:`choice_logliks`)."""
+    head's strength of ``method``'s edit at the identity (positive: strengthening the edit on that
+    head helps), the method's ``options`` (ACT: ``spare``, ``threshold``) given. Each question's
+    choices follow its prompt, which ACT finds the sinks on (:func:`choice_logliks`)."""
     strength = torch.zeros(shape, device=model.device, requires_grad=True)
     total = torch.zeros(shape, device=model.device)
-    hooked = strength_hooks(method, strength, threshold, spare)
+    hooked = TUNINGS[method].strength_hooks(strength, options)
     with _hooked(model, [], query_chunk=None) as hooks, hooks.attached(hooked):
         for question in progress_bar(questions, desc=f"profiling heads ({method})", unit="example", leave=False):
             value = objective(choice_logliks(model, question), question.gold, mode)
@@ -129,8 +94,7 @@ def ablation_profile(
     shape: tuple[int, int],
     strength: float,
     heads: Optional[Sequence[tuple[int, int]]] = None,
-    threshold: float = 0.1,
-    spare: str = "first_token",
+    **options,
 ) -> torch.Tensor:
     """(L, H): for each (layer, head) of ``heads`` (None: every head; the others NaN), the mean of
     :func:`objective` over ``questions`` with that head alone edited at ``strength`` (ZeroTuning:
@@ -141,7 +105,8 @@ def ablation_profile(
     for layer, head in progress_bar(tried, desc=f"profiling heads one at a time ({method})", unit="head", leave=False):
         alone = torch.zeros(shape, device=model.device)
         alone[layer, head] = strength
-        profile[layer, head] = _mean_objective(model, questions, mode, strength_hooks(method, alone, threshold, spare)) - base
+        edited = TUNINGS[method].strength_hooks(alone, options)
+        profile[layer, head] = _mean_objective(model, questions, mode, edited) - base
     return profile
 
 

@@ -14,11 +14,10 @@ and their per-example samples, ``samples_<task>_untouched.jsonl`` and ``samples_
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import Any, ClassVar, Optional
 
 from ..accuracy import (
     EVERY,
@@ -46,17 +45,21 @@ from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.schemas import REGISTERED_ENUMS
 from ..models.hf import MODEL_HELP, LoadOptions, model_facts, read_header
 from ..models.subjects import transformers_model
 from . import page, plots
 from .formulas import SPARE_RULES
 from .frame import TUNE_TABLES
-from .profile import ABLATION_GAMMA, MODES, PROFILES, ablation_profile, head_profile
-from .search import ACT_LAYER_RANGES, SEARCHES, Candidate, best
-from .tunings import ACT_BETA, _tuned, save_tuning, to_record
-from .tunings import untouched as untouched_tuning
+from .methods import TUNINGS, Tuning
+from .methods.act import ACT_LAYER_RANGES
+from .methods.zerotuning import ABLATION_GAMMA
+from .profile import MODES, PROFILES, ablation_profile, head_profile
+from .search import Candidate, best
+from .tunings import _tuned, save_tuning, to_record
 
-METHODS = tuple(SEARCHES)
+#: The methods ``--method`` takes: the registry's names, as it holds them when a parser or config reads them.
+METHODS = TUNINGS.keys()
 #: The tasks ``sinklab tune`` reads when none are named: the accuracy suite (BENCHMARKS.md 13).
 DEFAULT_TASKS = SUITE
 
@@ -75,13 +78,14 @@ class TuneConfig:
         1: lambda saved: {
             **migrated_judge(saved, "tasks", "rotations"),
             "profile": "gradient",
-            "act_layers": "all" if saved.get("method") == "act" else "official",  # ACT ran on every layer
+            "act_layers": "official",
             "act_spare": "first_token",
+            **TUNINGS[saved.get("method", "zerotuning")].v1_settings,  # ACT ran on every layer
         }
     }
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
-    method: str = setting("zerotuning", choices=METHODS, help="zerotuning (Han et al. 2026) or act (Yu et al. 2024)")
+    method: str = setting("zerotuning", choices=METHODS, help="; ".join(m.help for m in TUNINGS.values()))
     mode: str = setting(
         "supervised", choices=MODES, help="supervised: validation labels pick the tuning; unsupervised: lowest output entropy"
     )
@@ -133,14 +137,24 @@ class TuneConfig:
         check_rotations(self.rotations)
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        owners = {name: method.method for method in TUNINGS.values() for name in method.settings}
+        unread = [
+            name for name, owner in owners.items() if owner != self.method and getattr(self, name) != getattr(TuneConfig, name)
+        ]
+        flags = " and ".join("--" + name.replace("_", "-") for name in unread)
         check(
-            self.method == "act" or (self.act_layers, self.act_spare) == (TuneConfig.act_layers, TuneConfig.act_spare),
-            "--act-layers and --act-spare are read only with --method act",
+            not unread,
+            f"{flags} {'is' if len(unread) == 1 else 'are'} read only with --method {owners[unread[0]] if unread else ''}",
         )
 
-    def search_options(self) -> dict:
-        """What the method's candidates are drawn with (:data:`~.search.SEARCHES`)."""
-        return {"layer_range": self.act_layers, "spare": self.act_spare} if self.method == "act" else {}
+    @property
+    def tuning(self) -> type[Tuning]:
+        """The method's class (:mod:`.methods`)."""
+        return TUNINGS[self.method]
+
+    def method_options(self) -> dict:
+        """What the method's profile and candidates are drawn with (:meth:`~.methods.Tuning.options`)."""
+        return self.tuning.options(self)
 
     @property
     def sizes(self) -> dict:
@@ -152,12 +166,9 @@ def preflight(cfg: TuneConfig, context: RunContext) -> None:
     prompts within the model's positions, and a BOS token (the configuration's model read without its weights)."""
     loaded = transformers_model(context.subject) if context.subject is not None else read_header(cfg.model, cfg.load)
     tasks = check_tasks(cfg.tasks, loaded.tokenizer, cfg.sizes, cfg.seed)
-    layers = loaded.config.get_text_config().num_hidden_layers
-    check(
-        cfg.method != "act" or len(ACT_LAYER_RANGES[cfg.act_layers](layers)) > 0,
-        f"--act-layers {cfg.act_layers} leaves none of the model's {layers} layers to calibrate "
-        "(official: all but the first two and the last); pass --act-layers all",
-    )
+    config: Any = loaded.config  # a transformers PretrainedConfig
+    layers = config.get_text_config().num_hidden_layers
+    cfg.tuning.check_model(layers, cfg.method_options())
     splits = ("validation", "test")
     check_prompts_fit(tasks, loaded.tokenizer, cfg.shots, cfg.sizes, loaded.max_positions, splits, cfg.seed, "--shots")
 
@@ -165,13 +176,12 @@ def preflight(cfg: TuneConfig, context: RunContext) -> None:
 def profile_heads(model, asked, cfg: TuneConfig, shape: tuple[int, int]) -> tuple:
     """(L, H): the validation objective's response to each head's edit, as ``cfg.profile`` measures
     it (ACT's ablation tries only the layers it may calibrate: NaN elsewhere), and the passes it cost."""
+    options = cfg.method_options()
     if cfg.profile == "gradient":
-        profile = head_profile(model, asked, cfg.method, cfg.mode, shape, spare=cfg.act_spare)
+        profile = head_profile(model, asked, cfg.method, cfg.mode, shape, **options)
         return profile, {"profile_forward_backward_passes": len(asked), "profile_forward_passes": 0}
-    layers = ACT_LAYER_RANGES[cfg.act_layers](shape[0]) if cfg.method == "act" else range(shape[0])
-    heads = [(layer, head) for layer in layers for head in range(shape[1])]
-    strength = math.log(ABLATION_GAMMA) if cfg.method == "zerotuning" else 1 - ACT_BETA
-    profile = ablation_profile(model, asked, cfg.method, cfg.mode, shape, strength, heads, spare=cfg.act_spare)
+    heads = [(layer, head) for layer in cfg.tuning.editable_layers(shape[0], options) for head in range(shape[1])]
+    profile = ablation_profile(model, asked, cfg.method, cfg.mode, shape, cfg.tuning.ablation_strength, heads, **options)
     return profile, {"profile_forward_backward_passes": 0, "profile_forward_passes": (len(heads) + 1) * len(asked)}
 
 
@@ -189,10 +199,10 @@ def tune_task(model, lm, task, cfg: TuneConfig) -> tuple[dict, dict]:
     def scored(split: str):
         return evaluate(lm, [task], split, cfg.shots, cfg.sizes, cfg.seed, cfg.rotations)[0]
 
-    untouched = Candidate("untouched", untouched_tuning(cfg.method, *shape), scored("validation"))
+    untouched = Candidate("untouched", cfg.tuning.untouched(*shape), scored("validation"))
     tried = [untouched]
     for label, tuning in progress_bar(
-        SEARCHES[cfg.method](profile, **cfg.search_options()), desc=f"searching ({task.name})", unit="tuning", leave=False
+        cfg.tuning.candidates(profile, cfg.method_options()), desc=f"searching ({task.name})", unit="tuning", leave=False
     ):
         with _tuned(model, tuning):
             tried.append(Candidate(label, tuning, scored("validation")))
@@ -232,8 +242,10 @@ def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
     verdict's scored runs as lm-eval's files hold them (``lm_eval``: :class:`~sinklab.accuracy.LmEvalFiles`)."""
     loaded = transformers_model(context.subject) if context.subject is not None else cfg.load.load(cfg.model)
     model, tokenizer = loaded.model, loaded.tokenizer
-    lm = lm_for(model, tokenizer, 1 if cfg.method == "act" else cfg.batch_size)  # ACT reads whole columns: no padded rows
-    entries, data, judged = [], {"profiles": {}, "tunings": {}}, []
+    config: Any = model.config
+    lm = lm_for(model, tokenizer, 1 if cfg.tuning.whole_rows else cfg.batch_size)  # whole columns: no padded rows
+    entries, judged = [], []
+    data: dict[str, Any] = {"profiles": {}, "tunings": {}}
     for name in progress_bar(cfg.tasks, desc=f"tuning ({cfg.method}, {cfg.mode})", unit="task"):
         entry, found = tune_task(model, lm, read_task(name), cfg)
         entries.append(entry)
@@ -244,8 +256,8 @@ def measure(cfg: TuneConfig, context: RunContext = RunContext()) -> RunResult:
     summary = {
         "model": loaded.name,
         **model_facts(model),
-        "layers": model.config.num_hidden_layers,
-        "heads": model.config.num_attention_heads,
+        "layers": config.num_hidden_layers,
+        "heads": config.num_attention_heads,
         "method": cfg.method,
         "mode": cfg.mode,
         "shots": cfg.shots,
@@ -276,6 +288,11 @@ def read_data(run_dir: Path) -> dict:
     return plots.read_data(run_dir)
 
 
+#: The summary's method lists are the registry's (a method added in one file validates).
+REGISTERED_ENUMS["tune"] = {
+    "/properties/method": lambda: list(TUNINGS),
+    "/properties/tunings/additionalProperties/properties/method": lambda: list(TUNINGS),
+}
 TUNE = register(
     Capability(
         "tune",

@@ -9,7 +9,7 @@ the trigger lab's variant table, pretraining and the command-line flags all pick
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -83,7 +83,8 @@ class AttentionSpec:
 
     def with_each_extra(self) -> list["AttentionSpec"]:
         """This variant with each per-head extra switched on alone (the rows of a variant sweep)."""
-        return [replace(self, **{name: True}) for name in EXTRA_NAMES if not getattr(self, name)]
+        switched: list[dict[str, Any]] = [{name: True} for name in EXTRA_NAMES if not getattr(self, name)]
+        return [replace(self, **switch) for switch in switched]
 
     def flags(self) -> dict:
         """``attn`` and one boolean per extra: the columns a result row carries."""
