@@ -14,7 +14,7 @@ from sinklab import applied, cli
 from sinklab.core import pipeline
 from sinklab.core.attention import causal_mask
 from sinklab.core.errors import SinklabError
-from sinklab.core.hooks import HookPoint
+from sinklab.core.hooks import HookSite
 from sinklab.intervene import (
     INTERVENE,
     DropFirst,
@@ -40,7 +40,7 @@ T = 6
 
 
 def at(point="attn.hook_z", q_start=0):
-    return HookPoint(f"blocks.0.{point}", 0, point, q_start)
+    return HookSite(f"blocks.0.{point}", 0, point, q_start)
 
 
 def native_subject():

@@ -269,7 +269,7 @@ def test_a_negative_seed_is_refused_by_the_splits_and_the_notebook(tmp_path, tok
     """Python's random took -1 as seed 1 (the same splits, silently) and numpy's bootstrap refused it
     with a traceback after the whole tuning. The configuration refuses it when made, before a task
     is read (a BIG-bench name would be fetched first). Mutations tried: no check in TuneConfig (the
-    configuration is made; the preflight's splits refuse it later); no check in Task.splits (seed
+    configuration is made; the preflight's splits refuse it later); no check in AccuracyTask.splits (seed
     1's splits returned)."""
     from sinklab.tune import TuneConfig
 

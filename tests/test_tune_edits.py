@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 
 from sinklab import applied
 from sinklab.core.errors import SinklabError
-from sinklab.core.hooks import HookPoint
+from sinklab.core.hooks import HookSite
 from sinklab.intervene import Intervention
 from sinklab.tune import InitialTokenScale, SinkCalibration
 
@@ -37,7 +37,7 @@ def run(model, edits, ids, **kwargs):
 
 
 def at(q_start=0, n_keys=None, point=PATTERN):
-    return HookPoint(f"blocks.0.{point}", 0, point, q_start, n_keys)
+    return HookSite(f"blocks.0.{point}", 0, point, q_start, n_keys)
 
 
 def test_gamma_one_leaves_the_logits_bit_for_bit(tiny_model_dir):
@@ -234,7 +234,7 @@ def test_act_finds_the_sinks_on_the_prompts_rows_where_an_answer_follows():
     pattern, mask = head.view(1, 1, 4, 4), torch.ones(4, 4, dtype=torch.bool).tril().view(1, 1, 4, 4)
     assert sinks_of(pattern, mask, 0, 0.1)[0, 0].tolist() == [False, True, True, False]
     assert sinks_of(pattern, mask, 0, 0.1, prompt_end=2)[0, 0].tolist() == [False, True, False, False]
-    edited = SinkCalibration().edit(pattern, HookPoint("blocks.0." + PATTERN, 0, PATTERN, 0, 4, prompt_end=2))
+    edited = SinkCalibration().edit(pattern, HookSite("blocks.0." + PATTERN, 0, PATTERN, 0, 4, prompt_end=2))
     assert edited[0, 0, 3, 2] > head[3, 2] and edited[0, 0, 3, 1] < head[3, 1]  # key 1 calibrated on the answer's rows too
 
 

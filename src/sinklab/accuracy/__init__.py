@@ -6,7 +6,7 @@ directory holds its scores in lm-eval's own layout too (:mod:`.lm_eval_files`)."
 
 from ..core.configs import setting
 from ..core.errors import check
-from .bigbench import Example, Task, check_seed, fetch, read_task, tasks_dir
+from .bigbench import AccuracyTask, Example, check_seed, fetch, read_task, tasks_dir
 from .harness import Question, check_bos, evaluate, lm_for, longest_request, questions
 from .lm_eval_files import RESULTS_FILE as LM_EVAL_RESULTS
 from .lm_eval_files import Judged, LmEvalFiles, lm_eval_version, numbered
@@ -17,7 +17,7 @@ from .suite import CANDIDATES, SUITE, clearly_above_chance
 
 #: Split sizes per task: the shot pool, validation (what a tuning reads) and test (the verdict).
 SIZES = {"shots": 5, "validation": 40, "test": 100}
-#: The rule that draws a task's splits (:meth:`~.bigbench.Task.splits`) and lists its choices, a
+#: The rule that draws a task's splits (:meth:`~.bigbench.AccuracyTask.splits`) and lists its choices, a
 #: setting of every judge's config.json so that a run judged under an earlier rule is not taken for
 #: today's: 1 put the shot pool first (the test examples moved with the shot and validation counts)
 #: and permuted the choices by the task's name and the example's index; 2 draws the test examples
@@ -39,14 +39,14 @@ def migrated_judge(saved: dict, tasks_key: str = "accuracy", rotations_key: str 
 
 
 def sizes_for(shots: int = 0, validation: int = SIZES["validation"], test: int = SIZES["test"]) -> dict:
-    """The splits a judge with ``shots`` shots reads (:meth:`~.bigbench.Task.splits`): test, then
+    """The splits a judge with ``shots`` shots reads (:meth:`~.bigbench.AccuracyTask.splits`): test, then
     validation, and a shot pool of at least ``shots`` examples (5 unless more are asked) from the
     other end of the shuffled examples, so neither the shots nor the validation count moves the test
     examples."""
     return {"shots": max(shots, SIZES["shots"]), "validation": validation, "test": test}
 
 
-def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> list[Task]:
+def check_tasks(tasks, tokenizer, sizes: dict, seed: int = 0) -> list[AccuracyTask]:
     """Before a judge runs (and before its run directory is claimed): every task readable, large
     enough for ``sizes`` (:func:`sizes_for`) and named once (a task's figures and files are named
     after it: a second task of the same name would overwrite the first), and a tokenizer with a BOS.
@@ -77,7 +77,14 @@ def check_judge_flags(shots: int, test: int, bos: str, min_shots: int = 0, shots
 
 
 def check_prompts_fit(
-    tasks: list[Task], tokenizer, shots: int, sizes: dict, max_positions, splits=("test",), seed=0, shots_flag="--accuracy-shots"
+    tasks: list[AccuracyTask],
+    tokenizer,
+    shots: int,
+    sizes: dict,
+    max_positions,
+    splits=("test",),
+    seed=0,
+    shots_flag="--accuracy-shots",
 ) -> None:
     """Every judged split's longest prompt with its longest choice within the model's positions
     (``max_positions``; None: no limit known). lm-eval would cut a longer one from the left, BOS
@@ -114,7 +121,7 @@ __all__ = [
     "LmEvalFiles",
     "Question",
     "Scored",
-    "Task",
+    "AccuracyTask",
     "TaskOutput",
     "above_chance",
     "check_bos",

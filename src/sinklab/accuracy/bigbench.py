@@ -145,7 +145,7 @@ class Example:
 
 
 @dataclass(frozen=True)
-class Task:
+class AccuracyTask:
     """A BIG-bench multiple-choice task, read and checked."""
 
     name: str
@@ -228,7 +228,7 @@ def task_name(given: str, path: Path, data: dict) -> str:
     return name
 
 
-def read_task(name_or_path: str) -> Task:
+def read_task(name_or_path: str) -> AccuracyTask:
     """A multiple-choice task: every example has ``input`` and ``target_scores`` with one best choice."""
     path = task_file(name_or_path)
     try:
@@ -243,7 +243,7 @@ def read_task(name_or_path: str) -> Task:
     name = task_name(name_or_path, path, data)
     # the listed order is seeded by the example itself: a task renamed or copied lists its choices alike
     examples = tuple(_example(e, i, fields, where, key) for i, (key, e) in enumerate(unique.items()))
-    return Task(name, path, str(fields["task_prefix"]), str(fields["few_shot_example_separator"]), examples)
+    return AccuracyTask(name, path, str(fields["task_prefix"]), str(fields["few_shot_example_separator"]), examples)
 
 
 def _example(raw, index: int, fields: dict, where: str, seed: str) -> Example:

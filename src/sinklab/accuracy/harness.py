@@ -26,7 +26,7 @@ from typing import Iterator, Sequence
 from ..core.errors import check
 from ..core.hooks import PROMPT_UNKNOWN, scoring_after
 from ..core.progress import progress_bar
-from .bigbench import Task
+from .bigbench import AccuracyTask
 from .lm_eval_files import BOOTSTRAP_ITERS
 from .rotations import EVERY, rotated_docs
 from .scored import Scored, TaskOutput, gathered
@@ -94,7 +94,7 @@ def check_bos(tokenizer) -> None:
     )
 
 
-def task_config(task: Task, docs: dict[str, list[dict]], split: str) -> dict:
+def task_config(task: AccuracyTask, docs: dict[str, list[dict]], split: str) -> dict:
     """The lm-eval configuration of ``task`` scored on ``split``; its splits' docs (``train`` is the
     shot pool) are handed to lm-eval in memory (``custom_dataset``), so nothing is written or cached."""
     from datasets import Dataset
@@ -122,7 +122,7 @@ def task_config(task: Task, docs: dict[str, list[dict]], split: str) -> dict:
     }
 
 
-def loaded(tasks: Sequence[Task], split: str, shots: int, sizes: dict, seed: int = 0, rotations: int = EVERY) -> dict:
+def loaded(tasks: Sequence[AccuracyTask], split: str, shots: int, sizes: dict, seed: int = 0, rotations: int = EVERY) -> dict:
     """lm-eval's tasks for ``tasks`` on ``split`` (``validation`` or ``test``), loaded by its task
     manager, with ``shots`` shots from each task's ``train`` pool drawn with ``seed`` (what
     ``simple_evaluate``'s ``fewshot_random_seed`` sets; its other seeds touch nothing a
@@ -161,7 +161,7 @@ def _same_shots_per_example(task, seed: int) -> None:
 
 def evaluate(
     lm,
-    tasks: Sequence[Task],
+    tasks: Sequence[AccuracyTask],
     split: str,
     shots: int,
     sizes: dict,
@@ -200,7 +200,9 @@ class Question:
     query_start: int
 
 
-def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0, rotations: int = EVERY) -> list[Question]:
+def questions(
+    lm, task: AccuracyTask, split: str, shots: int, sizes: dict, seed: int = 0, rotations: int = EVERY
+) -> list[Question]:
     """The requests :func:`evaluate` would score (same configuration, shots, seed and rotations,
     built by lm-eval's own task), as token ids, one per example and order: what a tuning
     differentiates through, since lm-eval returns log-likelihoods, not gradients."""
@@ -216,7 +218,7 @@ def questions(lm, task: Task, split: str, shots: int, sizes: dict, seed: int = 0
     return out
 
 
-def longest_request(task: Task, tokenizer, split: str, shots: int, sizes: dict, seed: int = 0) -> int:
+def longest_request(task: AccuracyTask, tokenizer, split: str, shots: int, sizes: dict, seed: int = 0) -> int:
     """The tokens of the longest request (prompt and choice, BOS first) lm-eval would make of
     ``task``: what must fit in the model's positions (every order of the choices has the same
     length but for the tokens where they join: all are asked). The tokenizer alone, no model."""
@@ -225,7 +227,7 @@ def longest_request(task: Task, tokenizer, split: str, shots: int, sizes: dict, 
     return bos + max(len(tokenizer(context + choice, add_special_tokens=False)["input_ids"]) for context, choice in asked)
 
 
-def _requests(task: Task, split: str, shots: int, sizes: dict, seed: int, rotations: int) -> list:
+def _requests(task: AccuracyTask, split: str, shots: int, sizes: dict, seed: int, rotations: int) -> list:
     """lm-eval's request instances for ``task`` (one per example, order and choice), built by its own task."""
     (built,) = loaded([task], split, shots, sizes, seed, rotations)["tasks"].values()
     with _quietly():
@@ -233,7 +235,7 @@ def _requests(task: Task, split: str, shots: int, sizes: dict, seed: int, rotati
     return built.instances
 
 
-def _docs(task: Task, split: str, sizes: dict, seed: int, rotations: int) -> dict[str, list[dict]]:
+def _docs(task: AccuracyTask, split: str, sizes: dict, seed: int, rotations: int) -> dict[str, list[dict]]:
     """The docs of each of ``task``'s splits: those of ``split`` asked under ``rotations`` orders, the
     others (the shot pool's shots) in their listed order."""
     parts = task.splits(seed, sizes["shots"], sizes["validation"], sizes["test"])

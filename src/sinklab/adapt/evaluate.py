@@ -39,11 +39,12 @@ class Evaluation:
     calibration: int = setting(4, help="windows for static scales and the prefix search")
     schemes: tuple[str, ...] = setting(
         tuple(QUANT_SCHEMES),
-        flag="--quant",
+        flag="--schemes",
+        aliases=("--quant",),  # compress's --quant names a KV-cache quantizer
         metavar="S[,S...]",
         choices=tuple(QUANT_SCHEMES),
         shown="all",
-        help=f"quantization schemes, from {', '.join(QUANT_SCHEMES)}",
+        help=f"weight-and-activation quantization schemes, from {', '.join(QUANT_SCHEMES)}",
     )
 
     def __post_init__(self) -> None:

@@ -6,7 +6,7 @@ from .compare import BENCH_COMPARE, BenchCompareConfig
 from .frame import BENCH_TABLES
 from .results import RESULTS_DIR, read_results
 from .run import BENCH, BenchConfig, BenchJob
-from .task import GROUPS, LIMITS, TASKS, Task, metric, register, spread_of
+from .task import GROUPS, LIMITS, TASKS, BenchTask, metric, register, spread_of
 from .tasks import DEFAULT_SUITE, SUITES
 
 __all__ = [
@@ -22,7 +22,7 @@ __all__ = [
     "BenchCompareConfig",
     "BenchConfig",
     "BenchJob",
-    "Task",
+    "BenchTask",
     "metric",
     "read_results",
     "register",

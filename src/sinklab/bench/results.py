@@ -43,7 +43,7 @@ def provenance() -> dict:
 
 
 def model_results(model: Optional[str], label: str, suite: str, limit: Optional[str], entries: dict, where: dict) -> dict:
-    """One model's results file from its tasks' entries (:meth:`Task.run`, each with ``where`` it
+    """One model's results file from its tasks' entries (:meth:`BenchTask.run`, each with ``where`` it
     ran: a kept job may come from another commit or machine; ``task_commits`` lists them) and
     ``where`` the file is written (:func:`provenance`). The model's facts (name, revision, dtype, device) are its tasks' own;
     tasks that ran the model on different devices or dtypes would not line up and are refused."""

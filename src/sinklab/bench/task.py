@@ -56,7 +56,7 @@ def spread_of(values: Sequence[float], over: str, better=None) -> dict:
 
 
 @dataclass(frozen=True)
-class Task:
+class BenchTask:
     """One task of the suite. ``read(result)`` turns the capability's result into metrics (name ->
     :func:`metric`) and, optionally, ``profiles`` (name -> a list of numbers by layer, drawn on
     the leaderboard page) and ``details`` (what a reader checks a figure against, e.g. the tokens
@@ -119,10 +119,10 @@ class Task:
         }
 
 
-TASKS: dict[str, Task] = {}
+TASKS: dict[str, BenchTask] = {}
 
 
-def register(task: Task) -> Task:
+def register(task: BenchTask) -> BenchTask:
     """Make a task known to suites and to ``sinklab bench --tasks``."""
     check(task.name not in TASKS, f"task {task.name} is registered twice")
     TASKS[task.name] = task

@@ -12,9 +12,9 @@ from typing import Iterator, NoReturn, Optional, Sequence
 from ..core.errors import NumericalCheckFailed, SinklabError
 from ..core.progress import is_quiet, set_quiet
 from ..core.text import terminal_text
-from . import adapt, bench, compress, demo, export, intervene, pretrain, report, scan, stream, sweep, trigger, tune
+from . import adapt, bench, compare, compress, demo, export, intervene, pretrain, report, scan, stream, sweep, trigger, tune
 
-COMMANDS = (demo, trigger, scan, intervene, pretrain, sweep, stream, adapt, compress, tune, bench, export, report)
+COMMANDS = (demo, trigger, scan, intervene, pretrain, compare, sweep, stream, adapt, compress, tune, bench, export, report)
 
 #: Exit statuses (the epilog of ``sinklab --help`` and README.md list them).
 USER_ERROR, CHECK_FAILED, INTERRUPTED = 2, 3, 130

@@ -1,4 +1,4 @@
-"""``sinklab pretrain`` and ``sinklab compare``: mitigation variants under one budget."""
+"""``sinklab pretrain``: a small LM trained with one attention variant (``sinklab compare`` sets runs side by side)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.errors import check
 from ..core.provenance import THREADS_HELP
 from ..core.text import format_table
-from ..pretrain import COLUMNS, COMPARE_RUNS, PRETRAIN, CompareRunsConfig, PretrainConfig, run_row
+from ..pretrain import COLUMNS, PRETRAIN, PretrainConfig, run_row
 from ..pretrain.tokens import TOKENIZERS
 from ..pretrain.train import CORPUS_DEFAULTS, POSITIONS
 from .args import (
-    STARTS_OVER,
     add_bos_argument,
     add_extra_arguments,
     add_resume_arguments,
@@ -115,18 +114,6 @@ def add_parser(sub) -> None:
     add_resume_arguments(p)
     p.set_defaults(handler=pretrain_command, on_interrupt="checkpoints are saved; run the same command to resume")
 
-    c = sub.add_parser("compare", help="compare pretraining runs: a table and loss / sink plots")
-    c.add_argument("runs", nargs="+", help="run directories of sinklab pretrain")
-    c.add_argument(
-        "--target", type=float, default=None, help="validation loss for 'steps to target' (default: the worst final loss)"
-    )
-    c.add_argument(
-        "--out",
-        default="runs/compare",
-        help="where the plots, summary.json and the page go, rebuilt each time (default runs/compare)",
-    )
-    c.set_defaults(handler=compare_command, on_interrupt=STARTS_OVER)
-
 
 def pretrain_command(args: argparse.Namespace) -> int:
     cfg = PretrainConfig(
@@ -150,12 +137,4 @@ def pretrain_command(args: argparse.Namespace) -> int:
     if result.summary and not result.reused:
         print(format_table([run_row(args.out, result.summary)], COLUMNS))
         print(f"\noutputs: {written(result)}, metrics.jsonl, checkpoints")
-    return 0
-
-
-def compare_command(args: argparse.Namespace) -> int:
-    args.overwrite = True  # a comparison is rebuilt each time: its runs may have changed
-    result = run_out(args, COMPARE_RUNS, CompareRunsConfig(tuple(args.runs), args.target))
-    print(format_table(result.summary["rows"], COLUMNS))
-    print(f"\noutputs: {written(result)}")
     return 0

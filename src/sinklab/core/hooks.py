@@ -21,17 +21,17 @@ point                     tensor                                                
 
 ``attn.hook_attn_scores`` (TransformerLens's spelling) is an alias of ``attn.hook_scores``: a
 pattern that spells the alias in full is attached to ``attn.hook_scores``, and its hook sees
-``HookPoint.point == "attn.hook_scores"`` (globs match the point names of the table only).
+``HookSite.point == "attn.hook_scores"`` (globs match the point names of the table only).
 
 With a KV cache the queries are the last Tq of the Tk positions (Tq = 1 while decoding) and
-:attr:`HookPoint.q_start` is the absolute position of the first query row. ``attn.hook_mask``,
+:attr:`HookSite.q_start` is the absolute position of the first query row. ``attn.hook_mask``,
 ``attn.hook_scores`` and ``attn.hook_pattern`` may arrive in chunks of rows (the Hugging Face
 adapter attends long inputs in query blocks, 256 rows by default, to bound memory; the native
 model does not chunk), again with ``q_start`` giving the first row; pass ``query_chunk=None`` to
 :func:`sinklab.models.hf.instrument` (or :func:`sinklab.applied`) to receive the whole
 (B, H, Tq, Tk) pattern in one call. A chunk's ``hook_scores`` and ``hook_pattern`` may also stop
 before the last key: keys no row of the chunk can see are not scored (their weight is zero).
-Column j is always key j, and :attr:`HookPoint.n_keys`, where set, is the number of keys of the
+Column j is always key j, and :attr:`HookSite.n_keys`, where set, is the number of keys of the
 whole attention. ``attn.hook_q`` and ``attn.hook_z`` arrive whole, with ``q_start`` set.
 
 Hooks are global state for the model that owns the :class:`HookSet`, so they are only added with
@@ -71,7 +71,7 @@ def hook_name(layer: int | str, point: str) -> str:
 
 
 @dataclass(frozen=True)
-class HookPoint:
+class HookSite:
     """Where a hook fired: its full name, the block index, the first query position, (for the
     attention points, where known) the number of keys of the whole attention, and where the input
     is a prompt followed by an answer being scored (a multiple-choice judge's request), the
@@ -96,7 +96,7 @@ PROMPT_UNKNOWN = -1
 @contextmanager
 def scoring_after(prompt_end: Optional[int]) -> Iterator[None]:
     """Inside the block, the inputs run are a prompt of ``prompt_end`` tokens followed by an answer
-    being scored, and every :class:`HookPoint` says so: an edit that reads the input's attention
+    being scored, and every :class:`HookSite` says so: an edit that reads the input's attention
     (ACT's sink detection) can read the prompt's rows only, so that each choice of a question is
     edited alike (None: no such split)."""
     token = _PROMPT_END.set(prompt_end)
@@ -106,13 +106,13 @@ def scoring_after(prompt_end: Optional[int]) -> Iterator[None]:
         _PROMPT_END.reset(token)
 
 
-HookFn = Callable[[torch.Tensor, HookPoint], Optional[torch.Tensor]]
+HookFn = Callable[[torch.Tensor, HookSite], Optional[torch.Tensor]]
 
 
 class HookSet:
     """Hooks keyed by glob patterns over hook names (``blocks.*.attn.hook_pattern``).
 
-    A hook receives ``(tensor, HookPoint)`` and returns a replacement tensor or ``None`` to keep
+    A hook receives ``(tensor, HookSite)`` and returns a replacement tensor or ``None`` to keep
     the tensor. Firing with no hooks attached costs one truthiness check.
     """
 
@@ -137,7 +137,7 @@ class HookSet:
         where = None
         for pattern, fn in self._hooks:
             if fnmatchcase(name, pattern):
-                where = where or HookPoint(name, layer, point, q_start, n_keys, _PROMPT_END.get())
+                where = where or HookSite(name, layer, point, q_start, n_keys, _PROMPT_END.get())
                 out = fn(tensor, where)
                 if isinstance(out, torch.Tensor):
                     tensor = out

@@ -15,7 +15,7 @@ from typing import Iterator, Optional, Sequence
 from torch import nn
 
 from ..core.errors import SinklabError, check
-from ..core.hooks import HookPoint, HookSet, hook_name
+from ..core.hooks import HookSet, HookSite, hook_name
 from ..models.hf import QUERY_CHUNK, LoadedModel, evicted_tokens
 from ..models.native import Transformer
 from ..models.subjects import HFSubject, NativeSubject, Subject
@@ -54,7 +54,7 @@ def _hooked(model, interventions: Sequence[Intervention], query_chunk: Optional[
     validate_all(edits, subject.n_layers, subject.n_heads, None)
     longest = 0
 
-    def measure(mask, where: HookPoint) -> None:
+    def measure(mask, where: HookSite) -> None:
         nonlocal longest
         longest = max(longest, mask.shape[-1])
 

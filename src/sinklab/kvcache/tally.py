@@ -23,7 +23,7 @@ from typing import Iterator
 
 import torch
 
-from ..core.hooks import HookPoint, HookSet, hook_name
+from ..core.hooks import HookSet, HookSite, hook_name
 
 
 class AttentionTally:
@@ -39,7 +39,7 @@ class AttentionTally:
     def hooks(self) -> list:
         return [(hook_name("*", "attn.hook_pattern"), self._on_pattern)]
 
-    def _on_pattern(self, weights: torch.Tensor, point: HookPoint) -> None:
+    def _on_pattern(self, weights: torch.Tensor, point: HookSite) -> None:
         """A block of query rows (B, Hq, rows, keys seen so far) added into the layer's sums."""
         rows = weights.shape[2]
         if self.want_received:

@@ -15,7 +15,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..core.hooks import HookPoint, hook_name
+from ..core.hooks import HookSite, hook_name
 from . import metrics
 
 
@@ -140,7 +140,7 @@ class Recorder:
             store[layer] = torch.zeros(*value.shape[:-1], size, dtype=torch.float64, device=value.device)
         store[layer][..., start : start + value.shape[-1]] += value.detach().double()
 
-    def _on_pattern(self, w: torch.Tensor, point: HookPoint) -> None:
+    def _on_pattern(self, w: torch.Tensor, point: HookSite) -> None:
         # A chunk's weights may stop before the last key (keys no row of it can see): column j
         # is key j, and point.n_keys is the full count (= the number of query positions here).
         T = point.n_keys or w.shape[-1]
@@ -164,18 +164,18 @@ class Recorder:
             blocks[first] = torch.zeros(value.shape[0], size, dtype=torch.float64, device=value.device)
         blocks[first][:, : value.shape[-1]] += value.detach().double()
 
-    def _on_key(self, k: torch.Tensor, point: HookPoint) -> None:
+    def _on_key(self, k: torch.Tensor, point: HookSite) -> None:
         self._accumulate("key_norm", point.layer, k.float().norm(dim=-1).mean(1).sum(0))  # (T,)
 
-    def _on_value(self, v: torch.Tensor, point: HookPoint) -> None:
+    def _on_value(self, v: torch.Tensor, point: HookSite) -> None:
         self._accumulate("value_norm", point.layer, v.float().norm(dim=-1).mean(1).sum(0))
 
-    def _on_z(self, z: torch.Tensor, point: HookPoint) -> None:
+    def _on_z(self, z: torch.Tensor, point: HookSite) -> None:
         flat = z.transpose(1, 2).reshape(z.shape[0], z.shape[2], -1).double()  # (B, T, H * D)
         self._accumulate("z_sum", point.layer, flat.sum(0))
         self._accumulate("z_sq", point.layer, flat.pow(2).sum(0))
 
-    def _on_resid(self, h: torch.Tensor, point: HookPoint) -> None:
+    def _on_resid(self, h: torch.Tensor, point: HookSite) -> None:
         self._accumulate("dominance", point.layer, metrics.dominance_ratio(h).sum(0))  # (T,)
         self._accumulate("resid_norm", point.layer, h.detach().float().norm(dim=-1).sum(0))  # (T,)
         magnitude = h.detach().abs()
@@ -206,7 +206,7 @@ class Recorder:
         if abs(hit["value"]) > abs(seen["value"]):
             seen["value"] = hit["value"]
 
-    def _on_mlp(self, a: torch.Tensor, point: HookPoint) -> None:
+    def _on_mlp(self, a: torch.Tensor, point: HookSite) -> None:
         a = a.detach().abs().float()  # sums over a bfloat16 batch and sequence would round at every step
         self._accumulate("act_first", point.layer, a[:, 0].sum(0))  # (I,)
         if a.shape[1] > 1:

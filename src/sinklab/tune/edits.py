@@ -21,7 +21,7 @@ import torch
 
 from ..core.attention import causal_mask
 from ..core.errors import SinklabError, check
-from ..core.hooks import PROMPT_UNKNOWN, HookFn, HookPoint, hook_name
+from ..core.hooks import PROMPT_UNKNOWN, HookFn, HookSite, hook_name
 from ..intervene import Intervention, recordable
 from . import formulas
 
@@ -77,7 +77,7 @@ class InitialTokenScale(Intervention):
             f"InitialTokenScale: {len(self.gammas)} gamma(s) given, but the model has {n_heads} heads (one gamma per head)",
         )
 
-    def edit(self, scores: torch.Tensor, where: HookPoint) -> torch.Tensor:
+    def edit(self, scores: torch.Tensor, where: HookSite) -> torch.Tensor:
         logs = [math.log(g) for g in self.gammas]
         if not any(logs):
             return scores  # gamma = 1 everywhere: not even a + 0.0
@@ -143,10 +143,10 @@ class SinkCalibration(Intervention):
         layers = self.layers if self.layers is not None else ("*",)
         masks: dict[int, tuple[int, torch.Tensor]] = {}
 
-        def keep(mask: torch.Tensor, where: HookPoint) -> None:
+        def keep(mask: torch.Tensor, where: HookSite) -> None:
             masks[where.layer] = (where.q_start, mask)
 
-        def apply(pattern: torch.Tensor, where: HookPoint) -> torch.Tensor:
+        def apply(pattern: torch.Tensor, where: HookSite) -> torch.Tensor:
             q_start, mask = masks.pop(where.layer, (None, None))
             if q_start != where.q_start:
                 raise RuntimeError(f"SinkCalibration: no mask of {where.name}'s rows from {where.q_start} was seen")
@@ -159,7 +159,7 @@ class SinkCalibration(Intervention):
             for hook in ((hook_name(layer, "attn.hook_mask"), keep), (hook_name(layer, self.point), apply))
         ]
 
-    def edit(self, pattern: torch.Tensor, where: HookPoint, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def edit(self, pattern: torch.Tensor, where: HookSite, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``pattern`` (B, H, Tq, Tk') calibrated; ``mask`` (B|1, H|1, Tq, Tk) the rows' visibility
         (None: causal, the queries the last Tq of the keys)."""
         n_rows = pattern.shape[-2]

@@ -6,7 +6,7 @@ same examples. Does the model need its sink to answer? (The perplexity version i
 
 from ...accuracy import SUITE
 from ...intervene import INTERVENE, suppress_sink
-from ..task import Task, metric, register, spread_of
+from ..task import BenchTask, metric, register, spread_of
 
 
 def read(result) -> dict:
@@ -26,7 +26,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="accuracy_dependence",
         version=2,  # 2: the splits drawn test first (sinklab.accuracy.SPLIT_RULE 2)
         group="dependence",

@@ -9,7 +9,7 @@ import math
 
 from ...compress import COMPRESS, positions_read
 from ..readers import compressed_cell
-from ..task import Task, register, spread_of
+from ..task import BenchTask, register, spread_of
 
 KEEP = (0, 1)
 #: The presses of version 1, named (a press added to the registry later is not in it).
@@ -37,7 +37,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="compressed_context",
         version=1,
         group="payoff",

@@ -5,7 +5,7 @@ flagged and the share with a later token flagged (sinks beyond position 0); the 
 flagged, by how often, in the details."""
 
 from ...scan import SCAN
-from ..task import Task, register, spread_of
+from ..task import BenchTask, register, spread_of
 
 
 def read(result) -> dict:
@@ -22,7 +22,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="cumulative_mass",
         version=1,
         group="sinking",

@@ -3,7 +3,7 @@ over heads (StreamingLLM's observation, Xiao et al. 2024; the quantity Li et al.
 depth)."""
 
 from ...scan import SCAN
-from ..task import Task, metric, register, spread_of
+from ..task import BenchTask, metric, register, spread_of
 
 
 def read(result) -> dict:
@@ -21,7 +21,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="first_token_mass",
         version=1,
         group="sinking",

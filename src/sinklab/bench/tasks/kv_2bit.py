@@ -13,7 +13,7 @@ tokens): part of its gain was those tokens. 2: the same recent tokens with and w
 
 from ...compress import COMPRESS, positions_read
 from ..readers import compressed_cell
-from ..task import Task, metric, register
+from ..task import BenchTask, metric, register
 
 PROTECT = (0, 1)
 
@@ -33,7 +33,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="kv_2bit",
         version=2,
         group="payoff",

@@ -3,7 +3,7 @@ thresholds (|h| > 100 and > 1000 x the layer's median |h|), with its layer, dime
 position (Sun et al. 2024, "Massive Activations in Large Language Models", COLM)."""
 
 from ...scan import SCAN, largest_massive_activation
-from ..task import Task, metric, register
+from ..task import BenchTask, metric, register
 
 
 def read(result) -> dict:
@@ -27,7 +27,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="massive_activation",
         version=1,
         group="sinking",

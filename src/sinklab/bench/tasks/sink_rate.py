@@ -3,7 +3,7 @@ over the queries after it, exceeds 0.3 (Gu et al. 2025, "When Attention Sink Eme
 Models", ICLR; their T = 64 and eps = 0.3)."""
 
 from ...scan import SCAN
-from ..task import Task, metric, register
+from ..task import BenchTask, metric, register
 
 
 def read(result) -> dict:
@@ -16,7 +16,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="sink_rate",
         version=1,
         group="sinking",

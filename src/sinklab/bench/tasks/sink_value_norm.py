@@ -3,7 +3,7 @@ the others' (Guo et al. 2024's "value drain": a sink that receives attention but
 little has a small value)."""
 
 from ...scan import SCAN
-from ..task import Task, metric, register, spread_of
+from ..task import BenchTask, metric, register, spread_of
 
 
 def read(result) -> dict:
@@ -17,7 +17,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="sink_value_norm",
         version=1,
         group="sinking",

@@ -4,7 +4,7 @@ of the same size), against the full cache (Xiao et al. 2024's sink-count ablatio
 cache than their 1,024)."""
 
 from ...stream import STREAM
-from ..task import Task, metric, register, spread_of
+from ..task import BenchTask, metric, register, spread_of
 
 SINKS = (0, 1, 4)
 
@@ -23,7 +23,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="streaming",
         version=1,
         group="dependence",

@@ -3,7 +3,7 @@ the mean elsewhere >= 100, and >= 100 at 0), the amplifiers Li et al. (2026, ICM
 sink's outlier dimensions."""
 
 from ...scan import SCAN
-from ..task import Task, metric, register
+from ..task import BenchTask, metric, register
 
 
 def read(result) -> dict:
@@ -21,7 +21,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="super_neurons",
         version=1,
         group="sinking",

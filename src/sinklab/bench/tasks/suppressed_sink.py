@@ -3,7 +3,7 @@
 the default corpus. How much the model's predictions depend on its sink."""
 
 from ...intervene import INTERVENE, suppress_sink
-from ..task import Task, metric, register
+from ..task import BenchTask, metric, register
 
 
 def read(result) -> dict:
@@ -20,7 +20,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="suppressed_sink",
         version=1,
         group="dependence",

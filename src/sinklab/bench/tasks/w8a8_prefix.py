@@ -5,7 +5,7 @@ given as a cache prefix (Son et al. 2024, "Prefixing Attention Sinks can Mitigat
 Outliers"; sinklab adapt --sink-prefix)."""
 
 from ...adapt import ADAPT
-from ..task import Task, metric, register
+from ..task import BenchTask, metric, register
 
 
 def read(result) -> dict:
@@ -22,7 +22,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="w8a8_prefix",
         version=1,
         group="payoff",

@@ -5,7 +5,7 @@ be used for accuracy without labels? (Han et al., ICLR 2026.)"""
 
 from ...accuracy import SUITE
 from ...tune import TUNE
-from ..task import Task, metric, register, spread_of
+from ..task import BenchTask, metric, register, spread_of
 
 
 def read(result) -> dict:
@@ -23,7 +23,7 @@ def read(result) -> dict:
 
 
 TASK = register(
-    Task(
+    BenchTask(
         name="zerotuning_payoff",
         version=2,  # 2: the splits drawn test first (sinklab.accuracy.SPLIT_RULE 2)
         group="payoff",

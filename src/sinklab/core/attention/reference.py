@@ -49,7 +49,7 @@ def attend(
     A block of query rows is scored only against the keys up to the last one any of its rows may
     see (:func:`column_visibility`): every normalisation gives the keys past it weight exactly zero,
     and under a causal mask this halves the work. The score and pattern hooks of a block therefore
-    see that many key columns (``HookPoint.n_keys`` says how many the attention has in all).
+    see that many key columns (``HookSite.n_keys`` says how many the attention has in all).
     """
     hooks = hooks if hooks is not None else HookSet()
     n_q, n_keys = q.shape[2], k.shape[2]

@@ -15,7 +15,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import torch
 
 from ...core.errors import check
-from ...core.hooks import HookFn, HookPoint, hook_name
+from ...core.hooks import HookFn, HookSite, hook_name
 
 #: What an option takes on the command line: K[,K...], one K, a count N, or nothing.
 TAKES = ("positions", "position", "count", "switch")
@@ -71,7 +71,7 @@ class Intervention:
         """The position k whose share of attention a run reports for this intervention."""
         return self.positions()[0]
 
-    def edit(self, tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:  # pragma: no cover - interface
+    def edit(self, tensor: torch.Tensor, where: HookSite) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
     def positions(self) -> tuple[int, ...]:
@@ -115,7 +115,7 @@ class Intervention:
         """One hook per selected layer (a glob over all layers when none are selected)."""
         layers = self.layers if self.layers is not None else ("*",)
 
-        def apply(tensor: torch.Tensor, where: HookPoint) -> torch.Tensor:
+        def apply(tensor: torch.Tensor, where: HookSite) -> torch.Tensor:
             edited = self.edit(tensor, where)
             return edited if self.heads is None else self._on_selected_heads(tensor, edited, n_heads)
 
