@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from sinklab.core.runs import append_jsonl
+from sinklab.core.atomic import append_jsonl
 
 ROOT = Path(__file__).parent.parent
 RESULTS = Path(__file__).parent / "results"

@@ -28,8 +28,8 @@ from common import REVISION, RUNS, record
 from sinklab.accuracy import CANDIDATES, SIZES, evaluate, lm_for, read_task, sizes_for
 from sinklab.accuracy.scored import Scored
 from sinklab.accuracy.suite import REPORTED, confirmed, screen
+from sinklab.core.atomic import write_json
 from sinklab.core.progress import progress_bar
-from sinklab.core.runs import write_json
 from sinklab.models.hf import load_model
 
 

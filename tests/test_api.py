@@ -25,8 +25,8 @@ from transformers import AutoModelForCausalLM
 
 import sinklab
 from sinklab import cli
+from sinklab.core.atomic import write_json
 from sinklab.core.errors import SinklabError
-from sinklab.core.runs import write_json
 from sinklab.intervene import MaskSelf, VarianceAmplify
 from sinklab.models.hf import load_model, resolve_device, resolve_dtype
 

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import pytest
 from conftest import benchmark_module
 
+from sinklab.core.atomic import write_json
 from sinklab.core.attention import AttentionSpec
 from sinklab.core.errors import SinklabError
-from sinklab.core.runs import read_run_info, write_json
+from sinklab.core.runs import read_run_info
 from sinklab.core.schemas import validate
 from sinklab.pretrain import PretrainConfig, SweepConfig, train_lm
 from sinklab.pretrain import run as pretrain_run

@@ -15,7 +15,8 @@ from sinklab.core.errors import SinklabError
 from sinklab.models.native import ModelConfig, Transformer
 from sinklab.pretrain import PretrainConfig, load_trained, train_lm
 from sinklab.pretrain.bigram_backcopy import BigramBackcopy, normalise
-from sinklab.pretrain.train import SCAN_SEED, VALIDATION_SEED, step_batch, training_seed, validation_batches, validation_windows
+from sinklab.pretrain.config import SCAN_SEED, VALIDATION_SEED
+from sinklab.pretrain.train import step_batch, training_seed, validation_batches, validation_windows
 from sinklab.scan import scan_native
 
 

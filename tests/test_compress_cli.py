@@ -14,7 +14,7 @@ import sinklab
 from sinklab import cli
 from sinklab import kvcache as P
 from sinklab.compress import CompressConfig
-from sinklab.compress import plots as compress_plots
+from sinklab.compress import report as compress_report
 from sinklab.compress.run import PressJob, run_job
 from sinklab.compress.summary import CELL_GROUP, paired
 from sinklab.core.errors import SinklabError
@@ -44,6 +44,15 @@ def test_a_context_past_the_models_positions_is_refused_before_the_run_directory
     with pytest.raises(SinklabError, match="give --context 768 or less"):
         sinklab.compress_model(
             sinklab.load_model(str(tiny_model_dir("llama", positions=1024))), presses=("knorm",), contexts=(1024,)
+        )
+    decoding = r"the 1056 positions decoded after it .* give --context 128 or less"  # it suggested 768, which reads 1,824
+    with pytest.raises(SinklabError, match=decoding):
+        sinklab.compress_model(
+            sinklab.load_model(str(tiny_model_dir("llama", positions=1184))),
+            presses=("knorm",),
+            during="decode",
+            decode_tokens=64,
+            contexts=(512,),
         )
 
 
@@ -123,7 +132,7 @@ def test_ratio_zero_is_the_dense_cache_once_and_never_a_sink_effect(long_model):
     summary = sinklab.compress_model(long_model, presses=("knorm",), contexts=(128,), **grid).summary
     assert [(c["ratio"], c["keep_sinks"]) for c in summary["cells"]] == [(0, 0), (0.5, 0), (0.5, 1)]
     assert [e["ratio"] for e in summary["sink_effect"]] == [0.5]
-    assert not [line for line in compress_plots.statements(summary) if "ratio 0," in line or "ratio 0)" in line]
+    assert not [line for line in compress_report.statements(summary) if "ratio 0," in line or "ratio 0)" in line]
     dense = [{**summary["cells"][0], "keep_sinks": k} for k in (0, 1)]  # an older grid's pair at ratio 0
     assert paired(dense, CELL_GROUP, "keep_sinks") == []
 

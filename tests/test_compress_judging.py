@@ -14,7 +14,7 @@ import transformers
 from test_lm_eval_files import files_agree
 
 import sinklab
-from sinklab.compress import plots as compress_plots
+from sinklab.compress import report as compress_report
 from sinklab.compress.evaluate import facts, passkey_answer, score_each
 from sinklab.compress.frame import cell_rows, quantized_rows, sink_effect_rows
 from sinklab.compress.run import CompressConfig, PressJob, job_policies
@@ -157,7 +157,7 @@ def test_the_choice_statement_says_lost_least_where_every_cell_lowered_the_corre
     change is negative, it now says the correct choice lost least; a gain is still a gain. Mutation: the fixed
     "gained most" fails the first case."""
     summary = {"presses": ["knorm"], "quantizers": [], "sink_effect": [choice_effect(k, g) for k, g in enumerate(gains, 1)]}
-    (line,) = [line for line in compress_plots.statements(summary) if "multiple-choice" in line]
+    (line,) = [line for line in compress_report.statements(summary) if "multiple-choice" in line]
     assert said in line and ("gained most" in line) == (max(gains) >= 0)
 
 

@@ -12,6 +12,7 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 from browser import chromium, require_chromium, visit
 
 ROOT = Path(__file__).parent.parent
@@ -34,13 +35,61 @@ def test_every_snippet_is_included_by_a_page():
     assert included == {p.name for p in SNIPPETS.glob("*.py")}
 
 
+#: The pages whose Python is all tested: a Python example there is a snippet the suite runs.
+TESTED_PAGES = ("guides/*.md", "quickstart.md")
+#: The per-capability blocks the one ``sinklab.applied`` block replaced, and the package it removed.
+REMOVED_SPELLINGS = r"\b(?:intervene|tune|kvcache)\.applied\b|\bsinklab\.press\b|\bfrom sinklab import press\b"
+
+
+def test_the_guides_show_python_only_from_snippets():
+    """A guide's Python example is a ``{literalinclude}`` of ``docs/snippets/``, which the test below
+    runs; a fenced ``python`` block would be code no test runs."""
+    fenced = [
+        page.relative_to(DOCS).as_posix()
+        for pattern in TESTED_PAGES
+        for page in sorted(DOCS.glob(pattern))
+        if re.search(r"^\s*```\s*(?:python|py|pycon|ipython)\b", page.read_text(), flags=re.M)
+    ]
+    assert not fenced, f"Python in a fenced block (make it a snippet under docs/snippets/): {fenced}"
+
+
+def test_no_guide_or_snippet_shows_a_removed_spelling():
+    """``sinklab.applied`` is the one block (docs/changes.md lists what it replaced)."""
+    shown = [*(p for pattern in TESTED_PAGES for p in DOCS.glob(pattern)), *SNIPPETS.glob("*.py")]
+    found = [f"{p.relative_to(DOCS).as_posix()}: {m}" for p in shown for m in re.findall(REMOVED_SPELLINGS, p.read_text())]
+    assert not found, found
+
+
+@pytest.fixture(scope="session")
+def snippet_model_dir(tmp_path_factory, tokenizer):
+    """The folder of the tiny random Llama the snippets load in place of :data:`SNIPPET_MODEL`: 3
+    layers of 4 heads (2 KV heads) of dimension 32, so that KIVI's default groups of 32 channels
+    divide it as they divide SmolLM2's 64, and 2,048 positions, so that the snippets' settings fit it
+    as they fit the real model (a decoding press's run reads its context and 1,056 tokens more)."""
+    from conftest import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from sinklab.cli import quiet
+
+    config = tiny_config("llama", len(tokenizer), positions=2048)
+    config.head_dim = 32
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    path = tmp_path_factory.mktemp("snippet-llama")
+    with quiet(True):
+        model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in SNIPPETS.glob("*.py") if p.name not in ON_THE_DEFAULT_MODEL))
-def test_each_snippet_runs_on_a_tiny_model(name, tiny_model_dir, monkeypatch, tmp_path, capsys):
-    """The page's code as written, with the Hub id swapped for a tiny saved Llama (offline)."""
+def test_each_snippet_runs_on_a_tiny_model(name, snippet_model_dir, monkeypatch, tmp_path, capsys):
+    """The page's code as written, with the Hub id swapped for a tiny saved Llama (offline), run in
+    an empty folder (a snippet writes its task files and run directories there)."""
     source = (SNIPPETS / name).read_text()
     assert SNIPPET_MODEL in source
     script = tmp_path / name
-    script.write_text(source.replace(SNIPPET_MODEL, str(tiny_model_dir("llama", positions=1024))))
+    script.write_text(source.replace(SNIPPET_MODEL, str(snippet_model_dir)))
     monkeypatch.chdir(tmp_path)
     runpy.run_path(str(script), run_name="__main__")
     assert capsys.readouterr().out.strip()  # each snippet prints what it shows the reader

@@ -369,13 +369,13 @@ def test_detected_sinks_past_the_first_tokens_are_held_or_refused_in_one_line(mo
     different places among the heads' kept keys after a press, which is refused in one line (the
     store holds one set of slots). Mutations: the detected sinks replaced by none fails the first;
     dropping the same-place check lets KIVI protect the wrong keys."""
-    from sinklab.kvcache import policy
+    from sinklab.kvcache import rewriting
 
     model = tiny()
-    monkeypatch.setattr(policy, "detected_sinks", lambda received: [0, 1])
+    monkeypatch.setattr(rewriting, "detected_sinks", lambda received: [0, 1])
     _, held, state = decoded(model, P.DecodingPress(P.Knorm(keep_sinks="detected"), budget=16, every=8), chunk=8)
     assert state.cache.decoding.sinks == [0, 1] and state.cache.last.sinks == [0, 1] and all(h[:2] == [0, 1] for h in held)
-    monkeypatch.setattr(policy, "detected_sinks", lambda received: [0, 7])
+    monkeypatch.setattr(rewriting, "detected_sinks", lambda received: [0, 7])
     with pytest.raises(SinklabError, match="holds position 7 apart, which sits at different places among the heads"):
         with (
             torch.no_grad(),

@@ -24,8 +24,8 @@ from launcher_jobs import fail_two_jobs, finish_after_the_next_is_saved, square_
 
 from sinklab import cli
 from sinklab.cli.args import add_launcher_arguments, config_from, launcher_settings
+from sinklab.core.cluster import PortableJob
 from sinklab.core.errors import SinklabError
-from sinklab.core.jobs import PortableJob
 from sinklab.core.launchers import LOG_DIR, LauncherSettings, launch
 from sinklab.models.hf import LoadOptions
 from sinklab.pretrain import SweepConfig, run_sweep

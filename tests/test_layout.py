@@ -14,7 +14,7 @@ CAPABILITIES = {
     *("trigger", "scan", "intervene", "pretrain", "stream", "adapt"),
     *("kvcache", "compress", "accuracy", "tune", "bench"),
 }
-MAX_LINES = 350
+MAX_LINES = 300
 
 
 def module_name(path: Path) -> str:

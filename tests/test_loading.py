@@ -300,26 +300,26 @@ def test_a_gguf_installed_elsewhere_finds_its_dequantised_folder_and_a_changed_o
     chunk only misses the changed byte."""
     import os
 
-    from sinklab.models.hf import loading
+    from sinklab.models.hf import dequantise
 
     monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(loading, "_HASH_CHUNK", 16)  # the change below lies past the first chunk
+    monkeypatch.setattr(dequantise, "_HASH_CHUNK", 16)  # the change below lies past the first chunk
     built = []
 
-    def dequantise(path, target):
+    def fake_dequantise(path, target):
         built.append(path)
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
 
-    monkeypatch.setattr(loading, "_dequantise_to", dequantise)
+    monkeypatch.setattr(dequantise, "_dequantise_to", fake_dequantise)
     here, elsewhere = tmp_path / "env1" / "m.gguf", tmp_path / "env2" / "m.gguf"
     for path in (here, elsewhere):
         path.parent.mkdir()
         path.write_bytes(b"GGUF" + bytes(64))
-    assert loading.dequantised_dir(here) == loading.dequantised_dir(elsewhere) and built == [here]
+    assert dequantise.dequantised_dir(here) == dequantise.dequantised_dir(elsewhere) and built == [here]
     elsewhere.write_bytes(b"GGUF" + bytes(63) + b"x")  # the same size
     os.utime(elsewhere, ns=(1, 1))  # a changed file shows a changed modification time
-    assert loading.dequantised_dir(elsewhere) != loading.dequantised_dir(here) and built == [here, elsewhere]
+    assert dequantise.dequantised_dir(elsewhere) != dequantise.dequantised_dir(here) and built == [here, elsewhere]
 
 
 def test_processes_that_ask_for_the_same_gguf_at_once_dequantise_it_once(tmp_path, monkeypatch):
@@ -327,7 +327,7 @@ def test_processes_that_ask_for_the_same_gguf_at_once_dequantise_it_once(tmp_pat
     folder. Mutation tried: without the lock both dequantise."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from sinklab.models.hf import loading
+    from sinklab.models.hf import dequantise
 
     monkeypatch.setenv("SINKLAB_CACHE", str(tmp_path / "cache"))
     built = []
@@ -338,9 +338,9 @@ def test_processes_that_ask_for_the_same_gguf_at_once_dequantise_it_once(tmp_pat
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
 
-    monkeypatch.setattr(loading, "_dequantise_to", slow_dequantise)
+    monkeypatch.setattr(dequantise, "_dequantise_to", slow_dequantise)
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(64))
     with ThreadPoolExecutor(2) as pool:
-        folders = list(pool.map(lambda _: loading.dequantised_dir(gguf), range(2)))
+        folders = list(pool.map(lambda _: dequantise.dequantised_dir(gguf), range(2)))
     assert folders[0] == folders[1] and len(built) == 1

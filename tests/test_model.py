@@ -6,7 +6,8 @@ import torch
 from sinklab.core.attention import ATTN_NORMS, AttentionSpec
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import POINTS
-from sinklab.models.native import KVCache, ModelConfig, Transformer, attention_only_forward
+from sinklab.models.circuits import attention_only_forward
+from sinklab.models.native import KVCache, ModelConfig, Transformer
 
 
 def lm_config(attn="softmax", gate=False, head_norm=False, **kw):

@@ -57,3 +57,12 @@ def test_every_notebook_function_takes_every_model_form(function, forms, tmp_pat
     assert len(tables["name"]) > 0
     for form in ("transformers", "loaded"):
         assert tables[form].equals(tables["name"]) or tables[form].compare(tables["name"]).empty, form
+
+
+def test_interventions_may_follow_a_loaded_model_positionally(forms):
+    """``intervene_model(lm, [MaskSelf(10)])``: a LoadedModel brings its tokenizer, so the list in
+    the tokenizer's place is the interventions (it failed with "name at least one intervention")."""
+    (loaded,) = forms["loaded"]
+    by_keyword = sinklab.intervene_model(loaded, interventions=[MaskSelf(5)], prompt=TEXT, tokens=24)
+    positional = sinklab.intervene_model(loaded, [MaskSelf(5)], prompt=TEXT, tokens=24)
+    assert measured(positional).equals(measured(by_keyword)) and set(positional.frame().experiment) == {"mask_self k=5"}

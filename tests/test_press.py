@@ -14,7 +14,8 @@ import sinklab
 from sinklab import kvcache as P
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import HookSet
-from sinklab.kvcache.policy import LayerContext, sink_positions
+from sinklab.kvcache.policy import LayerContext
+from sinklab.kvcache.rewriting import sink_positions
 from sinklab.kvcache.sinks import detected_sinks
 from sinklab.models.hf import instrument
 

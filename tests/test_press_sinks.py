@@ -12,7 +12,7 @@ from test_compress import planted_context, planted_model
 import sinklab
 from sinklab import kvcache as P
 from sinklab.compress.evaluate import compressed, prefill
-from sinklab.kvcache.policy import sink_positions
+from sinklab.kvcache.rewriting import sink_positions
 
 
 def test_keep_sinks_protects_the_first_n_positions_of_the_context():

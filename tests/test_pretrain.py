@@ -13,13 +13,13 @@ import torch
 from conftest import images_on
 
 from sinklab import cli
+from sinklab.core.atomic import read_jsonl
 from sinklab.core.attention import ATTN_NORMS, EXTRA_NAMES, AttentionSpec
 from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sinklab.core.configs import first_difference, from_dict, migrate
 from sinklab.core.corpus import load_corpus, split_documents
 from sinklab.core.errors import SinklabError
 from sinklab.core.runs import config_record as record
-from sinklab.core.runs import read_jsonl
 from sinklab.models.native import Transformer
 from sinklab.pretrain import PretrainConfig, architecture_of, load_trained, results, train_lm
 from sinklab.pretrain import train as pretrain

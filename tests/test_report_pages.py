@@ -15,7 +15,9 @@ import sinklab
 from sinklab.bench import GROUPS, SUITES, TASKS, BenchConfig
 from sinklab.bench import plots as bench_plots
 from sinklab.bench.frame import model_label
+from sinklab.compress import page as compress_page
 from sinklab.compress import plots as compress_plots
+from sinklab.compress import report as compress_report
 from sinklab.compress.summary import CELL_GROUP, paired
 from sinklab.core.errors import SinklabError
 from sinklab.core.figures import GRID_TOP
@@ -153,29 +155,29 @@ def test_the_ratio_axis_spans_zero_to_one_and_equal_points_stay_apart():
 
 
 def test_the_statements_say_what_they_range_over_and_keep_small_changes():
-    lines = compress_plots.statements(compress_summary())
+    lines = compress_report.statements(compress_summary())
     assert lines[0] == (
         "snapkv: best and worst over 1 pair of cells on the same inputs: keep sinks 1 against 0; ratio 0.5; "
         "context 400 tokens; perplexity on text shakespeare"
     )
     assert "changes perplexity by +0.005% at best" in lines[1] and "+0.0%" not in " ".join(lines)
     assert any(line.startswith("kivi: protecting sinks changes perplexity by 0% at best") for line in lines)
-    assert compress_plots._percent(-5.2e-5) == "-0.0052%" and compress_plots._percent(0.019) == "+1.9%"
+    assert compress_report._percent(-5.2e-5) == "-0.0052%" and compress_report._percent(0.019) == "+1.9%"
 
 
 def test_a_long_statement_is_shown_whole_on_the_page(monkeypatch):
     """The page cut each statement at 600 characters with no notice (a grid of many ratios and
     contexts lists more cells than that)."""
     long = "changes perplexity by " + ", ".join(f"+{k}% (ratio 0.{k})" for k in range(60)) + " END"
-    monkeypatch.setattr(compress_plots, "family_statements", lambda s: {"snapkv": ["scope " * 120 + "SCOPE END", long]})
-    shown = compress_plots._statements_html(compress_summary())
+    monkeypatch.setattr(compress_report, "family_statements", lambda s: {"snapkv": ["scope " * 120 + "SCOPE END", long]})
+    shown = compress_page._statements_html(compress_summary())
     assert len(long) > 600 and "SCOPE END" in shown and " END</li>" in shown and "…" not in shown
 
 
 def test_the_compress_figures_titles_clear_their_subtitles(browser, tmp_path):
     """At 1,400 and 700 px no panel title (a press, a quantizer's metric) overlaps the figure's
     title or subtitle. Mutation tried: the default top margin (the titles overlap)."""
-    report = compress_plots.PAGE.write_result(tmp_path / "compress.html", compress_summary(), {})
+    report = compress_page.PAGE.write_result(tmp_path / "compress.html", compress_summary(), {})
     overlaps = """() => Array.from(document.querySelectorAll('.plot')).flatMap(p => {
       const box = e => e.getBoundingClientRect(), heads = Array.from(p.querySelectorAll('.g-gtitle text')).map(box);
       return Array.from(p.querySelectorAll('.annotation-text')).map(box).filter(a => heads.some(h =>

@@ -12,11 +12,11 @@ from safetensors.torch import load_file
 from test_pretrain import corpus, killed_at_step_7, tiny  # noqa: F401 (the fixture)
 
 from sinklab import cli
+from sinklab.core.atomic import read_jsonl
 from sinklab.core.checkpoint import latest_checkpoint
 from sinklab.core.errors import SinklabError
 from sinklab.core.launchers import LOCAL, LauncherSettings
 from sinklab.core.provenance import OnThreads, cpu_model, machine_record
-from sinklab.core.runs import read_jsonl
 from sinklab.pretrain import results, train_lm
 from sinklab.pretrain.sweep import SweepConfig
 

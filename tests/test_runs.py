@@ -13,24 +13,21 @@ import pytest
 import sinklab
 import sinklab.cli  # every command's capability registered
 from sinklab.core import pipeline
+from sinklab.core.atomic import write_json
+from sinklab.core.claim import NEW, RESUME, claim_run_dir, run_differs
 from sinklab.core.configs import setting
 from sinklab.core.errors import SinklabError
+from sinklab.core.provenance import source_revision
 from sinklab.core.results import CAPABILITIES, Capability, RunResult, stamped
 from sinklab.core.runs import (
     FAILED_CHECK,
     FINISHED,
-    NEW,
-    RESUME,
-    claim_run_dir,
     config_record,
     finish_run,
     is_finished,
     read_run_info,
     record_model,
-    run_differs,
-    source_revision,
     start_run,
-    write_json,
 )
 from sinklab.trigger import TriggerConfig
 

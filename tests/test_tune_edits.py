@@ -403,8 +403,9 @@ def test_the_tune_ablation_edits_each_head_at_the_papers_strength(monkeypatch, t
     Mutation caught: ACT's strength set to beta."""
     import math
 
+    from sinklab.tune import TuneConfig
     from sinklab.tune import run as tune_run
-    from sinklab.tune.run import TuneConfig, profile_heads
+    from sinklab.tune.run import profile_heads
 
     calls = []
 

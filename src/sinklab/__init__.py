@@ -6,8 +6,7 @@ In a notebook, on a model you loaded (or ``sinklab.load_model()``, the built-in 
 (``.summary``, ``.data``, ``.frame()``, ``.figures()``, ``.page()``); ``sinklab.load_result(run_dir)``
 reads any finished run back;
 ``sinklab.applied(model, *edits)`` puts interventions, ZeroTuning or ACT tunings, KV-cache presses
-and quantizers around your own forward or ``generate`` (``sinklab.intervene.applied``,
-``sinklab.applied`` and ``sinklab.applied`` take one kind each).
+and quantizers around your own forward or ``generate``: the one block for every edit.
 Names are imported on first use, so ``import sinklab`` stays light; ``dir(sinklab)`` lists them.
 """
 

@@ -169,7 +169,10 @@ def intervene_model(
     [0, 1], averaged over heads, queries and sequences), before and after, and the next-token
     ``loss`` (nats) and ``ppl``. Settings:
     """
-    asked = (interventions,) if isinstance(interventions, Intervention) else interventions
+    given: Any = interventions
+    if not given and isinstance(tokenizer, (Intervention, list, tuple)):  # intervene_model(lm, [MaskSelf(10)])
+        given, tokenizer = tokenizer, None
+    asked = (given,) if isinstance(given, Intervention) else given
     return _run(INTERVENE, model, tokenizer, settings, out, overwrite, "intervene_model", interventions=asked)
 
 
@@ -268,36 +271,16 @@ def compare_bench(runs: Sequence, *, out: Optional[str] = None, overwrite: bool 
     return result
 
 
-def _document(fn, cls: type, leading: Sequence[inspect.Parameter], skip: Sequence[str]) -> None:
-    """Give ``fn`` the signature and settings list of ``cls`` (``help()`` and tab completion)."""
-    trailing = [
-        inspect.Parameter("out", inspect.Parameter.KEYWORD_ONLY, default=None),
-        inspect.Parameter("overwrite", inspect.Parameter.KEYWORD_ONLY, default=False),
-    ]
-    fn.__signature__ = keywords.signature(cls, leading, trailing, skip)
-    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + keywords.settings_doc(cls, skip) + "\n"
-
-
-_POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_POSITIONAL, _KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
 _MODEL = [inspect.Parameter("model", _POSITIONAL), inspect.Parameter("tokenizer", _POSITIONAL, default=None)]
-_document(scan_model, ScanConfig, _MODEL, LOADING)
-_document(
-    intervene_model,
-    InterveneConfig,
-    [*_MODEL, inspect.Parameter("interventions", _POSITIONAL, default=())],
-    (*LOADING, "interventions"),
-)
-_document(stream_model, StreamConfig, _MODEL, LOADING)
-_document(adapt_model, PrefixConfig, _MODEL, LOADING)
-_document(compress_model, CompressConfig, _MODEL, LOADING)
-_document(tune_model, TuneConfig, _MODEL, LOADING)
-_document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], ("model",))
-_document(
-    bench_models,
-    BenchConfig,
-    [
-        inspect.Parameter("models", _POSITIONAL, default=(None,)),
-        inspect.Parameter("launcher", inspect.Parameter.KEYWORD_ONLY, default=None),
-    ],
-    ("models",),
-)
+_INTERVENTIONS = inspect.Parameter("interventions", _POSITIONAL, default=())
+_MODELS = [inspect.Parameter("models", _POSITIONAL, default=(None,)), inspect.Parameter("launcher", _KEYWORD, default=None)]
+_OUT = [inspect.Parameter("out", _KEYWORD, default=None), inspect.Parameter("overwrite", _KEYWORD, default=False)]
+keywords.document(scan_model, ScanConfig, _MODEL, _OUT, LOADING)
+keywords.document(intervene_model, InterveneConfig, [*_MODEL, _INTERVENTIONS], _OUT, (*LOADING, "interventions"))
+keywords.document(stream_model, StreamConfig, _MODEL, _OUT, LOADING)
+keywords.document(adapt_model, PrefixConfig, _MODEL, _OUT, LOADING)
+keywords.document(compress_model, CompressConfig, _MODEL, _OUT, LOADING)
+keywords.document(tune_model, TuneConfig, _MODEL, _OUT, LOADING)
+keywords.document(scan_models, ScanConfig, [inspect.Parameter("models", _POSITIONAL)], _OUT, ("model",))
+keywords.document(bench_models, BenchConfig, _MODELS, _OUT, ("models",))

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..core.atomic import write_json, write_jsonl
 from ..core.errors import SinklabError, check
-from ..core.runs import write_json, write_jsonl
 from .scored import PER_TASK, Scored, TaskOutput
 
 RESULTS_FILE = "lm_eval_results.json"

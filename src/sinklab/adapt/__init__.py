@@ -1,11 +1,12 @@
 """Changing a pretrained model's sink: the first token as a cached prefix (:mod:`.prefix`), the
 quantization payoff of taking it out of the stream (:mod:`.quantize`, :mod:`.evaluate`), a search
 for prefix tokens that absorb outliers (:mod:`.search`), and mitigations fine-tuned into the
-model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.probe`)."""
+model (:mod:`.mitigations`, :mod:`.adapted`, :mod:`.finetune`, :mod:`.finetuned`, :mod:`.probe`)."""
 
 from .adapted import AdaptedModel
 from .evaluate import Evaluation, corpus_windows
-from .finetune import FINETUNE, FinetuneConfig, load_adapted
+from .finetune import FINETUNE, FinetuneConfig
+from .finetuned import load_adapted
 from .frame import adapt_rows
 from .mitigations import MITIGATIONS, Mitigation
 from .prefix import SinkPrefix, bos_token

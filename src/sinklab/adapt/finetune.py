@@ -8,13 +8,13 @@ original model (``exact_check``) and the rest of training has no sink token at a
 must find its "do nothing" in the mitigation. Only the mitigation's parameters train unless
 ``full``. Checkpoints every ``checkpoint_every`` steps; ``resume`` continues from the last one.
 A step-0 logit difference beyond :func:`~.prefix.exact_tolerance` fails the run after its results
-are written (:func:`~.run.check_exact`).
+are written (:func:`~.run.check_exact`). What the run writes, and the adapted model read back from
+it (:func:`~.finetuned.load_adapted`), are in :mod:`.finetuned`.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -23,28 +23,26 @@ from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..core.atomic import append_jsonl
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import append_jsonl, atomic_path
 from ..models.hf import MODEL_HELP, LoadedModel, LoadOptions, describe_architecture, model_facts
 from ..models.subjects import transformers_model
 from . import page, plots
 from .adapted import AdaptedModel
 from .evaluate import Condition, Evaluation, corpus_tokens, corpus_windows, prepend
+from .finetuned import figures, has_checkpoint, read_data, write
 from .frame import ADAPT_TABLES
 from .mitigations import MITIGATIONS, make_mitigation
 from .prefix import SinkPrefix, bos_token, exact_tolerance
 from .probe import head_rms, profile_adapted, profile_original
-from .run import EXACT_WINDOWS, FULL_PRECISION, PREFIX, PREFIX_FILE, check_exact, measure_ppl, nested_evaluation
-
-ADAPTER_FILE = "adapter.safetensors"
+from .run import EXACT_WINDOWS, FULL_PRECISION, PREFIX, check_exact, measure_ppl, nested_evaluation
 
 
 @dataclass
@@ -132,47 +130,6 @@ def measure(cfg: FinetuneConfig, context: RunContext) -> RunResult:
 
 
 KIND = "adapt-finetune"
-
-
-def write(out: Path, result: RunResult) -> list[str]:
-    """The trained mitigation and BOS's prefix (metrics.jsonl and the checkpoints are written while
-    training; the figures, summary.json and the page are the pipeline's)."""
-    with atomic_path(out / ADAPTER_FILE) as tmp:
-        save_file(result.data["adapter"], str(tmp))
-    result.data["prefixes"][PREFIX].save(out / PREFIX_FILE, result.summary["model"])
-    return [ADAPTER_FILE, PREFIX_FILE]
-
-
-def read_data(run_dir: Path) -> dict:
-    return {
-        "adapter": load_file(str(run_dir / ADAPTER_FILE)),
-        "prefixes": {PREFIX: SinkPrefix.load(run_dir / PREFIX_FILE)},
-        **plots.read_data(run_dir),
-    }
-
-
-def figures(result: RunResult) -> dict:
-    """The largest linear-layer inputs by layer and the training losses (from metrics.jsonl)."""
-    return plots.figures(result.summary, plots.read_data(result.out) if result.out is not None else {})
-
-
-def has_checkpoint(run_dir: Path) -> bool:
-    return latest_checkpoint(run_dir) is not None
-
-
-def load_adapted(model: nn.Module, run_dir: str | Path) -> AdaptedModel:
-    """The adapted model a finished ``sinklab adapt --to`` run wrote (``model``: the same base
-    model, loaded fresh; with ``--full`` its weights are replaced by the run's)."""
-    run_dir = Path(run_dir)
-    check((run_dir / ADAPTER_FILE).exists(), f"{run_dir} holds no finished fine-tuning run ({ADAPTER_FILE} is missing)")
-    cfg = json.loads((run_dir / "config.json").read_text())
-    bos = SinkPrefix.load(run_dir / PREFIX_FILE, model)  # refused unless computed on this base model
-    mitigation = make_mitigation(cfg["mitigation"], model, bos)
-    mitigation.load_state_dict(load_file(str(run_dir / ADAPTER_FILE)))
-    if cfg["full"]:
-        load_checkpoint(latest_checkpoint(run_dir), nn.ModuleDict({"mitigation": mitigation, "model": model}), None)
-    mitigation.ramp = 1.0
-    return AdaptedModel(model, mitigation, bos)
 
 
 def _batch(ids: torch.Tensor, cfg: FinetuneConfig, step: int) -> torch.Tensor:

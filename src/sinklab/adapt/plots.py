@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..core import html
+from ..core.atomic import read_jsonl, write_jsonl
 from ..core.figures import layer_axis, title
-from ..core.runs import read_jsonl, write_jsonl
 from ..core.text import html_text
 from .report import BEFORE_AFTER_COLUMNS, CONDITION_LABELS, before_after_rows, ppl_columns, ppl_rows
 

@@ -27,8 +27,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import nn
 
+from ..core.atomic import atomic_path
 from ..core.errors import SinklabError, check
-from ..core.runs import atomic_path
 from ..models.hf import decoder_layers, head_dim_of
 
 FORMAT = "sinklab-sink-prefix/1"

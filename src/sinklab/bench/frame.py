@@ -7,7 +7,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from ..core.runs import atomic_path
+from ..core.atomic import atomic_path
 from ..models.hf import DEFAULT_MODEL
 from ..scan import label_of
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..core.errors import SinklabError, check
+from ..core.jsonable import jsonable
 from ..core.provenance import package_versions, source_revision
-from ..core.runs import jsonable
 
 RESULTS_KIND = "bench_results"
 RESULTS_VERSION = 1

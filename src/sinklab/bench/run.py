@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Optional
 
+from ..core.atomic import write_json
 from ..core.configs import first_difference, not_result_paths, setting
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import CONFIG, config_record, read_config, write_json
+from ..core.runs import CONFIG, config_record, read_config
 from ..models.hf import DEFAULT_MODEL, MODEL_HELP, LoadOptions, default_gguf_path
 from ..models.subjects import Subject
 from ..scan import label_of
@@ -52,7 +53,7 @@ class BenchConfig:
     VERSION: ClassVar[int] = 1
 
     models: tuple = setting((None,), help=f"the models: {MODEL_HELP}", cli=False)
-    suite: str = setting(DEFAULT_SUITE, choices=tuple(SUITES), help="the suite of tasks")
+    suite: str = setting(DEFAULT_SUITE, choices=SUITES.keys(), help="the suite of tasks")  # read when a parser is built
     tasks: tuple[str, ...] = setting(
         (),
         metavar="T[,T...]",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..compress import COMPRESS, READ_ONLY_WITH, CompressConfig, check_read
-from ..compress import plots as compress_plots
+from ..compress import report as compress_report
 from ..core.configs import leaf
 from ..core.text import format_table, terminal_text
 from ..kvcache import PRESSES
@@ -57,10 +57,10 @@ def compress_command(args: argparse.Namespace) -> int:
     result = run_out(args, COMPRESS, config_from(CompressConfig, args, launcher, model=args.model), launcher=launcher)
     if not result.reused:
         if result.summary["presses"]:
-            print(format_table(compress_plots.table_rows(result.summary, "press"), compress_plots.COLUMNS))
+            print(format_table(compress_report.table_rows(result.summary, "press"), compress_report.COLUMNS))
         if result.summary["quantizers"]:
-            print(format_table(compress_plots.table_rows(result.summary, "quantizer"), compress_plots.QUANT_COLUMNS))
+            print(format_table(compress_report.table_rows(result.summary, "quantizer"), compress_report.QUANT_COLUMNS))
         # a statement names user-given texts and models: no control character reaches the terminal
-        print("\n" + "\n".join(terminal_text(line) for line in compress_plots.statements(result.summary)))
+        print("\n" + "\n".join(terminal_text(line) for line in compress_report.statements(result.summary)))
         print(f"\noutputs: {written(result)}")
     return 0

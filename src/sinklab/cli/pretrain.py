@@ -10,8 +10,8 @@ from ..core.errors import check
 from ..core.provenance import THREADS_HELP
 from ..core.text import format_table
 from ..pretrain import COLUMNS, PRETRAIN, PretrainConfig, run_row
+from ..pretrain.config import CORPUS_DEFAULTS, POSITIONS
 from ..pretrain.tokens import TOKENIZERS
-from ..pretrain.train import CORPUS_DEFAULTS, POSITIONS
 from .args import (
     add_bos_argument,
     add_extra_arguments,

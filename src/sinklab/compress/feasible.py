@@ -15,7 +15,7 @@ from ..kvcache import QUANTIZERS
 from ..models.hf import head_dim_of, read_header
 from ..models.subjects import transformers_model
 from .judged import check_judge
-from .tasks import CONTINUATION, MIN_CONTEXT, passkey_prompts
+from .tasks import MIN_CONTEXT, passkey_prompts
 
 _LOADED: dict = {}  # the model a worker (or the preflight of a local run) loaded, kept for its jobs
 
@@ -38,11 +38,16 @@ def check_feasible(cfg, model) -> None:
     trained = model.max_positions
     if trained is None or cfg.positions <= trained:
         return
-    most = trained - CONTINUATION
+    after = cfg.positions - max(cfg.contexts)  # what a run feeds after the context (positions_read)
+    fed = (
+        f"the {after} positions decoded after it (--decode-tokens, at least the passkey's filler, question and answer)"
+        if cfg.during == "decode"
+        else f"the {after} tokens fed after it"
+    )
+    most = trained - after
     raise SinklabError(
-        f"--context {max(cfg.contexts)} reads {cfg.positions} positions (the context and the {CONTINUATION} tokens "
-        f"fed after it) and {model.name} has {trained}: "
-        + (f"give --context {most} or less" if most >= MIN_CONTEXT else "too few for sinklab compress")
+        f"--context {max(cfg.contexts)} reads {cfg.positions} positions (the context and {fed}) and {model.name} has "
+        f"{trained}: " + (f"give --context {most} or less" if most >= MIN_CONTEXT else "too few for sinklab compress")
     )
 
 

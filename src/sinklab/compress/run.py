@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from ..core.atomic import write_json
 from ..core.errors import check
 from ..core.launchers import LOCAL, launch
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import write_json
 from ..kvcache import QUANTIZERS, policy_named
 from ..models.hf import model_facts
-from . import plots
+from . import page, plots
 from .config import CompressConfig
 from .evaluate import score_decoding, score_inputs
 from .feasible import check_feasible, model_for, preflight
@@ -216,10 +216,10 @@ COMPRESS = register(
         measure,
         write,
         tables=COMPRESS_TABLES,
-        write_page=plots.write_page,
+        write_page=page.write_page,
         resumable=resumable,
         figures=lambda result: plots.figures(result.summary),
-        sections=plots.sections,
+        sections=page.sections,
         preflight=preflight,
     )
 )

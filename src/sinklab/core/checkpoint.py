@@ -17,8 +17,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .atomic import atomic_path, read_jsonl, write_jsonl
 from .errors import SinklabError
-from .runs import atomic_path, read_jsonl, write_jsonl
 
 LATEST = "latest"
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .runs import atomic_path
+from .atomic import atomic_path
 
 __all__ = [
     "COLORS",

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
+from .atomic import atomic_path
 from .errors import SinklabError
 from .figures import styled
 from .provenance import package_versions
-from .runs import SUMMARY, atomic_path, read_run_info
+from .runs import SUMMARY, read_run_info
 from .text import format_value, html_text
 
 REPORT_NAME = "report.html"

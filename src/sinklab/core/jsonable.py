@@ -1,6 +1,6 @@
 """How sinklab records a value in JSON (run.json, config.json, summaries, data files): one
 conversion, so every file spells a dtype, a tensor or a missing number alike. Kept apart from
-:mod:`.runs`, which writes the files, as the one function both run directories and results read."""
+:mod:`.atomic`, which writes the files, as the one function both run directories and results read."""
 
 from __future__ import annotations
 

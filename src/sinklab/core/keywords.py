@@ -96,3 +96,12 @@ def settings_doc(cls: type, skip: Sequence[str] = ()) -> str:
         for x in leaves(cls)
         if x.name not in skip and x.meta["help"]
     )
+
+
+def document(
+    fn: Any, cls: type, leading: Sequence[inspect.Parameter], trailing: Sequence[inspect.Parameter] = (), skip: Sequence[str] = ()
+) -> None:
+    """Give the notebook function ``fn`` the :func:`signature` and the :func:`settings_doc` of ``cls``,
+    after its own docstring (``help()`` and tab completion show them)."""
+    fn.__signature__ = signature(cls, leading, trailing, skip)
+    fn.__doc__ = fn.__doc__.rstrip() + "\n\n" + settings_doc(cls, skip) + "\n"

@@ -8,7 +8,7 @@ and a killed sweep resumes where it stopped (the callers skip what their run dir
 One failure rule on every engine: a failed job does not stop the others (their results reach
 ``on_result`` and are kept), and one :class:`SinklabError` at the end names each failed job and its
 log, under the run directory in ``launcher/``. An engine's worker runs a job as a pool worker would
-(:class:`PortableJob`), so results equal the pool's.
+(:class:`~.cluster.PortableJob`), so results equal the pool's.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Generator, Optional, Sequence
 
+from .cluster import PortableJob, ray_outcomes, submitit_outcomes
 from .errors import SinklabError, check
-from .jobs import Outcome, PortableJob, default_workers, pool_outcomes, ray_outcomes, submitit_outcomes
+from .jobs import Outcome, default_workers, pool_outcomes
 from .progress import progress_bar
 
 LAUNCHERS = ("local", "slurm", "ray")

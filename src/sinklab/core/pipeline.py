@@ -6,7 +6,7 @@ measures and checks, and writes nothing. With one (``out``), the preflight refus
 run could not do (inputs past the model's positions, results that do not line up, a run that would
 drop what the directory measured), so a refused run leaves the directory as it was; then:
 
-1. claim it (:func:`~.runs.claim_run_dir`: the ``--out`` policy): a finished run of the same
+1. claim it (:func:`~.claim.claim_run_dir`: the ``--out`` policy): a finished run of the same
    configuration is read back and returned, another configuration is refused (a run of runs, a
    sweep, resumes over its runs instead), an unfinished one resumes where the capability keeps
    checkpoints, else starts over;
@@ -32,23 +32,13 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from .atomic import write_json
+from .claim import RESUME, claim_run_dir
 from .errors import NumericalCheckFailed, check
 from .figures import Images, save_images, warm_up
 from .provenance import torch_threads
 from .results import Capability, RunContext, RunResult, load_result
-from .runs import (
-    CONFIG,
-    FINISHED,
-    RESUME,
-    SUMMARY,
-    claim_run_dir,
-    config_record,
-    fail_run,
-    finish_run,
-    record_model,
-    start_run,
-    write_json,
-)
+from .runs import CONFIG, FINISHED, SUMMARY, config_record, fail_run, finish_run, record_model, start_run
 
 #: The summary keys that say which model ran, where and how; run.json's ``model`` entry records them
 #: too (the summary's ``model``, the model's name, as ``name``).

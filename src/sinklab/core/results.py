@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional
 
 from .errors import SinklabError, check
-from .runs import FAILED_CHECK, SUMMARY, jsonable, read_run_info
+from .jsonable import jsonable
+from .runs import FAILED_CHECK, SUMMARY, read_run_info
 
 SCHEMA_VERSION = 2  # 2: scan inputs' tokens (was max_tokens); no figures list (run.json's files); model facts in every table
 #: The columns every table carries first, so that tables of several models, dtypes or devices concatenate.

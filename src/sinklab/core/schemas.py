@@ -30,9 +30,17 @@ def kinds() -> list[str]:
 REGISTERED_ENUMS: dict[str, dict[str, Callable[[], list[str]]]] = {}
 
 
+#: The summary keys a registry adds to a kind, by kind: the registry's keys now (a scan metric
+#: registered in one file is a key of the summary's schema, any JSON value, with no edit of it).
+REGISTERED_KEYS: dict[str, Callable[[], list[str]]] = {}
+
+
 def schema_of(kind: str) -> dict:
-    """The JSON schema of a ``kind`` of summary, its registered lists as their registries hold them."""
+    """The JSON schema of a ``kind`` of summary, its registered lists and keys as their registries
+    hold them."""
     schema = copy.deepcopy(_shipped(kind))
+    for key in REGISTERED_KEYS.get(kind, list)():
+        schema["properties"].setdefault(key, {"description": "an entry registered beside the shipped ones"})
     for pointer, names in REGISTERED_ENUMS.get(kind, {}).items():
         place = schema
         for key in pointer.strip("/").split("/"):

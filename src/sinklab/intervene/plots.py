@@ -17,8 +17,8 @@ from typing import Optional
 from safetensors.torch import load_file, save_file
 
 from ..core import html
+from ..core.atomic import atomic_path
 from ..core.figures import GRID_TOP, layer_axis, title
-from ..core.runs import atomic_path
 from ..core.text import html_text
 from ..scan import Record
 from .frame import accuracy_rows

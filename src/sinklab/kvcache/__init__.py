@@ -6,8 +6,8 @@ needs transformers < 5.3).
 model.generate(...)`` (evict, then quantize what is kept; either alone works the same way;
 ``with SnapKV(ratio=0.5, keep_sinks=4)(model):`` is kvpress's spelling of one policy's block).
 
-* :mod:`.policy`: what every policy is, and the one rewrite routine; :mod:`.registry`: the
-  registry and the sink vocabulary;
+* :mod:`.policy`: what every policy is; :mod:`.rewriting`: the one rewrite routine every policy runs
+  through; :mod:`.registry`: the registry and the sink vocabulary;
 * :mod:`.press` and one file per press in :mod:`.presses` (StreamingLLM, H2O, SnapKV, TOVA, Knorm,
   KeyDiff, Random, PyramidKV);
 * :mod:`.quantizer` and one file per quantizer in :mod:`.quantizers` (KIVI, static INT8/INT4 with
@@ -24,19 +24,13 @@ from .block import CacheState
 from .block import _rewriting as _rewriting  # the policies' part of sinklab.applied: not public
 from .decoding import DecodingPress, DecodingState, budget_tokens, held_apart, least_budget
 from .narrowed import attention_for
-from .policy import (
-    CachePolicy,
-    Compression,
-    LayerContext,
-    branch,
-    recording,
-    rewrite,
-)
+from .policy import CachePolicy, Compression, LayerContext, recording
 from .press import Press, check_ratio
 from .presses import H2O, TOVA, AdaKV, KeyDiff, Knorm, PyramidKV, Random, SnapKV, StreamingLLM
 from .quantizer import PROTECTS, Quantizer
 from .quantizers import KIVI, QuantoKV, StaticKV, calibrate, check_quanto
 from .registry import DETECTED, POLICIES, PRESSES, QUANTIZERS, policy_named, register_policy
+from .rewriting import branch, rewrite
 from .tally import tallied
 
 __all__ = [

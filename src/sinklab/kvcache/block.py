@@ -44,7 +44,8 @@ from ..core.errors import SinklabError, check
 from ..core.hooks import Applied
 from .decoding import DecodingPress, DecodingState
 from .narrowed import attention_for
-from .policy import CachePolicy, Compression, not_a_policy, recording, rewrite
+from .policy import CachePolicy, Compression, not_a_policy, recording
+from .rewriting import rewrite
 from .tally import tallied
 
 

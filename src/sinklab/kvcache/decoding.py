@@ -29,9 +29,11 @@ from dataclasses import dataclass, replace
 from typing import Optional, Union
 
 from ..core.errors import check
-from .policy import DETECTED, CachePolicy, Compression, LayerContext, full_attention_layers, rewrite, sink_positions
+from .policy import CachePolicy, Compression, LayerContext
 from .press import Press
 from .presses.adakv import AdaKV
+from .registry import DETECTED
+from .rewriting import full_attention_layers, rewrite, sink_positions
 from .tally import tallied
 
 

@@ -56,7 +56,7 @@ class RewrittenLayer(DynamicLayer):
         return width + query_length, self.seen - width
 
     def branched(self) -> "RewrittenLayer":
-        """A copy whose updates leave this layer as it is (:func:`~.policy.branch`)."""
+        """A copy whose updates leave this layer as it is (:func:`~.rewriting.branch`)."""
         return copy.copy(self)
 
 

@@ -33,8 +33,9 @@ from typing import Optional
 import torch
 
 from ..core.errors import check
-from .policy import CachePolicy, LayerContext, slots_of
+from .policy import CachePolicy, LayerContext
 from .registry import DETECTED, KeepSinks, check_sink_setting
+from .rewriting import slots_of
 
 #: kvpress's argument names a press also takes (kvpress's name -> sinklab's); a press class may add its own.
 KVPRESS_NAMES = {"compression_ratio": "ratio"}

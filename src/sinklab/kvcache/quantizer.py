@@ -25,8 +25,9 @@ from typing import ClassVar
 import torch
 
 from ..core.errors import check
-from .policy import CachePolicy, LayerContext, slots_of
+from .policy import CachePolicy, LayerContext
 from .registry import DETECTED, KeepSinks, check_sink_setting
+from .rewriting import slots_of
 
 #: What a quantizer's ``protect`` takes: its ``protects`` -> the settings, in words (``--quant`` help).
 PROTECTS = {"any": "0, N or detected", "first": "0 or N (first tokens)", "none": "nothing (0)"}

@@ -8,7 +8,8 @@ One :class:`Transformer` covers both ends:
   tied or untied LM head, optional learned sink/register tokens.
 
 Every block fires the named hooks of :mod:`sinklab.core.hooks`, the same names the Hugging Face
-adapter fires, so probes and interventions work unchanged on both.
+adapter fires, so probes and interventions work unchanged on both. Plain attention-only models run
+through merged QK and OV circuits when nothing listens inside their attention (:mod:`.circuits`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from torch import nn
 from ..core.attention import AttentionSpec, HeadOutput, attend_fast, causal_mask, default_scale, make_norm
 from ..core.errors import SinklabError, check
 from ..core.hooks import HookSet
+from .circuits import attention_only_forward, hooks_inside_attention, merged_circuit_eligible
 
 
 @dataclass
@@ -216,7 +218,7 @@ class Transformer(nn.Module):
 
         With ``need_weights`` also returns the list of per-layer attention weights (including
         the positions of prepended sink tokens, whose outputs are dropped). Plain attention-only
-        models take the exact merged-circuit path (:func:`attention_only_forward`) when they can.
+        models take the exact merged-circuit path (:func:`~.circuits.attention_only_forward`) when they can.
         """
         x = self._embed(inputs)
         n_prefix = 0
@@ -236,7 +238,7 @@ class Transformer(nn.Module):
                 "its keys carry their positions",
             )
             x = x + self.positions.weight[n_cached:n_total].to(x.dtype)
-        if self.merged_circuits and cache is None and not need_weights and not self._hooks_inside_attention():
+        if self.merged_circuits and cache is None and not need_weights and not hooks_inside_attention(self):
             return attention_only_forward(self, x)
         all_weights = []
         for block in self.blocks:
@@ -244,10 +246,6 @@ class Transformer(nn.Module):
             all_weights.append(weights)
         out = self._unembed(self.final_norm(x[:, n_prefix:]))
         return (out, all_weights) if need_weights else out
-
-    def _hooks_inside_attention(self) -> bool:
-        """Whether a hook listens to a point that only the reference attention path fires."""
-        return bool(self.hooks) and any(self.hooks.listens(i, p) for i in range(self.n_layers) for p in MERGED_MISSING_POINTS)
 
     def _embed(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.embed is None:
@@ -269,50 +267,3 @@ class Transformer(nn.Module):
         """(d_model, I) weight that writes FFN neurons into the residual stream, if the model has an MLP."""
         mlp = self.blocks[layer].mlp
         return mlp.down_proj.weight if mlp is not None else None
-
-
-MERGED_MISSING_POINTS = ("attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z")
-
-
-def merged_circuit_eligible(model: Transformer) -> bool:
-    """Whether :func:`attention_only_forward` computes exactly what the reference path computes."""
-    cfg = model.cfg
-    plain = not (cfg.attention.extras or cfg.bias or cfg.rope or cfg.mlp or cfg.norm or cfg.sink_tokens)
-    return plain and cfg.vocab_size is None
-
-
-def attention_only_forward(model: Transformer, x: torch.Tensor) -> torch.Tensor:
-    """The reference forward of plain attention-only models, through merged QK and OV circuits.
-
-    Scores are x A_h x^T with A_h = W_Q,h^T W_K,h, and the output is sum_h w_h x M_h with
-    M_h = W_V,h^T W_O,h^T (the circuits view of Elhage et al. 2021). The function and the
-    gradients reaching W_Q, W_K, W_V, W_O are the same as the reference path; the work is a few
-    larger matrix products instead of many small ones, which makes the tiny trigger models train
-    about 1.5x faster on CPU. Fires ``hook_resid_pre``, ``attn.hook_mask``, ``attn.hook_scores``,
-    ``attn.hook_pattern`` and ``hook_resid_post`` like the reference path (the points of
-    :data:`MERGED_MISSING_POINTS` do not exist here; listening to one takes the reference path).
-    """
-    if not merged_circuit_eligible(model):
-        raise ValueError("attention_only_forward needs an attention-only model without extras")
-    if model._hooks_inside_attention():
-        raise ValueError("attention_only_forward cannot fire q, k, v or z hooks; use need_weights=True")
-    cfg, hooks = model.cfg, model.hooks
-    H, D, d = cfg.n_heads, cfg.head_dim, cfg.d_model
-    B, T, _ = x.shape
-    scale = default_scale(D) if cfg.scale_scores else 1.0
-    base_mask = causal_mask(T, T, x.device)
-    for block in model.blocks:
-        attn, i = block.attn, block.layer
-        x = hooks.fire(i, "hook_resid_pre", x)
-        w_q, w_k, w_v = attn.qkv.weight.view(3, H, D, d)
-        w_o = attn.out.weight.view(d, H, D)
-        qk = torch.einsum("hkd,hke->dhe", w_q, w_k).reshape(d, H * d) * scale  # columns: A_h
-        ov = torch.einsum("hkd,ehk->dhe", w_v, w_o).reshape(d, H * d)  # columns: M_h
-        xa = (x @ qk).view(B, T, H, d).transpose(1, 2).reshape(B, H * T, d)
-        mask = hooks.fire(i, "attn.hook_mask", base_mask)
-        scores = hooks.fire(i, "attn.hook_scores", torch.bmm(xa, x.transpose(1, 2)).view(B, H, T, T))
-        weights = hooks.fire(i, "attn.hook_pattern", attn.norm(scores, mask))  # (B, H, T, T)
-        xm = (x @ ov).view(B, T, H, d).transpose(1, 2).reshape(B, H * T, d)
-        a = torch.bmm(weights.transpose(1, 2).reshape(B, T, H * T), xm)  # (B, T, d)
-        x = hooks.fire(i, "hook_resid_post", x + a if cfg.residual else a)
-    return x

@@ -32,12 +32,13 @@ from typing import Optional
 
 import torch
 
+from ..core.atomic import atomic_dir
 from ..core.checkpoint import checkpoint_state, latest_checkpoint
 from ..core.errors import NumericalCheckFailed, check
 from ..core.provenance import package_versions
-from ..core.runs import atomic_dir, config_record
+from ..core.runs import config_record
 from ..models.native import ModelConfig, Transformer
-from .train import PretrainConfig
+from .config import PretrainConfig
 from .trained import load_trained
 
 #: The special tokens of an exported byte tokenizer: the end-of-document id 256, and the reserved

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 from ..core import html
-from ..core.runs import read_jsonl
+from ..core.atomic import read_jsonl
 from . import plots
 from .results import COLUMNS, run_row
 

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 from typing import Optional, Sequence
 
+from ..core.atomic import read_jsonl
 from ..core.errors import SinklabError
 from ..core.results import model_columns
-from ..core.runs import read_jsonl, read_run_info
+from ..core.runs import read_run_info
 
 COLUMNS = [
     ("run", "run", "s"),

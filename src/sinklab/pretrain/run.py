@@ -14,15 +14,17 @@ import os
 from pathlib import Path
 
 from ..core import pipeline
+from ..core.atomic import read_jsonl
 from ..core.checkpoint import latest_checkpoint
 from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, table_rows
-from ..core.runs import config_record, read_jsonl, read_run_info, record_model
+from ..core.runs import config_record, read_run_info, record_model
 from . import page, plots
+from .config import PretrainConfig
 from .distributed import Dist
 from .results import run_row
 from .sources import load_source
-from .train import METRICS_FILE, PretrainConfig, finish, train
+from .train import METRICS_FILE, finish, train
 
 
 def measure(cfg: PretrainConfig, context: RunContext) -> RunResult:

@@ -24,17 +24,18 @@ from typing import ClassVar, Optional
 
 from ..core import pipeline
 from ..core.attention import ATTN_NORMS, AttentionSpec
+from ..core.claim import run_differs
 from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.flags import seed_ranges
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
-from ..core.runs import is_finished, run_differs
+from ..core.runs import is_finished
 from . import page
 from .compare import COMPARE_RUNS, CompareRunsConfig
+from .config import PretrainConfig
 from .run import PRETRAIN
-from .train import PretrainConfig
 
 #: corpus -> (default seeds, worker processes, the variants beyond every normalisation and extra)
 PLANS = {

@@ -23,9 +23,9 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..core.atomic import atomic_dir, atomic_path
 from ..core.corpus import Document, load_corpus, split_documents
 from ..core.errors import SinklabError, check
-from ..core.runs import atomic_dir, atomic_path
 from ..models.hf import cache_root, default_gguf_path, dequantised_dir
 
 TOKENIZERS = ("default", "bytes")

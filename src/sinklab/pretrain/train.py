@@ -1,10 +1,10 @@
 """``sinklab pretrain``: train a small modern LM with any attention variant, under one budget.
 
-Same model, data and schedule for every variant; one flag per variant. A run directory holds
-``config.json``, ``metrics.jsonl`` (one row per evaluation), checkpoints (safetensors, with
-optimizer state; see :mod:`.checkpoint`) and, at the end, ``summary.json`` with the scan
-of the trained model. ``resume=True`` continues from the last checkpoint and reproduces the
-uninterrupted loss curve: batches are a pure function of (seed, step).
+Same model, data and schedule for every variant; one flag per variant (the settings:
+:mod:`.config`). A run directory holds ``config.json``, ``metrics.jsonl`` (one row per evaluation),
+checkpoints (safetensors, with optimizer state; see :mod:`sinklab.core.checkpoint`) and, at the end,
+``summary.json`` with the scan of the trained model. ``resume=True`` continues from the last
+checkpoint and reproduces the uninterrupted loss curve: batches are a pure function of (seed, step).
 
 Under ``torchrun --nproc-per-node N`` the same command trains with distributed data parallel
 (gloo on CPU, nccl on GPU): each process takes an equal shard of the same global batch.
@@ -15,151 +15,22 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Optional
 
 import torch
 import torch.nn.functional as F
 
-from ..core.attention import AttentionSpec
+from ..core.atomic import append_jsonl, read_jsonl
 from ..core.checkpoint import drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
-from ..core.configs import setting
 from ..core.errors import SinklabError, check
 from ..core.progress import progress_bar
-from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import stamped
-from ..core.runs import append_jsonl, read_jsonl
-from ..models.native import ModelConfig, Transformer
+from ..models.native import Transformer
 from ..scan import scan_native
-from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
+from .config import SCAN_SEED, STEPS_PER_SEED, TRAINING_SEEDS, VALIDATION_SEED, PretrainConfig
 from .distributed import Dist, wrap_ddp
 from .results import emergence_figures
 from .sources import DataSource
-
-#: Defaults that depend on the corpus. Text: about 12 minutes on 2 CPU cores (BENCHMARKS.md 4).
-#: Bigram-Backcopy: calibrated so that the softmax baseline forms a clear sink (BENCHMARKS.md 4).
-CORPUS_DEFAULTS = {
-    "text": {"n_layers": 4, "seq_len": 256, "batch": 16, "steps": 300, "lr": 3e-3, "eval_every": 50, "checkpoint_every": 50},
-    "bb": {"n_layers": 2, "seq_len": 128, "batch": 32, "steps": 1200, "lr": 1e-2, "eval_every": 200, "checkpoint_every": 200},
-}
-
-
-#: Generator seeds of the fixed evaluation draws. A generated corpus (Bigram-Backcopy) draws its
-#: training and validation sequences from one process, so training seeds live in their own space
-#: (:func:`training_seed`, all >= TRAINING_SEEDS) that no evaluation seed can fall into. A CPU
-#: generator keeps only the low 32 bits of its seed, so every seed stays below 2**32.
-VALIDATION_SEED, SCAN_SEED = 1234, 4321
-#: How the model knows positions: rotary embeddings, a learned vector per position, or nothing
-#: but the causal mask (NoPE).
-POSITIONS = ("rope", "learned", "none")
-TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
-
-
-@dataclass
-class PretrainConfig:
-    """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
-
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[dict] = {0: lambda saved: migrated_pretrain(saved), 1: migrated_threads}
-
-    corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
-    tokenizer: str = "default"
-    bos: bool = False  # one fixed first token in every window of a text corpus (Gu et al. 2025)
-    bb_triggers: int = 3  # the k most frequent characters that trigger a back-copy (--corpus bb)
-    attention: AttentionSpec = field(default_factory=AttentionSpec)
-    sink_tokens: int = 0
-    d_model: int = 128
-    n_layers: Optional[int] = None  # None: CORPUS_DEFAULTS
-    n_heads: int = 4
-    tie_embeddings: bool = True
-    positions: str = "rope"  # rope, learned (absolute, GPT-2) or none (NoPE)
-    seq_len: Optional[int] = None  # None: CORPUS_DEFAULTS
-    max_seq_len: Optional[int] = None  # the model's maximum positions (None: seq_len + sink tokens)
-    batch: Optional[int] = None  # global batch, in sequences (None: CORPUS_DEFAULTS)
-    steps: Optional[int] = None  # None: CORPUS_DEFAULTS
-    lr: Optional[float] = None  # None: CORPUS_DEFAULTS
-    min_lr_ratio: float = 0.1
-    warmup: Optional[int] = None  # None: a tenth of the steps
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0  # largest global gradient norm; 0: no clipping
-    adam_beta2: float = 0.95
-    eval_every: Optional[int] = None  # None: CORPUS_DEFAULTS
-    eval_batches: int = 8
-    checkpoint_every: Optional[int] = setting(None, help="steps between checkpoints", result=False)  # None: CORPUS_DEFAULTS
-    seed: int = 0
-    scan_tokens: int = 64
-    scan_batch: int = 8
-    device: str = "auto"  # auto: the GPU when there is one, else the CPU
-    threads: Optional[int] = setting(None, help=THREADS_HELP)  # torch's: it sets the float order, so part of the run
-
-    def __post_init__(self) -> None:
-        for name, value in CORPUS_DEFAULTS[self.corpus_kind].items():
-            if getattr(self, name) is None:
-                setattr(self, name, value)
-        for name in (
-            "d_model",
-            "n_layers",
-            "n_heads",
-            "seq_len",
-            "batch",
-            "steps",
-            "eval_every",
-            "eval_batches",
-            "checkpoint_every",
-        ):
-            check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        check(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio must lie in [0, 1], got {self.min_lr_ratio}")
-        check(self.grad_clip >= 0, f"--grad-clip must be >= 0 (0: no clipping), got {self.grad_clip}")
-        check(0 < self.adam_beta2 < 1, f"--adam-beta2 must lie in (0, 1), got {self.adam_beta2}")
-        check(self.steps < STEPS_PER_SEED, f"--steps must be below {STEPS_PER_SEED}, got {self.steps}")
-        check(0 <= self.seed < MAX_SEEDS, f"--seed must lie in [0, {MAX_SEEDS}), got {self.seed}")
-        check_threads(self.threads)
-        check(self.sink_tokens >= 0, f"--sink-tokens must be >= 0, got {self.sink_tokens}")
-        check(self.d_model % self.n_heads == 0, f"--d-model {self.d_model} is not divisible by --n-heads {self.n_heads}")
-        check(
-            self.positions != "rope" or (self.d_model // self.n_heads) % 2 == 0,
-            "the head dimension (d_model / n_heads) must be even for rotary embeddings",
-        )
-        if self.max_seq_len is None:
-            self.max_seq_len = self.seq_len + self.sink_tokens
-        check(
-            self.seq_len + self.sink_tokens <= self.max_seq_len,
-            f"--tokens {self.seq_len} plus {self.sink_tokens} sink tokens "
-            f"exceeds the model's maximum of {self.max_seq_len} positions",
-        )
-        if self.warmup is None:
-            self.warmup = self.steps // 10
-        check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup} for {self.steps} steps")
-        check(self.positions in POSITIONS, f"--positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
-        check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
-        check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
-
-    @property
-    def corpus_kind(self) -> str:
-        return "bb" if self.corpus == BB_CORPUS else "text"
-
-    def model_config(self, vocab_size: int) -> ModelConfig:
-        return ModelConfig(
-            d_model=self.d_model,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            attention=self.attention,
-            residual=True,
-            mlp=True,
-            norm=True,
-            rope=self.positions == "rope",
-            learned_positions=self.positions == "learned",
-            scale_scores=True,
-            vocab_size=vocab_size,
-            tie_embeddings=self.tie_embeddings,
-            sink_tokens=self.sink_tokens,
-            max_seq_len=self.max_seq_len,
-        )
-
-    @property
-    def variant(self) -> str:
-        return self.attention.label + (f"+{self.sink_tokens}sink" if self.sink_tokens else "")
 
 
 def lr_at(cfg: PretrainConfig, step: int) -> float:
@@ -306,19 +177,6 @@ def _start(out: Path, model, opt, resume: bool, world: Dist) -> tuple[int, dict]
     if world.main:
         drop_rows_after(out / METRICS_FILE, step)
     return step, saved.get("carry", fresh)
-
-
-#: What a run saved before a training key existed meant by it: rotary embeddings were the only
-#: encoding before ``--positions``, and AdamW's beta2 was fixed at 0.95 before ``--adam-beta2``.
-#: No other missing key is filled in (resume and :func:`.trained.load_trained` refuse it).
-BEFORE_KEY_EXISTED = {"positions": "rope", "adam_beta2": 0.95}
-
-
-def migrated_pretrain(saved: dict) -> dict:
-    """Runs before config version 1 lacked the keys of :data:`BEFORE_KEY_EXISTED`, recorded their
-    run directory (``out``), and kept the model's architecture and the data's description in
-    config.json (now in run.json's ``model`` entry, :func:`~.run.architecture_of` reads both)."""
-    return {**BEFORE_KEY_EXISTED, **{k: v for k, v in saved.items() if k not in ("out", "model", "data")}}
 
 
 def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path) -> dict:

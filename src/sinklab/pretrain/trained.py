@@ -11,8 +11,8 @@ from ..core.configs import from_dict, migrate
 from ..core.errors import check
 from ..models.hf import resolve_device
 from ..models.native import ModelConfig, Transformer
+from .config import PretrainConfig
 from .run import architecture_of
-from .train import PretrainConfig
 
 
 def load_trained(run_dir, device: str = "cpu") -> tuple[Transformer, PretrainConfig]:

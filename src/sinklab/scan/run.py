@@ -22,13 +22,14 @@ from ..core.hooks import hook_name
 from ..core.memory import TRIM_FROM_TOKENS, trim_heap
 from ..core.progress import PhaseClock, progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
+from ..core.schemas import REGISTERED_KEYS
 from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions
 from ..models.subjects import HFSubject, NativeSubject, Subject
 from . import page, plots
 from .frame import SCAN_TABLES
 from .inputs import Inputs, InputSpec, build_inputs, renamed_max_tokens
 from .recorder import Record, Recorder, RecordOptions
-from .summary import MetricSettings, summarise
+from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
 
 TOKENS_PER_PASS = 8192  # tokens run through a model per forward pass
 
@@ -212,6 +213,9 @@ class _Decoder:
         self.decode = fn
 
 
+#: A metric registered in one file (``@entry``) is a key the scan schema takes.
+REGISTERED_KEYS["scan"] = lambda: list(SUMMARY_ENTRIES)
+
 SCAN = register(
     Capability(
         "scan",
@@ -222,6 +226,6 @@ SCAN = register(
         write_page=page.write,
         read_data=plots.read_data,
         figures=lambda result: plots.figures(result.summary, result.data),
-        sections=plots.sections,
+        sections=page.sections,
     )
 )

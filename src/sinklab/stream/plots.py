@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core import html
+from ..core.atomic import atomic_path
 from ..core.figures import title
-from ..core.runs import atomic_path
 from ..core.text import html_text
 from .report import STREAM_COLUMNS, policy_rows
 

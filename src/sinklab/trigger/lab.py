@@ -19,10 +19,10 @@ from typing import Iterable, Optional, Sequence
 import torch
 from safetensors.torch import load_file, save_file
 
+from ..core.atomic import atomic_path, write_json
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.provenance import OnThreads
-from ..core.runs import atomic_path, write_json
 from ..models.native import Transformer
 from .config import TriggerConfig
 from .ensemble import Placement, train_members

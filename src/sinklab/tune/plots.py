@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core import html
+from ..core.atomic import atomic_path
 from ..core.figures import title
-from ..core.runs import atomic_path
 from ..core.text import format_table, html_text
 from .frame import verdict_rows
 from .methods import TUNINGS

@@ -10,155 +10,44 @@ profiles, and the test verdict in lm-eval's own files (:mod:`sinklab.accuracy.lm
 ``lm_eval_results.json``, whose entries are ``<task>|untouched`` and ``<task>|tuned`` (the tuned
 entry is the untouched model's where no tuning beat it on validation: the verdict is no change),
 and their per-example samples, ``samples_<task>_untouched.jsonl`` and ``samples_<task>_tuned.jsonl``.
+The settings are :class:`~.config.TuneConfig`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any
 
 from ..accuracy import (
-    EVERY,
-    ROTATIONS_HELP,
-    SIZES,
-    SUITE,
     Judged,
     LmEvalFiles,
     check_prompts_fit,
-    check_rotations,
-    check_seed,
     check_tasks,
     evaluate,
     lm_eval_version,
     lm_for,
-    migrated_judge,
     questions,
     read_task,
-    sizes_for,
-    split_rule_setting,
-    task_names,
     verdict,
 )
-from ..core.configs import setting
 from ..core.errors import check
 from ..core.progress import progress_bar
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.schemas import REGISTERED_ENUMS
-from ..models.hf import MODEL_HELP, LoadOptions, model_facts, read_header
+from ..models.hf import model_facts, read_header
 from ..models.subjects import transformers_model
 from . import page, plots
-from .formulas import SPARE_RULES
+from .config import TuneConfig
 from .frame import TUNE_TABLES
-from .methods import TUNINGS, Tuning
-from .methods.act import ACT_LAYER_RANGES
-from .methods.zerotuning import ABLATION_GAMMA
-from .profile import MODES, PROFILES, ablation_profile, head_profile
+from .methods import TUNINGS
+from .profile import ablation_profile, head_profile
 from .search import Candidate, best
 from .tunings import _tuned, save_tuning, to_record
-
-#: The methods ``--method`` takes: the registry's names, as it holds them when a parser or config reads them.
-METHODS = TUNINGS.keys()
-#: The tasks ``sinklab tune`` reads when none are named: the accuracy suite (BENCHMARKS.md 13).
-DEFAULT_TASKS = SUITE
-
 
 #: The summary's schema: 3, accuracy asked under every order of the listed choices (``rotations``),
 #: rotation-averaged and strict accuracy, the gold log-probability among the choices, the sign-flip p.
 SCHEMA_VERSION = 3
-
-
-@dataclass
-class TuneConfig:
-    """``sinklab tune``'s settings (and ``sinklab.tune_model``'s keyword arguments)."""
-
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[dict] = {
-        1: lambda saved: {
-            **migrated_judge(saved, "tasks", "rotations"),
-            "profile": "gradient",
-            "act_layers": "official",
-            "act_spare": "first_token",
-            **TUNINGS[saved.get("method", "zerotuning")].v1_settings,  # ACT ran on every layer
-        }
-    }
-
-    model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
-    method: str = setting("zerotuning", choices=METHODS, help="; ".join(m.help for m in TUNINGS.values()))
-    mode: str = setting(
-        "supervised", choices=MODES, help="supervised: validation labels pick the tuning; unsupervised: lowest output entropy"
-    )
-    tasks: tuple[str, ...] = setting(
-        DEFAULT_TASKS,
-        metavar="T[,T...]",
-        parse=task_names,
-        help="BIG-bench task names or task.json paths (one tuning each; suite: the suite's)",
-    )
-    shots: int = setting(
-        0,
-        help="shots per prompt, drawn from the task's own examples (BIG-bench's few-shot convention)",
-        aliases=("--num-fewshot", "--num_fewshot"),
-        alias_note="lm-eval's spelling, accepted as an alias",
-    )
-    validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
-    test: int = setting(SIZES["test"], help="test examples per task (the verdict)")
-    seed: int = setting(0, help="draws the splits and the shots")
-    rotations: int = setting(EVERY, help=ROTATIONS_HELP)
-    profile: str = setting(
-        "gradient",
-        choices=PROFILES,
-        help="how heads are ranked: gradient (every head's derivative at once, one backward pass per validation example) "
-        f"or ablation (the papers': each head edited alone, gamma {ABLATION_GAMMA:g} or ACT's beta, one validation pass "
-        "per head: hours on a CPU for a 30-layer model)",
-    )
-    act_layers: str = setting(
-        "official",
-        choices=tuple(ACT_LAYER_RANGES),
-        help="--method act: the layers it may calibrate: official (the paper's code: all but the first two and the last) or all",
-    )
-    act_spare: str = setting(
-        "first_token",
-        choices=SPARE_RULES,
-        help="--method act: the sink kept: first_token (position 0, always) or first_sink (the first found, as the paper's code)",
-    )
-    splits: int = split_rule_setting()
-    batch_size: int = setting(8, help="lm-eval's batch size (ACT's evaluations run one example at a time)", result=False)
-    load: LoadOptions = field(default_factory=LoadOptions)
-
-    def __post_init__(self) -> None:
-        self.tasks = task_names(self.tasks)  # tune_model(tasks="navigate") or ("suite",) as the flag reads them
-        check(bool(self.tasks), "--tasks needs at least one task")
-        check(self.shots >= 0, f"--shots must be at least 0, got {self.shots}")
-        check(self.validation >= 1, f"--validation must be at least 1, got {self.validation}")
-        check(self.test >= 1, f"--test must be at least 1, got {self.test}")
-        check_seed(self.seed)  # a negative seed was a numpy traceback after the whole run
-        check(self.batch_size >= 1, f"--batch-size must be at least 1, got {self.batch_size}")
-        check_rotations(self.rotations)
-        check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        owners = {name: method.method for method in TUNINGS.values() for name in method.settings}
-        unread = [
-            name for name, owner in owners.items() if owner != self.method and getattr(self, name) != getattr(TuneConfig, name)
-        ]
-        flags = " and ".join("--" + name.replace("_", "-") for name in unread)
-        check(
-            not unread,
-            f"{flags} {'is' if len(unread) == 1 else 'are'} read only with --method {owners[unread[0]] if unread else ''}",
-        )
-
-    @property
-    def tuning(self) -> type[Tuning]:
-        """The method's class (:mod:`.methods`)."""
-        return TUNINGS[self.method]
-
-    def method_options(self) -> dict:
-        """What the method's profile and candidates are drawn with (:meth:`~.methods.Tuning.options`)."""
-        return self.tuning.options(self)
-
-    @property
-    def sizes(self) -> dict:
-        return sizes_for(self.shots, self.validation, self.test)
 
 
 def preflight(cfg: TuneConfig, context: RunContext) -> None:

@@ -12,8 +12,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ..core.atomic import write_json
 from ..core.errors import SinklabError, check
-from ..core.runs import write_json
 from ..intervene import _hooked
 from ..models.hf import QUERY_CHUNK
 from .methods import TUNINGS, Tuning

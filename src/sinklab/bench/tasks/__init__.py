@@ -1,6 +1,6 @@
 """The tasks of ``sinklab bench``, one file each, and the suites that group them.
 
-A new task is one file here that registers a :class:`~sinklab.bench.task.Task` (see any of
+A new task is one file here that registers a :class:`~sinklab.bench.task.BenchTask` (see any of
 these), imported below and named in a suite. A suite's name carries its version: changing which
 tasks ``sinks-v1`` holds would be ``sinks-v2``; a task's own changes bump the task's version.
 """

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from ...core.errors import check
-from ..policy import CachePolicy, LayerContext, slots_of
+from ..policy import CachePolicy, LayerContext
 from ..press import Press
+from ..rewriting import slots_of
 
 
 @dataclass(frozen=True)

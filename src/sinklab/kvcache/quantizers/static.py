@@ -15,9 +15,9 @@ import torch
 
 from ...core.errors import check
 from ..packing import pack, unpack
-from ..policy import full_attention_layers
 from ..quantizer import Quantizer
 from ..registry import register_policy
+from ..rewriting import full_attention_layers
 
 
 class StaticStore:

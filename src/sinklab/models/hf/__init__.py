@@ -1,9 +1,10 @@
 """All coupling to Hugging Face transformers: loading (:mod:`.loading`; devices and dtypes in
-:mod:`.placement`), where each architecture
+:mod:`.placement`, GGUF files in :mod:`.dequantise`), where each architecture
 keeps its layers (:mod:`.layouts`), instrumentation with sinklab's hook names
 (:mod:`.instrument`), and what sinklab refuses to measure (:mod:`.support`: anything but a causal
 decoder with a plain output layer). A new architecture is one line in ``layouts.LAYOUTS``."""
 
+from .dequantise import cache_root, default_gguf_path, default_model_folder, dequantised_dir
 from .instrument import QUERY_CHUNK, evicted_tokens, head_nll, instrument, output_logits, token_nll
 from .layouts import LAYOUTS, Layout, decoder_layers, describe_architecture, down_proj_weight, layout_of
 from .loading import (
@@ -13,10 +14,6 @@ from .loading import (
     LoadedModel,
     LoadOptions,
     ModelHeader,
-    cache_root,
-    default_gguf_path,
-    default_model_folder,
-    dequantised_dir,
     head_dim_of,
     input_device,
     load_model,
