@@ -191,3 +191,27 @@ class ClippedSoftmax(AttnNorm):
     def forward(self, scores, mask):
         stretched = (self.zeta - self.gamma) * _softmax(masked_logits(scores, mask)) + self.gamma
         return stretched.clamp(0.0, 1.0) * mask
+
+
+@register("softpick")
+class Softpick(AttnNorm):
+    """Rectified, not sum-to-one softmax (Zuhri et al. 2025, arXiv 2504.20966):
+    w_ij = ReLU(exp(s_ij) - 1) / (sum_k |exp(s_ik) - 1| + eps) over the visible keys k.
+
+    A key with a score at or below 0 gets exactly zero, and a row whose scores are all at or below 0
+    is all zero: a head does nothing without a sink. Masked keys take no part (each would add
+    |exp(-inf) - 1| = 1 to the denominator). Computed shifted by m = max(0, the row's largest
+    visible score): numerator ReLU(exp(s - m) - exp(-m)), denominator the same sum plus eps
+    exp(-m), the same ratio with no overflow (m >= 0 keeps exp(-m) <= 1).
+    """
+
+    def __init__(self, n_heads: int, eps: float = 1e-6) -> None:
+        super().__init__(n_heads)
+        self.eps = eps
+
+    def forward(self, scores, mask):
+        logits = masked_logits(scores, mask)
+        shift = logits.amax(dim=-1, keepdim=True).clamp_min(0.0).detach()  # a constant of the row: same ratio
+        floor = torch.exp(-shift)
+        moved = (torch.exp(logits - shift) - floor) * mask  # exp(s) - 1, scaled by exp(-m); masked keys 0
+        return torch.relu(moved) / (moved.abs().sum(dim=-1, keepdim=True) + self.eps * floor)
