@@ -1,7 +1,7 @@
 """What compressing a cache costs and saves, measured side by side on the default model.
 
 * ``overhead``: at each context length, the prefill alone against the prefill plus the press's
-  scoring and compression (``sinklab.kvcache.applied``), per press; pairs alternate so a slow spell
+  scoring and compression (``sinklab.applied``), per press; pairs alternate so a slow spell
   of this shared machine hits both, and the verdict is the median per-pair ratio minus one.
 * ``h2o_memory``: the peak resident memory (Linux ``VmHWM``, each in a fresh process) of a plain
   prefill and of H2O's scored prefill at ``--memory-context`` tokens, medians of

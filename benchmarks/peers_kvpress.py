@@ -61,7 +61,7 @@ VERSIONS: dict = {}  # framework -> what its workers ran (torch, transformers, t
 
 
 def sinklab_prefill(job: dict):
-    """prefill(ids, press name or None) -> the kept fraction, for sinklab: ``sinklab.kvcache.applied``."""
+    """prefill(ids, press name or None) -> the kept fraction, for sinklab: ``sinklab.applied``."""
     from sinklab import kvcache as P
     from sinklab.models.hf import load_model
 

@@ -97,6 +97,8 @@ def test_a_model_offloaded_to_disk_scans_intervenes_and_compresses_as_on_one_dev
     }  # fmt: skip
     for name, run in runs.items():
         torch.testing.assert_close(torch.tensor(run(offloaded)), torch.tensor(run(whole)), msg=name)
+    with pytest.raises(SinklabError, match="^sinklab adapt reads the model's weights .* load it on one device"):
+        sinklab.adapt_model(offloaded, tokens=16, windows=1, calibration=1, schemes=("w8a8",))  # was a raw meta error
 
 
 def test_intervene_stream_and_adapt_return_tables(tiny, tokenizer):

@@ -505,12 +505,22 @@ def test_bad_compress_settings_are_one_line_errors(flags, needle, capsys, tmp_pa
     assert needle in err and "Traceback" not in err
 
 
-def test_adakv_over_a_press_is_a_compress_row_of_its_own(tiny_model_dir):
+def test_adakv_over_a_press_is_a_compress_row_of_its_own(tiny_model_dir, monkeypatch):
     """``--press adakv_snapkv`` (AdaKV over SnapKV, kvpress's ``AdaKVPress``) is a row beside
     SnapKV's: the same ratio keeps the same number of keys in all (the budget is pooled over each
-    layer's heads), its cells say so, and with ``--during decode`` it is refused with the reason.
-    Mutation: the name read as the bare press (no AdaKV) fails on the run's cell."""
+    layer's heads), the run's row is AdaKV's own (its per-head budgets are drawn, once per layer and
+    input, and only for that row), and with ``--during decode`` it is refused with the reason.
+    Mutations: the name read as the bare press (no AdaKV) in the config, or in the run's cells
+    (``press_cells(name.removeprefix("adakv_"))``), fail on the cell and on the budgets drawn."""
     folder = str(tiny_model_dir("llama", positions=1024))
+    drawn = []
+    original = P.AdaKV.head_budgets
+
+    def counted(self, *args, **kwargs):
+        drawn.append(self.press.name)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(P.AdaKV, "head_budgets", counted)
     run = sinklab.compress_model(
         sinklab.load_model(folder),
         presses=("snapkv", "adakv_snapkv"),
@@ -522,6 +532,7 @@ def test_adakv_over_a_press_is_a_compress_row_of_its_own(tiny_model_dir):
     )
     frame = run.frame().set_index("policy")
     assert set(frame.index) == {"snapkv", "adakv_snapkv"}
+    assert drawn and set(drawn) == {"snapkv"} and len(drawn) % 3 == 0  # the tiny llama's 3 layers, each input
     assert frame.loc["adakv_snapkv", "kept_fraction"] == pytest.approx(frame.loc["snapkv", "kept_fraction"], abs=0.02)
     (cell,) = CompressConfig(presses=("adakv_snapkv",), ratios=(0.5,), keep_sinks=(1,)).press_cells("adakv_snapkv").values()
     assert cell == P.AdaKV(P.SnapKV(ratio=0.5, keep_sinks=1))

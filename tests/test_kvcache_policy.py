@@ -57,7 +57,7 @@ def by_hand(model, *policies):
 def test_a_quantizer_in_the_block_quantizes_the_next_prefills_cache():
     """``applied(model, KIVI(bits=2, protect=1))`` works as it does for a press (it refused a
     quantizer): the cache is KIVI's, the continuation the one a hand-quantized cache gives, and
-    nothing stays on the model. Mutation: dropping the rewrite from Pressing.after leaves the
+    nothing stays on the model. Mutation: dropping the rewrite from CacheState.after leaves the
     cache dense (the logits differ from the quantized cache's)."""
     model = tiny()
     kivi = P.KIVI(bits=2, protect=1, **KIVI8)
@@ -102,7 +102,7 @@ def test_a_quantizer_after_a_press_protects_only_sinks_the_press_kept_in_every_h
     with pytest.raises(SinklabError, match=r"^quanto's layer \(transformers'\) holds a whole context"):
         under(model, P.Knorm(ratio=0.5), P.QuantoKV(bits=4, group_size=8))
     for order in ((P.KIVI(**KIVI8), P.Knorm(0.5)), (P.KIVI(**KIVI8), P.KIVI(**KIVI8)), (P.Knorm(0.5), P.SnapKV(0.5))):
-        with pytest.raises(SinklabError, match=r"^applied\(\) takes a press, a quantizer, or a press then a quantizer"):
+        with pytest.raises(SinklabError, match=r"^sinklab.applied takes a press, a quantizer, or a press then a quantizer"):
             under(model, *order)
     with pytest.raises(SinklabError, match=r"^sinklab.applied takes .* a press such as SnapKV\(ratio=0.5\).* got str 'snapkv'"):
         under(model, "snapkv")
@@ -234,8 +234,9 @@ def test_one_block_is_the_public_way_and_kvpress_spelling_is_the_same_block():
     ``applied`` in ``sinklab.intervene``, ``sinklab.tune`` or ``sinklab.kvcache``), ``sinklab.press``
     is gone, and ``with press(model):`` (kvpress's spelling) is ``sinklab.applied(model, press)``:
     the same kept positions, a :class:`~sinklab.kvcache.CacheState` under ``.cache``, and it takes
-    what ``sinklab.load_model`` returns. Mutation: ``__call__`` returning a block without the
-    policy (nothing pressed) fails on the kept positions."""
+    what ``sinklab.load_model`` returns, and ``question=`` alike. Mutations: ``__call__`` returning
+    a block without the policy (nothing pressed) fails on the kept positions; ``__call__`` dropping
+    ``question`` compresses the question too and fails on the compressed length."""
     import importlib
 
     for package in ("intervene", "tune", "kvcache"):
@@ -251,3 +252,11 @@ def test_one_block_is_the_public_way_and_kvpress_spelling_is_the_same_block():
         kept.append(edits.cache.last.positions)
     assert all(torch.equal(kept[0][layer], other[layer]) for other in kept[1:] for layer in kept[0])
     assert len(kept[0]) and all(p.shape[-1] == CONTEXT // 2 for p in kept[0].values())
+    prompt, question = ids(CONTEXT, 1), ids(6, 2)  # question= too: the context alone is compressed
+    asked = []
+    for block in (sinklab.applied(model, press, question=question[0]), press(model, question=question[0])):
+        with block as edits, torch.no_grad():
+            model(torch.cat([prompt, question], -1), use_cache=True)
+        asked.append(edits.cache.last)
+    assert asked[0].length == asked[1].length == CONTEXT and asked[0].positions.keys() == asked[1].positions.keys()
+    assert all(torch.equal(asked[0].positions[layer], asked[1].positions[layer]) for layer in asked[0].positions)

@@ -2,14 +2,20 @@
 its tokenizer, what ``sinklab.load_model`` returns, and the model's name (a folder here; a .gguf file
 or a Hub id go the same way), and measures the same numbers from each.
 
+The objects are edited in memory (their attention sharpened) and the folder the name form reads
+holds the edited weights, while the objects' own recorded path holds the original ones: a function
+that reloaded an object by its name, or ignored it, would measure the original model and differ.
 Mutations tried: ``bench_models`` refusing model objects again fails its two object forms; the
-notebook functions refusing a name (``Subject.from_model`` on a string) fails every name form."""
+notebook functions refusing a name (``Subject.from_model`` on a string) fails every name form;
+``_run``, ``scan_models`` or ``bench_models`` reloading an object by its name fail the object forms."""
 
 import pytest
+import torch
 from conftest import write_task
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import sinklab
+from sinklab.core.errors import SinklabError
 from sinklab.intervene import MaskSelf
 
 
@@ -32,18 +38,31 @@ CALLS = {
         *m, presses=("knorm",), ratios=(0.5,), keep_sinks=(1,), quantizers=(), contexts=(128,), tasks=("ppl",), outside=None
     ),
     "tune_model": lambda m, tmp: sinklab.tune_model(*m, tasks=(str(write_task(tmp / "t" / "task.json")),), validation=6, test=8),
-    "bench_models": lambda m, tmp: sinklab.bench_models([one(m)], tasks=("sink_rate",), limit="quick"),
+    "bench_models": lambda m, tmp: sinklab.bench_models([one(m)], tasks=("first_token_mass",), limit="quick"),
 }
 FORMS = ("transformers", "loaded", "name")
 #: Columns that time the run, or say how the model was given, rather than measure it.
 NOT_MEASURED = ("model", "label", "device", "dtype", "ms_per_token", "tokens_per_s", "wall_s", "peak_mb")
 
 
+def sharpened(model):
+    """The model with every query projection scaled up (sharper attention, a different model)."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.q_proj.weight.mul_(4.0)
+    return model.eval()
+
+
 @pytest.fixture(scope="module")
-def forms(tiny_model_dir):
-    folder = str(tiny_model_dir("llama", positions=1024))
-    pair = (AutoModelForCausalLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder))
-    return {"transformers": pair, "loaded": (sinklab.load_model(folder),), "name": (folder,)}
+def forms(tiny_model_dir, tmp_path_factory):
+    original = str(tiny_model_dir("llama", positions=1024))
+    edited = tmp_path_factory.mktemp("edited") / "tiny"
+    sharpened(AutoModelForCausalLM.from_pretrained(original)).save_pretrained(edited)
+    AutoTokenizer.from_pretrained(original).save_pretrained(edited)
+    loaded = sinklab.load_model(original)
+    sharpened(loaded.model)
+    pair = (sharpened(AutoModelForCausalLM.from_pretrained(original)), AutoTokenizer.from_pretrained(original))
+    return {"transformers": pair, "loaded": (loaded,), "name": (str(edited),)}
 
 
 def measured(result):
@@ -66,3 +85,13 @@ def test_interventions_may_follow_a_loaded_model_positionally(forms):
     by_keyword = sinklab.intervene_model(loaded, interventions=[MaskSelf(5)], prompt=TEXT, tokens=24)
     positional = sinklab.intervene_model(loaded, [MaskSelf(5)], prompt=TEXT, tokens=24)
     assert measured(positional).equals(measured(by_keyword)) and set(positional.frame().experiment) == {"mask_self k=5"}
+
+
+def test_loading_settings_beside_a_model_object_are_refused(forms):
+    """``bench_models([lm], dtype="bfloat16")`` ran at float32 and recorded bfloat16; with a model
+    object, how to load a model is refused in one line, as ``scan_model`` refuses it."""
+    (loaded,) = forms["loaded"]
+    with pytest.raises(SinklabError, match="^bench_models: dtype say how to load a model"):
+        sinklab.bench_models([loaded], tasks=("first_token_mass",), limit="quick", dtype="bfloat16")
+    with pytest.raises(SinklabError, match="^scan_models: dtype say how to load a model"):
+        sinklab.scan_models({"a": loaded, "b": forms["name"][0]}, prompt=TEXT, tokens=24, dtype="bfloat16")

@@ -93,6 +93,17 @@ def _run(
     return result
 
 
+def _refuse_loading_for_objects(settings: dict, subjects: Sequence, what: str) -> None:
+    """How to load a model, beside a model object: refused (it would load only the named ones, and
+    the run would record it for the object too)."""
+    moot = sorted(set(settings) & set(LOADING))
+    check(
+        not moot or all(s is None for s in subjects),
+        f"{what}: {', '.join(moot)} say how to load a model, and a model object here is loaded: give them to "
+        "sinklab.load_model, or name every model",
+    )
+
+
 def recorded_model(subject: Subject) -> dict:
     """Which model a config records, and how it was loaded, as the command line records the same
     model (so that a run is recognised from either face): what :func:`sinklab.load_model` was asked
@@ -148,6 +159,7 @@ def scan_models(models, *, out: Optional[str] = None, overwrite: bool = False, l
         names.append(recorded_model(subject)["model"] if subject is not None else None if model is None else str(model))
         labels.append(label if label is not None else label_of(names[-1]))
         subjects.append(subject)
+    _refuse_loading_for_objects(settings, subjects, "scan_models")
     scan = replace(keywords.from_kwargs(ScanConfig, settings, ALIASES, "scan_models"), model=names[0])  # as the command line's
     if launcher is None or launcher.runs_here:  # the models by name load here
         scan = resolved_config(scan)
@@ -249,6 +261,7 @@ def bench_models(models=(None,), *, out: Optional[str] = None, overwrite: bool =
     """
     given = [models] if by_name(models) or not isinstance(models, (list, tuple)) else list(models)
     subjects = [None if by_name(m) else subject_of(*(m if isinstance(m, tuple) else (m,))) for m in given]
+    _refuse_loading_for_objects(settings, subjects, "bench_models")
     names = tuple(
         recorded_model(subject)["model"] if subject is not None else None if m is None else str(m)
         for m, subject in zip(given, subjects)

@@ -2,14 +2,15 @@
 
 An edit is an intervention (:mod:`sinklab.intervene`: ``MaskSelf(10)``, ``ScoreBias(...)``, ...),
 a tuning (:mod:`sinklab.tune`: ``ZeroTuning``, ``ACT``), or a KV-cache policy
-(:mod:`sinklab.kvcache`: a press, a quantizer, a decoding press). They compose in this order,
-whatever order they are given in:
+(:mod:`sinklab.kvcache`: a press, a quantizer, a decoding press). Forward edits and cache
+policies may be given in any order; they compose in this one:
 
 1. interventions and tunings act inside every forward the block runs, through sinklab's attention
    hooks, in the order given (each edit sees the scores the ones before it left);
 2. cache policies act on the cache of each prefill once its forward returns: a press, a
-   quantizer, or a press then a quantizer (it stores what the press kept); or a decoding press
-   alone, every so many tokens while decoding.
+   quantizer, or a press then a quantizer (it stores what the press kept; given in that order, as
+   the block refuses a quantizer before a press); or a decoding press alone, every so many tokens
+   while decoding.
 
 Interventions and tunings name token positions, which a press's eviction turns into cache slots, so
 they are refused beside a press (with a quantizer every token keeps its slot). On exit nothing stays

@@ -171,8 +171,13 @@ def model_fingerprint(model: nn.Module) -> str:
     rounded to bfloat16 (so float32 and bfloat16 loads of one checkpoint agree; a float16 load
     rounds some weights differently and gets another fingerprint). Cheap: two layers of weights."""
     cfg = model.config.get_text_config(decoder=True)
-    digest = hashlib.sha256(json.dumps([cfg.model_type, cfg.vocab_size, *astuple(ModelShape.of(model))]).encode())
     layers = decoder_layers(model)
+    check(
+        all(p.device.type != "meta" for p in [*layers[0].parameters(), *layers[-1].parameters()]),
+        "sinklab adapt reads the model's weights (a prefix is fingerprinted by them), and this model keeps some "
+        "offloaded (on meta until their forward): load it on one device for adapt",
+    )
+    digest = hashlib.sha256(json.dumps([cfg.model_type, cfg.vocab_size, *astuple(ModelShape.of(model))]).encode())
     for name, weight in sorted(
         {**dict(layers[0].named_parameters("first")), **dict(layers[-1].named_parameters("last"))}.items()
     ):

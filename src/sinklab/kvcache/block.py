@@ -220,12 +220,14 @@ def check_order(policies: tuple, question) -> None:
     """At least one policy: a press, a quantizer, or a press then a quantizer (it stores what the
     press kept); or a decoding press alone."""
     if not policies:
-        raise SinklabError("applied() needs a press or a quantizer, e.g. applied(model, SnapKV(ratio=0.5, keep_sinks=4))")
+        raise SinklabError(
+            "sinklab.applied needs a press or a quantizer here, e.g. sinklab.applied(model, SnapKV(ratio=0.5, keep_sinks=4))"
+        )
     for policy in policies:
         if not isinstance(policy, CachePolicy):
             raise not_a_policy(policy)
     if any(isinstance(policy, DecodingPress) for policy in policies):
-        check(len(policies) == 1, "a DecodingPress works alone in applied(): it presses the cache the decoding grows")
+        check(len(policies) == 1, "a DecodingPress works alone in sinklab.applied: it presses the cache the decoding grows")
         check(
             question is None,
             "question= keeps a question out of a prefill's compression; a DecodingPress leaves the prefill whole",
@@ -234,7 +236,7 @@ def check_order(policies: tuple, question) -> None:
     kinds = [policy.kind for policy in policies]
     check(
         kinds in (["press"], ["quantizer"], ["press", "quantizer"]),
-        f"applied() takes a press, a quantizer, or a press then a quantizer (it stores what the press kept); "
+        f"sinklab.applied takes a press, a quantizer, or a press then a quantizer (it stores what the press kept); "
         f"got {', '.join(kinds)}",
     )
 

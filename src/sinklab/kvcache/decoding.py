@@ -87,7 +87,7 @@ class DecodingPress(CachePolicy):
         )
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return f"{self.press.name} while decoding"
 
     @property
@@ -95,7 +95,7 @@ class DecodingPress(CachePolicy):
         return self.press.keep_sinks
 
     @property
-    def needs(self) -> frozenset:  # type: ignore[override]
+    def needs(self) -> frozenset:
         return self.press.needs
 
     @property

@@ -43,7 +43,7 @@ class AdaKV(CachePolicy):
         check(0 <= self.alpha <= 1, f"alpha (the share every head keeps by its own ranking) is in [0, 1]; got {self.alpha!r}")
 
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return f"adakv({self.press.name})"
 
     @property
@@ -55,7 +55,7 @@ class AdaKV(CachePolicy):
         return self.press.keep_sinks
 
     @property
-    def needs(self) -> frozenset:  # type: ignore[override]
+    def needs(self) -> frozenset:
         return self.press.needs
 
     @property

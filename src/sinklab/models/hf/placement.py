@@ -5,7 +5,9 @@ device."""
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Optional, Union
@@ -114,8 +116,11 @@ def spread(device_map) -> dict:
     where it sends modules to ``disk``, a fresh folder for accelerate to offload their weights to
     (they are read back from it layer by layer as the forward reaches them)."""
     mapping = check_device_map(device_map)
-    disk = isinstance(mapping, dict) and "disk" in mapping.values()
-    return {"device_map": mapping, **({"offload_folder": tempfile.mkdtemp(prefix="sinklab-offload-")} if disk else {})}
+    if not (isinstance(mapping, dict) and "disk" in mapping.values()):
+        return {"device_map": mapping}
+    folder = tempfile.mkdtemp(prefix="sinklab-offload-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the model reads it while the process lives
+    return {"device_map": mapping, "offload_folder": folder}
 
 
 def execution_device(module: nn.Module) -> torch.device:
