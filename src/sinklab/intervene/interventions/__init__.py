@@ -26,7 +26,8 @@ from .base import BY_TYPE, INTERVENTIONS, TAKES, Intervention, register
 
 # isort: off
 from .mask_self import MaskSelf
-from .variance_amplify import MU_DEFINITION, PlainScale, VarianceAmplify
+from .variance_amplify import MU_DEFINITION, VarianceAmplify
+from .plain_scale import PlainScale
 from .score_bias import ScoreBias, suppress_sink
 from .value_zero import ValueZero
 from .drop_first import DropFirst

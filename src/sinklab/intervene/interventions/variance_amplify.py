@@ -1,5 +1,5 @@
-"""``--amplify`` and its control ``--scale``: token k's attention output pushed away from the
-layer's mean, or only scaled (Li et al. 2026), each over the strengths ``--lam`` sweeps."""
+"""``--amplify``: token k's attention output pushed away from the layer's mean (Li et al. 2026),
+over the strengths ``--lam`` sweeps; its control, plain scaling, is :mod:`.plain_scale`."""
 
 from __future__ import annotations
 
@@ -35,13 +35,3 @@ class VarianceAmplify(_OutputEdit):
     def rewrite(self, o_k, z):
         mu = z.mean(dim=2)  # (B, H, D): the layer's mean head output over positions
         return mu + self.lam * (o_k - mu)
-
-
-@register("scale", takes="position", help="plain scaling of token k's attention output over --lam (the control)", sweeps_lam=True)
-@dataclass(frozen=True)
-class PlainScale(_OutputEdit):
-    """o'_k = lam * o_k: the control that raises the norm of token k's output but not in the
-    mean-centred way (Li et al. 2026 find it does not create a sink)."""
-
-    def rewrite(self, o_k, z):
-        return self.lam * o_k
