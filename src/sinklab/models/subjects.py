@@ -69,7 +69,9 @@ class Subject:
             raise SinklabError(f"expected a transformers causal LM or a sinklab Transformer, got {type(model).__name__}")
         if tokenizer is None:
             raise SinklabError(
-                f"{type(model).__name__} was given without its tokenizer: pass Subject.from_model(model, tokenizer)"
+                f"{type(model).__name__} was given without its tokenizer: give it beside the model "
+                "(intervene_model(model, tokenizer, [MaskSelf(10)]), Subject.from_model(model, tokenizer)), "
+                "or what sinklab.load_model returns"
             )
         hf.check_supported(model)  # a clear error now if sinklab cannot measure it (not causal, no head, layers not found)
         label = name or getattr(model.config, "_name_or_path", "") or type(model).__name__
