@@ -80,27 +80,25 @@ def _run(
     if by_name(model):
         check(tokenizer is None, f"{what}: a tokenizer goes with a model object; {model!r} names a model, loaded with its own")
         named = keywords.from_kwargs(capability.config, {**settings, **fixed, "model": model}, ALIASES, what)
-        result = pipeline.run(capability, resolved_config(named), out=out, overwrite=overwrite)
-        _warn_if_reused(result)
-        return result
-    moot = sorted(set(settings) & set(LOADING))
-    check(not moot, f"{what}: {', '.join(moot)} say how to load a model, and this one is loaded: give them to sinklab.load_model")
-    cfg = keywords.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
-    subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
-    cfg = configs.build(capability.config, {**configs.flat(cfg), **recorded_model(subject)})
+        cfg, subject = resolved_config(named), None
+    else:
+        _refuse_loading_for_objects(settings, [model], what)
+        cfg = keywords.from_kwargs(capability.config, {**settings, **fixed}, ALIASES, what)
+        subject = subject_of(model, tokenizer, getattr(cfg, "query_chunk", None))
+        cfg = configs.build(capability.config, {**configs.flat(cfg), **recorded_model(subject)})
     result = pipeline.run(capability, cfg, subject, out=out, overwrite=overwrite)
     _warn_if_reused(result)
     return result
 
 
 def _refuse_loading_for_objects(settings: dict, subjects: Sequence, what: str) -> None:
-    """How to load a model, beside a model object: refused (it would load only the named ones, and
-    the run would record it for the object too)."""
+    """How to load a model, given beside a model object: refused (the object is loaded already;
+    beside named models it would load only those, and the run would record it for the object too)."""
     moot = sorted(set(settings) & set(LOADING))
     check(
         not moot or all(s is None for s in subjects),
-        f"{what}: {', '.join(moot)} say how to load a model, and a model object here is loaded: give them to "
-        "sinklab.load_model, or name every model",
+        f"{what}: {', '.join(moot)} say how to load a model, and a model given here is loaded already: give them "
+        "to sinklab.load_model, or give the model by name",
     )
 
 

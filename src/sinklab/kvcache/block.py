@@ -180,10 +180,8 @@ def _rewriting(model: nn.Module, *policies: CachePolicy, question=None) -> Itera
     them is compressed, then they are fed through the compressed cache (see the module's docstring):
     the output's logits cover the whole prompt, its ``hidden_states`` and ``attentions`` the question
     only, and ``labels=`` is refused."""
-    from ..models.hf import LoadedModel
     from ..models.hf.support import check_causal
 
-    model = model.model if isinstance(model, LoadedModel) else model
     check_order(policies, question)
     question = None if question is None else _question_ids(question)
     check(
@@ -209,7 +207,9 @@ def _rewriting(model: nn.Module, *policies: CachePolicy, question=None) -> Itera
 def _alone(model, policy: CachePolicy, question=None) -> Iterator[Applied]:
     """``with policy(model):``, kvpress's spelling: the block ``sinklab.applied(model, policy)``
     runs for one cache policy, yielding the same :class:`~sinklab.core.hooks.Applied`."""
-    with _rewriting(model, policy, question=question) as state:
+    from ..models.hf import LoadedModel
+
+    with _rewriting(model.model if isinstance(model, LoadedModel) else model, policy, question=question) as state:
         yield Applied(None, state)
 
 
