@@ -3,15 +3,16 @@
 Every task of ``sinklab.accuracy.CANDIDATES`` (or ``--tasks``) is scored zero-shot (or with
 ``--shots``) by lm-eval on the default model, each example under every cyclic order of its listed
 choices, on up to ``--examples`` (1,000) examples outside the seeded test split (all of them where
-fewer; at least ``SELECTION``, 200, where the task has them): the rotation-averaged accuracy with its
+fewer; at least ``SELECTION``, 200, where the task has them; ``--examples-for TASK=N`` scores fewer,
+never under ``SELECTION``, for a task whose examples are long): the rotation-averaged accuracy with its
 95 % t interval, the strict accuracy, the position bias, and the suite rule
 (``sinklab.accuracy.suite.screen``: one-sided t-test against chance, Holm's correction over every
 candidate screened, the margin). Each kept task is then scored on its test split
 (``confirmed``). One row per task and one for the screen in ``results/suite_screen.jsonl``, each with
 its wall and CPU time.
 
-Resumable: each task's scores are kept under ``runs/suite_screen/<commit>/`` as they finish, and a
-run of the same commit and settings scores only the tasks not kept there.
+Resumable: each task's scores are kept under ``runs/suite_screen/<commit>/`` as they finish, one
+file per task, shots and example count, and a run of the same commit scores only what is not kept.
 
 Run: `.venv/bin/python benchmarks/suite_screen.py [--shots 0] [--examples 1000]` (the BIG-bench task
 files are fetched once on first use). Hours on 2 CPU cores for the 24 candidates.
@@ -27,10 +28,21 @@ from common import REVISION, RUNS, record
 
 from sinklab.accuracy import CANDIDATES, SIZES, evaluate, lm_for, read_task, sizes_for
 from sinklab.accuracy.scored import Scored
-from sinklab.accuracy.suite import REPORTED, confirmed, screen
+from sinklab.accuracy.suite import REPORTED, SELECTION, confirmed, screen
 from sinklab.core.atomic import write_json
 from sinklab.core.progress import progress_bar
 from sinklab.models.hf import load_model
+
+
+def examples_for(overrides: list[str], default: int) -> dict[str, int]:
+    """``TASK=N`` pairs as a dict; a count under ``SELECTION`` is refused (the issue's floor)."""
+    counts = {}
+    for pair in overrides:
+        name, _, count = pair.partition("=")
+        if not count.isdigit() or int(count) < SELECTION:
+            raise SystemExit(f"--examples-for takes TASK=N with N >= {SELECTION}; got {pair!r}")
+        counts[name] = int(count)
+    return counts
 
 
 def main() -> None:
@@ -38,21 +50,30 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(CANDIDATES), help="BIG-bench task names (default: the candidates)")
     parser.add_argument("--shots", type=int, default=0)
     parser.add_argument("--examples", type=int, default=REPORTED, help="the most examples scored outside the test split")
+    parser.add_argument(
+        "--examples-for",
+        action="append",
+        default=[],
+        metavar="TASK=N",
+        help=f"fewer examples for one task (at least {SELECTION}); repeatable",
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     args = parser.parse_args()
+    counts = examples_for(args.examples_for, args.examples)
     loaded = load_model(None)
     lm = lm_for(loaded.model, loaded.tokenizer, args.batch_size)
     pool = max(args.shots, SIZES["shots"])
-    kept = RUNS / "suite_screen" / REVISION / f"shots{args.shots}-examples{args.examples}"
+    kept = RUNS / "suite_screen" / REVISION / f"shots{args.shots}"
     kept.mkdir(parents=True, exist_ok=True)
     selected, tasks = [], {}
     for name in progress_bar(args.tasks.split(","), desc="screening", unit="task"):
         task = tasks[name] = read_task(name)
-        cached = kept / f"{name}.json"
+        wanted = counts.get(name, args.examples)
+        cached = kept / f"{name}-examples{wanted}.json"
         if cached.exists():  # scored by an earlier run of this commit and settings
             selected.append(Scored.from_record(json.loads(cached.read_text())))
             continue
-        outside = min(args.examples, len(task.examples) - SIZES["test"] - pool)
+        outside = min(wanted, len(task.examples) - SIZES["test"] - pool)
         wall, cpu = time.perf_counter(), time.process_time()
         (scored,) = evaluate(lm, [task], "validation", args.shots, sizes_for(args.shots, outside))
         selected.append(scored)
