@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import ARCHITECTURES, SAMPLE_TEXT, tiny_config
+from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from sinklab import cli
@@ -34,7 +35,15 @@ from sinklab.adapt.evaluate import Condition, content_hidden, content_nll, corpu
 from sinklab.adapt.finetune import teacher_logits
 from sinklab.adapt.mitigations import make_mitigation
 from sinklab.adapt.prefix import exact_tolerance
-from sinklab.adapt.quantize import QUANT_SCHEMES, fake_quant, quantize_activation, quantize_weight, quantized, quantized_linears
+from sinklab.adapt.quantize import (
+    DEFAULT_SCHEMES,
+    QUANT_SCHEMES,
+    fake_quant,
+    quantize_activation,
+    quantize_weight,
+    quantized,
+    quantized_linears,
+)
 from sinklab.adapt.run import calibrate, exact_check, measure_ppl
 from sinklab.adapt.search import largest_activation, search_prefix
 from sinklab.core import pipeline
@@ -170,6 +179,22 @@ def test_w8_matches_optimum_quanto_int8_weights(tiny_model_dir):
         assert (ours(input_ids=ids).logits - theirs(input_ids=ids).logits).abs().max() < 1e-5
 
 
+def test_weight_only_4bit_rounds_weights_in_groups_and_leaves_activations_alone(tiny_model_dir):
+    """``w4`` (the papers' 4-bit weight-only round to nearest): each linear layer computes with its
+    int4 grouped weights on its exact input."""
+    model = load_model(str(tiny_model_dir("llama"))).model
+    x = torch.randn(3, model.config.hidden_size)
+    _, proj = quantized_linears(model)["0.self_attn.q_proj"]
+    with torch.no_grad():
+        exact = proj(x)
+        with quantized(model, QUANT_SCHEMES["w4"]):
+            assert torch.equal(proj.weight, quantize_weight(proj.weight, 4, 128))  # 15 levels per group
+            assert len(torch.unique(proj.weight[0, :128] / proj.weight[0, :128].abs().max())) <= 15
+            rounded = proj(x)
+        torch.testing.assert_close(rounded, x @ quantize_weight(proj.weight, 4, 128).T, atol=1e-6, rtol=1e-6)
+    assert (rounded - exact).abs().max() > 0
+
+
 def test_quantized_context_restores_weights_and_refuses_static_without_calibration(tiny_model_dir):
     loaded = load_model(str(tiny_model_dir("gpt2")))  # Conv1D layers store (in, out)
     before = {name: m.weight.detach().clone() for name, (_, m) in quantized_linears(loaded.model).items()}
@@ -259,7 +284,7 @@ def test_sink_prefix_run_writes_the_summary_contract(tmp_path, tiny_model_dir, c
     )
     s = pipeline.run(ADAPT, cfg, loaded, out=tmp_path / "run").summary
     assert s["exact_check"] < s["exact_check_tolerance"] < 1e-4
-    assert set(s["ppl"]) == {"fp", *QUANT_SCHEMES}
+    assert set(s["ppl"]) == {"fp", *DEFAULT_SCHEMES}
     assert set(s["ppl"]["w8a8"]) == {"bos", "prefix", "no_bos", "cushion"}
     assert s["ppl"]["fp"]["bos"] == pytest.approx(s["ppl"]["fp"]["prefix"], rel=1e-5)
     assert len(s["max_abs_activation"]["w8a8"]["prefix"]) == loaded.n_layers
@@ -363,7 +388,10 @@ def test_every_mitigation_starts_as_the_original_model(arch, name, tiny_model_di
         assert (adapted.logits(ids) - start).abs().max() > 1e-4 or name == "kv_bias"
 
 
-def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, corpus):
+@pytest.mark.parametrize("optimizer", ["adamw", "orthoadam"])
+def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, corpus, optimizer):
+    """OrthoAdam's rotations travel in the checkpoint as AdamW's moments do."""
+
     def run(out: Path, resume: bool = False):
         cfg = build(
             FinetuneConfig,
@@ -378,6 +406,7 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
                 schemes=("w8a8",),
                 checkpoint_every=2,
                 corpus=corpus,
+                optimizer=optimizer,
             ),
         )
         return pipeline.run(FINETUNE, cfg, load_model(str(tiny_model_dir("llama"))), out=out, resume=resume).summary
@@ -389,8 +418,9 @@ def test_finetuning_resumes_to_the_same_parameters(tmp_path, tiny_model_dir, cor
     shutil.copytree(tmp_path / "whole", cut)
     shutil.rmtree(cut / "ckpt-0000004")
     (cut / "latest").write_text("ckpt-0000002")
+    saved = load_file(str(cut / "ckpt-0000002" / "optimizer.safetensors"))
+    assert any(key.endswith(".rotation") for key in saved) == (optimizer == "orthoadam")
     run(cut, resume=True)
-    from safetensors.torch import load_file
 
     a, b = load_file(str(tmp_path / "whole" / "adapter.safetensors")), load_file(str(cut / "adapter.safetensors"))
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)

@@ -199,3 +199,35 @@ def test_head_output_norm_and_gate():
     assert out[:, 0].abs().max() < 1e-30  # a closed gate silences the head
     torch.testing.assert_close(out[:, 1], z[:, 1] * 0.5)
     torch.testing.assert_close(out[:, 2], z[:, 2])
+
+
+def test_value_gate_multiplies_each_value_by_a_sigmoid_of_itself_per_head():
+    torch.manual_seed(0)
+    extras = HeadOutput(4, H, D, AttentionSpec(value_gate=True))
+    assert extras.order == () and extras.on_values == ("value_gate",)  # it acts before aggregation, not on z
+    with torch.no_grad():
+        extras.value_gate.weight.normal_()
+        extras.value_gate.bias.normal_()
+    v = torch.randn(B, H, T, D)
+    expected = torch.stack(
+        [v[:, h] * torch.sigmoid(v[:, h] @ extras.value_gate.weight[h] + extras.value_gate.bias[h]) for h in range(H)], dim=1
+    )
+    torch.testing.assert_close(extras.values(v), expected)
+    z = torch.randn(B, H, T, D)
+    assert extras(z, torch.randn(B, T, 4)) is z  # the output stage is untouched
+
+
+def test_a_closed_value_gate_silences_every_head_of_the_model():
+    from sinklab.core.hooks import hook_name
+    from sinklab.models.native import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=8, n_layers=1, n_heads=2, attention=AttentionSpec(value_gate=True), residual=True))
+    seen = {}
+    with model.hooks.attached([(hook_name(0, "attn.hook_z"), lambda z, point: seen.setdefault("z", z))]):
+        model(torch.randn(1, 5, 8))
+        assert seen.pop("z").abs().max() > 0
+        with torch.no_grad():
+            model.blocks[0].attn.head_out.value_gate.bias.fill_(-100.0)
+        model(torch.randn(1, 5, 8))
+    assert seen["z"].abs().max() < 1e-30  # every value gated shut: the heads add nothing

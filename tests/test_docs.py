@@ -87,7 +87,7 @@ def test_each_snippet_runs_on_a_tiny_model(name, snippet_model_dir, monkeypatch,
     """The page's code as written, with the Hub id swapped for a tiny saved Llama (offline), run in
     an empty folder (a snippet writes its task files and run directories there)."""
     source = (SNIPPETS / name).read_text()
-    assert SNIPPET_MODEL in source
+    assert SNIPPET_MODEL in source or "load_model" not in source  # a snippet that trains its own model loads none
     script = tmp_path / name
     script.write_text(source.replace(SNIPPET_MODEL, str(snippet_model_dir)))
     monkeypatch.chdir(tmp_path)

@@ -10,7 +10,7 @@ from sinklab.models.circuits import attention_only_forward
 from sinklab.models.native import KVCache, ModelConfig, Transformer
 
 
-def lm_config(attn="softmax", gate=False, head_norm=False, **kw):
+def lm_config(attn="softmax", gate=False, head_norm=False, value_gate=False, **kw):
     base = dict(
         d_model=32,
         n_layers=2,
@@ -24,7 +24,7 @@ def lm_config(attn="softmax", gate=False, head_norm=False, **kw):
         max_seq_len=64,
     )
     base.update(kw)
-    return ModelConfig(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm), **base)
+    return ModelConfig(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm, value_gate=value_gate), **base)
 
 
 @pytest.mark.parametrize("attn", list(ATTN_NORMS))
@@ -46,7 +46,9 @@ def test_merged_circuits_equal_reference_path_and_gradients(attn):
 
 
 @pytest.mark.parametrize("attn", list(ATTN_NORMS))
-@pytest.mark.parametrize("extras", [{}, {"gate": True, "head_norm": True}, {"sink_tokens": 2, "tie_embeddings": False}])
+@pytest.mark.parametrize(
+    "extras", [{}, {"gate": True, "head_norm": True}, {"value_gate": True}, {"sink_tokens": 2, "tie_embeddings": False}]
+)
 def test_changing_a_future_token_changes_no_earlier_logit(attn, extras):
     torch.manual_seed(1)
     model = Transformer(lm_config(attn=attn, **extras))
@@ -58,10 +60,11 @@ def test_changing_a_future_token_changes_no_earlier_logit(attn, extras):
     assert (a[:, 7:] - b[:, 7:]).abs().max() > 0
 
 
-@pytest.mark.parametrize("attn", ["softmax", "relu", "sink_logit"])
-def test_incremental_decoding_with_cache_equals_full_forward(attn):
+@pytest.mark.parametrize("attn", ["softmax", "relu", "sink_logit", "softpick"])
+@pytest.mark.parametrize("extras", [{}, {"value_gate": True}], ids=["plain", "value_gate"])
+def test_incremental_decoding_with_cache_equals_full_forward(attn, extras):
     torch.manual_seed(2)
-    model = Transformer(lm_config(attn=attn, sink_tokens=1))
+    model = Transformer(lm_config(attn=attn, sink_tokens=1, **extras))
     ids = torch.randint(0, 50, (2, 10))
     full = model(ids)
     cache = KVCache()

@@ -42,9 +42,9 @@ def corpus(tmp_path, monkeypatch):
     return str(folder)
 
 
-def tiny(corpus, attn="softmax", gate=False, head_norm=False, **kw):
+def tiny(corpus, attn="softmax", gate=False, head_norm=False, value_gate=False, **kw):
     base = dict(
-        attention=AttentionSpec(attn, gate=gate, head_norm=head_norm),
+        attention=AttentionSpec(attn, gate=gate, head_norm=head_norm, value_gate=value_gate),
         corpus=corpus,
         tokenizer="bytes",
         d_model=32,
@@ -166,17 +166,73 @@ def killed_at_step_7(cfg, out, monkeypatch) -> None:
     monkeypatch.setattr(pretrain, "step_batch", original)
 
 
-def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mitigations", [{}, {"optimizer": "orthoadam", "tweo": 0.01}], ids=["adamw", "orthoadam+tweo"])
+def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch, mitigations):
+    """OrthoAdam's rotations and moments travel in the checkpoint: a resumed run is the same run."""
     straight = tmp_path / "straight"
-    train_lm(tiny(corpus), straight)
+    train_lm(tiny(corpus, **mitigations), straight)
     killed = tmp_path / "killed"
-    killed_at_step_7(tiny(corpus), killed, monkeypatch)
-    train_lm(tiny(corpus), killed, resume=True)
+    killed_at_step_7(tiny(corpus, **mitigations), killed, monkeypatch)
+    train_lm(tiny(corpus, **mitigations), killed, resume=True)
     a, b = read_jsonl(straight / "metrics.jsonl"), read_jsonl(killed / "metrics.jsonl")
     assert [r["step"] for r in b] == [4, 8, 12]
     for ra, rb in zip(a, b):
         assert ra["train_loss"] == pytest.approx(rb["train_loss"], abs=1e-6)
         assert ra["val_loss"] == pytest.approx(rb["val_loss"], abs=1e-6)
+        assert ra.get("train_tweo") == pytest.approx(rb.get("train_tweo"), abs=1e-6)
+    assert ("train_tweo" in a[0]) == bool(mitigations)
+
+
+def test_tweo_adds_its_weighted_penalty_on_every_block_output(corpus):
+    """The objective is LM + w * mean over blocks of mean((|A| / (tau + 1e-6))^p), A a block's
+    output, recomputed here by running the blocks by hand."""
+    cfg = tiny(corpus, tweo=0.5, tweo_tau=0.7, tweo_p=3.0)
+    data = load_token_data(corpus, "bytes")
+    torch.manual_seed(0)
+    model = Transformer(cfg.model_config(data.vocab_size))
+    batch = pretrain.step_batch(data, cfg, 1)
+    loss, parts = pretrain.training_loss(model, model, batch, cfg)
+    x, penalties = model.embed(batch[:, :-1]), []
+    for block in model.blocks:
+        x, _ = block(x, model.rotary, None)
+        penalties.append((x.abs() / (0.7 + 1e-6)).pow(3.0).mean())
+    expected = torch.stack(penalties).mean()
+    assert parts["tweo"] == pytest.approx(expected.item(), rel=1e-6)
+    assert parts["lm"] == pytest.approx(pretrain.lm_loss(model, batch).item(), rel=1e-6)
+    assert loss.item() == pytest.approx(parts["lm"] + 0.5 * parts["tweo"], rel=1e-6)
+    assert not model.hooks  # the collecting hook is gone
+
+
+def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_refused(corpus):
+    names = {
+        tiny(corpus, **kw).variant
+        for kw in (
+            {},
+            {"optimizer": "orthoadam"},
+            {"tweo": 0.01},
+            {"tweo": 0.1},
+            {"tweo": 0.01, "tweo_p": 2.0},
+            {"value_gate": True},
+            {"attn": "softpick", "tweo": 0.01},
+        )
+    }
+    assert names == {
+        "softmax",
+        "softmax+orthoadam",
+        "softmax+tweo",
+        "softmax+tweo_w0.1",
+        "softmax+tweo_p2",
+        "softmax+value_gate",
+        "softpick+tweo",
+    }
+    for kw, message in (
+        ({"optimizer": "sgd"}, "--optimizer must be one of adamw, orthoadam"),
+        ({"tweo": -1.0}, "--tweo is a loss weight"),
+        ({"tweo_p": 2.0}, "give --tweo too"),
+        ({"tweo": 0.01, "tweo_tau": 0.0}, "must be > 0"),
+    ):
+        with pytest.raises(SinklabError, match=message):
+            tiny(corpus, **kw)
 
 
 @pytest.mark.integration

@@ -20,7 +20,7 @@ from ..core.errors import SinklabError, check
 from ..models.hf import head_nll
 from .adapted import AdaptedModel
 from .prefix import SinkPrefix
-from .quantize import QUANT_SCHEMES, check_scheme
+from .quantize import DEFAULT_SCHEMES, QUANT_SCHEMES, check_scheme
 
 HELD_OUT_EVERY = 4  # every 4th document (by name) is held out for perplexity
 
@@ -38,12 +38,12 @@ class Evaluation:
     windows: int = setting(8, help="held-out windows scored")
     calibration: int = setting(4, help="windows for static scales and the prefix search")
     schemes: tuple[str, ...] = setting(
-        tuple(QUANT_SCHEMES),
+        DEFAULT_SCHEMES,
         flag="--schemes",
         aliases=("--quant",),  # compress's --quant names a KV-cache quantizer
         metavar="S[,S...]",
         choices=tuple(QUANT_SCHEMES),
-        shown="all",
+        shown=",".join(DEFAULT_SCHEMES),
         help=f"weight-and-activation quantization schemes, from {', '.join(QUANT_SCHEMES)}",
     )
 

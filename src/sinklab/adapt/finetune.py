@@ -29,6 +29,7 @@ from ..core.atomic import append_jsonl
 from ..core.checkpoint import checkpoint_state, drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.configs import setting
 from ..core.errors import check
+from ..core.orthoadam import OPTIMIZERS, build_optimizer
 from ..core.progress import progress_bar
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..core.results import Capability, RunContext, RunResult, register, stamped
@@ -49,8 +50,9 @@ from .run import EXACT_WINDOWS, FULL_PRECISION, PREFIX, check_exact, measure_ppl
 class FinetuneConfig:
     """``sinklab adapt --to NAME``'s settings."""
 
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[dict] = {0: nested_evaluation, 1: migrated_threads}
+    VERSION: ClassVar[int] = 3
+    #: version 2 -> 3: runs before --optimizer trained with AdamW
+    MIGRATIONS: ClassVar[dict] = {0: nested_evaluation, 1: migrated_threads, 2: lambda saved: {**saved, "optimizer": "adamw"}}
 
     model: Optional[str] = setting(None, help=MODEL_HELP, cli=False)
     mitigation: str = setting("gate", help="the mitigation fine-tuned in", flag="--to", choices=tuple(MITIGATIONS), cli=False)
@@ -68,6 +70,11 @@ class FinetuneConfig:
     seq_len: int = setting(128, help="tokens per training sequence", flag="--train-tokens", aliases=("--seq-len",))
     batch: int = setting(4, help="sequences per step")
     lr: Optional[float] = setting(None, help="learning rate", shown="1e-2 for the mitigation's parameters, 1e-5 with --full")
+    optimizer: str = setting(
+        "adamw",
+        choices=OPTIMIZERS,
+        help="adamw, or orthoadam: Adam's moments in a fixed random rotation per parameter, drawn from --seed (Kaul et al. 2025)",
+    )
     lm_weight: float = setting(1.0, help="weight of the LM loss next to the distillation KL")
     ramp: float = setting(0.5, help="fraction of the steps over which BOS fades out and the mitigation in")
     checkpoint_every: int = setting(50, help="steps between checkpoints", result=False)
@@ -114,7 +121,7 @@ def measure(cfg: FinetuneConfig, context: RunContext) -> RunResult:
     adapted = AdaptedModel(model, mitigation, bos_prefix)
     params = [p for p in mitigation.parameters() if p.requires_grad] + (list(model.parameters()) if cfg.full else [])
     check(params, f"{cfg.mitigation} adds no parameters to train; pass --full to fine-tune the model's weights with it")
-    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+    opt = build_optimizer(cfg.optimizer, params, seed=cfg.seed, lr=cfg.learning_rate, weight_decay=0.0)
     trained = nn.ModuleDict({"mitigation": mitigation, **({"model": model} if cfg.full else {})})
     ev = cfg.evaluation
     evaluation = corpus_windows(ev.corpus, loaded.tokenizer, ev.tokens, ev.windows, held_out=True)

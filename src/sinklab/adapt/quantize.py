@@ -49,11 +49,17 @@ class QuantScheme:
 
 QUANT_SCHEMES: dict[str, QuantScheme] = {
     "w8": QuantScheme(8, None, None, "int8 weights per output channel, full-precision activations"),
+    "w4": QuantScheme(4, 128, None, "int4 weights in groups of 128, full-precision activations (weight-only round to nearest)"),
     "w8a8": QuantScheme(8, None, "tensor", "int8 weights per channel, int8 activations per tensor (dynamic)"),
     "w8a8_static": QuantScheme(8, None, "static", "int8 weights per channel, int8 activations per tensor (static, calibrated)"),
     "w8a8_token": QuantScheme(8, None, "token", "int8 weights per channel, int8 activations per token (dynamic)"),
     "w4a8": QuantScheme(4, 128, "tensor", "int4 weights in groups of 128, int8 activations per tensor (dynamic)"),
 }
+
+
+#: ``adapt``'s default schemes: all but ``w4``. A sink in the stream reaches activations, not weights;
+#: 4-bit weight-only rounding is the papers' payoff of training without outliers (issue 52), opt-in.
+DEFAULT_SCHEMES = tuple(name for name in QUANT_SCHEMES if name != "w4")
 
 
 def check_scheme(name: str) -> QuantScheme:

@@ -7,10 +7,11 @@ import os
 
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.errors import check
+from ..core.orthoadam import OPTIMIZERS
 from ..core.provenance import THREADS_HELP
 from ..core.text import format_table
 from ..pretrain import COLUMNS, PRETRAIN, PretrainConfig, run_row
-from ..pretrain.config import CORPUS_DEFAULTS, POSITIONS
+from ..pretrain.config import CORPUS_DEFAULTS, POSITIONS, TWEO_WEIGHT
 from ..pretrain.tokens import TOKENIZERS
 from .args import (
     add_bos_argument,
@@ -40,13 +41,17 @@ NUMBERS = (
     "weight_decay",
     "grad_clip",
     "adam_beta2",
+    "tweo_tau",
+    "tweo_p",
 )
 #: Fields whose flag is not their name: help, the canonical flag, then old spellings kept as aliases.
 RENAMED = {
     "seq_len": ("tokens per training sequence", "--tokens", "--seq-len"),
     "min_lr_ratio": ("the cosine schedule's last lr as a share of --lr (1: constant after warm-up)", "--min-lr-ratio"),
     "grad_clip": ("largest global gradient norm (0: no clipping)", "--grad-clip"),
-    "adam_beta2": ("AdamW's second-moment decay", "--adam-beta2"),
+    "adam_beta2": ("the optimizer's second-moment decay", "--adam-beta2"),
+    "tweo_tau": ("TWEO's soft threshold tau: activations under it are barely penalised", "--tweo-tau"),
+    "tweo_p": ("TWEO's power p of (|A| / tau)", "--tweo-p"),
 }
 
 
@@ -109,6 +114,21 @@ def add_parser(sub) -> None:
         default=defaults.positions,
         help="rope (rotary), learned (a vector per absolute position, GPT-2) or none (NoPE) (default %(default)s)",
     )
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=defaults.optimizer,
+        help="adamw (default) or orthoadam: Adam's moments in a fixed random rotation per parameter (Kaul et al. 2025)",
+    )
+    p.add_argument(
+        "--tweo",
+        type=float,
+        nargs="?",
+        const=TWEO_WEIGHT,
+        default=defaults.tweo,
+        metavar="WEIGHT",
+        help=f"add TWEO's penalty on every block's output to the loss, times WEIGHT (bare: {TWEO_WEIGHT}, Liang et al. 2025)",
+    )
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
     add_resume_arguments(p)
@@ -128,6 +148,8 @@ def pretrain_command(args: argparse.Namespace) -> int:
         max_seq_len=args.max_seq_len,
         warmup=args.warmup,
         device=args.device,
+        optimizer=args.optimizer,
+        tweo=args.tweo,
         threads=args.threads,
         **{name: getattr(args, name) for name in NUMBERS},
     )

@@ -6,7 +6,7 @@ import argparse
 
 from ..core.text import format_table
 from ..pretrain import COLUMNS
-from ..pretrain.sweep import DEFAULT_OUTS, SWEEP, SweepConfig, parse_setting
+from ..pretrain.sweep import DEFAULT_OUTS, PLANS, SWEEP, SweepConfig, parse_setting
 from .args import (
     add_config_arguments,
     add_launcher_arguments,
@@ -28,7 +28,11 @@ def add_parser(sub) -> None:
             "Finished runs are kept and half-finished ones resumed, whichever launcher ran them; "
             "a run of another configuration is refused (or trained again with --rerun-stale); "
             "more seeds or variants into the same --out train only the new runs. "
-            "shakespeare: 8 variants x 2 seeds, about 3 hours on 2 CPU cores; bb: 9 variants x 3 seeds."
+            + "; ".join(
+                f"{corpus}: {len(SweepConfig(corpus=corpus).runs()) // len(plan[0])} variants x {len(plan[0])} seeds"
+                for corpus, plan in PLANS.items()
+            )
+            + "."
         ),
     )
     add_config_arguments(p, SweepConfig)

@@ -134,6 +134,7 @@ class Attention(nn.Module):
         """x: (B, T, d_model) -> (B, T, d_model), and the weights (B, H, T, Tk) if asked."""
         B, T, _ = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)  # (B, H, T, D)
+        v = self.head_out.values(v)
         if cache is not None:
             k, v = cache.update(self.layer, k, v)
         n_keys = k.shape[2]

@@ -10,9 +10,10 @@ from typing import ClassVar, Optional
 
 import torch
 
-from ..core.attention import AttentionSpec
+from ..core.attention import AttentionSpec, extras_off
 from ..core.configs import setting
 from ..core.errors import check
+from ..core.orthoadam import OPTIMIZERS
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..models.native import ModelConfig
 from .bigram_backcopy import CORPUS_NAME as BB_CORPUS
@@ -34,14 +35,21 @@ VALIDATION_SEED, SCAN_SEED = 1234, 4321
 #: but the causal mask (NoPE).
 POSITIONS = ("rope", "learned", "none")
 TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
+#: TWEO's defaults (Liang et al. 2025): the loss weight a bare ``--tweo`` takes, the soft threshold
+#: tau and the power p of its penalty mean((|A| / tau)^p) on every block's output A.
+TWEO_WEIGHT, TWEO_TAU, TWEO_P = 0.01, 3.0, 4.0
 
 
 @dataclass
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
 
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[dict] = {0: lambda saved: migrated_pretrain(saved), 1: migrated_threads}
+    VERSION: ClassVar[int] = 3
+    MIGRATIONS: ClassVar[dict] = {
+        0: lambda saved: migrated_pretrain(saved),
+        1: migrated_threads,
+        2: lambda saved: migrated_training_mitigations(saved),
+    }
 
     corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
     tokenizer: str = "default"
@@ -64,6 +72,10 @@ class PretrainConfig:
     weight_decay: float = 0.1
     grad_clip: float = 1.0  # largest global gradient norm; 0: no clipping
     adam_beta2: float = 0.95
+    optimizer: str = "adamw"  # or orthoadam
+    tweo: float = 0.0  # TWEO's loss weight (0: off)
+    tweo_tau: float = TWEO_TAU
+    tweo_p: float = TWEO_P
     eval_every: Optional[int] = None  # None: CORPUS_DEFAULTS
     eval_batches: int = 8
     checkpoint_every: Optional[int] = setting(None, help="steps between checkpoints", result=False)  # None: CORPUS_DEFAULTS
@@ -112,6 +124,13 @@ class PretrainConfig:
             self.warmup = self.steps // 10
         check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup} for {self.steps} steps")
         check(self.positions in POSITIONS, f"--positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+        check(self.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        check(self.tweo >= 0, f"--tweo is a loss weight (>= 0; 0: off), got {self.tweo}")
+        check(self.tweo_tau > 0 and self.tweo_p > 0, f"--tweo-tau and --tweo-p must be > 0, got {self.tweo_tau}, {self.tweo_p}")
+        check(
+            self.tweo > 0 or (self.tweo_tau, self.tweo_p) == (TWEO_TAU, TWEO_P),
+            "--tweo-tau and --tweo-p shape TWEO's penalty, which is off: give --tweo too",
+        )
         check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
         check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
 
@@ -139,13 +158,38 @@ class PretrainConfig:
 
     @property
     def variant(self) -> str:
-        return self.attention.label + (f"+{self.sink_tokens}sink" if self.sink_tokens else "")
+        """The attention variant, sink tokens and training mitigations: ``softmax1+orthoadam``,
+        ``softpick+tweo`` (TWEO's settings named where they are not the paper's: ``+tweo_w0.1``)."""
+        name = self.attention.label + (f"+{self.sink_tokens}sink" if self.sink_tokens else "")
+        if self.optimizer != "adamw":
+            name += f"+{self.optimizer}"
+        if self.tweo:
+            differs = [
+                (k, v)
+                for k, v, d in (("w", self.tweo, TWEO_WEIGHT), ("tau", self.tweo_tau, TWEO_TAU), ("p", self.tweo_p, TWEO_P))
+                if v != d
+            ]
+            name += "+tweo" + "".join(f"_{k}{v:g}" for k, v in differs)
+        return name
 
 
 #: What a run saved before a training key existed meant by it: rotary embeddings were the only
 #: encoding before ``--positions``, and AdamW's beta2 was fixed at 0.95 before ``--adam-beta2``.
 #: No other missing key is filled in (resume and :func:`.trained.load_trained` refuse it).
 BEFORE_KEY_EXISTED = {"positions": "rope", "adam_beta2": 0.95}
+
+
+def migrated_training_mitigations(saved: dict) -> dict:
+    """Runs before version 3 had no value-state gate, no OrthoAdam and no TWEO: they ran AdamW
+    without the auxiliary loss."""
+    return {
+        **saved,
+        **({"attention": extras_off(saved["attention"])} if "attention" in saved else {}),
+        "optimizer": "adamw",
+        "tweo": 0.0,
+        "tweo_tau": TWEO_TAU,
+        "tweo_p": TWEO_P,
+    }
 
 
 def migrated_pretrain(saved: dict) -> dict:

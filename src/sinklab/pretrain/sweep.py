@@ -1,9 +1,10 @@
 """``sinklab sweep``: every attention variant pretrained under one budget, several seeds, compared.
 
-Text (default): the 8 variants, 2 seeds, the default text budget, one run after another (each
-uses every core). Bigram-Backcopy (``--corpus bb``): the 9 variants of the mitigation sweep (every
-normalisation, +gate, +head_norm, softmax with one learned sink token), 3 seeds, the calibrated
-BB budget, two single-threaded runs at a time.
+Every normalisation, each per-head extra alone, and the training mitigations alone and in the
+combinations their papers propose (:data:`TRAINING_MITIGATIONS`); Bigram-Backcopy (``--corpus bb``)
+adds softmax with one learned sink token. Text (default): 2 seeds, the default text budget, one run
+after another (each uses every core). Bigram-Backcopy: 3 seeds, the calibrated BB budget, two
+single-threaded runs at a time.
 
 Each run is one job of the launcher, a ``sinklab pretrain`` run (the one pipeline) in its own
 directory ``OUT/<variant>-seed<seed>``: a finished run is kept (and not launched), a half-finished
@@ -34,18 +35,41 @@ from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..core.runs import is_finished
 from . import page
 from .compare import COMPARE_RUNS, CompareRunsConfig
-from .config import PretrainConfig
+from .config import TWEO_WEIGHT, PretrainConfig
 from .run import PRETRAIN
 
-#: corpus -> (default seeds, worker processes, the variants beyond every normalisation and extra)
+#: The training mitigations of issue 52 alone (OrthoAdam, TWEO) and the combinations their papers
+#: propose: softmax-1 with OrthoAdam (Kaul et al. 2025), the output gate with head-wise RMSNorm, and
+#: softpick with TWEO. Softpick and the value-state gate alone are a normalisation and an extra.
+TRAINING_MITIGATIONS = (
+    {"optimizer": "orthoadam"},
+    {"tweo": TWEO_WEIGHT},
+    {"attention": AttentionSpec("softmax1"), "optimizer": "orthoadam"},
+    {"attention": AttentionSpec(gate=True, head_norm=True)},
+    {"attention": AttentionSpec("softpick"), "tweo": TWEO_WEIGHT},
+)
+#: corpus -> (default seeds, worker processes, the variants beyond every normalisation, extra and training mitigation)
 PLANS = {
     "shakespeare": ((0, 1), 1, ()),
     "bb": ((0, 1, 2), 2, ({"sink_tokens": 1},)),
 }
-#: What ``settings`` may change: a setting of every run, less what the sweep itself varies
-#: (corpus, attention, sink tokens, seed, steps) or derives (max_seq_len follows each run's length
-#: and sink tokens; device: each run's own, auto).
-FIXED_BY_THE_SWEEP = ("corpus", "attention", "sink_tokens", "seed", "steps", "max_seq_len", "device", "threads")
+#: What ``settings`` may change: a setting of every run, less what the sweep itself varies (corpus,
+#: attention, sink tokens, training mitigations and TWEO's shape, seed, steps) or derives
+#: (max_seq_len follows each run's length and sink tokens; device: each run's own, auto).
+FIXED_BY_THE_SWEEP = (
+    "corpus",
+    "attention",
+    "sink_tokens",
+    "optimizer",
+    "tweo",
+    "tweo_tau",
+    "tweo_p",
+    "seed",
+    "steps",
+    "max_seq_len",
+    "device",
+    "threads",
+)
 SETTABLE = tuple(f.name for f in fields(PretrainConfig) if f.name not in FIXED_BY_THE_SWEEP)
 
 
@@ -98,7 +122,8 @@ class SweepConfig:
         attention = [{"attention": AttentionSpec(name)} for name in ATTN_NORMS] + [
             {"attention": s} for s in AttentionSpec().with_each_extra()
         ]
-        configs = [replace(base, **v, seed=s, max_seq_len=None) for s in self.seeds for v in [*attention, *PLANS[self.corpus][2]]]
+        variants = [*attention, *TRAINING_MITIGATIONS, *PLANS[self.corpus][2]]
+        configs = [replace(base, **v, seed=s, max_seq_len=None) for s in self.seeds for v in variants]
         known = list(dict.fromkeys(c.variant for c in configs))
         unknown = [v for v in self.variants if v not in known]
         check(not unknown, f"--variants: unknown {', '.join(unknown)}; the sweep has {', '.join(known)}")

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from ..core.atomic import append_jsonl, read_jsonl
 from ..core.checkpoint import drop_rows_after, latest_checkpoint, load_checkpoint, save_checkpoint
 from ..core.errors import SinklabError, check
+from ..core.orthoadam import build_optimizer
 from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..models.native import Transformer
@@ -31,6 +32,7 @@ from .config import SCAN_SEED, STEPS_PER_SEED, TRAINING_SEEDS, VALIDATION_SEED, 
 from .distributed import Dist, wrap_ddp
 from .results import emergence_figures
 from .sources import DataSource
+from .tweo import block_outputs, tweo_penalty
 
 
 def lr_at(cfg: PretrainConfig, step: int) -> float:
@@ -41,18 +43,30 @@ def lr_at(cfg: PretrainConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on norms, biases, gates' biases or sink logits)."""
+def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optimizer:
+    """AdamW (or OrthoAdam, its rotations drawn from the run's seed) with weight decay on matrices
+    only (not on norms, biases, gates' biases or sink logits)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     rest = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8, foreach=True)
+    return build_optimizer(cfg.optimizer, groups, seed=cfg.seed, foreach=True, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8)
 
 
 def lm_loss(model, batch: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy of (B, T + 1) windows."""
     logits = model(batch[:, :-1])
     return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+
+
+def training_loss(model: Transformer, ddp, batch: torch.Tensor, cfg: PretrainConfig) -> tuple[torch.Tensor, dict]:
+    """The loss a step minimises and, when TWEO is on, its parts as numbers: the LM loss and TWEO's
+    penalty on the blocks' outputs (the loss is LM + ``cfg.tweo`` x penalty)."""
+    if not cfg.tweo:
+        return lm_loss(ddp, batch), {}
+    with block_outputs(model) as outputs:
+        loss = lm_loss(ddp, batch)
+    penalty = tweo_penalty(outputs, cfg.tweo_tau, cfg.tweo_p)
+    return loss + cfg.tweo * penalty, {"lm": loss.item(), "tweo": penalty.item()}
 
 
 def training_seed(seed: int, step: int) -> int:
@@ -105,7 +119,7 @@ def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataS
     for step in range(start + 1, cfg.steps + 1):
         for group in opt.param_groups:
             group["lr"] = lr_at(cfg, step)
-        loss = lm_loss(ddp, world.shard(step_batch(data, cfg, step)).to(world.device))
+        loss, parts = training_loss(model, ddp, world.shard(step_batch(data, cfg, step)).to(world.device), cfg)
         loss_value = world.mean(loss.item())
         if not math.isfinite(loss_value):
             last = latest_checkpoint(out)
@@ -118,8 +132,12 @@ def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataS
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        carry["loss_sum"] += loss_value
         carry["loss_count"] += 1
+        if "tweo" in parts:  # the LM loss apart from the objective, so that runs compare
+            carry["loss_sum"] += world.mean(parts["lm"])
+            carry["tweo_sum"] = carry.get("tweo_sum", 0.0) + world.mean(parts["tweo"])
+        else:
+            carry["loss_sum"] += loss_value
         tokens += cfg.batch * cfg.seq_len
         bar.update(1)
         if step % cfg.eval_every == 0 or step == cfg.steps:
@@ -147,6 +165,7 @@ def _evaluate(model, data: DataSource, cfg: PretrainConfig, step: int, carry: di
     row = {
         "step": step,
         "train_loss": carry["loss_sum"] / max(carry["loss_count"], 1),
+        **({"train_tweo": carry["tweo_sum"] / max(carry["loss_count"], 1)} if "tweo_sum" in carry else {}),
         "val_loss": val,
         "val_bpb": data.bits_per_byte(val),
         "lr": lr_at(cfg, step),
@@ -155,6 +174,7 @@ def _evaluate(model, data: DataSource, cfg: PretrainConfig, step: int, carry: di
         **{k: v for k, v in data.task_metrics(model, batches).items() if isinstance(v, float)},
     }
     carry["loss_sum"], carry["loss_count"] = 0.0, 0
+    carry.pop("tweo_sum", None)
     return row
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar, Optional, Sequence
 
 from ..core import pipeline
+from ..core.attention import extras_off
 from ..core.configs import setting
 from ..core.errors import NumericalCheckFailed, check
 from ..core.launchers import LOCAL, LauncherSettings
@@ -50,8 +51,17 @@ class LabConfig:
     ``device`` and ``ensembles`` place the jobs: they do not change what a model computes beyond
     float rounding, and a lab resumes under another placement)."""
 
-    VERSION: ClassVar[int] = 2
-    MIGRATIONS: ClassVar[dict] = {0: migrated_lab, 1: migrated_threads}
+    VERSION: ClassVar[int] = 3
+    MIGRATIONS: ClassVar[dict] = {
+        0: migrated_lab,
+        1: migrated_threads,
+        2: lambda saved: {
+            **saved,
+            "configs": [
+                {**c, **({"attention": extras_off(c["attention"])} if "attention" in c else {})} for c in saved["configs"]
+            ],
+        },
+    }
 
     configs: tuple[TriggerConfig, ...] = setting((), help="the models, one per configuration and seed", cli=False)
     analysis: str = setting("grid", help="what the lab ends with", choices=tuple(ANALYSES), cli=False)

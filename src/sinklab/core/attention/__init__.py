@@ -5,7 +5,7 @@
 * a new per-head extra: a module plus an entry in :data:`HEAD_EXTRAS` in :mod:`.extras`.
 """
 
-from .extras import EXTRA_NAMES, HEAD_EXTRAS, AttentionSpec, HeadOutput
+from .extras import EXTRA_NAMES, HEAD_EXTRAS, AttentionSpec, HeadOutput, extras_off
 from .norms import ATTN_NORMS, AttnNorm, check_attn_name, make_norm, register
 from .reference import attend, attend_fast, causal_mask, default_scale
 
@@ -21,6 +21,7 @@ __all__ = [
     "causal_mask",
     "check_attn_name",
     "default_scale",
+    "extras_off",
     "make_norm",
     "register",
 ]

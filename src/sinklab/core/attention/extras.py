@@ -1,9 +1,10 @@
 """Per-head extras and :class:`AttentionSpec`, the one description of an attention variant.
 
-An extra acts on each head's output after value aggregation and before the output projection.
-To add one: write its module (``forward(z, x) -> z``), add a boolean field to
-:class:`AttentionSpec` and an entry to :data:`HEAD_EXTRAS`; the native model, the variant label,
-the trigger lab's variant table, pretraining and the command-line flags all pick it up.
+An extra acts on each head at one of two stages: on the value states before aggregation
+(``stage="values"``, ``forward(v) -> v``) or on the head's output after aggregation and before the
+output projection (``stage="output"``, ``forward(z, x) -> z``). To add one: write its module, add a
+boolean field to :class:`AttentionSpec` and an entry to :data:`HEAD_EXTRAS`; the native model, the
+variant label, the trigger lab's variant table, pretraining and the command-line flags all pick it up.
 """
 
 from __future__ import annotations
@@ -44,18 +45,47 @@ class HeadGate(nn.Linear):
         return z * self.values(x).transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
 
 
+class ValueGate(nn.Module):
+    """Value-State Gated Attention (Bu et al. 2025, arXiv 2510.09017): each token's value vector
+    v_j is multiplied, element by element, by a sigmoid gate computed from v_j itself, per head:
+    v_j <- v_j * sigmoid(v_j W_h + b_h). A head can then silence a token's contribution without
+    shrinking its value (the "value-state drain" that a sink's no-op otherwise needs).
+
+    Where the gate applies is read from the paper's abstract (the gate is "computed directly from
+    the value vectors" and gates "the value-state with a function of itself", suppressing "a
+    token's contribution"): on each key's value before aggregation, not on the query's output.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_heads, head_dim, head_dim))  # the model draws it as its other matrices
+        self.bias = nn.Parameter(torch.zeros(n_heads, 1, head_dim))
+
+    def values(self, v: torch.Tensor) -> torch.Tensor:
+        """Gate openings in [0, 1], shape (B, H, T, D)."""
+        return torch.sigmoid(torch.einsum("bhtd,hde->bhte", v, self.weight) + self.bias)
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return v * self.values(v)
+
+
 @dataclass(frozen=True)
 class HeadExtra:
-    """A per-head extra: its command-line help and the module that applies it."""
+    """A per-head extra: its command-line help, the module that applies it, and where: on the
+    value states before aggregation (``values``) or on the head's output (``output``)."""
 
     help: str
     build: Callable[[int, int, int], nn.Module]  # (d_model, n_heads, head_dim) -> module
+    stage: str = "output"
 
 
 #: In the order they apply: the norm first, so that a closed gate can still silence a head.
 HEAD_EXTRAS: dict[str, HeadExtra] = {
     "head_norm": HeadExtra("head-wise RMSNorm of the attention output (Li et al. 2026)", HeadNorm),
     "gate": HeadExtra("head-wise sigmoid output gate (Qiu et al. 2025)", HeadGate),
+    "value_gate": HeadExtra(
+        "value-state gate: each value gated by a sigmoid of itself (Bu et al. 2025)", ValueGate, stage="values"
+    ),
 }
 
 
@@ -67,6 +97,7 @@ class AttentionSpec:
     options: dict = field(default_factory=dict)
     gate: bool = False
     head_norm: bool = False
+    value_gate: bool = False
 
     def __post_init__(self) -> None:
         check_attn_name(self.attn)
@@ -93,19 +124,35 @@ class AttentionSpec:
 
 #: The extras in AttentionSpec's field order: the order of labels, result columns and variant tables.
 EXTRA_NAMES = tuple(f.name for f in fields(AttentionSpec) if f.name not in ("attn", "options"))
+
+
+def extras_off(attention: dict) -> dict:
+    """A saved variant (``AttentionSpec`` as a dict) written before some extras existed, with
+    those extras off: what it ran (a config migration's step)."""
+    return {**{name: False for name in EXTRA_NAMES}, **attention}
+
+
 if set(EXTRA_NAMES) != set(HEAD_EXTRAS):  # pragma: no cover - caught at import when adding an extra
     raise TypeError(f"AttentionSpec's extra fields {sorted(EXTRA_NAMES)} differ from HEAD_EXTRAS {sorted(HEAD_EXTRAS)}")
 
 
 class HeadOutput(nn.Module):
-    """The enabled extras of ``spec``, applied in :data:`HEAD_EXTRAS` order; each is an attribute
-    named after its extra (``head_out.gate``)."""
+    """The enabled extras of ``spec``, applied in :data:`HEAD_EXTRAS` order at their stage; each
+    is an attribute named after its extra (``head_out.gate``)."""
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int, spec: AttentionSpec) -> None:
         super().__init__()
-        self.order = tuple(name for name in HEAD_EXTRAS if name in spec.extras)
-        for name in self.order:
+        enabled = [name for name in HEAD_EXTRAS if name in spec.extras]
+        self.order = tuple(name for name in enabled if HEAD_EXTRAS[name].stage == "output")
+        self.on_values = tuple(name for name in enabled if HEAD_EXTRAS[name].stage == "values")
+        for name in enabled:
             setattr(self, name, HEAD_EXTRAS[name].build(d_model, n_heads, head_dim))
+
+    def values(self, v: torch.Tensor) -> torch.Tensor:
+        """v: (B, H, T, D) value states, as the heads will aggregate them."""
+        for name in self.on_values:
+            v = getattr(self, name)(v)
+        return v
 
     def forward(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """z: (B, H, T, D) head outputs; x: (B, T, d_model) the attention block's input."""
