@@ -296,3 +296,24 @@ def test_a_scan_of_some_layers_records_those_and_leaves_the_others_out(tiny_mode
     assert list(some.frame("layers")["layer"]) == [0, 2]
     alpha = torch.tensor(full["sink_alpha"], dtype=torch.float64)[[0, 2]]
     assert s["sink_rate"]["value"] == pytest.approx(float((alpha > 0.05).double().mean()))
+
+
+@pytest.mark.parametrize("attn", ["softmax", "relu", "softpick"])
+def test_attention_zero_share_counts_exact_zeros_among_the_keys_a_query_may_see(attn):
+    """``attention_zero_share`` per (layer, head) equals the share of exactly-zero weights over the
+    causal entries of the model's own weights (masked keys, zero by construction, are not counted).
+    Mutation tried: counting every entry of the (T, T) pattern (softmax then reports ~0.5)."""
+    from sinklab.core.attention import AttentionSpec
+    from sinklab.models.native import ModelConfig, Transformer
+    from sinklab.scan import scan_native
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=16, n_layers=2, n_heads=2, vocab_size=40, attention=AttentionSpec(attn), mlp=True))
+    ids = torch.randint(0, 40, (3, 12))
+    share = torch.tensor(scan_native(model, ids)["attention_zero_share"], dtype=torch.float64)
+    with torch.no_grad():
+        _, weights = model(ids, need_weights=True)
+    causal = torch.ones(12, 12).tril().bool()
+    expected = torch.stack([((w == 0) & causal).sum(dim=(0, 2, 3)) / (3 * causal.sum()) for w in weights]).double()
+    torch.testing.assert_close(share, expected)
+    assert share.max() < 0.1 if attn == "softmax" else share.max() > 0.4  # softmax: zeros only by underflow

@@ -29,6 +29,8 @@ COLUMNS = [
     ("value drain (max)", "value_drain_max", ".2f"),
     ("residual peak (max)", "residual_peak_max", ".1f"),
     ("kurtosis (max)", "kurtosis_max", ".1f"),
+    ("largest |h|", "largest_activation", ".1f"),
+    ("zero weights", "attention_zero_share_mean", ".3f"),
     ("gap to optimum", "val_loss_gap", ".3f"),
     ("copy acc", "copy_accuracy", ".3f"),
     ("sink head BOS non-trig", "sink_head_bos_mass_nontrigger", ".3f"),
@@ -92,6 +94,8 @@ def sink_figures(scan: dict) -> dict:
         "null_mass_mean": _mean_all(scan["null_mass"]) if "null_mass" in scan else 0.0,
         "value_drain_max": max(triad["value_drain"]) if triad else None,
         "residual_peak_max": max(triad["residual_peak"]) if triad else None,
+        "largest_activation": max(v for v in [*scan["max_abs_first"], *scan.get("max_abs_rest", [])] if v is not None),
+        "attention_zero_share_mean": _mean_all(scan["attention_zero_share"]) if "attention_zero_share" in scan else None,
     }
 
 

@@ -59,6 +59,7 @@ class Record:
     act_rest: Optional[torch.Tensor] = None  # (L, I): mean |a| at positions >= 1
     variance: Optional[torch.Tensor] = None  # (L, T)
     patterns: Optional[torch.Tensor] = None  # (L, H, T, T)
+    zero_share: Optional[torch.Tensor] = None  # (L, H): share of the visible weights that are exactly 0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -84,10 +85,12 @@ class Recorder:
         self._by_sequence: dict[int, dict[int, torch.Tensor]] = {}  # layer -> first sequence of a pass -> (B, T)
         self._moments = [metrics.Moments() for _ in range(n_layers)]
         self._massive: dict[tuple[int, int, int], dict] = {}
+        self._masks: dict[int, torch.Tensor] = {}  # layer -> the mask of the block of rows attending now
 
     def hooks(self):
         """(pattern, fn) pairs to attach to a model's :class:`~sinklab.core.hooks.HookSet`."""
         probes = [
+            ("attn.hook_mask", self._on_mask),
             ("attn.hook_pattern", self._on_pattern),
             ("attn.hook_k", self._on_key),
             ("attn.hook_v", self._on_value),
@@ -140,6 +143,9 @@ class Recorder:
             store[layer] = torch.zeros(*value.shape[:-1], size, dtype=torch.float64, device=value.device)
         store[layer][..., start : start + value.shape[-1]] += value.detach().double()
 
+    def _on_mask(self, mask: torch.Tensor, point: HookSite) -> None:
+        self._masks[point.layer] = mask  # fired just before the same rows' pattern
+
     def _on_pattern(self, w: torch.Tensor, point: HookSite) -> None:
         # A chunk's weights may stop before the last key (keys no row of it can see): column j
         # is key j, and point.n_keys is the full count (= the number of query positions here).
@@ -151,6 +157,11 @@ class Recorder:
         for key in self.options.key_columns:
             if key < w.shape[-1]:
                 self._accumulate_span(f"column{key}", point.layer, w[..., key].sum(0), point.q_start, T)  # (H, t)
+        mask = self._masks.pop(point.layer, None)
+        if mask is not None:
+            visible = mask[..., : w.shape[-1]].expand_as(w)  # the keys each row may see
+            self._accumulate("zero_weights", point.layer, ((w == 0) & visible).sum(dim=(0, 2, 3)))  # (H,)
+            self._accumulate("visible_weights", point.layer, visible.sum(dim=(0, 2, 3)))  # (H,)
         if self.options.patterns:
             rows = F.pad(w, (0, T - w.shape[-1])).sum(0).permute(0, 2, 1)  # (H, T, t): keys x query rows, rows last
             self._accumulate_span("patterns", point.layer, rows, point.q_start, T)
@@ -250,7 +261,12 @@ class Recorder:
             act_rest=mean("act_rest"),
             variance=variance,
             patterns=patterns.transpose(-1, -2) if patterns is not None else None,  # (L, H, T, T)
+            zero_share=self._zero_share(),
         )
+
+    def _zero_share(self) -> Optional[torch.Tensor]:
+        zeros, visible = self._stack("zero_weights", 1), self._stack("visible_weights", 1)
+        return None if zeros is None or visible is None else zeros / visible
 
     def _stack(self, key: str, n: int) -> Optional[torch.Tensor]:
         store = self._sums.get(key)

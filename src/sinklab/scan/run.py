@@ -179,12 +179,14 @@ NATIVE_KEYS = (
     "dominance_ratio_first",
     "dominance_ratio_rest",
     "max_abs_first",
+    "max_abs_rest",
     "kurtosis",
     "super_neurons",
     "variance_by_position",
     "null_mass",
     "extreme_token_triad",
     "max_over_median",
+    "attention_zero_share",
 )
 
 

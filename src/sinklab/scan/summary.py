@@ -270,6 +270,14 @@ def _null_mass(c: ScanContext):
     return mass.tolist() if recorded.numel() and recorded.abs().max().item() > ROW_MASS_TOLERANCE else OMIT
 
 
+@entry("attention_zero_share")
+def _attention_zero_share(c: ScanContext):
+    """Per (layer, head), the share of the weights a query may give (its visible keys) that are
+    exactly 0 (attention sparsity): ReLU, softpick and clipped softmax give zeros by design, a
+    softmax only by underflow (a score some 104 below its row's largest, in float32)."""
+    return c.record.zero_share.tolist() if c.record.zero_share is not None else OMIT
+
+
 @entry("extreme_token_triad")
 def _extreme_token_triad(c: ScanContext):
     """Per layer, Guo et al. (2024)'s triad at the first position: its attention share (the
