@@ -94,12 +94,15 @@ def quantize_activation(x: torch.Tensor, mode: str, bits: int = 8, static_amax: 
     return fake_quant(x, bits, x.abs().amax())
 
 
-def quantized_linears(model: nn.Module) -> dict[str, tuple[int, nn.Module]]:
-    """Every linear layer in the decoder blocks: qualified name -> (layer index, module)."""
+def quantized_linears(model: nn.Module, layers: Optional[nn.ModuleList] = None) -> dict[str, tuple[int, nn.Module]]:
+    """Every linear layer in the decoder blocks (``layers``, default: the architecture's decoder
+    layers; sinklab's own models pass their ``blocks``): qualified name -> (layer index, module)."""
     found = {}
-    for i, layer in enumerate(decoder_layers(model)):
+    for i, layer in enumerate(decoder_layers(model) if layers is None else layers):
         for name, module in layer.named_modules():
-            if isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D":
+            # exactly a Linear: a subclass with another forward (sinklab's head gate, whose
+            # first argument is the heads' output, not the layer's input) stays in full precision
+            if type(module) is nn.Linear or type(module).__name__ == "Conv1D":
                 found[f"{i}.{name}"] = (i, module)
     return found
 
@@ -129,14 +132,18 @@ class ActivationLog:
 
 @contextmanager
 def quantized(
-    model: nn.Module, scheme: Optional[QuantScheme], static_amax: Optional[dict[str, float]] = None
+    model: nn.Module,
+    scheme: Optional[QuantScheme],
+    static_amax: Optional[dict[str, float]] = None,
+    layers: Optional[nn.ModuleList] = None,
 ) -> Iterator[ActivationLog]:
     """Run ``model`` with ``scheme`` on every decoder linear layer (None: full precision, only
-    logging the inputs). Weights are restored and hooks removed on exit, also on error."""
+    logging the inputs; ``layers`` as in :func:`quantized_linears`). Weights are restored and hooks
+    removed on exit, also on error."""
     if scheme is not None and scheme.activations == "static" and not static_amax:
         raise SinklabError("static activation quantization needs calibration maxima (calibrate() first)")
-    linears = quantized_linears(model)
-    log = ActivationLog(len(decoder_layers(model)))
+    linears = quantized_linears(model, layers)
+    log = ActivationLog(len(decoder_layers(model) if layers is None else layers))
     saved, handles = {}, []
     try:
         for name, (_, module) in linears.items():

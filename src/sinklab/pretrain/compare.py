@@ -12,6 +12,7 @@ from ..core.errors import check
 from ..core.results import Capability, RunContext, RunResult, register, stamped, table_rows
 from ..core.stats import sign_flip_p
 from . import page, plots
+from .quantization import PAYOFF_SCHEMES
 from .results import load_run, run_row
 
 
@@ -69,6 +70,11 @@ COMPARE_RUNS = register(
 )
 
 
+#: The columns of the outlier papers' claims: the largest activation, attention sparsity, and the
+#: validation-loss penalty of each quantization scheme of :data:`~.quantization.PAYOFF_SCHEMES`.
+OUTLIER_KEYS = ("largest_activation", "attention_zero_share_mean", *(f"quant_{name}" for name in PAYOFF_SCHEMES))
+
+
 def by_variant(rows: Sequence[dict]) -> list[dict]:
     """Mean and spread over seeds of each variant's numbers."""
     groups: dict[str, list[dict]] = {}
@@ -94,6 +100,7 @@ def by_variant(rows: Sequence[dict]) -> list[dict]:
             "sink_head_bos_mass_nontrigger",
             "sink_head_bos_mass_trigger",
             "steps_to_target",
+            *OUTLIER_KEYS,
         ):
             values = [r[key] for r in rs if r[key] is not None]
             if values:
@@ -104,8 +111,21 @@ def by_variant(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-#: The sink numbers a mitigation verdict rests on, compared seed by seed against the baseline.
-PAIRED_KEYS = ("first_token_mass_mean", "sink_rate", "sink_head_bos_mass_nontrigger", "final_val_loss")
+#: The sink numbers a mitigation verdict rests on, compared seed by seed against the baseline: the
+#: sink, the task (Bigram-Backcopy's gap to the optimum and copy accuracy, None on text), and the
+#: outliers and quantization penalties the training mitigations claim to remove (issue 52).
+PAIRED_KEYS = (
+    "first_token_mass_mean",
+    "sink_rate",
+    "sink_head_bos_mass_nontrigger",
+    "sink_head_bos_mass_trigger",
+    "final_val_loss",
+    "val_loss_gap",
+    "copy_accuracy",
+    "kurtosis_max",
+    "value_drain_max",
+    *OUTLIER_KEYS,
+)
 
 
 def paired_comparison(rows: Sequence[dict], baseline: str = "softmax", keys: Sequence[str] = PAIRED_KEYS) -> list[dict]:

@@ -26,11 +26,12 @@ CORPUS_DEFAULTS = {
 }
 
 
-#: Generator seeds of the fixed evaluation draws. A generated corpus (Bigram-Backcopy) draws its
+#: Generator seeds of the fixed evaluation draws (the calibration windows of static quantization
+#: scales are drawn from the training split). A generated corpus (Bigram-Backcopy) draws its
 #: training and validation sequences from one process, so training seeds live in their own space
 #: (:func:`~.train.training_seed`, all >= TRAINING_SEEDS) that no evaluation seed can fall into. A CPU
 #: generator keeps only the low 32 bits of its seed, so every seed stays below 2**32.
-VALIDATION_SEED, SCAN_SEED = 1234, 4321
+VALIDATION_SEED, SCAN_SEED, CALIBRATION_SEED = 1234, 4321, 2468
 #: How the model knows positions: rotary embeddings, a learned vector per position, or nothing
 #: but the causal mask (NoPE).
 POSITIONS = ("rope", "learned", "none")

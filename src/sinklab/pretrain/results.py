@@ -10,6 +10,7 @@ from ..core.atomic import read_jsonl
 from ..core.errors import SinklabError
 from ..core.results import model_columns
 from ..core.runs import read_run_info
+from .quantization import PAYOFF_SCHEMES
 
 COLUMNS = [
     ("run", "run", "s"),
@@ -31,6 +32,9 @@ COLUMNS = [
     ("kurtosis (max)", "kurtosis_max", ".1f"),
     ("largest |h|", "largest_activation", ".1f"),
     ("zero weights", "attention_zero_share_mean", ".3f"),
+    ("W8A8 static +loss", "quant_w8a8_static", ".3f"),
+    ("W4A8 +loss", "quant_w4a8", ".3f"),
+    ("W4 +loss", "quant_w4", ".3f"),
     ("gap to optimum", "val_loss_gap", ".3f"),
     ("copy acc", "copy_accuracy", ".3f"),
     ("sink head BOS non-trig", "sink_head_bos_mass_nontrigger", ".3f"),
@@ -75,7 +79,13 @@ def run_row(run_dir: str, summary: dict, rows: Optional[Sequence[dict]] = None, 
             k: summary.get(k)
             for k in ("val_loss_gap", "copy_accuracy", "sink_head_bos_mass_nontrigger", "sink_head_bos_mass_trigger")
         },
+        **{f"quant_{name}": penalty(summary, name) for name in PAYOFF_SCHEMES},
     }
+
+
+def penalty(summary: dict, scheme: str) -> Optional[float]:
+    """The validation-loss penalty of ``scheme`` (None for a run from before it was measured)."""
+    return summary.get("quantization", {}).get("loss_penalty", {}).get(scheme)
 
 
 def sink_figures(scan: dict) -> dict:

@@ -28,8 +28,9 @@ from ..core.progress import progress_bar
 from ..core.results import stamped
 from ..models.native import Transformer
 from ..scan import scan_native
-from .config import SCAN_SEED, STEPS_PER_SEED, TRAINING_SEEDS, VALIDATION_SEED, PretrainConfig
+from .config import CALIBRATION_SEED, SCAN_SEED, STEPS_PER_SEED, TRAINING_SEEDS, VALIDATION_SEED, PretrainConfig
 from .distributed import Dist, wrap_ddp
+from .quantization import quantization_penalties
 from .results import emergence_figures
 from .sources import DataSource
 from .tweo import block_outputs, tweo_penalty
@@ -102,6 +103,11 @@ def validation_windows(data: DataSource, cfg: PretrainConfig) -> torch.Tensor:
     """(scan_batch, scan_tokens) fixed validation windows for the post-training scan."""
     length = min(cfg.scan_tokens, cfg.seq_len)
     return data.batch("val", cfg.scan_batch, length, torch.Generator().manual_seed(SCAN_SEED))[:, :length]
+
+
+def calibration_windows(data: DataSource, cfg: PretrainConfig) -> torch.Tensor:
+    """(scan_batch, seq_len) fixed training windows that calibrate static quantization scales."""
+    return data.batch("train", cfg.scan_batch, cfg.seq_len, torch.Generator().manual_seed(CALIBRATION_SEED))[:, :-1]
 
 
 def train(cfg: PretrainConfig, out: Path, resume: bool, world: Dist, data: DataSource) -> Transformer:
@@ -221,6 +227,9 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         **data.task_metrics(model, validation_batches(data, cfg)),
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
         **scan_native(model, validation_windows(data, cfg), decode=data.decode),
+        "quantization": quantization_penalties(
+            model, lambda: validation_loss(model, validation_batches(data, cfg)), calibration_windows(data, cfg)
+        ),
     }
     summary.update(emergence_figures(summary))
     return stamped("pretrain", summary)

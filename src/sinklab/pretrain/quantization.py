@@ -1,0 +1,38 @@
+"""The payoff the outlier papers claim for a trained model: how much validation loss it loses under
+low-bit quantization of its blocks' linear layers (issue 52; the schemes are ``adapt``'s, the
+formula in :mod:`sinklab.adapt.quantize`). Embeddings, the output layer and the head gate's small
+projection stay in full precision.
+
+* ``w8a8_static``: int8 weights per output channel, int8 activations with one static per-tensor
+  scale per layer, calibrated on training windows (TWEO's W8A8 claim);
+* ``w4a8``: int4 weights in groups of 128, int8 activations per tensor (dynamic);
+* ``w4``: int4 weights in groups of 128 alone, round to nearest (the 4-bit claims of OrthoAdam and
+  softpick are weight-only).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..adapt import QUANT_SCHEMES, quantized
+from ..models.native import Transformer
+
+PAYOFF_SCHEMES = ("w8a8_static", "w4a8", "w4")
+
+
+@torch.no_grad()
+def quantization_penalties(model: Transformer, loss: Callable[[], float], calibration: torch.Tensor) -> dict:
+    """``loss()`` (the validation loss) in full precision and, per scheme of :data:`PAYOFF_SCHEMES`,
+    how much it rises under it; static scales are each layer's largest |input| on ``calibration``
+    (token windows, (B, T))."""
+    with quantized(model, None, layers=model.blocks) as log:
+        model(calibration)
+    static = dict(log.by_module)
+    exact = loss()
+    penalties = {}
+    for name in PAYOFF_SCHEMES:
+        with quantized(model, QUANT_SCHEMES[name], static, layers=model.blocks):
+            penalties[name] = loss() - exact
+    return {"val_loss": exact, "loss_penalty": penalties}
