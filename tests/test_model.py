@@ -204,3 +204,23 @@ def test_bad_hook_pattern_is_rejected():
     with pytest.raises(ValueError, match="names no hook point"):
         with Transformer(lm_config()).hooks.attached([("blocks.0.attn.hook_nothing", print)]):
             pass
+
+
+def test_a_hook_outside_attention_keeps_the_fused_kernel(monkeypatch):
+    """TWEO's collector on the blocks' outputs must not send a softmax model to the eager attention
+    (a slower kernel, and another float order than the run without it); a hook inside attention
+    must. Mutation tried: sdpa_equivalent refusing any hook (the eager path then runs)."""
+    from sinklab.core.attention import reference
+    from sinklab.core.hooks import hook_name
+
+    eager = []
+    original = reference.attend
+    monkeypatch.setattr(reference, "attend", lambda *a, **k: eager.append(1) or original(*a, **k))
+    model = Transformer(lm_config())
+    ids = torch.randint(0, 50, (2, 8))
+    with model.hooks.attached([(hook_name("*", "hook_resid_post"), lambda x, point: None)]):
+        model(ids)
+    assert not eager
+    with model.hooks.attached([(hook_name(0, "attn.hook_q"), lambda x, point: None)]):
+        model(ids)
+    assert len(eager) == 1  # layer 0 only: layer 1 has no hook inside its attention

@@ -68,14 +68,18 @@ def test_rotated_steps_are_algorithm_1_with_the_dense_orthogonal_matrix():
         assert n == 1 or not torch.allclose(q, torch.eye(n, dtype=torch.float64))  # a real rotation was drawn
 
 
-def test_rotations_are_fixed_by_the_seed():
+def test_rotations_are_fixed_by_the_seed_and_differ_between_parameters():
     a, b, c = params(), params(), params()
     opts = [OrthoAdam(a, seed=3), OrthoAdam(b, seed=3), OrthoAdam(c, seed=4)]
     for opt, ps in zip(opts, (a, b, c)):
         run(opt, ps, steps=1)
     assert torch.equal(opts[0].state[a[0]]["rotation"], opts[1].state[b[0]]["rotation"])
     assert not torch.equal(opts[0].state[a[0]]["rotation"], opts[2].state[c[0]]["rotation"])
-    assert not torch.equal(opts[0].state[a[0]]["rotation"], opts[0].state[a[1]]["rotation"][:1])
+    twins = [torch.nn.Parameter(torch.randn(4, 4)) for _ in range(2)]  # same shape: same-sized rotations
+    opt = OrthoAdam(twins)
+    run(opt, twins, steps=1)
+    assert not torch.equal(opt.state[twins[0]]["rotation"], opt.state[twins[1]]["rotation"])
+    assert not torch.equal(opt.state[twins[0]]["permutation"], opt.state[twins[1]]["permutation"])
 
 
 def test_a_resumed_run_continues_exactly():

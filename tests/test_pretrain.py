@@ -19,6 +19,7 @@ from sinklab.core.checkpoint import latest_checkpoint, load_checkpoint, save_che
 from sinklab.core.configs import first_difference, from_dict, migrate
 from sinklab.core.corpus import load_corpus, split_documents
 from sinklab.core.errors import SinklabError
+from sinklab.core.orthoadam import OrthoAdam
 from sinklab.core.runs import config_record as record
 from sinklab.models.native import Transformer
 from sinklab.pretrain import PretrainConfig, architecture_of, load_trained, results, train_lm
@@ -166,7 +167,9 @@ def killed_at_step_7(cfg, out, monkeypatch) -> None:
     monkeypatch.setattr(pretrain, "step_batch", original)
 
 
-@pytest.mark.parametrize("mitigations", [{}, {"optimizer": "orthoadam", "tweo": 0.01}], ids=["adamw", "orthoadam+tweo"])
+@pytest.mark.parametrize(
+    "mitigations", [{}, {"optimizer": "orthoadam", "tweo": 0.01, "checkpoint_every": 2}], ids=["adamw", "orthoadam+tweo"]
+)
 def test_resumed_run_reproduces_the_uninterrupted_loss_curve(corpus, tmp_path, monkeypatch, mitigations):
     """OrthoAdam's rotations and moments travel in the checkpoint: a resumed run is the same run."""
     straight = tmp_path / "straight"
@@ -201,6 +204,34 @@ def test_tweo_adds_its_weighted_penalty_on_every_block_output(corpus):
     assert parts["lm"] == pytest.approx(pretrain.lm_loss(model, batch).item(), rel=1e-6)
     assert loss.item() == pytest.approx(parts["lm"] + 0.5 * parts["tweo"], rel=1e-6)
     assert not model.hooks  # the collecting hook is gone
+    params = [p for p in model.parameters() if p.requires_grad]
+    total = torch.autograd.grad(pretrain.training_loss(model, model, batch, cfg)[0], params)
+    lm = torch.autograd.grad(pretrain.lm_loss(model, batch), params)
+    with pretrain.block_outputs(model) as outputs:
+        pretrain.lm_loss(model, batch)
+    tweo = torch.autograd.grad(pretrain.tweo_penalty(outputs, 0.7, 3.0), params, allow_unused=True)
+    tweo = [torch.zeros_like(p) if b is None else b for p, b in zip(params, tweo)]  # the output layer's final norm
+    for t, a, b in zip(total, lm, tweo):  # the penalty reaches the gradient, at its weight
+        torch.testing.assert_close(t, a + 0.5 * b, atol=1e-6, rtol=1e-5)
+    assert max(b.abs().max() for b in tweo) > 0
+
+
+def test_the_reported_training_loss_is_the_language_models_alone_and_the_optimizer_is_the_configs(corpus, tmp_path):
+    """With TWEO on, ``train_loss`` is the LM loss (runs compare) and ``train_tweo`` the penalty,
+    both of step 1's initial model here; ``--optimizer orthoadam`` reaches the optimizer with the
+    run's seed."""
+    cfg = tiny(corpus, tweo=0.5, steps=2, warmup=1, eval_every=1, checkpoint_every=2, optimizer="orthoadam", seed=3)
+    train_lm(cfg, tmp_path / "run")
+    data = load_token_data(corpus, "bytes")
+    torch.manual_seed(cfg.seed)
+    model = Transformer(cfg.model_config(data.vocab_size))
+    _, parts = pretrain.training_loss(model, model, pretrain.step_batch(data, cfg, 1), cfg)
+    first = read_jsonl(tmp_path / "run" / "metrics.jsonl")[0]
+    assert first["train_loss"] == pytest.approx(parts["lm"], rel=1e-5)
+    assert first["train_tweo"] == pytest.approx(parts["tweo"], rel=1e-5)
+    opt = pretrain.make_optimizer(model, cfg)
+    assert isinstance(opt, OrthoAdam) and opt.seed == 3
+    assert isinstance(pretrain.make_optimizer(model, tiny(corpus)), torch.optim.AdamW)
 
 
 def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_refused(corpus):
@@ -212,6 +243,7 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
             {"tweo": 0.01},
             {"tweo": 0.1},
             {"tweo": 0.01, "tweo_p": 2.0},
+            {"tweo": 0.0100000001},
             {"value_gate": True},
             {"attn": "softpick", "tweo": 0.01},
         )
@@ -222,6 +254,7 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
         "softmax+tweo",
         "softmax+tweo_w0.1",
         "softmax+tweo_p2",
+        "softmax+tweo_w0.0100000001",
         "softmax+value_gate",
         "softpick+tweo",
     }
@@ -230,6 +263,8 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
         ({"tweo": -1.0}, "--tweo is a loss weight"),
         ({"tweo_p": 2.0}, "give --tweo too"),
         ({"tweo": 0.01, "tweo_tau": 0.0}, "must be > 0"),
+        ({"tweo": math.inf}, "finite"),
+        ({"tweo": 0.01, "tweo_p": math.inf}, "finite"),
     ):
         with pytest.raises(SinklabError, match=message):
             tiny(corpus, **kw)
@@ -614,3 +649,20 @@ def test_load_trained_refuses_what_it_cannot_know_and_says_when_a_run_stopped_ea
     if not torch.cuda.is_available():
         with pytest.raises(SinklabError, match="asks for CUDA"):
             load_trained(out, device="cuda")
+
+
+def test_the_sweep_trains_every_training_mitigation_and_the_named_pairs_once():
+    """The sweep's variants: every normalisation, each extra alone, OrthoAdam and TWEO alone, the
+    three pairs, and (bb) one sink token; no two runs of a seed share a name, and what the sweep
+    varies cannot be set for every run."""
+    from sinklab.core.attention import ATTN_NORMS
+    from sinklab.pretrain import SweepConfig
+    from sinklab.pretrain.sweep import parse_setting
+
+    names = [c.variant for c in SweepConfig(corpus="bb", seeds=(0,)).runs()]
+    assert len(names) == len(set(names)) == len(ATTN_NORMS) + len(EXTRA_NAMES) + 5 + 1
+    assert {"softmax+orthoadam", "softmax+tweo", "softmax1+orthoadam", "softmax+gate+head_norm", "softpick+tweo"} <= set(names)
+    assert "softmax+value_gate" in names and "softpick" in names and "softmax+1sink" in names
+    for setting in ("optimizer=orthoadam", "tweo=0.1", "tweo_p=2"):
+        with pytest.raises(SinklabError, match="expected KEY=VALUE"):
+            parse_setting(setting)

@@ -157,7 +157,8 @@ def test_a_sweep_gives_every_run_its_threads():
         (["sweep", "--corpus", "bb", "--threads", "0"], "--threads must be from 1 to this machine's"),
         (["sweep", "--corpus", "bb", "--set", "threads=2"], "the threads are the sweep's own flag: give --threads 2"),
         (["trigger", "--quick", "--threads", "0"], "--threads must be from 1 to this machine's"),
-        (["adapt", "--threads", "2"], "--threads applies to fine-tuning (--to)"),
+        (["adapt", "--threads", "2"], "--threads applies to fine-tuning (--to NAME)"),
+        (["adapt", "--optimizer", "orthoadam", "--steps", "3"], "--steps, --optimizer apply to fine-tuning (--to NAME)"),
         (["adapt", "--to", "gate", "--threads", "0"], "--threads must be from 1 to this machine's"),
     ],
 )

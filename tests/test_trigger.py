@@ -256,3 +256,28 @@ def test_bad_config_values():
     for seed in (EVAL_SEED - 1, 2**32 + EVAL_SEED - 1):  # a CPU generator keeps the low 32 bits
         with pytest.raises(SinklabError, match="would train on the evaluation set"):
             TriggerConfig(seed=seed)
+
+
+def test_a_lab_record_from_before_the_value_gate_is_reused_and_summarised(tmp_path):
+    """Records saved before an extra existed lack its switch: the lab reuses them (they ran with it
+    off) rather than retraining, and the seed statistics and run lookups read them. Mutation tried:
+    comparing the saved config as written (the record is then retrained)."""
+    from sinklab.trigger.evaluate import summarise_seeds
+    from sinklab.trigger.report import runs_of
+
+    cfg = TriggerConfig(max_steps=5)
+    old = json.loads(json.dumps(cfg.to_dict()))
+    del old["attention"]["value_gate"]
+    record = {"key": cfg.key, "attn": "softmax", "gate": False, "head_norm": False, "layers": 1, "heads": 1, "seed": 0}
+    record |= {"bos_cap": None, "steps": 5, "converged": False, "train_seconds": 0.1, "eval_mse": 0.1, "eval_max_abs_error": 0.2}
+    record["heads_detail"] = [{"layer": 0, "sinks": 1, "bos_mass_nontrigger": 0.9}]
+    (tmp_path / "records").mkdir()
+    (tmp_path / "maps").mkdir()
+    (tmp_path / "records" / f"{cfg.key}.json").write_text(json.dumps({"config": old, "record": record}))
+    (tmp_path / "maps" / f"{cfg.key}.safetensors").write_bytes(b"")
+    assert lab._load_record(tmp_path, cfg) == record
+    assert not lab._load_record(tmp_path, replace(cfg, max_steps=6))  # another configuration is not reused
+    (row,) = summarise_seeds([record])
+    assert row["value_gate"] is False and row["n_seeds"] == 1
+    keys = {"attn": "softmax", "gate": False, "head_norm": False, "value_gate": False, "layers": 1, "heads": 1, "bos_cap": None}
+    assert runs_of({**keys, "seeds": [0]}, [record]) == [record]

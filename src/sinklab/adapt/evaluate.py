@@ -44,7 +44,7 @@ class Evaluation:
         metavar="S[,S...]",
         choices=tuple(QUANT_SCHEMES),
         shown=",".join(DEFAULT_SCHEMES),
-        help=f"weight-and-activation quantization schemes, from {', '.join(QUANT_SCHEMES)}",
+        help=f"quantization schemes (weights, and activations but in w8 and w4), from {', '.join(QUANT_SCHEMES)}",
     )
 
     def __post_init__(self) -> None:

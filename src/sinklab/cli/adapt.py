@@ -6,10 +6,13 @@ import argparse
 
 from ..adapt import ADAPT, FINETUNE, MITIGATIONS, QUANT_SCHEMES, FinetuneConfig, PrefixConfig
 from ..adapt import report as adapt_report
+from ..core.configs import leaves
 from ..core.errors import check
 from .args import MODEL_HELP, STARTS_OVER, add_config_arguments, add_resume_arguments, config_from, run_out, written
 
 DEFAULT_OUT, FINETUNE_OUT = "runs/adapt", "runs/adapt-finetune"
+#: The settings of fine-tuning alone (not the sink-prefix job's): given without --to, refused.
+FINETUNE_ONLY = [x for x in leaves(FinetuneConfig) if x.name not in {y.name for y in leaves(PrefixConfig)} | {"mitigation"}]
 
 
 def add_parser(sub) -> None:
@@ -47,7 +50,9 @@ def adapt_command(args: argparse.Namespace) -> int:
     if args.to:
         return _finetune(args)
     check(not args.resume, "--resume applies to fine-tuning (--to); the sink-prefix job starts over")
-    check(args.threads is None, "--threads applies to fine-tuning (--to); the sink-prefix job trains nothing")
+    given = [x.flag for x in FINETUNE_ONLY if getattr(args, x.name) != x.default()]
+    verb = "applies" if len(given) == 1 else "apply"
+    check(not given, f"{', '.join(given)} {verb} to fine-tuning (--to NAME); the sink-prefix job trains nothing")
     args.out = args.out or DEFAULT_OUT
     result = run_out(args, ADAPT, config_from(PrefixConfig, args, model=args.model))
     if not result.reused:

@@ -60,6 +60,8 @@ POINTS = (
     "mlp.hook_post",
     "hook_resid_post",
 )
+#: The points only the eager attention (:func:`~sinklab.core.attention.attend`) fires.
+ATTENTION_POINTS = tuple(point for point in POINTS if point.startswith("attn."))
 
 #: Other spellings of a point (alias -> the point of :data:`POINTS` that fires).
 ALIASES = {"attn.hook_attn_scores": "attn.hook_scores"}

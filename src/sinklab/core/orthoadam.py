@@ -28,7 +28,7 @@ import torch
 #: groups, betas, eps and decoupled weight decay.
 OPTIMIZERS = ("adamw", "orthoadam")
 #: Entries per rotated block: each block's matrix holds BLOCK**2 floats (256 KB), and a step costs
-#: about 4 * BLOCK multiply-adds per parameter entry.
+#: about 2 * BLOCK multiply-adds per parameter entry (one block product each way).
 BLOCK = 256
 #: Parameters per optimizer: a parameter's generator seed is ``(seed << INDEX_BITS) + index``.
 INDEX_BITS = 20

@@ -5,6 +5,7 @@ of configurations saved by older versions. The training loop is :mod:`.train`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional
 
@@ -126,6 +127,10 @@ class PretrainConfig:
         check(0 <= self.warmup < self.steps, f"--warmup must lie in [0, steps), got {self.warmup} for {self.steps} steps")
         check(self.positions in POSITIONS, f"--positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
         check(self.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        check(
+            all(math.isfinite(v) for v in (self.tweo, self.tweo_tau, self.tweo_p)),
+            f"--tweo, --tweo-tau and --tweo-p must be finite, got {self.tweo}, {self.tweo_tau}, {self.tweo_p}",
+        )
         check(self.tweo >= 0, f"--tweo is a loss weight (>= 0; 0: off), got {self.tweo}")
         check(self.tweo_tau > 0 and self.tweo_p > 0, f"--tweo-tau and --tweo-p must be > 0, got {self.tweo_tau}, {self.tweo_p}")
         check(
@@ -170,7 +175,7 @@ class PretrainConfig:
                 for k, v, d in (("w", self.tweo, TWEO_WEIGHT), ("tau", self.tweo_tau, TWEO_TAU), ("p", self.tweo_p, TWEO_P))
                 if v != d
             ]
-            name += "+tweo" + "".join(f"_{k}{v:g}" for k, v in differs)
+            name += "+tweo" + "".join(f"_{k}{v:.12g}" for k, v in differs)  # 12 digits: distinct settings, distinct names
         return name
 
 

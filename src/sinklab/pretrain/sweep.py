@@ -1,7 +1,7 @@
 """``sinklab sweep``: every attention variant pretrained under one budget, several seeds, compared.
 
 Every normalisation, each per-head extra alone, and the training mitigations alone and in the
-combinations their papers propose (:data:`TRAINING_MITIGATIONS`); Bigram-Backcopy (``--corpus bb``)
+combinations issue 52 names (:data:`TRAINING_MITIGATIONS`); Bigram-Backcopy (``--corpus bb``)
 adds softmax with one learned sink token. Text (default): 2 seeds, the default text budget, one run
 after another (each uses every core). Bigram-Backcopy: 3 seeds, the calibrated BB budget, two
 single-threaded runs at a time.
@@ -38,9 +38,9 @@ from .compare import COMPARE_RUNS, CompareRunsConfig
 from .config import TWEO_WEIGHT, PretrainConfig
 from .run import PRETRAIN
 
-#: The training mitigations of issue 52 alone (OrthoAdam, TWEO) and the combinations their papers
-#: propose: softmax-1 with OrthoAdam (Kaul et al. 2025), the output gate with head-wise RMSNorm, and
-#: softpick with TWEO. Softpick and the value-state gate alone are a normalisation and an extra.
+#: The training mitigations of issue 52 alone (OrthoAdam, TWEO) and the combinations it names:
+#: softmax-1 with OrthoAdam (as Kaul et al. 2025 train it), the output gate with head-wise RMSNorm,
+#: and softpick with TWEO. Softpick and the value-state gate alone are a normalisation and an extra.
 TRAINING_MITIGATIONS = (
     {"optimizer": "orthoadam"},
     {"tweo": TWEO_WEIGHT},

@@ -8,7 +8,7 @@ from collections import Counter
 
 import torch
 
-from ..core.attention import EXTRA_NAMES, AttentionSpec
+from ..core.attention import AttentionSpec
 from ..models.native import ModelConfig, Transformer
 from .task import TRIGGER, TriggerTask
 
@@ -24,7 +24,7 @@ def variant_table(records: list[dict]) -> dict:
     """
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        variant = AttentionSpec(r["attn"], **{e: r[e] for e in EXTRA_NAMES}).label
+        variant = AttentionSpec.from_flags(r).label
         groups.setdefault((f"{r['layers']}x{r['heads']}", variant), []).append(r)
     rows = []
     for (shape, variant), rs in groups.items():

@@ -137,7 +137,8 @@ def summarise_seeds(records: Iterable[dict]) -> list[dict]:
     group_keys = (*AttentionSpec().flags(), "layers", "heads", "bos_cap")
     groups: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault(tuple(r[k] for k in group_keys), []).append(r)
+        variant = AttentionSpec.from_flags(r).flags()  # a record from before an extra existed: it is off
+        groups.setdefault(tuple({**r, **variant}[k] for k in group_keys), []).append(r)
     return [_seed_statistics(dict(zip(group_keys, values)), rs) for values, rs in groups.items()]
 
 

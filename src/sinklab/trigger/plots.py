@@ -12,7 +12,7 @@ from typing import Iterable
 
 from safetensors.torch import load_file
 
-from ..core.attention import EXTRA_NAMES, AttentionSpec
+from ..core.attention import AttentionSpec
 from ..core.figures import GRID_TOP, title
 from ..core.text import html_text
 from .evaluate import mean_bos_mass
@@ -47,7 +47,7 @@ def map_groups(runs: list[dict]) -> dict[tuple, dict[int, list[dict]]]:
     """Runs by (layers, heads, extras, cap), then by seed: one figure per seed, normalisations side by side."""
     groups: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
-        extras = AttentionSpec(r["attn"], **{e: r[e] for e in EXTRA_NAMES}).extras
+        extras = AttentionSpec.from_flags(r).extras
         groups[(r["layers"], r["heads"], extras, r["bos_cap"])][r["seed"]].append(r)
     return groups
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..core.attention import EXTRA_NAMES, AttentionSpec
+from ..core.attention import AttentionSpec
 from ..core.text import format_table
 from .evaluate import mean_bos_mass
 
@@ -63,7 +63,7 @@ def seed_rows(across_seeds: Sequence[dict]) -> list[dict]:
     return [
         {
             **row,
-            "model": f"{AttentionSpec(row['attn'], **{e: row[e] for e in EXTRA_NAMES}).label} {row['layers']}x{row['heads']}"
+            "model": f"{AttentionSpec.from_flags(row).label} {row['layers']}x{row['heads']}"
             + (f" cap {row['bos_cap']:g}" if row["bos_cap"] is not None else ""),
             "sinking_per_layer": "; ".join(
                 f"L{i} " + ", ".join(f"{k}: {n}" for k, n in layer.items())
@@ -82,8 +82,12 @@ def several_seeds(across_seeds: Sequence[dict]) -> bool:
 
 def runs_of(row: dict, records: Sequence[dict]) -> list[dict]:
     """The run records of one configuration row of ``across_seeds``."""
-    keys = (*EXTRA_NAMES, "attn", "layers", "heads", "bos_cap")
-    return [r for r in records if r["seed"] in row["seeds"] and all(r[k] == row[k] for k in keys)]
+    same = lambda r: AttentionSpec.from_flags(r) == AttentionSpec.from_flags(row)  # noqa: E731
+    return [
+        r
+        for r in records
+        if r["seed"] in row["seeds"] and same(r) and all(r[k] == row[k] for k in ("layers", "heads", "bos_cap"))
+    ]
 
 
 def trigger_rows(records: Sequence[dict]) -> list[dict]:

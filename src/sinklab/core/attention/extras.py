@@ -45,15 +45,22 @@ class HeadGate(nn.Linear):
         return z * self.values(x).transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
 
 
+#: Where an extra acts: on the value states before the heads aggregate them, or on a head's output.
+STAGES = ("values", "output")
+
+
 class ValueGate(nn.Module):
     """Value-State Gated Attention (Bu et al. 2025, arXiv 2510.09017): each token's value vector
     v_j is multiplied, element by element, by a sigmoid gate computed from v_j itself, per head:
-    v_j <- v_j * sigmoid(v_j W_h + b_h). A head can then silence a token's contribution without
-    shrinking its value (the "value-state drain" that a sink's no-op otherwise needs).
+    v_j <- v_j * sigmoid(v_j W_h + b_h). A head can then silence a token's contribution without its
+    value projection having to drain it (the "value-state drain" that a sink's no-op otherwise needs).
 
-    Where the gate applies is read from the paper's abstract (the gate is "computed directly from
-    the value vectors" and gates "the value-state with a function of itself", suppressing "a
-    token's contribution"): on each key's value before aggregation, not on the query's output.
+    Where the gate applies is read from the paper's abstract, the only part of it available when
+    this was written (the gate is "computed directly from the value vectors" and gates "the
+    value-state with a function of itself", suppressing "a token's contribution"): on each key's
+    value before aggregation. The other reading, the query's output gated by a sigmoid of its own
+    value, o_i * sigmoid(v_i W_h + b_h), is not implemented; check the full paper before crediting
+    results to it.
     """
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
@@ -77,6 +84,10 @@ class HeadExtra:
     help: str
     build: Callable[[int, int, int], nn.Module]  # (d_model, n_heads, head_dim) -> module
     stage: str = "output"
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:
+            raise ValueError(f"a per-head extra acts at one of the stages {', '.join(STAGES)}, not {self.stage!r}")
 
 
 #: In the order they apply: the norm first, so that a closed gate can still silence a head.
@@ -120,6 +131,11 @@ class AttentionSpec:
     def flags(self) -> dict:
         """``attn`` and one boolean per extra: the columns a result row carries."""
         return {"attn": self.attn, **{name: getattr(self, name) for name in EXTRA_NAMES}}
+
+    @classmethod
+    def from_flags(cls, row: dict) -> "AttentionSpec":
+        """The variant of a result row (:meth:`flags`); an extra the row predates is off."""
+        return cls(row["attn"], **{name: row.get(name, False) for name in EXTRA_NAMES})
 
 
 #: The extras in AttentionSpec's field order: the order of labels, result columns and variant tables.

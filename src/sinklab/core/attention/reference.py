@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ..hooks import HookSet
+from ..hooks import ATTENTION_POINTS, HookSet
 from .norms import AttnNorm, Softmax
 
 
@@ -104,9 +104,12 @@ def column_visibility(mask: torch.Tensor) -> tuple[int, int]:
     return width, int(hidden[0]) if hidden.numel() else width
 
 
-def sdpa_equivalent(norm: AttnNorm, hooks: Optional[HookSet], need_weights: bool) -> bool:
-    """Whether PyTorch's fused SDPA computes exactly what :func:`attend` would here."""
-    return type(norm) is Softmax and not hooks and not need_weights
+def sdpa_equivalent(norm: AttnNorm, hooks: Optional[HookSet], need_weights: bool, layer: int = 0) -> bool:
+    """Whether PyTorch's fused SDPA computes exactly what :func:`attend` would here: a softmax, no
+    weights asked for, and no hook on a point of ``layer``'s attention (SDPA fires none of them; a
+    hook elsewhere, such as TWEO's on the blocks' outputs, keeps the fused kernel)."""
+    listening = hooks is not None and any(hooks.listens(layer, point) for point in ATTENTION_POINTS)
+    return type(norm) is Softmax and not listening and not need_weights
 
 
 def attend_fast(q, k, v, mask, norm, scale=1.0, hooks=None, layer=0, need_weights=False, plain_causal=False):
@@ -115,7 +118,7 @@ def attend_fast(q, k, v, mask, norm, scale=1.0, hooks=None, layer=0, need_weight
     ``plain_causal`` says that ``mask`` is exactly :func:`causal_mask` (the caller knows; checking
     would cost a pass over the mask), which lets SDPA use its causal kernel.
     """
-    if sdpa_equivalent(norm, hooks, need_weights):
+    if sdpa_equivalent(norm, hooks, need_weights, layer):
         if plain_causal and q.shape[2] == k.shape[2]:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale), None
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale), None
