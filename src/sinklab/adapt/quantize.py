@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..core.attention.extras import HeadGate
 from ..core.errors import SinklabError
 from ..models.hf import decoder_layers
 
@@ -100,9 +101,9 @@ def quantized_linears(model: nn.Module, layers: Optional[nn.ModuleList] = None) 
     found = {}
     for i, layer in enumerate(decoder_layers(model) if layers is None else layers):
         for name, module in layer.named_modules():
-            # exactly a Linear: a subclass with another forward (sinklab's head gate, whose
-            # first argument is the heads' output, not the layer's input) stays in full precision
-            if type(module) is nn.Linear or type(module).__name__ == "Conv1D":
+            # sinklab's head gate is a Linear whose first argument is the heads' output, not the
+            # layer's input: it stays in full precision
+            if (isinstance(module, nn.Linear) and not isinstance(module, HeadGate)) or type(module).__name__ == "Conv1D":
                 found[f"{i}.{name}"] = (i, module)
     return found
 
