@@ -28,7 +28,7 @@ def read(result) -> dict:
 TASK = register(
     BenchTask(
         name="accuracy_dependence",
-        version=2,  # 2: the splits drawn test first (sinklab.accuracy.SPLIT_RULE 2)
+        version=3,  # 2: the splits drawn test first (SPLIT_RULE 2); 3: the suite screened on 200+ examples (issue 50)
         group="dependence",
         title="accuracy with the sink suppressed / intact",
         paper="Gu et al. 2025 (ICLR): removing the sink; judged on BIG-bench (Srivastava et al. 2023) by lm-eval",

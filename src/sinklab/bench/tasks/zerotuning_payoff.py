@@ -25,7 +25,7 @@ def read(result) -> dict:
 TASK = register(
     BenchTask(
         name="zerotuning_payoff",
-        version=2,  # 2: the splits drawn test first (sinklab.accuracy.SPLIT_RULE 2)
+        version=3,  # 2: the splits drawn test first (SPLIT_RULE 2); 3: the suite screened on 200+ examples (issue 50)
         group="payoff",
         title="ZeroTuning (unsupervised): accuracy gain",
         paper="Han et al. 2026 (ICLR), ZeroTuning; judged on BIG-bench (Srivastava et al. 2023) by lm-eval",
