@@ -8,8 +8,10 @@ never under ``SELECTION``, for a task whose examples are long): the rotation-ave
 95 % t interval, the strict accuracy, the position bias, and the suite rule
 (``sinklab.accuracy.suite.screen``: one-sided t-test against chance, Holm's correction over every
 candidate screened, the margin). Each kept task is then scored on its test split
-(``confirmed``). One row per task and one for the screen in ``results/suite_screen.jsonl``, each with
-its wall and CPU time.
+(``confirmed``). One row per task screened, one per task confirmed (``split: test``, with its
+one-sided p, chance, interval and per-example scores) and one for the screen in
+``results/suite_screen.jsonl``; the task rows hold their wall and CPU time. ``--confirm-only TASKS``
+scores only the named tasks' test splits (their rows, no screen).
 
 Resumable: each task's scores are kept under ``runs/suite_screen/<commit>/`` as they finish, one
 file per task, shots and example count, and a run of the same commit scores only what is not kept.
@@ -28,7 +30,7 @@ from common import REVISION, RUNS, record
 
 from sinklab.accuracy import CANDIDATES, SIZES, evaluate, lm_for, read_task, sizes_for
 from sinklab.accuracy.scored import Scored
-from sinklab.accuracy.suite import REPORTED, SELECTION, confirmed, screen
+from sinklab.accuracy.suite import REPORTED, SELECTION, above_chance_t, confirmed, interval, screen
 from sinklab.core.atomic import write_json
 from sinklab.core.progress import progress_bar
 from sinklab.models.hf import load_model
@@ -45,6 +47,29 @@ def examples_for(overrides: list[str], default: int) -> dict[str, int]:
     return counts
 
 
+def scored_row(scored: Scored, model: str, **extra) -> dict:
+    """A task's row: lm-eval's figures, the position bias, the per-example scores and ``extra``."""
+    return {
+        **scored.row(),
+        "model": model,
+        "acc_by_position": scored.acc_by_position,
+        "picks_by_position": scored.picks_by_position,
+        "score": scored.score,
+        **extra,
+    }
+
+
+def confirm(lm, task, shots: int, model: str) -> Scored:
+    """Score ``task``'s test split and record it with the one-sided t-test the suite rule reads."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    (test,) = evaluate(lm, [task], "test", shots, sizes_for(shots, 0))
+    low, high = interval(test)
+    timing = {"wall_s": round(time.perf_counter() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1)}
+    extra = {"p": above_chance_t(test), "acc_low": low, "acc_high": high, "confirmed": confirmed(test), **timing}
+    record("suite_screen", scored_row(test, model, **extra))
+    return test
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default=",".join(CANDIDATES), help="BIG-bench task names (default: the candidates)")
@@ -58,10 +83,15 @@ def main() -> None:
         help=f"fewer examples for one task (at least {SELECTION}); repeatable",
     )
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--confirm-only", metavar="TASKS", help="only score these tasks' test splits (comma-separated)")
     args = parser.parse_args()
     counts = examples_for(args.examples_for, args.examples)
     loaded = load_model(None)
     lm = lm_for(loaded.model, loaded.tokenizer, args.batch_size)
+    if args.confirm_only:
+        for name in progress_bar(args.confirm_only.split(","), desc="confirming", unit="task"):
+            confirm(lm, read_task(name), args.shots, loaded.name)
+        return
     pool = max(args.shots, SIZES["shots"])
     kept = RUNS / "suite_screen" / REVISION / f"shots{args.shots}"
     kept.mkdir(parents=True, exist_ok=True)
@@ -78,23 +108,12 @@ def main() -> None:
         (scored,) = evaluate(lm, [task], "validation", args.shots, sizes_for(args.shots, outside))
         selected.append(scored)
         write_json(cached, scored.record())
-        record(
-            "suite_screen",
-            {
-                **scored.row(),
-                "model": loaded.name,
-                "examples_in_task": len(task.examples),
-                "acc_by_position": scored.acc_by_position,
-                "picks_by_position": scored.picks_by_position,
-                "score": scored.score,
-                "wall_s": round(time.perf_counter() - wall, 1),
-                "cpu_s": round(time.process_time() - cpu, 1),
-            },
-        )
+        timing = {"wall_s": round(time.perf_counter() - wall, 1), "cpu_s": round(time.process_time() - cpu, 1)}
+        record("suite_screen", scored_row(scored, loaded.name, examples_in_task=len(task.examples), **timing))
     rows = screen(selected)
     for row in rows:
         if row["kept"]:
-            (test,) = evaluate(lm, [tasks[row["task"]]], "test", args.shots, sizes_for(args.shots, 0))
+            test = confirm(lm, tasks[row["task"]], args.shots, loaded.name)
             row.update(test_acc=test.acc, test_n=test.n, confirmed=confirmed(test))
     record("suite_screen", {"model": loaded.name, "shots": args.shots, "screen": rows})
 
