@@ -143,8 +143,9 @@ def quantized(
     removed on exit, also on error."""
     if scheme is not None and scheme.activations == "static" and not static_amax:
         raise SinklabError("static activation quantization needs calibration maxima (calibrate() first)")
+    layers = decoder_layers(model) if layers is None else layers
     linears = quantized_linears(model, layers)
-    log = ActivationLog(len(decoder_layers(model) if layers is None else layers))
+    log = ActivationLog(len(layers))
     saved, handles = {}, []
     try:
         for name, (_, module) in linears.items():

@@ -211,6 +211,7 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     model = model.cpu()
     rows = read_jsonl(out / METRICS_FILE)
+    batches = validation_batches(data, cfg)
     summary = {
         "model": f"sinklab.Transformer ({cfg.variant})",
         "dtype": str(dtype).removeprefix("torch."),
@@ -224,12 +225,10 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         "final_val_loss": rows[-1]["val_loss"],
         "final_val_bpb": rows[-1]["val_bpb"],
         "unigram_val_loss": data.unigram_val_loss(),
-        **data.task_metrics(model, validation_batches(data, cfg)),
+        **data.task_metrics(model, batches),
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
         **scan_native(model, validation_windows(data, cfg), decode=data.decode),
-        "quantization": quantization_penalties(
-            model, lambda: validation_loss(model, validation_batches(data, cfg)), calibration_windows(data, cfg)
-        ),
+        "quantization": quantization_penalties(model, lambda: validation_loss(model, batches), calibration_windows(data, cfg)),
     }
     summary.update(emergence_figures(summary))
     return stamped("pretrain", summary)
