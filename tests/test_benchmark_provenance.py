@@ -255,7 +255,16 @@ def test_sweep_settings_reach_every_run_and_bad_ones_are_one_line_errors(capsys)
             cli.build_parser().parse_args(["sweep", "--set", bad])
         assert message in capsys.readouterr().err
     with pytest.raises(SinklabError, match="--variants: unknown softmax\\+bogus"):
-        SweepConfig(corpus="bb", variants=("softmax+bogus",)).runs()
+        SweepConfig(corpus="bb", variants=("softmax+bogus",))
+
+
+def test_sweep_refuses_an_unknown_variant_before_claiming_its_out(tmp_path, capsys):
+    from sinklab import cli
+
+    out = tmp_path / "sweep"
+    assert cli.main(["sweep", "--corpus", "bb", "--variants", "softmax+bogus", "--out", str(out)]) == 2
+    assert "--variants: unknown softmax+bogus" in capsys.readouterr().err
+    assert not out.exists()
 
 
 #: A one-run sweep on Bigram-Backcopy (softmax, seed 0) on a tiny model, 4 steps: a few seconds a run.

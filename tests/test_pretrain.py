@@ -359,7 +359,14 @@ def test_bad_input(corpus, tmp_path, monkeypatch):
         train_lm(tiny(str(small)), tmp_path / "r3")
     with pytest.raises(SinklabError, match="exceeds the model's maximum"):
         tiny(corpus, seq_len=64, max_seq_len=32)
-    for field, value in [("min_lr_ratio", 1.5), ("grad_clip", -1.0), ("adam_beta2", 1.0)]:
+    for field, value in [
+        ("min_lr_ratio", 1.5),
+        ("grad_clip", -1.0),
+        ("adam_beta2", 1.0),
+        ("lr", -1.0),
+        ("lr", 0.0),
+        ("weight_decay", -0.1),
+    ]:
         with pytest.raises(SinklabError, match=f"--{field.replace('_', '-')} must"):
             tiny(corpus, **{field: value})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

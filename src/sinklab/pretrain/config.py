@@ -104,6 +104,8 @@ class PretrainConfig:
         ):
             check(getattr(self, name) >= 1, f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         check(0 <= self.min_lr_ratio <= 1, f"--min-lr-ratio must lie in [0, 1], got {self.min_lr_ratio}")
+        check(self.lr > 0, f"--lr must be positive, got {self.lr}")
+        check(self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}")
         check(self.grad_clip >= 0, f"--grad-clip must be >= 0 (0: no clipping), got {self.grad_clip}")
         check(0 < self.adam_beta2 < 1, f"--adam-beta2 must lie in (0, 1), got {self.adam_beta2}")
         check(self.steps < STEPS_PER_SEED, f"--steps must be below {STEPS_PER_SEED}, got {self.steps}")

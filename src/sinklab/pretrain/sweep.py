@@ -115,6 +115,7 @@ class SweepConfig:
         )
         self.seeds = tuple(self.seeds) or PLANS[self.corpus][0]
         check_threads(self.threads)
+        self.runs()  # an unknown variant or a bad setting is refused here, before the sweep claims its --out
 
     def runs(self) -> list[PretrainConfig]:
         """The sweep's runs, seed-major; ``variants`` keeps only those names."""
