@@ -217,6 +217,23 @@ def test_value_gate_multiplies_each_value_by_a_sigmoid_of_itself_per_head():
     assert extras(z, torch.randn(B, T, 4)) is z  # the output stage is untouched
 
 
+def test_the_model_gates_each_value_once():
+    """A constant gate of one half halves every head's output: a second application (in the attention
+    path and again before the cache, say) would quarter it."""
+    from sinklab.core.hooks import hook_name
+    from sinklab.models.native import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(d_model=8, n_layers=1, n_heads=2, attention=AttentionSpec(value_gate=True), residual=True))
+    gate, x, seen = model.blocks[0].attn.head_out.value_gate, torch.randn(1, 5, 8), []
+    with model.hooks.attached([(hook_name(0, "attn.hook_z"), lambda z, point: seen.append(z))]), torch.no_grad():
+        gate.weight.zero_()
+        for bias in (100.0, 0.0):  # sigmoid: 1, then 1/2
+            gate.bias.fill_(bias)
+            model(x)
+    torch.testing.assert_close(seen[1], seen[0] * 0.5)
+
+
 def test_a_closed_value_gate_silences_every_head_of_the_model():
     from sinklab.core.hooks import hook_name
     from sinklab.models.native import ModelConfig, Transformer
