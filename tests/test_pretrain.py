@@ -271,9 +271,13 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
 
 
 @pytest.mark.integration
-def test_two_process_ddp_matches_one_process(corpus, tmp_path):
+@pytest.mark.parametrize("mitigation", [[], ["--optimizer", "orthoadam", "--tweo", "0.1"]], ids=["adamw", "orthoadam+tweo"])
+def test_two_process_ddp_matches_one_process(corpus, tmp_path, mitigation):
+    """Each rank's rotation is the same seeded one and TWEO's penalty is averaged over ranks as the
+    loss is, so two processes train as one does."""
     common = [
         "pretrain",
+        *mitigation,
         "--corpus",
         corpus,
         "--tokenizer",
