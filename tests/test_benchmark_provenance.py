@@ -349,3 +349,25 @@ def test_a_stale_run_removed_by_the_benchmark_is_trained_again_not_read_back(swe
         and (stale / "summary.json").exists()
         and read_run_info(stale).get("git") != {"commit": COMMIT, "uncommitted_changes": False}
     )
+
+
+def test_sweep_table_reads_the_baselines_penalty_and_pairs_by_seed():
+    """The printed tables come from the row's runs: softmax's quantization penalties tested against
+    zero (four positive seeds: the smallest two-sided sign-flip p, 2/16), and a variant paired with
+    softmax on the seeds both ran only."""
+
+    def run(variant, seed, bos, w4):
+        return {"variant": variant, "seed": seed, "sink_head_bos_mass_nontrigger": bos, "quant_w4": w4, "val_loss_gap": 0.01}
+
+    rows = [run("softmax", s, 0.9, 0.001 * (s + 1)) for s in range(4)] + [run("softpick", s, 0.1, 0.0) for s in (0, 1, 2, 7)]
+    with benchmark_module("sweep_table") as table:
+        runs = table.by_seed(rows)
+        payoff = table.baseline_payoff(runs)
+        paired = table.paired_table(runs)
+        sinks = table.sink_table(runs)
+    assert payoff[2].startswith("| w4 | +0.00250 (+0.00100 to +0.00400) | 0.125 | 0.0100 |")
+    assert len(payoff) == 3  # schemes without values are left out, not printed as zero
+    cells = paired[2].split(" | ")  # the variant, the gap to the optimum, copy accuracy (none), the sink head's BOS mass
+    assert cells[1] == "+0.0000 (p 1.000; lower in 0 of 3)" and cells[2] == "-"
+    assert cells[3] == "-0.80 (p 0.250; lower in 3 of 3)"  # seed 7 has no softmax run to pair with
+    assert "| softmax | 0.90 / 0.90 / 0.90 / 0.90 / - | 0.90 | 4 of 4 |" in sinks

@@ -1,0 +1,143 @@
+"""The tables of a pretraining sweep (results page 4), printed from a row of
+``results/<name>.jsonl`` written by ``pretrain_sweep.py``, so each figure on the page can be
+checked against the row it came from.
+
+Printed: the sink head's BOS mass at non-trigger rows per seed (Bigram-Backcopy; text runs have no
+sink head); each variant's means over seeds; each variant against softmax seed by seed (mean
+difference, exact sign-flip p, how many seeds moved which way); and first, what the softmax
+baseline itself loses under each quantization scheme (its per-seed penalties tested against zero),
+since a mitigation can only pay off where the baseline loses something.
+
+Run: `.venv/bin/python benchmarks/sweep_table.py bb_survey_mitigations`
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sinklab.pretrain.compare import paired_statistics
+from sinklab.pretrain.quantization import PAYOFF_SCHEMES
+
+RESULTS = Path(__file__).parent / "results"
+BASELINE = "softmax"
+#: The bar a seed's sink head must reach to count as a sink (results page 4).
+SINK_BAR = 0.8
+#: (column, key, format) of the means table and the paired table.
+COLUMNS = (
+    ("gap to optimum", "val_loss_gap", ".4f"),
+    ("copy acc", "copy_accuracy", ".3f"),
+    ("sink head BOS, non-trigger", "sink_head_bos_mass_nontrigger", ".2f"),
+    ("trigger", "sink_head_bos_mass_trigger", ".3f"),
+    ("first-token mass", "first_token_mass_mean", ".3f"),
+    ("Sink_1^0.3", "sink_rate", ".2f"),
+    ("kurtosis (max)", "kurtosis_max", ".1f"),
+    ("largest abs h", "largest_activation", ".2f"),
+    ("value norm pos 0 / rest (max)", "value_drain_max", ".2f"),
+    ("zero weights", "attention_zero_share_mean", ".3f"),
+    *((f"{name} +loss", f"quant_{name}", ".4f") for name in PAYOFF_SCHEMES),
+)
+
+
+def by_seed(rows: list[dict]) -> dict[str, dict[int, dict]]:
+    """variant -> seed -> run row."""
+    out: dict[str, dict[int, dict]] = {}
+    for r in rows:
+        out.setdefault(r["variant"], {})[r["seed"]] = r
+    return out
+
+
+def cell(value, fmt: str) -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def sink_table(runs: dict[str, dict[int, dict]]) -> list[str]:
+    seeds = sorted({s for per in runs.values() for s in per})
+    lines = [
+        f"| variant | seeds {' / '.join(map(str, seeds))} | mean | seeds >= {SINK_BAR} |",
+        "|---|---|---:|---:|",
+    ]
+    for variant, per in runs.items():
+        values = [per[s].get("sink_head_bos_mass_nontrigger") if s in per else None for s in seeds]
+        known = [v for v in values if v is not None]
+        if not known:
+            continue
+        sinks = sum(v >= SINK_BAR for v in known)
+        mean = sum(known) / len(known)
+        lines.append(f"| {variant} | {' / '.join(cell(v, '.2f') for v in values)} | {mean:.2f} | {sinks} of {len(known)} |")
+    return lines
+
+
+def means_table(runs: dict[str, dict[int, dict]]) -> list[str]:
+    lines = ["| variant | seeds | " + " | ".join(c for c, _, _ in COLUMNS) + " |", "|---|---:|" + "---:|" * len(COLUMNS)]
+    for variant, per in runs.items():
+        cells = []
+        for _, key, fmt in COLUMNS:
+            values = [r[key] for r in per.values() if r.get(key) is not None]
+            cells.append(cell(sum(values) / len(values) if values else None, fmt))
+        lines.append(f"| {variant} | {len(per)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def paired_cell(diffs: list[float], fmt: str) -> str:
+    if len(diffs) < 2:
+        return "-"
+    stats = paired_statistics(diffs)
+    lower = sum(d < 0 for d in diffs)
+    return f"{format(stats['mean'], '+' + fmt)} (p {stats['p_sign_flip']:.3f}; lower in {lower} of {len(diffs)})"
+
+
+def paired_table(runs: dict[str, dict[int, dict]]) -> list[str]:
+    base = runs.get(BASELINE, {})
+    lines = ["| variant - softmax | " + " | ".join(c for c, _, _ in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
+    for variant, per in runs.items():
+        if variant == BASELINE:
+            continue
+        cells = []
+        for _, key, fmt in COLUMNS:
+            shared = [s for s in per if s in base and per[s].get(key) is not None and base[s].get(key) is not None]
+            cells.append(paired_cell([per[s][key] - base[s][key] for s in sorted(shared)], fmt))
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def baseline_payoff(runs: dict[str, dict[int, dict]]) -> list[str]:
+    """What softmax loses under each scheme: its per-seed penalty (quantized loss minus full
+    precision, on the same validation batches) tested against zero, beside its gap to the optimum."""
+    base = list(runs.get(BASELINE, {}).values())
+    gap = [r["val_loss_gap"] for r in base if r.get("val_loss_gap") is not None]
+    lines = [
+        "| scheme | softmax penalty: mean (min to max) | sign-flip p against 0 | mean gap to optimum |",
+        "|---|---|---:|---:|",
+    ]
+    for name in PAYOFF_SCHEMES:
+        penalties = [r[f"quant_{name}"] for r in base if r.get(f"quant_{name}") is not None]
+        if len(penalties) < 2:
+            continue
+        stats = paired_statistics(penalties)
+        lines.append(
+            f"| {name} | {stats['mean']:+.5f} ({min(penalties):+.5f} to {max(penalties):+.5f}) | "
+            f"{stats['p_sign_flip']:.3f} | {cell(sum(gap) / len(gap) if gap else None, '.4f')} |"
+        )
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("name", help="the results file: results/NAME.jsonl (its last row)")
+    args = parser.parse_args()
+    row = json.loads((RESULTS / f"{args.name}.jsonl").read_text().splitlines()[-1])
+    runs = by_seed(row["rows"])
+    print(f"commit {row['git']}, corpus {row['corpus']}, {row['steps']} steps, settings {row['overrides']}\n")
+    for title, table in (
+        ("What the softmax baseline loses under quantization", baseline_payoff),
+        ("The sink head's BOS mass at non-trigger rows, per seed", sink_table),
+        ("Means over seeds", means_table),
+        ("Paired by seed against softmax", paired_table),
+    ):
+        print(f"{title}\n\n" + "\n".join(table(runs)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
