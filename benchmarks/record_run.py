@@ -1,9 +1,10 @@
 """Run one ``sinklab`` command and keep its result as a row of ``results/<name>.jsonl``.
 
 For the tables of BENCHMARKS.md that a plain ``sinklab`` command produces: the row holds the
-command, its wall time, the run's ``summary.json`` (``compare.json`` for pretraining
-comparisons) and the sizes of its JSON, HTML and PNG files, so the table can be checked against
-data in the repository rather than in the git-ignored ``runs/``.
+command, its wall time and CPU time (this process's threads and its finished child processes: a
+wall beside other work is no cost figure, the CPU time is the closer one), the run's
+``summary.json`` (``compare.json`` for pretraining comparisons) and the sizes of its JSON, HTML
+and PNG files, so the table can be checked against data in the repository rather than in the git-ignored ``runs/``.
 
 Run: `.venv/bin/python benchmarks/record_run.py NAME -- sinklab scan --out runs/scan-text`
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shlex
 import sys
 import time
@@ -20,6 +22,13 @@ from pathlib import Path
 from common import record
 
 from sinklab import cli
+
+
+def cpu_seconds() -> float:
+    """User and system CPU seconds so far of this process (every thread) and of its children that
+    have ended (a launcher's worker processes)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -33,9 +42,9 @@ def main() -> None:
     out = Path(command[command.index("--out") + 1])
     if (out / "summary.json").exists() and "--overwrite" not in command:  # the command would only point at it
         parser.error(f"{out} holds a finished run already; add --overwrite to measure it again, or choose a new --out")
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), cpu_seconds()
     code = cli.main(command[1:])
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
     if code != 0:
         sys.exit(f"the command failed (exit {code}); nothing recorded")
     result = next((out / f for f in ("summary.json", "compare.json") if (out / f).exists()), None)
@@ -51,6 +60,7 @@ def main() -> None:
         {
             "command": shlex.join(command),
             "wall_seconds": round(seconds, 1),
+            "cpu_seconds": round(cpu, 1),
             "result_file": result.name,
             "result": json.loads(result.read_text()),
             "file_bytes": sizes,

@@ -37,7 +37,10 @@ from sinklab.models.hf import load_model
 
 
 def examples_for(overrides: list[str], default: int) -> dict[str, int]:
-    """``TASK=N`` pairs as a dict; a count under ``SELECTION`` is refused (the issue's floor)."""
+    """``TASK=N`` pairs as a dict; a count under ``SELECTION`` is refused (the issue's floor), and so
+    is a ``default`` (``--examples``) under it."""
+    if default < SELECTION:
+        raise SystemExit(f"--examples must be at least {SELECTION}; got {default}")
     counts = {}
     for pair in overrides:
         name, _, count = pair.partition("=")

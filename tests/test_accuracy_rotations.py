@@ -203,3 +203,7 @@ def test_rotation_averaged_figures_are_means_over_examples_with_the_sample_stand
     assert scored.acc_strict == 0.5 and scored.rotations == 3
     assert scored.acc_stderr == pytest.approx(math.sqrt(((1 / 3 - 2 / 3) ** 2 + (1 - 2 / 3) ** 2) / 1) / math.sqrt(2))
     assert scored.picks_by_position == (1.0, 0.0, 0.0)  # the first choice's log-likelihood is the largest in every doc
+    # one example, one order: lm-eval writes its standard error as 'N/A' (a float() of it was a traceback)
+    one = gathered("t", "test", 0, False, [sample(0, 0, True)], {"acc,none": 1.0, "acc_stderr,none": "N/A",
+                                                                "acc_norm,none": 1.0, "acc_norm_stderr,none": "N/A"})  # fmt: skip
+    assert one.acc == 1.0 and math.isnan(one.acc_stderr) and math.isnan(one.acc_norm_stderr)

@@ -40,7 +40,7 @@ def test_the_one_sided_t_test_and_interval_on_a_hand_checked_sample():
 def test_the_screen_keeps_what_passes_holm_and_the_margin_and_the_test_split_confirms():
     """Three candidates of 300 examples at chance 0.25: one far above (kept), one significantly but
     only 0.03 above (fails the margin), one at chance. Mutations caught: the margin dropped (the
-    second kept), the correction dropped is caught by the Holm test above."""
+    second kept); the correction dropped is caught by the last test of this file."""
     n = 300
     far = scored_of("far", [False] * n, chance=0.25, score=[0.75] * (n // 2) + [0.25] * (n // 2))
     near = scored_of("near", [False] * n, chance=0.25, score=[0.28 + 0.01 * ((i % 3) - 1) for i in range(n)])
@@ -67,3 +67,29 @@ def test_old_configs_judged_with_one_order_on_the_earlier_splits_stay_what_they_
     assert migrated_judge({"accuracy": []})["splits"] == SPLIT_RULE == 2
     assert migrated_judge({"accuracy": []})["accuracy_rotations"] == EVERY
     assert migrated_judge({"tasks": ["x"]}, "tasks", "rotations") == {"tasks": ["x"], "splits": 1, "rotations": 1}
+
+
+def test_the_screen_corrects_for_every_candidate_and_the_confirmation_holds_its_alpha():
+    """One candidate at p ~ 0.005 among four at chance: below 0.01 alone, above Holm's 0.01 / 5, so
+    the screen does not keep it; a test split at p ~ 0.02 does not confirm at 0.01. Mutations
+    caught: screen() without Holm (uncorrected p < alpha), confirmed() at 0.05."""
+    n = 100
+    lone = scored_of("lone", [False] * n, chance=0.25, score=[1.0] * 38 + [0.0] * 62)
+    flats = [scored_of(f"flat{i}", [False] * n, chance=0.25, score=[0.0, 0.5] * (n // 2)) for i in range(4)]
+    assert 0.002 < above_chance_t(lone) < 0.01
+    rows = {r["task"]: r for r in screen([lone, *flats])}
+    assert not rows["lone"]["holm_passed"] and not rows["lone"]["kept"]
+    assert screen([lone])[0]["kept"]  # alone, the same scores are kept
+    test = scored_of("lone", [False] * n, chance=0.25, score=[1.0] * 35 + [0.0] * 65)
+    assert 0.01 < above_chance_t(test) < 0.05 and not confirmed(test)
+
+
+def test_the_screen_script_never_scores_a_task_on_fewer_than_200_examples():
+    """The issue's floor for the selection split, on --examples and on each --examples-for."""
+    from conftest import benchmark_module
+
+    with benchmark_module("suite_screen") as script:
+        assert script.examples_for(["timedial=200"], 1000) == {"timedial": 200}
+        for overrides, default in ((["timedial=199"], 1000), (["timedial"], 1000), ([], 150)):
+            with pytest.raises(SystemExit, match="at least 200|N >= 200"):
+                script.examples_for(overrides, default)

@@ -372,7 +372,7 @@ def test_the_query_starts_where_the_shots_end(tmp_path, tokenizer):
     "settings, needle",
     [
         (dict(accuracy_shots=0), "--accuracy-shots must be at least 1"),
-        (dict(accuracy_test=0), "--accuracy-test must be at least 1"),
+        (dict(accuracy_test=1), "--accuracy-test must be at least 2"),
         (dict(bos="no"), "drop --bos no"),
         (dict(accuracy=("no_such_task.json",)), "no task file at no_such_task.json"),
         (dict(accuracy_test=96), r"has 100 usable examples; its splits need 101: 96 test, 5 for the shot pool$"),

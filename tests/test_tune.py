@@ -223,10 +223,16 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
             "--act-layers official leaves none of the model's 3 layers",
         ),
         ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "--act-spare is read only with --method act"),
+        ("tune", ["--method", "act", "--batch-size", "4"], "--batch-size is not read by --method act"),
         ("tune", ["--rotations", "-1", "--validation", "6", "--test", "8"], "--rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-rotations", "-1"], "--accuracy-rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-shots", "20", "--accuracy-test", "8"], "model has 128 positions; give fewer --accuracy-shots"),
-        ("intervene", ["--accuracy-test", "0"], "--accuracy-test must be at least 1, got 0"),
+        ("intervene", ["--accuracy-test", "1"], "--accuracy-test must be at least 2 (a standard error and a paired test"),
+        ("tune", ["--validation", "1", "--test", "8"], "--validation must be at least 2"),
+        ("tune", ["--validation", "6", "--test", "1"], "--test must be at least 2"),
+        ("intervene-unjudged", ["--accuracy-test", "8"], "--accuracy-test is read only with --accuracy TASKS"),
+        ("intervene-unjudged", ["--accuracy-shots", "2"], "--accuracy-shots is read only with --accuracy TASKS"),
+        ("intervene-unjudged", ["--accuracy-rotations", "1"], "--accuracy-rotations is read only with --accuracy TASKS"),
         ("intervene", ["--accuracy-shots", "-2"], "--accuracy-shots must be at least 0, got -2"),
         ("intervene", ["--bos", "no"], "drop --bos no"),
     ],
@@ -236,15 +242,19 @@ def test_an_accuracy_judge_that_cannot_run_is_one_line_before_claiming(command, 
     score a prompt other than the one the profile or the edit read; 0 test examples, negative shots
     and a run without BOS (the judge always puts it first) are refused as compress refuses them. A
     negative seed was a numpy traceback after the whole run (its run left "running"), and
-    ``--batch-size 0`` exited 0 having judged nothing."""
+    ``--batch-size 0`` exited 0 having judged nothing, as intervene did with an ``--accuracy-*``
+    flag and no ``--accuracy``. A one-example split ended in a traceback from lm-eval's 'N/A'
+    standard error after the run had started."""
     from sinklab.cli import main
 
     task = str(write_task(tmp_path / "tiny" / "task.json", n=100))
     out = tmp_path / "run"
-    given = (
-        ["--tasks", task] if command == "tune" else ["--suppress-sink", "--random-tokens", "--tokens", "16", "--accuracy", task]
-    )
-    assert main([command, str(tiny_model_dir("llama")), *given, *flags, "--out", str(out)]) == 2
+    given = {
+        "tune": ["--tasks", task],
+        "intervene": ["--suppress-sink", "--random-tokens", "--tokens", "16", "--accuracy", task],
+        "intervene-unjudged": ["--suppress-sink", "--random-tokens", "--tokens", "16"],
+    }[command]
+    assert main([command.split("-")[0], str(tiny_model_dir("llama")), *given, *flags, "--out", str(out)]) == 2
     one_line_error(capsys, needle)
     assert not out.exists()
 
@@ -408,8 +418,9 @@ def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, pla
     """lm-eval right-pads a batch and passes no padding mask, so ACT at batch size 8 would count
     padded rows and the answers' rows in its sinks' means: the judge cannot tell a batched
     request's prompt from its answer, and ACT refuses it in one line rather than read every row; a
-    tune run judges ACT one example at a time whatever ``batch_size`` (a setting that changes no
-    result), so runs at 1 and 8 agree. Mutation caught: ACT evaluated at batch size 8."""
+    tune run judges ACT one example at a time (its ``batch_size`` left at the default, which it does
+    not read; another is refused), so it agrees with the evaluation at batch size 1. Mutation
+    caught: ACT evaluated at the run's batch size 8."""
     from sinklab.accuracy import evaluate, lm_for, sizes_for
 
     path = write_task(tmp_path / "padded" / "task.json", gold="A")
@@ -418,21 +429,17 @@ def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, pla
         alone = evaluate(lm_for(planted, tokenizer, 1), [task], "test", 0, sizes_for(0, 6, 8))[0]
         with pytest.raises(SinklabError, match="judge it at batch size 1"):
             evaluate(lm_for(planted, tokenizer, 8), [task], "test", 0, sizes_for(0, 6, 8))
-    runs = [
-        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", batch_size=size, **SIZES)
-        for size in (1, 8)
-    ]
-    (one,), (eight,) = (run.summary["tasks"] for run in runs)
-    assert one["chosen"] == eight["chosen"] == "ACT on 1 heads"
-    assert eight["test"]["tuned"]["gold_loglik"] == pytest.approx(one["test"]["tuned"]["gold_loglik"], rel=1e-9)
+    run = sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", **SIZES)
+    (one,) = run.summary["tasks"]
+    assert one["chosen"] == "ACT on 1 heads"
     assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(alone.gold_loglik) / alone.n, rel=1e-9)
 
 
 def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():
     """Candidates made by hand: one that only ties the untouched model on validation (the same
-    accuracy and gold log-likelihood; or the same entropy, unsupervised) is not chosen, the
+    accuracy and gold log-probability; or the same entropy, unsupervised) is not chosen, the
     untouched model leading; one better by accuracy, or at the same accuracy by the gold
-    log-likelihood (supervised), or by a lower entropy (unsupervised), is. Mutation caught: ``>=``
+    log-probability among the choices (supervised), or by a lower entropy (unsupervised), is. Mutation caught: ``>=``
     for ``>`` in search.best (the last tied candidate chosen)."""
     from dataclasses import replace
 
@@ -440,9 +447,12 @@ def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():
 
     from sinklab.tune.search import Candidate, best
 
-    def candidate(label, right, loglik, entropy=0.6):
-        scored = replace(scored_of("t", right, gold_loglik=[loglik] * len(right)), entropy=(entropy,) * len(right))
-        return Candidate(label, ZeroTuning(((1.0 if label == "untouched" else 2.0, 1.0),)), scored)
+    def candidate(label, right, logprob, entropy=0.6, loglik=None):
+        n = len(right)
+        scored = scored_of("t", right, gold_logprob=[logprob] * n, gold_loglik=[logprob if loglik is None else loglik] * n)
+        return Candidate(
+            label, ZeroTuning(((1.0 if label == "untouched" else 2.0, 1.0),)), replace(scored, entropy=(entropy,) * n)
+        )
 
     untouched = candidate("untouched", [True, False, True, False], -1.0)
     tied = candidate("tied", [True, False, True, False], -1.0)
@@ -452,6 +462,10 @@ def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():
     better = candidate("better", [True, True, True, False], -3.0)
     sharper = candidate("sharper", [False] * 4, -9.0, entropy=0.3)
     assert best([untouched, tied, likelier], "supervised") is likelier
+    # the tie is broken on the gold log-probability among the choices, not on the raw log-likelihood,
+    # which carries the whitespace lm-eval moves into every continuation (the same for every choice)
+    newline = candidate("newline", [True, False, True, False], -1.5, loglik=0.0)
+    assert best([untouched, newline], "supervised") is untouched
     assert best([untouched, likelier, better, sharper], "supervised") is better
     assert best([untouched, tied, better, sharper], "unsupervised") is sharper
 
@@ -464,6 +478,21 @@ def test_act_candidates_take_only_the_heads_where_calibration_helps():
     profile = torch.tensor([[-0.5, 0.3, 0.0, 0.0], [-0.2, 0.0, 0.1, -0.05]])
     assert ACT.candidates(profile, {"layer_range": "all"}) == [("ACT on 2 heads", ACT(((0, 1), (1, 2))))]
     assert ACT.candidates(-profile.abs(), {"layer_range": "all"}) == []
+
+
+def test_the_profiles_objective_reads_the_choices_as_one_distribution():
+    """On the choices' log-likelihoods -1, -2, -3: supervised, log p(gold) among the three;
+    unsupervised, minus the entropy of their softmax. A constant added to every choice (the
+    whitespace lm-eval moves into each continuation) changes neither. Mutation caught: the entropy
+    of the raw log-likelihoods, unnormalised."""
+    from sinklab.tune.profile import objective
+
+    logliks = torch.tensor([-1.0, -2.0, -3.0])
+    p = torch.softmax(logliks, dim=-1)
+    assert objective(logliks, 1, "supervised").item() == pytest.approx(math.log(p[1].item()))
+    assert objective(logliks, 1, "unsupervised").item() == pytest.approx((p * p.log()).sum().item())
+    for mode in ("supervised", "unsupervised"):
+        assert objective(logliks - 2.12, 1, mode).item() == pytest.approx(objective(logliks, 1, mode).item())
 
 
 def test_the_head_profile_is_the_mean_over_the_validation_examples(tmp_path, tokenizer, planted):

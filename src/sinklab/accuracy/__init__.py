@@ -72,7 +72,7 @@ def check_judge_flags(shots: int, test: int, bos: str, min_shots: int = 0, shots
     measures go without it would judge two different sequences)."""
     why = ": the shots are the context a press compresses" if min_shots else ""
     check(shots >= min_shots, f"{shots_flag} must be at least {min_shots}{why}, got {shots}")
-    check(test >= 1, f"--accuracy-test must be at least 1, got {test}")
+    check(test >= 2, f"--accuracy-test must be at least 2 (a standard error and a paired test need two examples), got {test}")
     check(bos != "no", "--accuracy puts the tokenizer's BOS first, as lm-eval's judge does everywhere in sinklab: drop --bos no")
 
 

@@ -27,7 +27,8 @@ EVERY = 0
 ROTATIONS_HELP = (
     "the orders each example's listed choices are asked in: 0 every cyclic rotation (position-balanced; "
     "costs about the number of choices times the time of one order), 1 the listed order alone (lm-eval's "
-    "single run, carrying the model's position bias), N that many evenly spaced rotations"
+    "single run, carrying the model's position bias), N that many evenly spaced rotations (at most the "
+    "example's choices; only an N that divides their number puts the answer at every position equally often)"
 )
 
 

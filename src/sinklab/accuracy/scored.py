@@ -150,9 +150,9 @@ def gathered(
         rotations=orders,
         listed=listed,
         acc=float(results["acc,none"]) if single else statistics.fmean(score),
-        acc_stderr=float(results["acc_stderr,none"]) if single else _stderr(score),
+        acc_stderr=_lm_eval_float(results["acc_stderr,none"]) if single else _stderr(score),
         acc_norm=float(results["acc_norm,none"]) if single else statistics.fmean(norm),
-        acc_norm_stderr=float(results["acc_norm_stderr,none"]) if single else _stderr(norm),
+        acc_norm_stderr=_lm_eval_float(results["acc_norm_stderr,none"]) if single else _stderr(norm),
         acc_strict=statistics.fmean(s == 1.0 for s in score),
         score=tuple(score),
         correct=tuple(s == 1.0 for s in score),
@@ -189,8 +189,14 @@ def _doc_figures(sample: dict) -> dict:
 
 
 def _stderr(values: Sequence[float]) -> float:
-    """The standard error of a mean as lm-eval gives it (the sample standard deviation over sqrt(n))."""
-    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    """The standard error of a mean as lm-eval gives it (the sample standard deviation over sqrt(n));
+    NaN for one example, where lm-eval writes 'N/A'."""
+    return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.nan
+
+
+def _lm_eval_float(value) -> float:
+    """A figure of lm-eval's results: its 'N/A' (a standard error of one example) as NaN."""
+    return math.nan if value == "N/A" else float(value)
 
 
 def _mean_or_none(values: list) -> Optional[float]:

@@ -109,6 +109,12 @@ class InterveneConfig:
         if self.accuracy:
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.inputs.bos)
             check_rotations(self.accuracy_rotations, "--accuracy-rotations")
+        for name in ("accuracy_shots", "accuracy_test", "accuracy_rotations"):  # it exited 0 having judged nothing
+            option = "--" + name.replace("_", "-")
+            check(
+                bool(self.accuracy) or getattr(self, name) == getattr(InterveneConfig, name),
+                f"{option} is read only with --accuracy TASKS: give --accuracy TASKS, or leave {option} out",
+            )
 
     @property
     def accuracy_sizes(self) -> dict:

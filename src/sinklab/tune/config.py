@@ -69,7 +69,9 @@ class TuneConfig:
     )
     validation: int = setting(SIZES["validation"], help="validation examples per task (the profile and the search read them)")
     test: int = setting(SIZES["test"], help="test examples per task (the verdict)")
-    seed: int = setting(0, help="draws the splits and the shots")
+    seed: int = setting(
+        0, help="draws the splits and the shots (intervene --accuracy and compress --accuracy judge seed 0's test split)"
+    )
     rotations: int = setting(EVERY, help=ROTATIONS_HELP)
     profile: str = setting(
         "gradient",
@@ -96,13 +98,17 @@ class TuneConfig:
         self.tasks = task_names(self.tasks)  # tune_model(tasks="navigate") or ("suite",) as the flag reads them
         check(bool(self.tasks), "--tasks needs at least one task")
         check(self.shots >= 0, f"--shots must be at least 0, got {self.shots}")
-        check(self.validation >= 1, f"--validation must be at least 1, got {self.validation}")
-        check(self.test >= 1, f"--test must be at least 1, got {self.test}")
+        for flag, size in (("--validation", self.validation), ("--test", self.test)):
+            check(size >= 2, f"{flag} must be at least 2 (a standard error and a paired test need two examples), got {size}")
         check_seed(self.seed)  # a negative seed was a numpy traceback after the whole run
         check(self.batch_size >= 1, f"--batch-size must be at least 1, got {self.batch_size}")
         check_rotations(self.rotations)
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        check(
+            not self.tuning.whole_rows or self.batch_size == TuneConfig.batch_size,
+            f"--batch-size is not read by --method {self.method}: its evaluations run one example at a time; leave it out",
+        )
         owners = {name: method.method for method in TUNINGS.values() for name in method.settings}
         unread = [
             name for name, owner in owners.items() if owner != self.method and getattr(self, name) != getattr(TuneConfig, name)

@@ -6,7 +6,9 @@ where it helps most, one head count per candidate). The untouched model is alway
 search that finds nothing better returns it, and the run says so.
 
 Supervised mode ranks candidates by validation accuracy, ties broken by the gold answer's mean
-log-likelihood; unsupervised mode by the mean entropy over the choices (lower is better), no label read.
+log-probability among the choices (its raw log-likelihood carries the whitespace lm-eval moves into
+every continuation, whose probability an edit moves too); unsupervised mode by the mean entropy over
+the choices (lower is better), no label read.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class Candidate:
     def key(self, mode: str) -> tuple:
         if mode == "unsupervised":
             return (-self.scored.row()["entropy"],)
-        return (self.scored.acc, self.scored.row()["gold_loglik"])
+        return (self.scored.acc, self.scored.row()["gold_logprob"])
 
 
 def best(candidates: Sequence[Candidate], mode: str) -> Candidate:
