@@ -223,7 +223,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
             "--act-layers official leaves none of the model's 3 layers",
         ),
         ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "--act-spare is read only with --method act"),
-        ("tune", ["--method", "act", "--batch-size", "4"], "--batch-size is not read by --method act"),
+        ("tune", ["--method", "act", "--batch-size", "4"], "--batch-size 4 would not be read"),
         ("tune", ["--rotations", "-1", "--validation", "6", "--test", "8"], "--rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-rotations", "-1"], "--accuracy-rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-shots", "20", "--accuracy-test", "8"], "model has 128 positions; give fewer --accuracy-shots"),
@@ -418,7 +418,7 @@ def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, pla
     """lm-eval right-pads a batch and passes no padding mask, so ACT at batch size 8 would count
     padded rows and the answers' rows in its sinks' means: the judge cannot tell a batched
     request's prompt from its answer, and ACT refuses it in one line rather than read every row; a
-    tune run judges ACT one example at a time (its ``batch_size`` left at the default, which it does
+    tune run judges ACT one example at a time (its ``batch_size`` 1 or the default, which it does
     not read; another is refused), so it agrees with the evaluation at batch size 1. Mutation
     caught: ACT evaluated at the run's batch size 8."""
     from sinklab.accuracy import evaluate, lm_for, sizes_for
@@ -429,10 +429,13 @@ def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, pla
         alone = evaluate(lm_for(planted, tokenizer, 1), [task], "test", 0, sizes_for(0, 6, 8))[0]
         with pytest.raises(SinklabError, match="judge it at batch size 1"):
             evaluate(lm_for(planted, tokenizer, 8), [task], "test", 0, sizes_for(0, 6, 8))
-    run = sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", **SIZES)
-    (one,) = run.summary["tasks"]
-    assert one["chosen"] == "ACT on 1 heads"
-    assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(alone.gold_loglik) / alone.n, rel=1e-9)
+    runs = [
+        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", batch_size=size, **SIZES)
+        for size in (1, 8)  # 1, what it uses, may be written out; 8 is the default it does not read
+    ]
+    for (one,) in (run.summary["tasks"] for run in runs):
+        assert one["chosen"] == "ACT on 1 heads"
+        assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(alone.gold_loglik) / alone.n, rel=1e-9)
 
 
 def test_the_search_keeps_the_untouched_model_unless_a_tuning_beats_it():

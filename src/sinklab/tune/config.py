@@ -106,8 +106,9 @@ class TuneConfig:
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         check(
-            not self.tuning.whole_rows or self.batch_size == TuneConfig.batch_size,
-            f"--batch-size is not read by --method {self.method}: its evaluations run one example at a time; leave it out",
+            not self.tuning.whole_rows or self.batch_size in (1, TuneConfig.batch_size),
+            f"--method {self.method} evaluates one example at a time: --batch-size {self.batch_size} would not be read; "
+            "leave it out",
         )
         owners = {name: method.method for method in TUNINGS.values() for name in method.settings}
         unread = [
