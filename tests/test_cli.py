@@ -208,3 +208,30 @@ def test_every_model_argument_has_the_one_help():
     found = {name: a.help for name, p in commands.items() for a in p._actions if a.dest == "model" and not a.option_strings}
     assert {"scan", "intervene", "stream", "generate", "adapt"} <= set(found), found
     assert all(MODEL_HELP in help for help in found.values()), found
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
+    """``kill`` (or a scheduler stopping the job) while a run trains: exit status 130 and run.json
+    says interrupted, as after Ctrl-C, so the same command resumes it. Python's default ended the
+    process at once and left run.json saying running. Mutation caught: no SIGTERM handler."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from sinklab.core.runs import read_run_info
+
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "sinklab", "pretrain", "--corpus", "bb", "--d-model", "32", "--n-layers", "1",
+           "--n-heads", "2", "--steps", "5000", "--quiet", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while read_run_info(out).get("status") != "running" and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1.0)  # into the training loop
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert read_run_info(out)["status"] == "interrupted"
+    assert "interrupted" in err

@@ -5,7 +5,9 @@ importable functions of the capabilities."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from contextlib import contextmanager
 from typing import Iterator, NoReturn, Optional, Sequence
 
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        with quiet(args.quiet):
+        with quiet(args.quiet), terminate_as_interrupt():
             return args.handler(args) or 0
     except SinklabError as exc:
         print(f"sinklab {args.command}: error: {terminal_text(str(exc))}", file=sys.stderr)
@@ -83,6 +85,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"sinklab {args.command}: interrupted; {args.on_interrupt}", file=sys.stderr)
         return INTERRUPTED
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a scheduler stopping the job) ends the command as Ctrl-C does: the run
+    directory says ``interrupted`` and the same command resumes it; Python's default would end the
+    process at once and leave run.json saying ``running``. The handler before is given back after."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+
+    def interrupt(signum, frame) -> NoReturn:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
