@@ -234,6 +234,19 @@ def test_the_reported_training_loss_is_the_language_models_alone_and_the_optimiz
     assert isinstance(pretrain.make_optimizer(model, tiny(corpus)), torch.optim.AdamW)
 
 
+def test_weight_decay_reaches_matrices_only_the_value_gates_bias_included(corpus):
+    """The value gate's bias is (heads, 1, head_dim): by shape it looked like a matrix and was
+    decayed toward a half-open gate. Mutation caught: the groups split by ndim alone."""
+    cfg = tiny(corpus, value_gate=True, gate=True, head_norm=True)
+    model = Transformer(cfg.model_config(load_token_data(corpus, "bytes").vocab_size))
+    decayed, kept = pretrain.make_optimizer(model, cfg).param_groups
+    assert decayed["weight_decay"] == cfg.weight_decay and kept["weight_decay"] == 0.0
+    names = {id(p): name for name, p in model.named_parameters()}
+    assert {names[id(p)] for p in kept["params"]} == {n for n, p in model.named_parameters() if p.ndim < 2 or n.endswith("bias")}
+    assert any(names[id(p)].endswith("value_gate.bias") for p in kept["params"])
+    assert all(p.ndim >= 2 and not names[id(p)].endswith("bias") for p in decayed["params"])
+
+
 def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_refused(corpus):
     names = {
         tiny(corpus, **kw).variant

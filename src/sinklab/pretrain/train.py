@@ -46,9 +46,11 @@ def lr_at(cfg: PretrainConfig, step: int) -> float:
 
 def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optimizer:
     """AdamW (or OrthoAdam, its rotations drawn from the run's seed) with weight decay on matrices
-    only (not on norms, biases, gates' biases or sink logits)."""
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    rest = [p for p in model.parameters() if p.ndim < 2]
+    only (not on norms, biases, gates' biases or sink logits). A bias is told by its name, not its
+    shape: the value gate's is (heads, 1, head_dim), and decaying it pulled every gate toward half open."""
+    named = list(model.named_parameters())
+    decay = [p for name, p in named if p.ndim >= 2 and not name.endswith("bias")]
+    rest = [p for name, p in named if p.ndim < 2 or name.endswith("bias")]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     return build_optimizer(cfg.optimizer, groups, seed=cfg.seed, foreach=True, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8)
 
