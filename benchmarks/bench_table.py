@@ -6,11 +6,7 @@ Run: `.venv/bin/python benchmarks/bench_table.py bench_sinks_v1`
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
-
-RESULTS = Path(__file__).parent / "results"
+from last_row import last_row
 
 
 def shown(metric: dict) -> str:
@@ -54,10 +50,7 @@ def press_table(results: dict) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", help="the results file: results/NAME.jsonl (its last row)")
-    args = parser.parse_args()
-    row = json.loads((RESULTS / f"{args.name}.jsonl").read_text().splitlines()[-1])
+    row = last_row(__doc__)
     summary = row["result"]
     print(f"commit {row['git'][:7]}, command: {row['command']}\n")
     print("\n".join(metric_table(summary)) + "\n")

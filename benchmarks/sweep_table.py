@@ -13,14 +13,11 @@ Run: `.venv/bin/python benchmarks/sweep_table.py bb_survey_mitigations`
 
 from __future__ import annotations
 
-import argparse
-import json
-from pathlib import Path
+from last_row import last_row
 
 from sinklab.pretrain.compare import paired_statistics
 from sinklab.pretrain.quantization import PAYOFF_SCHEMES
 
-RESULTS = Path(__file__).parent / "results"
 BASELINE = "softmax"
 #: The bar a seed's sink head must reach to count as a sink (results page 4).
 SINK_BAR = 0.8
@@ -124,10 +121,7 @@ def baseline_payoff(runs: dict[str, dict[int, dict]]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("name", help="the results file: results/NAME.jsonl (its last row)")
-    args = parser.parse_args()
-    row = json.loads((RESULTS / f"{args.name}.jsonl").read_text().splitlines()[-1])
+    row = last_row(__doc__)
     runs = by_seed(row["rows"])
     print(f"commit {row['git']}, corpus {row['corpus']}, {row['steps']} steps, settings {row['overrides']}\n")
     for title, table in (

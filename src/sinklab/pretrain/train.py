@@ -48,9 +48,9 @@ def make_optimizer(model: Transformer, cfg: PretrainConfig) -> torch.optim.Optim
     """AdamW (or OrthoAdam, its rotations drawn from the run's seed) with weight decay on matrices
     only (not on norms, biases, gates' biases or sink logits). A bias is told by its name, not its
     shape: the value gate's is (heads, 1, head_dim), and decaying it pulled every gate toward half open."""
-    named = list(model.named_parameters())
-    decay = [p for name, p in named if p.ndim >= 2 and not name.endswith("bias")]
-    rest = [p for name, p in named if p.ndim < 2 or name.endswith("bias")]
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        (decay if p.ndim >= 2 and not name.endswith("bias") else rest).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
     return build_optimizer(cfg.optimizer, groups, seed=cfg.seed, foreach=True, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8)
 
