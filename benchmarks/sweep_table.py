@@ -31,7 +31,8 @@ COLUMNS = (
     ("Sink_1^0.3", "sink_rate", ".2f"),
     ("kurtosis (max)", "kurtosis_max", ".1f"),
     ("largest abs h", "largest_activation", ".2f"),
-    ("value norm pos 0 / rest (max)", "value_drain_max", ".2f"),
+    ("aggregated value norm pos 0 / rest (max)", "value_drain_max", ".2f"),
+    ("value state pos 0 / rest, before any gate (max)", "value_state_drain_max", ".2f"),
     ("zero weights", "attention_zero_share_mean", ".3f"),
     *((f"{name} +loss", f"quant_{name}", ".4f") for name in PAYOFF_SCHEMES),
 )

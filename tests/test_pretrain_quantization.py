@@ -1,12 +1,13 @@
 """The quantization payoff of a trained model (issue 52): the validation-loss penalty of W8A8 with
-static per-tensor scales, W4A8 and 4-bit weight-only rounding, on the blocks' linear layers."""
+static per-tensor activation scales (weights per matrix or per channel), W4A8 and 4-bit weight-only
+rounding, on the blocks' linear layers."""
 
 import copy
 
 import pytest
 import torch
 
-from sinklab.adapt.quantize import quantize_activation, quantize_weight
+from sinklab.adapt.quantize import fake_quant, quantize_activation, quantize_weight
 from sinklab.core.attention import AttentionSpec
 from sinklab.models.native import ModelConfig, Transformer
 from sinklab.pretrain.quantization import PAYOFF_SCHEMES, quantization_penalties
@@ -49,11 +50,19 @@ def test_each_penalty_is_the_loss_with_the_blocks_linears_rounded_minus_the_exac
         model(calibration)
     for h in hooks:
         h.remove()
-    for name, bits, activations in (("w4", 4, None), ("w4a8", 4, "tensor"), ("w8a8_static", 8, "static")):
+    for name, bits, activations in (
+        ("w4", 4, None),
+        ("w4a8", 4, "tensor"),
+        ("w8a8_static", 8, "static"),
+        ("w8a8_tensor_static", 8, "static"),
+    ):
         rounded = copy.deepcopy(model)
         for original, m in zip(linears, [m for block in rounded.blocks for m in block.modules() if type(m) is torch.nn.Linear]):
             with torch.no_grad():
-                m.weight.copy_(quantize_weight(m.weight, bits, 128 if bits == 4 else None))
+                if name == "w8a8_tensor_static":  # one scale for the whole matrix
+                    m.weight.copy_(fake_quant(m.weight, 8, m.weight.abs().max()))
+                else:
+                    m.weight.copy_(quantize_weight(m.weight, bits, 128 if bits == 4 else None))
             if activations:
                 amax = static[original]
                 m.register_forward_pre_hook(

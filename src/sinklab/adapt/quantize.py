@@ -8,7 +8,8 @@ nearest with b bits (:func:`fake_quant`)::
     q_max = 2^(b-1) - 1,   s = amax / q_max,   x_hat = s * clamp(round(x / s), -q_max, q_max)
 
 where ``amax`` is the largest |x| over the group that shares a scale: one output channel (int8
-weights), 128 consecutive input columns of one output channel (int4 weights), the whole tensor
+weights), 128 consecutive input columns of one output channel (int4 weights), the whole weight
+matrix (``w8a8_tensor_static``, the fully per-tensor W8A8 of TWEO's claim), the whole tensor
 (per-tensor activations, dynamic: this input's own maximum; static: the maximum seen on a
 calibration set), or one token (per-token activations, the friendly baseline). One outlier, such
 as the first token's massive activation, sets the per-tensor scale of every other token: that is
@@ -46,6 +47,7 @@ class QuantScheme:
     activations: Optional[str]
     help: str
     activation_bits: int = 8
+    per_tensor_weights: bool = False  # one scale for the whole matrix; weight_group is then ignored
 
 
 QUANT_SCHEMES: dict[str, QuantScheme] = {
@@ -53,14 +55,21 @@ QUANT_SCHEMES: dict[str, QuantScheme] = {
     "w4": QuantScheme(4, 128, None, "int4 weights in groups of 128, full-precision activations (weight-only round to nearest)"),
     "w8a8": QuantScheme(8, None, "tensor", "int8 weights per channel, int8 activations per tensor (dynamic)"),
     "w8a8_static": QuantScheme(8, None, "static", "int8 weights per channel, int8 activations per tensor (static, calibrated)"),
+    "w8a8_tensor_static": QuantScheme(
+        8, None, "static", "int8 weights per tensor, int8 activations per tensor (static, calibrated)", per_tensor_weights=True
+    ),
     "w8a8_token": QuantScheme(8, None, "token", "int8 weights per channel, int8 activations per token (dynamic)"),
     "w4a8": QuantScheme(4, 128, "tensor", "int4 weights in groups of 128, int8 activations per tensor (dynamic)"),
 }
 
 
-#: ``adapt``'s default schemes: all but ``w4``. A sink in the stream reaches activations, not weights;
-#: 4-bit weight-only rounding is the papers' payoff of training without outliers (issue 52), opt-in.
-DEFAULT_SCHEMES = tuple(name for name in QUANT_SCHEMES if name != "w4")
+#: The schemes that judge the payoff the outlier papers claim for training without outliers (issue 52),
+#: opt-in in ``adapt``: 4-bit weight-only rounding, and W8A8 with one scale per weight matrix too.
+PAYOFF_ONLY = ("w4", "w8a8_tensor_static")
+
+#: ``adapt``'s default schemes: all but :data:`PAYOFF_ONLY`. A sink in the stream reaches
+#: activations, not weights.
+DEFAULT_SCHEMES = tuple(name for name in QUANT_SCHEMES if name not in PAYOFF_ONLY)
 
 
 def check_scheme(name: str) -> QuantScheme:
@@ -163,6 +172,8 @@ def quantized(
 
 def _quantized_weight(module: nn.Module, scheme: QuantScheme) -> torch.Tensor:
     weight = module.weight.data
+    if scheme.per_tensor_weights:
+        return fake_quant(weight, scheme.weight_bits, weight.abs().amax())
     if _is_transposed(module):
         return quantize_weight(weight.T, scheme.weight_bits, scheme.weight_group).T.contiguous()
     return quantize_weight(weight, scheme.weight_bits, scheme.weight_group)

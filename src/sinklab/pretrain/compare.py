@@ -94,6 +94,7 @@ def by_variant(rows: Sequence[dict]) -> list[dict]:
             "max_over_median",
             "null_mass_mean",
             "value_drain_max",
+            "value_state_drain_max",
             "residual_peak_max",
             "val_loss_gap",
             "copy_accuracy",
@@ -124,6 +125,7 @@ PAIRED_KEYS = (
     "copy_accuracy",
     "kurtosis_max",
     "value_drain_max",
+    "value_state_drain_max",
     *OUTLIER_KEYS,
 )
 

@@ -3,8 +3,10 @@ low-bit quantization of its blocks' linear layers (issue 52; the schemes are ``a
 formula in :mod:`sinklab.adapt.quantize`). Embeddings, the output layer and the head gate's small
 projection stay in full precision.
 
-* ``w8a8_static``: int8 weights per output channel, int8 activations with one static per-tensor
-  scale per layer, calibrated on training windows (TWEO's W8A8 claim);
+* ``w8a8_tensor_static``: int8 weights with one scale per matrix, int8 activations with one static
+  scale per tensor, calibrated on training windows: fully per-tensor, TWEO's W8A8 claim;
+* ``w8a8_static``: the same with one weight scale per output channel, the milder and more common
+  setting (the activations, which the outliers reach, are quantized the same way);
 * ``w4a8``: int4 weights in groups of 128, int8 activations per tensor (dynamic);
 * ``w4``: int4 weights in groups of 128 alone, round to nearest (the 4-bit claims of OrthoAdam and
   softpick are weight-only).
@@ -19,7 +21,7 @@ import torch
 from ..adapt import QUANT_SCHEMES, quantized
 from ..models.native import Transformer
 
-PAYOFF_SCHEMES = ("w8a8_static", "w4a8", "w4")
+PAYOFF_SCHEMES = ("w8a8_tensor_static", "w8a8_static", "w4a8", "w4")
 
 
 @torch.no_grad()

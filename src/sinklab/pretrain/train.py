@@ -34,6 +34,7 @@ from .quantization import quantization_penalties
 from .results import emergence_figures
 from .sources import DataSource
 from .tweo import block_outputs, tweo_penalty
+from .value_states import value_state_drain
 
 
 def lr_at(cfg: PretrainConfig, step: int) -> float:
@@ -230,6 +231,7 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         **data.task_metrics(model, batches),
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
         **scan_native(model, validation_windows(data, cfg), decode=data.decode),
+        "value_state_drain": value_state_drain(model, validation_windows(data, cfg)),
         "quantization": quantization_penalties(model, lambda: validation_loss(model, batches), calibration_windows(data, cfg)),
     }
     summary.update(emergence_figures(summary))
