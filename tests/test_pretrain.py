@@ -427,6 +427,24 @@ def test_compare_table_and_plots(corpus, tmp_path, capsys):
         results.load_run(str(tmp_path))
 
 
+def test_the_by_layer_figure_has_a_panel_per_figure_some_run_holds_one_colour_per_run():
+    """A layers x heads figure is drawn as its mean over heads; a run without a figure (a run from
+    before it was recorded) leaves that panel to the others."""
+    from sinklab.pretrain import plots
+
+    old = {"first_token_mass_by_layer": [0.2, 0.9]}
+    new = {**old, "value_state_drain": [1.0, 0.1], "attention_zero_share": [[0.0, 0.5], [1.0, 0.0]]}
+    fig = plots.by_layer_figure({"old": old, "new": new})
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == [plots.LAYER_PANELS[k] for k in ("first_token_mass_by_layer", "value_state_drain", "attention_zero_share")]
+    by_panel = {}
+    for trace in fig.data:
+        by_panel.setdefault(trace.xaxis, []).append(trace)
+    assert [[t.name for t in by_panel[axis]] for axis in ("x", "x2", "x3")] == [["old", "new"], ["new"], ["new"]]
+    assert list(by_panel["x3"][0].y) == [0.25, 0.5]
+    assert by_panel["x"][1].line.color == by_panel["x2"][0].line.color != by_panel["x"][0].line.color
+
+
 def test_a_torn_last_line_is_skipped_with_a_warning_and_a_damaged_one_is_an_error(tmp_path):
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"st')

@@ -1,5 +1,5 @@
 """Pretraining's interactive report: loss curves and the sink metrics against the step for every
-run, first-token mass by layer, and the comparison table (the plots are :mod:`.plots`' figures).
+run, the sink and outlier figures by layer, and the comparison table (the plots are :mod:`.plots`' figures).
 Several runs (or a ``sinklab compare`` directory) share one set of plots, one line per run."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def columns(run_dirs: list[Path]) -> list[tuple[str, list[html.Section]]]:
     if finished:
         parts.append(
             html.Section(
-                "First-token mass by layer (end of training)",
+                "By layer, at the end of training",
                 html.plot(plots.by_layer_figure({d.name: s for d, s in finished.items()}), f"{uid}-layers"),
             )
         )

@@ -1,7 +1,7 @@
 """Pretraining's plots, each defined once (the PNG files of a run or a ``sinklab compare`` directory
 and the report page draw the same traces): the sink metrics and the loss against the step (one line
-per run, one colour per run in every panel), and the first-token mass by layer at the end of
-training."""
+per run, one colour per run in every panel), and, by layer at the end of training, the first-token
+mass and the outlier figures the training mitigations of issue 52 claim to change."""
 
 from __future__ import annotations
 
@@ -23,6 +23,17 @@ CURVES = {
 }
 PANEL_COLUMNS = 3
 
+#: Figures by layer at the end of training (summary.json key -> label), in the order they are
+#: plotted; a key that holds layers x heads is drawn as its mean over heads.
+LAYER_PANELS = {
+    "first_token_mass_by_layer": "first-token mass",
+    "kurtosis": "kurtosis of the residual stream",
+    "max_abs_first": "largest |h| at position 0",
+    "max_abs_rest": "largest |h| elsewhere",
+    "value_state_drain": "value-state norm, position 0 / rest (before any gate)",
+    "attention_zero_share": "share of exactly-zero attention weights",
+}
+
 
 def run_figures(name: str, rows: list[dict]) -> dict:
     """The static figures of one training run (``rows``: its metrics.jsonl), by file name."""
@@ -34,7 +45,7 @@ def compare_figures(metrics_by_run: dict[str, list[dict]], summaries: dict[str, 
     rows and their summaries."""
     return {
         "val_loss.png": curve_figure(metrics_by_run, "val_loss"),
-        "first_token_mass_by_layer.png": by_layer_figure(summaries),
+        "by_layer.png": by_layer_figure(summaries),
         "emergence.png": emergence_figure(metrics_by_run),
     }
 
@@ -76,36 +87,54 @@ def curve_figure(metrics_by_run: dict[str, list[dict]], key: str):
 
 def emergence_figure(metrics_by_run: dict[str, list[dict]]):
     """Every recorded metric against the step, a panel each (Gu et al. Fig. 4 style)."""
+    keys = present_curves(metrics_by_run)
+    fig = _panels([CURVES[k] for k in keys], [_traces(metrics_by_run, key, legend=i == 0) for i, key in enumerate(keys)])
+    fig.update_xaxes(title_text="step", title_font_size=10)
+    return fig.update_layout(title="Sink metrics against the step")
+
+
+def _panels(titles: list[str], traces: list[list]):
+    """A grid of :data:`PANEL_COLUMNS` panels, ``traces[i]`` drawn in the panel titled ``titles[i]``."""
     from plotly.subplots import make_subplots
 
-    keys = present_curves(metrics_by_run)
-    rows = max(1, -(-len(keys) // PANEL_COLUMNS))
-    fig = make_subplots(
-        rows=rows, cols=PANEL_COLUMNS, subplot_titles=[CURVES[k] for k in keys], vertical_spacing=0.5 / max(rows, 1)
-    )
-    for i, key in enumerate(keys):
-        for trace in _traces(metrics_by_run, key, legend=i == 0):
+    rows = max(1, -(-len(titles) // PANEL_COLUMNS))
+    fig = make_subplots(rows=rows, cols=PANEL_COLUMNS, subplot_titles=titles, vertical_spacing=0.5 / max(rows, 1))
+    for i, panel in enumerate(traces):
+        for trace in panel:
             fig.add_trace(trace, row=i // PANEL_COLUMNS + 1, col=i % PANEL_COLUMNS + 1)
-    fig.update_xaxes(title_text="step", title_font_size=10).update_annotations(font_size=11)
-    return fig.update_layout(
-        title="Sink metrics against the step", width=1200, height=280 * rows + 140, legend={**LEGEND_BELOW, "y": -0.4 / rows}
-    )
+    fig.update_annotations(font_size=11)
+    return fig.update_layout(width=1200, height=280 * rows + 140, legend={**LEGEND_BELOW, "y": -0.4 / rows})
 
 
 def by_layer_figure(summaries: dict[str, dict]):
-    """First-token mass per layer at the end of training, one line per run."""
+    """The :data:`LAYER_PANELS` figures some run's summary holds, per layer, a panel each, one line
+    per run (run i has the i-th colour in every panel)."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative
 
-    fig = go.Figure(
+    palette = qualitative.Plotly
+    keys = [key for key in LAYER_PANELS if any(key in s for s in summaries.values())]
+    traces = [
         [
-            go.Scatter(y=s["first_token_mass_by_layer"], mode="lines+markers", name=html_text(name, 50))
-            for name, s in summaries.items()
+            go.Scatter(
+                y=_per_layer(s[key]),
+                mode="lines+markers",
+                name=html_text(name, 50),
+                legendgroup=html_text(name, 50),
+                showlegend=i == 0,
+                line=dict(color=palette[n % len(palette)]),
+            )
+            for n, (name, s) in enumerate(summaries.items())
+            if key in s
         ]
-    )
+        for i, key in enumerate(keys)
+    ]
+    fig = _panels([LAYER_PANELS[k] for k in keys], traces)
     layers = max((len(s["first_token_mass_by_layer"]) for s in summaries.values()), default=1)
-    return fig.update_layout(
-        title="Attention on the first position, per layer",
-        xaxis=layer_axis(layers),
-        yaxis=dict(range=[0, 1.02], title="first-token mass"),
-        height=360,
-    )
+    fig.update_xaxes(**layer_axis(layers))
+    return fig.update_layout(title="At the end of training, per layer")
+
+
+def _per_layer(values: list) -> list:
+    """A per-layer list as it is, or the mean over heads of a layers x heads one."""
+    return [sum(row) / len(row) if isinstance(row, list) else row for row in values]
