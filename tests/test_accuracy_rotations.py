@@ -120,6 +120,7 @@ def test_a_task_that_lists_no_choices_is_asked_once(tmp_path, tokenizer):
     assert shifts(task.examples[0], 0) == (0,)
     (scored,) = evaluate(lm_for(planted_model(tokenizer), tokenizer), [task], "test", 0, SIZES)
     assert scored.rotations == 1 and scored.listed is False and scored.n == 12
+    assert scored.row()["listed"] is False  # a table's "orders 1" says why: "choices listed: no"
 
 
 def test_fewer_rotations_are_evenly_spaced(listed_task):

@@ -72,13 +72,15 @@ def verdict(before, after, seed: int = 0) -> dict:
 
 def paired_columns(before: dict, after: dict, paired: dict, names: tuple[str, str]) -> dict:
     """A table row's columns for one paired verdict: the orders each example was asked in
-    (``rotations``), ``acc_<name>`` (rotation-averaged) and ``acc_strict_<name>`` of the two runs
+    (``rotations``) and whether its prompt lists the choices (``listed``; no: one order, nothing to
+    rotate), ``acc_<name>`` (rotation-averaged) and ``acc_strict_<name>`` of the two runs
     (``before`` and ``after``: :meth:`~.scored.Scored.row` dicts, ``names`` their suffixes), the
     paired accuracy change with its interval and tests (:func:`verdict_columns`), and the gold
     answer's log-likelihood and log-probability among the choices of each."""
     first, second = names
     return {
         "rotations": before["rotations"],
+        "listed": before.get("listed"),  # None in a summary written before rows carried it
         f"acc_{first}": before["acc"],
         f"acc_{second}": after["acc"],
         f"acc_strict_{first}": before["acc_strict"],

@@ -99,6 +99,7 @@ class Scored:
             "shots": self.shots,
             "n": self.n,
             "rotations": self.rotations,
+            "listed": self.listed,
             "chance": round(self.chance, 4),
             "acc": self.acc,
             "acc_stderr": self.acc_stderr,

@@ -50,6 +50,7 @@ ACCURACY_COLUMNS = [
     ("intervention", "experiment", "s"),
     ("n", "n", "d"),
     ("orders", "rotations", "d"),
+    ("choices listed", "listed", ""),
     ("chance", "chance", ".3f"),
     ("acc intact", "acc_intact", ".3f"),
     ("edited", "acc_edited", ".3f"),

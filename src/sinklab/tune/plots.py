@@ -27,6 +27,7 @@ COLUMNS = [
     ("task", "task", "s"),
     ("n", "n", "d"),
     ("orders", "rotations", "d"),
+    ("choices listed", "listed", ""),
     ("chance", "chance", ".3f"),
     ("acc untouched", "acc_untouched", ".3f"),
     ("tuned", "acc_tuned", ".3f"),
