@@ -230,15 +230,16 @@ def test_a_flag_this_run_would_not_read_is_refused_naming_the_flag_that_enables_
 def test_flags_read_under_another_take_the_configs_defaults_when_not_given():
     """``--during decode`` alone runs at the config's budget, every and decode tokens (the command
     line's None only tells "not given" apart)."""
-    from sinklab.cli.compress import read_only_with
+    from sinklab.cli.args import given_settings
+    from sinklab.compress import READ_ONLY_WITH
 
     args = cli.build_parser().parse_args(["compress", "--press", "knorm", "--during", "decode"])
     assert (args.budget, args.every, args.decode_tokens, args.accuracy_test) == (None,) * 4
-    read_only_with(args)
+    assert given_settings(args, CompressConfig, list(READ_ONLY_WITH)) == []
     defaults = CompressConfig()
     assert (args.budget, args.every, args.decode_tokens, args.accuracy_shots, args.accuracy_test) == (
         defaults.budget, defaults.every, defaults.decode_tokens, defaults.accuracy_shots, defaults.accuracy_test
     )  # fmt: skip
     args = cli.build_parser().parse_args(["compress", "--during", "decode", "--budget", "128", "--every", "32"])
-    read_only_with(args)
+    assert given_settings(args, CompressConfig, list(READ_ONLY_WITH)) == ["budget", "every"]
     assert (args.budget, args.every) == (128, 32)

@@ -223,6 +223,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
             "--act-layers official leaves none of the model's 3 layers",
         ),
         ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "--act-spare is read only with --method act"),
+        ("tune", ["--act-layers", "official"], "--act-layers is read only with --method act"),  # its default, given
         ("tune", ["--method", "act", "--batch-size", "4"], "--batch-size 4 would not be read"),
         ("tune", ["--rotations", "-1", "--validation", "6", "--test", "8"], "--rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-rotations", "-1"], "--accuracy-rotations must be 0 (every rotation)"),
@@ -233,6 +234,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
         ("intervene-unjudged", ["--accuracy-test", "8"], "--accuracy-test is read only with --accuracy TASKS"),
         ("intervene-unjudged", ["--accuracy-shots", "2"], "--accuracy-shots is read only with --accuracy TASKS"),
         ("intervene-unjudged", ["--accuracy-rotations", "1"], "--accuracy-rotations is read only with --accuracy TASKS"),
+        ("intervene-unjudged", ["--accuracy-rotations", "0"], "--accuracy-rotations is read only with --accuracy TASKS"),
         ("intervene", ["--accuracy-shots", "-2"], "--accuracy-shots must be at least 0, got -2"),
         ("intervene", ["--bos", "no"], "drop --bos no"),
     ],
@@ -243,7 +245,8 @@ def test_an_accuracy_judge_that_cannot_run_is_one_line_before_claiming(command, 
     and a run without BOS (the judge always puts it first) are refused as compress refuses them. A
     negative seed was a numpy traceback after the whole run (its run left "running"), and
     ``--batch-size 0`` exited 0 having judged nothing, as intervene did with an ``--accuracy-*``
-    flag and no ``--accuracy``. A one-example split ended in a traceback from lm-eval's 'N/A'
+    flag and no ``--accuracy`` (also one given at its default value, which the config alone cannot
+    tell from one left out). A one-example split ended in a traceback from lm-eval's 'N/A'
     standard error after the run had started."""
     from sinklab.cli import main
 
@@ -257,6 +260,17 @@ def test_an_accuracy_judge_that_cannot_run_is_one_line_before_claiming(command, 
     assert main([command.split("-")[0], str(tiny_model_dir("llama")), *given, *flags, "--out", str(out)]) == 2
     one_line_error(capsys, needle)
     assert not out.exists()
+
+
+def test_the_notebook_refuses_a_setting_its_run_would_not_read_even_at_its_default(planted, tokenizer, tmp_path):
+    """The keywords say what was given, as the command line's deferred defaults do: an ACT setting
+    without ``method="act"`` and an accuracy setting without ``accuracy`` are refused at their
+    default values too, before anything runs."""
+    with pytest.raises(SinklabError, match="--act-layers is read only with --method act"):
+        sinklab.tune_model(planted, tokenizer, tasks=("navigate",), act_layers="official", out=str(tmp_path / "t"))
+    with pytest.raises(SinklabError, match="--accuracy-rotations is read only with --accuracy TASKS"):
+        sinklab.intervene_model(planted, tokenizer, [sinklab.intervene.MaskSelf(1)], accuracy_rotations=0, out=str(tmp_path / "i"))
+    assert not (tmp_path / "t").exists() and not (tmp_path / "i").exists()
 
 
 def test_tunings_are_checked_when_made_loaded_and_applied(tmp_path, tokenizer, planted):

@@ -31,11 +31,13 @@ from .core import configs, keywords, pipeline
 from .core.errors import check
 from .core.results import Capability, RunResult, load_result
 from .intervene import INTERVENE, InterveneConfig, Intervention
+from .intervene.run import check_accuracy_read
 from .models.hf import device_name, load_model, resolved_config
 from .models.subjects import Subject
 from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
 from .stream import STREAM, StreamConfig
 from .tune import TUNE, TuneConfig
+from .tune.config import check_method_read
 
 __all__ = [
     "adapt_model",
@@ -183,6 +185,7 @@ def intervene_model(
     if not given and isinstance(tokenizer, (Intervention, list, tuple)):  # intervene_model(lm, [MaskSelf(10)])
         given, tokenizer = tokenizer, None
     asked = (given,) if isinstance(given, Intervention) else given
+    check_accuracy_read(settings, settings.get("accuracy", InterveneConfig.accuracy))  # also one at its default
     return _run(INTERVENE, model, tokenizer, settings, out, overwrite, "intervene_model", interventions=asked)
 
 
@@ -239,6 +242,7 @@ def tune_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: b
     change; ``.frame("validation")``: every candidate tried; ``.data["tunings"][task]``: the tuning,
     for ``with sinklab.applied(model, tuning):``. Settings:
     """
+    check_method_read(settings, settings.get("method", TuneConfig.method))  # also one at its default
     return _run(TUNE, model, tokenizer, settings, out, overwrite, "tune_model")
 
 

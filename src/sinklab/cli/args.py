@@ -154,6 +154,24 @@ def add_config_arguments(p: argparse.ArgumentParser, cls: type, skip: Sequence[s
         add_flag(made[group] if group is not None else p, leaf, leaf.default())
 
 
+def defer_defaults(p: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    """Flags read only under another flag (``--budget`` under ``--during decode``) default to None
+    on the command line, the help still showing the config's default, so that one given is told
+    from one left out (:func:`given_settings`): given without its enabler it is refused, even at its
+    default value, not ignored."""
+    p.set_defaults(**dict.fromkeys(names))
+
+
+def given_settings(args: argparse.Namespace, cls: type, names: Sequence[str]) -> list[str]:
+    """Which of ``names`` (deferred by :func:`defer_defaults`) the user gave; each one left out
+    then takes ``cls``'s default."""
+    given = [name for name in names if getattr(args, name) is not None]
+    for name in names:
+        if getattr(args, name) is None:
+            setattr(args, name, configs.leaf(cls, name).default())
+    return given
+
+
 def config_from(cls: type, args: argparse.Namespace, launcher: Optional[LauncherSettings] = None, **given: Any) -> Any:
     """The config ``cls`` from parsed flags (``given``: settings the command works out itself). Its
     load options are resolved on this machine (what config.json records and the --out policy

@@ -6,7 +6,6 @@ import argparse
 
 from ..compress import COMPRESS, READ_ONLY_WITH, CompressConfig, check_read
 from ..compress import report as compress_report
-from ..core.configs import leaf
 from ..core.text import format_table, terminal_text
 from ..kvcache import PRESSES
 from .args import (
@@ -15,6 +14,8 @@ from .args import (
     add_launcher_arguments,
     add_overwrite_argument,
     config_from,
+    defer_defaults,
+    given_settings,
     launcher_settings,
     run_out,
     written,
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     add_config_arguments(p, CompressConfig)
-    p.set_defaults(**dict.fromkeys(READ_ONLY_WITH))  # None: not given (the help still shows the config's default)
+    defer_defaults(p, READ_ONLY_WITH)
     add_launcher_arguments(p)
     p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
@@ -41,18 +42,8 @@ def add_parser(sub) -> None:
     )
 
 
-def read_only_with(args: argparse.Namespace) -> None:
-    """Flags read only under another (``--budget`` under ``--during decode``) default to None on
-    the command line, so that one given alone is refused (:func:`~sinklab.compress.check_read`),
-    not ignored; those not given then take the config's defaults."""
-    check_read([name for name in READ_ONLY_WITH if getattr(args, name) is not None], args.during, args.accuracy)
-    for name in READ_ONLY_WITH:
-        if getattr(args, name) is None:
-            setattr(args, name, leaf(CompressConfig, name).default())
-
-
 def compress_command(args: argparse.Namespace) -> int:
-    read_only_with(args)
+    check_read(given_settings(args, CompressConfig, list(READ_ONLY_WITH)), args.during, args.accuracy)
     launcher = launcher_settings(args)
     result = run_out(args, COMPRESS, config_from(CompressConfig, args, launcher, model=args.model), launcher=launcher)
     if not result.reused:

@@ -18,13 +18,16 @@ from ..intervene import (
     interventions_for,
 )
 from ..intervene import report as intervene_report
+from ..intervene.run import ACCURACY_SETTINGS, check_accuracy_read
 from .args import (
     MODEL_HELP,
     STARTS_OVER,
     add_config_arguments,
     add_overwrite_argument,
     config_from,
+    defer_defaults,
     float_list,
+    given_settings,
     int_list,
     run_out,
     written,
@@ -53,6 +56,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     add_config_arguments(p, InterveneConfig)
+    defer_defaults(p, ACCURACY_SETTINGS)
     edits = p.add_argument_group("interventions (one run each)")
     for option, cls in INTERVENTIONS.items():
         edits.add_argument(f"--{option.replace('_', '-')}", dest=option, help=cls.help, **ARGUMENT_KINDS[cls.takes])
@@ -97,6 +101,7 @@ def intervene_command(args: argparse.Namespace) -> int:
             print(intervene_report.trigger_intervention_table(result.summary["results"]))
     else:
         args.out = args.out or DEFAULT_OUT
+        check_accuracy_read(given_settings(args, InterveneConfig, ACCURACY_SETTINGS), args.accuracy)
         result = run_out(
             args, INTERVENE, config_from(InterveneConfig, args, model=args.model, interventions=asked_interventions(args, {}))
         )

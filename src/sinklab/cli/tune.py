@@ -6,7 +6,17 @@ import argparse
 
 from ..tune import TUNE, TuneConfig
 from ..tune import plots as tune_plots
-from .args import MODEL_HELP, add_config_arguments, add_overwrite_argument, config_from, run_out, written
+from ..tune.config import METHOD_SETTINGS, check_method_read
+from .args import (
+    MODEL_HELP,
+    add_config_arguments,
+    add_overwrite_argument,
+    config_from,
+    defer_defaults,
+    given_settings,
+    run_out,
+    written,
+)
 
 DEFAULT_OUT = "runs/tune"
 
@@ -21,12 +31,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     add_config_arguments(p, TuneConfig)
+    defer_defaults(p, list(METHOD_SETTINGS))
     p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
     p.set_defaults(handler=tune_command)
 
 
 def tune_command(args: argparse.Namespace) -> int:
+    check_method_read(given_settings(args, TuneConfig, list(METHOD_SETTINGS)), args.method)
     result = run_out(args, TUNE, config_from(TuneConfig, args, model=args.model))
     if not result.reused:
         print(tune_plots.table(result.summary))  # format_table escapes each cell; its line breaks are the table's

@@ -20,7 +20,7 @@ from ..accuracy import (
     task_names,
 )
 from ..core.configs import setting
-from ..core.errors import SinklabError, check
+from ..core.errors import SinklabError, check, refuse_unread
 from ..kvcache import (
     DETECTED,
     PRESSES,
@@ -85,10 +85,8 @@ def check_read(given: Iterable[str], during: str, accuracy) -> None:
     """Refuse, in one line naming the flag that enables it, a setting given that this run would not
     read (``--budget`` after a prefill, ``--accuracy-test`` with no ``--accuracy``): it exited 0
     having done nothing with it. ``given``: the names of the settings the user gave."""
-    enabled, given = {"during": during == "decode", "accuracy": bool(accuracy)}, set(given)
-    for name, (enabler, flag) in READ_ONLY_WITH.items():
-        option = "--" + name.replace("_", "-")
-        check(name not in given or enabled[enabler], f"{option} is read only with {flag}: give {flag}, or leave {option} out")
+    enabled = {"during": during == "decode", "accuracy": bool(accuracy)}
+    refuse_unread(given, {name: (enabled[enabler], flag) for name, (enabler, flag) in READ_ONLY_WITH.items()})
 
 
 @dataclass

@@ -11,7 +11,7 @@ Anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Iterable, Mapping, Optional
 
 
 class SinklabError(Exception):
@@ -31,3 +31,14 @@ def check(condition: object, message: str) -> None:
     """Raise :class:`SinklabError` with ``message`` unless ``condition`` holds (is truthy)."""
     if not condition:
         raise SinklabError(message)
+
+
+def refuse_unread(given: Iterable[str], enablers: Mapping[str, tuple[bool, str]]) -> None:
+    """Refuse, in one line naming the flag that enables it, a setting given that this run would not
+    read (``--accuracy-test`` with no ``--accuracy``): such a run exited 0 having done nothing with
+    it. ``given``: the names of the settings the user gave (others among them pass); ``enablers``:
+    name -> (whether this run reads it, the flag that would make it)."""
+    given = set(given)
+    for name, (enabled, flag) in enablers.items():
+        option = "--" + name.replace("_", "-")
+        check(name not in given or enabled, f"{option} is read only with {flag}: give {flag}, or leave {option} out")

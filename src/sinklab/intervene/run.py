@@ -32,7 +32,7 @@ from ..accuracy import (
     task_names,
 )
 from ..core.configs import recorded, setting
-from ..core.errors import check
+from ..core.errors import check, refuse_unread
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions, read_header
 from ..models.subjects import HFSubject, Subject
@@ -109,12 +109,9 @@ class InterveneConfig:
         if self.accuracy:
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.inputs.bos)
             check_rotations(self.accuracy_rotations, "--accuracy-rotations")
-        for name in ("accuracy_shots", "accuracy_test", "accuracy_rotations"):  # it exited 0 having judged nothing
-            option = "--" + name.replace("_", "-")
-            check(
-                bool(self.accuracy) or getattr(self, name) == getattr(InterveneConfig, name),
-                f"{option} is read only with --accuracy TASKS: give --accuracy TASKS, or leave {option} out",
-            )
+        check_accuracy_read(
+            [name for name in ACCURACY_SETTINGS if getattr(self, name) != getattr(InterveneConfig, name)], self.accuracy
+        )
 
     @property
     def accuracy_sizes(self) -> dict:
@@ -124,6 +121,16 @@ class InterveneConfig:
     def experiments(self) -> list[Experiment]:
         check(bool(self.interventions), "name at least one intervention")
         return [Experiment.of(given) for given in self.interventions]
+
+
+#: The settings read only with ``--accuracy`` (given without it, the run exited 0 having judged nothing).
+ACCURACY_SETTINGS = ("accuracy_shots", "accuracy_test", "accuracy_rotations")
+
+
+def check_accuracy_read(given: Sequence[str], accuracy) -> None:
+    """Refuse, in one line, a setting of :data:`ACCURACY_SETTINGS` given (``given``: their names)
+    with no ``accuracy`` tasks to judge."""
+    refuse_unread(given, {name: (bool(accuracy), "--accuracy TASKS") for name in ACCURACY_SETTINGS})
 
 
 def _from_record(given):

@@ -6,7 +6,7 @@ default; the run itself is :mod:`.run`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Sequence
 
 from ..accuracy import (
     EVERY,
@@ -21,7 +21,7 @@ from ..accuracy import (
     task_names,
 )
 from ..core.configs import setting
-from ..core.errors import check
+from ..core.errors import check, refuse_unread
 from ..models.hf import MODEL_HELP, LoadOptions
 from .formulas import SPARE_RULES
 from .methods import TUNINGS, Tuning
@@ -33,6 +33,14 @@ from .profile import MODES, PROFILES
 METHODS = TUNINGS.keys()
 #: The tasks ``sinklab tune`` reads when none are named: the accuracy suite (BENCHMARKS.md 13).
 DEFAULT_TASKS = SUITE
+
+#: Each method's own settings (``act_...`` under ``--method act``), by name: the method that reads it.
+METHOD_SETTINGS = {name: method.method for method in TUNINGS.values() for name in method.settings}
+
+
+def check_method_read(given: Sequence[str], method: str) -> None:
+    """Refuse, in one line, settings of another method than ``method`` given (``given``: their names)."""
+    refuse_unread(given, {name: (owner == method, f"--method {owner}") for name, owner in METHOD_SETTINGS.items()})
 
 
 @dataclass
@@ -110,15 +118,7 @@ class TuneConfig:
             f"--method {self.method} evaluates one example at a time: --batch-size {self.batch_size} would not be read; "
             "leave it out",
         )
-        owners = {name: method.method for method in TUNINGS.values() for name in method.settings}
-        unread = [
-            name for name, owner in owners.items() if owner != self.method and getattr(self, name) != getattr(TuneConfig, name)
-        ]
-        flags = " and ".join("--" + name.replace("_", "-") for name in unread)
-        check(
-            not unread,
-            f"{flags} {'is' if len(unread) == 1 else 'are'} read only with --method {owners[unread[0]] if unread else ''}",
-        )
+        check_method_read([name for name in METHOD_SETTINGS if getattr(self, name) != getattr(TuneConfig, name)], self.method)
 
     @property
     def tuning(self) -> type[Tuning]:
