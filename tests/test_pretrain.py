@@ -22,7 +22,7 @@ from sinklab.core.errors import SinklabError
 from sinklab.core.orthoadam import OrthoAdam
 from sinklab.core.runs import config_record as record
 from sinklab.models.native import Transformer
-from sinklab.pretrain import PretrainConfig, architecture_of, load_trained, results, train_lm
+from sinklab.pretrain import PretrainConfig, architecture_of, compare, load_trained, results, train_lm
 from sinklab.pretrain import train as pretrain
 from sinklab.pretrain.sources import load_source
 from sinklab.pretrain.tokens import load_token_data
@@ -420,6 +420,9 @@ def test_compare_table_and_plots(corpus, tmp_path, capsys):
     result = json.loads((tmp_path / "cmp" / "summary.json").read_text())
     assert result["kind"] == "pretrain-compare" and {r["variant"] for r in result["rows"]} == {"softmax", "softmax1"}
     assert all(r["steps_to_target"] is not None for r in result["rows"])  # the default target is the worst final loss
+    for key in ("value_state_drain_max", "quant_w8a8_tensor_static"):  # issue 52's figures reach the row and the means
+        assert all(r[key] is not None for r in result["rows"]) and all(key in v for v in result["by_variant"]), key
+    assert "value_state_drain_max" in compare.PAIRED_KEYS and "quant_w8a8_tensor_static" in compare.PAIRED_KEYS
     files = json.loads((tmp_path / "cmp" / "run.json").read_text())["files"]
     assert "val_loss.png" in files and all((tmp_path / "cmp" / f).exists() for f in files)
     assert "final val loss" in capsys.readouterr().out
@@ -429,12 +432,14 @@ def test_compare_table_and_plots(corpus, tmp_path, capsys):
 
 def test_the_by_layer_figure_has_a_panel_per_figure_some_run_holds_one_colour_per_run():
     """A layers x heads figure is drawn as its mean over heads; a run without a figure (a run from
-    before it was recorded) leaves that panel to the others."""
+    before it was recorded) leaves that panel to the others; an unfinished run (no summary) draws
+    nothing and keeps its colour, so every run has the colour its curves have on the same page."""
     from sinklab.pretrain import plots
 
     old = {"first_token_mass_by_layer": [0.2, 0.9]}
     new = {**old, "value_state_drain": [1.0, 0.1], "attention_zero_share": [[0.0, 0.5], [1.0, 0.0]]}
-    fig = plots.by_layer_figure({"old": old, "new": new})
+    fig = plots.by_layer_figure({"old": old, "unfinished": None, "new": new})
+    curves = plots._traces({"old": [], "unfinished": [], "new": []}, "val_loss")
     titles = [a.text for a in fig.layout.annotations]
     assert titles == [plots.LAYER_PANELS[k] for k in ("first_token_mass_by_layer", "value_state_drain", "attention_zero_share")]
     by_panel = {}
@@ -442,7 +447,7 @@ def test_the_by_layer_figure_has_a_panel_per_figure_some_run_holds_one_colour_pe
         by_panel.setdefault(trace.xaxis, []).append(trace)
     assert [[t.name for t in by_panel[axis]] for axis in ("x", "x2", "x3")] == [["old", "new"], ["new"], ["new"]]
     assert list(by_panel["x3"][0].y) == [0.25, 0.5]
-    assert by_panel["x"][1].line.color == by_panel["x2"][0].line.color != by_panel["x"][0].line.color
+    assert by_panel["x"][1].line.color == by_panel["x2"][0].line.color == curves[2].line.color != by_panel["x"][0].line.color
 
 
 def test_a_torn_last_line_is_skipped_with_a_warning_and_a_damaged_one_is_an_error(tmp_path):

@@ -206,6 +206,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
     header = next(i for i, line in enumerate(printed) if line.split()[:1] == ["task"])
     assert not any("\\n" in line for line in printed)
     assert set(printed[header + 1]) == {"-", " "} and printed[header + 2].split()[0] == "tiny"
+    assert "choices listed" in printed[header]  # "orders 1" is told apart from a task that lists no choices
     assert main(["tune", model, "--tasks", str(tmp_path / "nowhere" / "task.json"), "--out", str(tmp_path / "r2")]) == 2
     one_line_error(capsys, "no task file")
     assert not (tmp_path / "r2").exists()
@@ -225,6 +226,7 @@ def test_the_command_writes_the_run_prints_its_table_and_a_missing_task_is_one_l
         ("tune", ["--act-spare", "first_sink", "--validation", "6", "--test", "8"], "--act-spare is read only with --method act"),
         ("tune", ["--act-layers", "official"], "--act-layers is read only with --method act"),  # its default, given
         ("tune", ["--method", "act", "--batch-size", "4"], "--batch-size 4 would not be read"),
+        ("tune", ["--method", "act", "--batch-size", "8"], "--batch-size 8 would not be read"),  # its default, given
         ("tune", ["--rotations", "-1", "--validation", "6", "--test", "8"], "--rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-rotations", "-1"], "--accuracy-rotations must be 0 (every rotation)"),
         ("intervene", ["--accuracy-shots", "20", "--accuracy-test", "8"], "model has 128 positions; give fewer --accuracy-shots"),
@@ -269,7 +271,9 @@ def test_the_notebook_refuses_a_setting_its_run_would_not_read_even_at_its_defau
     with pytest.raises(SinklabError, match="--act-layers is read only with --method act"):
         sinklab.tune_model(planted, tokenizer, tasks=("navigate",), act_layers="official", out=str(tmp_path / "t"))
     with pytest.raises(SinklabError, match="--accuracy-rotations is read only with --accuracy TASKS"):
-        sinklab.intervene_model(planted, tokenizer, [sinklab.intervene.MaskSelf(1)], accuracy_rotations=0, out=str(tmp_path / "i"))
+        sinklab.intervene_model(
+            planted, tokenizer, [sinklab.intervene.MaskSelf(1)], accuracy_rotations=0, out=str(tmp_path / "i")
+        )
     assert not (tmp_path / "t").exists() and not (tmp_path / "i").exists()
 
 
@@ -444,9 +448,11 @@ def test_acts_verdict_does_not_depend_on_the_batch_size(tmp_path, tokenizer, pla
         with pytest.raises(SinklabError, match="judge it at batch size 1"):
             evaluate(lm_for(planted, tokenizer, 8), [task], "test", 0, sizes_for(0, 6, 8))
     runs = [
-        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", batch_size=size, **SIZES)
-        for size in (1, 8)  # 1, what it uses, may be written out; 8 is the default it does not read
+        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", act_layers="all", **batch, **SIZES)
+        for batch in ({"batch_size": 1}, {})  # 1, what it uses, may be written out; left out, the default it does not read
     ]
+    with pytest.raises(SinklabError, match="--batch-size 8 would not be read"):  # the default, given: refused
+        sinklab.tune_model(planted, tokenizer, tasks=(str(path),), method="act", batch_size=8, **SIZES)
     for (one,) in (run.summary["tasks"] for run in runs):
         assert one["chosen"] == "ACT on 1 heads"
         assert one["test"]["tuned"]["gold_loglik"] == pytest.approx(sum(alone.gold_loglik) / alone.n, rel=1e-9)

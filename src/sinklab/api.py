@@ -242,7 +242,8 @@ def tune_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: b
     change; ``.frame("validation")``: every candidate tried; ``.data["tunings"][task]``: the tuning,
     for ``with sinklab.applied(model, tuning):``. Settings:
     """
-    check_method_read(settings, settings.get("method", TuneConfig.method))  # also one at its default
+    method, batch_size = settings.get("method", TuneConfig.method), settings.get("batch_size", TuneConfig.batch_size)
+    check_method_read(settings, method, batch_size)  # also one given at its default
     return _run(TUNE, model, tokenizer, settings, out, overwrite, "tune_model")
 
 

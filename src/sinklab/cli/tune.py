@@ -6,7 +6,7 @@ import argparse
 
 from ..tune import TUNE, TuneConfig
 from ..tune import plots as tune_plots
-from ..tune.config import METHOD_SETTINGS, check_method_read
+from ..tune.config import READ_BY_METHOD, check_method_read
 from .args import (
     MODEL_HELP,
     add_config_arguments,
@@ -31,14 +31,14 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     add_config_arguments(p, TuneConfig)
-    defer_defaults(p, list(METHOD_SETTINGS))
+    defer_defaults(p, READ_BY_METHOD)
     p.add_argument("--out", default=DEFAULT_OUT, help=f"run directory (default {DEFAULT_OUT})")
     add_overwrite_argument(p)
     p.set_defaults(handler=tune_command)
 
 
 def tune_command(args: argparse.Namespace) -> int:
-    check_method_read(given_settings(args, TuneConfig, list(METHOD_SETTINGS)), args.method)
+    check_method_read(given_settings(args, TuneConfig, READ_BY_METHOD), args.method, args.batch_size)
     result = run_out(args, TUNE, config_from(TuneConfig, args, model=args.model))
     if not result.reused:
         print(tune_plots.table(result.summary))  # format_table escapes each cell; its line breaks are the table's

@@ -48,7 +48,7 @@ def columns(run_dirs: list[Path]) -> list[tuple[str, list[html.Section]]]:
         parts.append(
             html.Section(
                 "By layer, at the end of training",
-                html.plot(plots.by_layer_figure({d.name: s for d, s in finished.items()}), f"{uid}-layers"),
+                html.plot(plots.by_layer_figure({d.name: finished.get(d) for d in runs}), f"{uid}-layers"),
             )
         )
     name = run_dirs[0].name if len(run_dirs) == 1 else f"{len(runs)} runs"

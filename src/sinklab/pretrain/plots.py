@@ -5,6 +5,8 @@ mass and the outlier figures the training mitigations of issue 52 claim to chang
 
 from __future__ import annotations
 
+from typing import Optional
+
 from ..core.figures import LEGEND_BELOW, layer_axis
 from ..core.text import html_text
 
@@ -106,14 +108,16 @@ def _panels(titles: list[str], traces: list[list]):
     return fig.update_layout(width=1200, height=280 * rows + 140, legend={**LEGEND_BELOW, "y": -0.4 / rows})
 
 
-def by_layer_figure(summaries: dict[str, dict]):
+def by_layer_figure(summaries: dict[str, Optional[dict]]):
     """The :data:`LAYER_PANELS` figures some run's summary holds, per layer, a panel each, one line
-    per run (run i has the i-th colour in every panel)."""
+    per run (run i has the i-th colour in every panel, as in the curves; an unfinished run's
+    summary is None: it keeps its colour and draws nothing)."""
     import plotly.graph_objects as go
     from plotly.colors import qualitative
 
     palette = qualitative.Plotly
-    keys = [key for key in LAYER_PANELS if any(key in s for s in summaries.values())]
+    finished = [s for s in summaries.values() if s is not None]
+    keys = [key for key in LAYER_PANELS if any(key in s for s in finished)]
     traces = [
         [
             go.Scatter(
@@ -125,12 +129,12 @@ def by_layer_figure(summaries: dict[str, dict]):
                 line=dict(color=palette[n % len(palette)]),
             )
             for n, (name, s) in enumerate(summaries.items())
-            if key in s
+            if s is not None and key in s
         ]
         for i, key in enumerate(keys)
     ]
     fig = _panels([LAYER_PANELS[k] for k in keys], traces)
-    layers = max((len(s["first_token_mass_by_layer"]) for s in summaries.values()), default=1)
+    layers = max((len(s["first_token_mass_by_layer"]) for s in finished), default=1)
     fig.update_xaxes(**layer_axis(layers))
     return fig.update_layout(title="At the end of training, per layer")
 

@@ -4,7 +4,8 @@ formula in :mod:`sinklab.adapt.quantize`). Embeddings, the output layer and the 
 projection stay in full precision.
 
 * ``w8a8_tensor_static``: int8 weights with one scale per matrix, int8 activations with one static
-  scale per tensor, calibrated on training windows: fully per-tensor, TWEO's W8A8 claim;
+  scale per tensor, calibrated on training windows: fully per-tensor, TWEO's W8A8 claim (the
+  native model's fused qkv projection is one matrix: queries, keys and values share its scale);
 * ``w8a8_static``: the same with one weight scale per output channel, the milder and more common
   setting (the activations, which the outliers reach, are quantized the same way);
 * ``w4a8``: int4 weights in groups of 128, int8 activations per tensor (dynamic);

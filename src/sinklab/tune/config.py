@@ -37,10 +37,20 @@ DEFAULT_TASKS = SUITE
 #: Each method's own settings (``act_...`` under ``--method act``), by name: the method that reads it.
 METHOD_SETTINGS = {name: method.method for method in TUNINGS.values() for name in method.settings}
 
+#: The settings a method may leave unread: its own (:data:`METHOD_SETTINGS`) and the batch size,
+#: which a method that evaluates one example at a time does not read.
+READ_BY_METHOD = (*METHOD_SETTINGS, "batch_size")
 
-def check_method_read(given: Sequence[str], method: str) -> None:
-    """Refuse, in one line, settings of another method than ``method`` given (``given``: their names)."""
+
+def check_method_read(given: Sequence[str], method: str, batch_size: int) -> None:
+    """Refuse, in one line, a setting of :data:`READ_BY_METHOD` given (``given``: their names) that
+    ``method`` would not read: another method's, or a batch size other than 1 for a method that
+    evaluates one example at a time."""
     refuse_unread(given, {name: (owner == method, f"--method {owner}") for name, owner in METHOD_SETTINGS.items()})
+    check(
+        "batch_size" not in given or method not in TUNINGS or not TUNINGS[method].whole_rows or batch_size == 1,
+        f"--method {method} evaluates one example at a time: --batch-size {batch_size} would not be read; leave it out",
+    )
 
 
 @dataclass
@@ -113,12 +123,8 @@ class TuneConfig:
         check_rotations(self.rotations)
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        check(
-            not self.tuning.whole_rows or self.batch_size in (1, TuneConfig.batch_size),
-            f"--method {self.method} evaluates one example at a time: --batch-size {self.batch_size} would not be read; "
-            "leave it out",
-        )
-        check_method_read([name for name in METHOD_SETTINGS if getattr(self, name) != getattr(TuneConfig, name)], self.method)
+        changed = [name for name in READ_BY_METHOD if getattr(self, name) != getattr(TuneConfig, name)]
+        check_method_read(changed, self.method, self.batch_size)
 
     @property
     def tuning(self) -> type[Tuning]:
