@@ -235,3 +235,22 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert read_run_info(out)["status"] == "interrupted"
     assert "interrupted" in err
+
+
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--tokens", "16"], "--tokens is not read"),
+        (["--accuracy-test", "100"], "--accuracy-test is not read"),  # its default, given
+        (["--accuracy", "navigate"], "--accuracy is not read"),
+        (["gpt2"], "a MODEL is not read"),
+        ([], "holds no trained softmax"),  # an empty LAB_DIR
+    ],
+)
+def test_intervene_trigger_refuses_what_it_would_not_read_before_claiming(flags, needle, tmp_path, capsys):
+    """``--trigger`` edits the trigger-lab models: a model or a model run's setting given was
+    ignored, and a LAB_DIR without trained models failed after the run directory was claimed."""
+    out = tmp_path / "run"
+    assert cli.main(["intervene", *flags, "--trigger", str(tmp_path), "--suppress-sink", "--out", str(out)]) == 2
+    one_line_error(capsys, needle)
+    assert not out.exists()

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from ..core import configs
+from ..core.errors import check
 from ..intervene import (
     DEFAULT_LAMS,
     INTERVENE,
@@ -92,8 +94,21 @@ def asked_interventions(args: argparse.Namespace, default: dict) -> tuple:
     return tuple(interventions_for(given or default, args.lam, args.layers, args.heads))
 
 
+def check_trigger_reads(args: argparse.Namespace) -> None:
+    """With ``--trigger`` the trigger-lab models are edited: a model, or a setting of a model's run
+    given (at other than its default; the accuracy ones at any value), would be ignored: refused."""
+    check(args.model is None, "--trigger edits the trigger-lab models: a MODEL is not read; leave it out")
+    deferred = set(ACCURACY_SETTINGS)
+    for leaf in configs.leaves(InterveneConfig):
+        value = getattr(args, leaf.name, None)
+        if leaf.meta["cli"] and value is not None and (leaf.name in deferred or value != leaf.default()):
+            option = "--" + leaf.name.replace("_", "-")
+            check(False, f"--trigger edits the trigger-lab models: {option} is not read; leave it out")
+
+
 def intervene_command(args: argparse.Namespace) -> int:
     if args.trigger is not None:
+        check_trigger_reads(args)
         args.out = args.out or f"{DEFAULT_OUT}-trigger"
         cfg = TriggerEditConfig(interventions=asked_interventions(args, {"suppress_sink": True}), lab_dir=args.trigger or None)
         result = run_out(args, TRIGGER_EDITS, cfg)

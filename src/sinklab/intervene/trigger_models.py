@@ -50,8 +50,7 @@ def measure(cfg: TriggerEditConfig, context: RunContext = RunContext()) -> RunRe
     """
     experiments = [Experiment.of(given) for given in cfg.interventions]
     results = []
-    for attn in PAPER_ATTNS:
-        tcfg = TriggerConfig(attention=AttentionSpec(attn))
+    for tcfg in _paper_configs():
         model = _trained_model(tcfg, cfg.lab_dir)
         before = evaluate_trigger(model, tcfg)
         for exp in experiments:
@@ -87,14 +86,37 @@ def trigger_rows(summary: dict):
     return table_rows(summary, summary["results"])
 
 
-def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]):
-    if lab_dir and (Path(lab_dir) / "models" / f"{cfg.key}.safetensors").exists():
-        return load_trigger_model(Path(lab_dir), cfg)
-    if lab_dir:
+def _paper_configs() -> list[TriggerConfig]:
+    return [TriggerConfig(attention=AttentionSpec(attn)) for attn in PAPER_ATTNS]
+
+
+def preflight(cfg: TriggerEditConfig, context: RunContext) -> None:
+    """A ``lab_dir`` that lacks a trained model is refused before the run directory is claimed."""
+    if cfg.lab_dir:
+        for tcfg in _paper_configs():
+            _check_trained(tcfg, cfg.lab_dir)
+
+
+def _check_trained(cfg: TriggerConfig, lab_dir: str) -> None:
+    if not (Path(lab_dir) / "models" / f"{cfg.key}.safetensors").exists():
         raise SinklabError(f"{lab_dir} holds no trained {cfg.key}; run `sinklab trigger --out {lab_dir}` first or omit LAB_DIR")
+
+
+def _trained_model(cfg: TriggerConfig, lab_dir: Optional[str]):
+    if lab_dir:
+        _check_trained(cfg, lab_dir)
+        return load_trigger_model(Path(lab_dir), cfg)
     return train_trigger(cfg)[0]
 
 
 TRIGGER_EDITS = register(
-    Capability(KIND, TriggerEditConfig, measure, lambda out, result: [], tables={"results": trigger_rows}, write_page=page.write)
+    Capability(
+        KIND,
+        TriggerEditConfig,
+        measure,
+        lambda out, result: [],
+        tables={"results": trigger_rows},
+        write_page=page.write,
+        preflight=preflight,
+    )
 )
