@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from ..core import configs
-from ..core.errors import check
+from ..core.errors import SinklabError, check
 from ..intervene import (
     DEFAULT_LAMS,
     INTERVENE,
@@ -103,7 +103,7 @@ def check_trigger_reads(args: argparse.Namespace) -> None:
         value = getattr(args, leaf.name, None)
         if leaf.meta["cli"] and value is not None and (leaf.name in deferred or value != leaf.default()):
             option = "--" + leaf.name.replace("_", "-")
-            check(False, f"--trigger edits the trigger-lab models: {option} is not read; leave it out")
+            raise SinklabError(f"--trigger edits the trigger-lab models: {option} is not read; leave it out")
 
 
 def intervene_command(args: argparse.Namespace) -> int:
