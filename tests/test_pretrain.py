@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import images_on
+from conftest import images_on, one_line_error
 
 from sinklab import cli
 from sinklab.core.atomic import read_jsonl
@@ -274,13 +274,21 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
     for kw, message in (
         ({"optimizer": "sgd"}, "--optimizer must be one of adamw, orthoadam"),
         ({"tweo": -1.0}, "--tweo is a loss weight"),
-        ({"tweo_p": 2.0}, "give --tweo too"),
+        ({"tweo_p": 2.0}, "--tweo-p is read only with --tweo"),
         ({"tweo": 0.01, "tweo_tau": 0.0}, "must be > 0"),
         ({"tweo": math.inf}, "finite"),
         ({"tweo": 0.01, "tweo_p": math.inf}, "finite"),
     ):
         with pytest.raises(SinklabError, match=message):
             tiny(corpus, **kw)
+
+
+def test_the_command_line_refuses_tweos_shape_without_tweo_even_at_its_default(tmp_path, capsys):
+    """The config alone cannot tell ``--tweo-tau 3`` (its default) from no flag; the command line can."""
+    out = tmp_path / "run"
+    assert cli.main(["pretrain", "--corpus", "bb", "--tweo-tau", "3", "--out", str(out)]) == 2
+    one_line_error(capsys, "--tweo-tau is read only with --tweo")
+    assert not out.exists()
 
 
 @pytest.mark.integration

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import ClassVar, Optional, Sequence
 
 import torch
 
 from ..core.attention import AttentionSpec, extras_off
 from ..core.configs import setting
-from ..core.errors import check
+from ..core.errors import check, refuse_unread
 from ..core.orthoadam import OPTIMIZERS
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
 from ..models.native import ModelConfig
@@ -40,6 +40,16 @@ TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
 #: TWEO's defaults (Liang et al. 2025): the loss weight a bare ``--tweo`` takes, the soft threshold
 #: tau and the power p of its penalty mean((|A| / tau)^p) on every block's output A.
 TWEO_WEIGHT, TWEO_TAU, TWEO_P = 0.01, 3.0, 4.0
+
+
+#: The settings that shape TWEO's penalty: read only with ``--tweo``.
+TWEO_SHAPE = ("tweo_tau", "tweo_p")
+
+
+def check_tweo_read(given: Sequence[str], tweo: float) -> None:
+    """Refuse, in one line, a setting of :data:`TWEO_SHAPE` given (``given``: their names) with
+    TWEO's penalty off (``tweo`` 0)."""
+    refuse_unread(given, {name: (tweo > 0, "--tweo") for name in TWEO_SHAPE})
 
 
 @dataclass
@@ -135,10 +145,7 @@ class PretrainConfig:
         )
         check(self.tweo >= 0, f"--tweo is a loss weight (>= 0; 0: off), got {self.tweo}")
         check(self.tweo_tau > 0 and self.tweo_p > 0, f"--tweo-tau and --tweo-p must be > 0, got {self.tweo_tau}, {self.tweo_p}")
-        check(
-            self.tweo > 0 or (self.tweo_tau, self.tweo_p) == (TWEO_TAU, TWEO_P),
-            "--tweo-tau and --tweo-p shape TWEO's penalty, which is off: give --tweo too",
-        )
+        check_tweo_read([name for name in TWEO_SHAPE if getattr(self, name) != getattr(PretrainConfig, name)], self.tweo)
         check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
         check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
 
