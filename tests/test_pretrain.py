@@ -283,11 +283,21 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
             tiny(corpus, **kw)
 
 
-def test_the_command_line_refuses_tweos_shape_without_tweo_even_at_its_default(tmp_path, capsys):
-    """The config alone cannot tell ``--tweo-tau 3`` (its default) from no flag; the command line can."""
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--corpus", "bb", "--tweo-tau", "3"], "--tweo-tau is read only with --tweo"),  # its default, given
+        (["--bb-triggers", "3"], "--bb-triggers is read only with --corpus bb"),  # on text: ignored before
+        (["--corpus", "bb", "--bb-triggers", "0"], "--bb-triggers must lie in [1, 61]"),  # refused after claiming --out before
+        (["--corpus", "bb", "--tokenizer", "bytes"], "has its own character vocabulary"),
+    ],
+)
+def test_the_command_line_refuses_what_the_run_would_not_read_before_claiming(flags, needle, tmp_path, capsys):
+    """The config alone cannot tell ``--tweo-tau 3`` (its default) from no flag; the command line
+    can. The task's own refusals come before the run directory is claimed (a preflight)."""
     out = tmp_path / "run"
-    assert cli.main(["pretrain", "--corpus", "bb", "--tweo-tau", "3", "--out", str(out)]) == 2
-    one_line_error(capsys, "--tweo-tau is read only with --tweo")
+    assert cli.main(["pretrain", *flags, "--out", str(out)]) == 2
+    one_line_error(capsys, needle)
     assert not out.exists()
 
 

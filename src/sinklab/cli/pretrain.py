@@ -11,7 +11,7 @@ from ..core.orthoadam import OPTIMIZERS
 from ..core.provenance import THREADS_HELP
 from ..core.text import format_table
 from ..pretrain import COLUMNS, PRETRAIN, PretrainConfig, run_row
-from ..pretrain.config import CORPUS_DEFAULTS, POSITIONS, TWEO_SHAPE, TWEO_WEIGHT, check_tweo_read
+from ..pretrain.config import CORPUS_DEFAULTS, POSITIONS, READ_ONLY_WITH, TWEO_WEIGHT, check_read
 from ..pretrain.tokens import TOKENIZERS
 from .args import (
     add_bos_argument,
@@ -131,7 +131,7 @@ def add_parser(sub) -> None:
         metavar="WEIGHT",
         help=f"add TWEO's penalty on every block's output to the loss, times WEIGHT (bare: {TWEO_WEIGHT}, Liang et al. 2025)",
     )
-    defer_defaults(p, TWEO_SHAPE)
+    defer_defaults(p, READ_ONLY_WITH)
     p.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
     p.add_argument("--out", default=None, help="run directory (default runs/pretrain-<variant>-seed<seed>)")
     add_resume_arguments(p)
@@ -139,7 +139,7 @@ def add_parser(sub) -> None:
 
 
 def pretrain_command(args: argparse.Namespace) -> int:
-    check_tweo_read(given_settings(args, PretrainConfig, TWEO_SHAPE), args.tweo)
+    check_read(given_settings(args, PretrainConfig, READ_ONLY_WITH), args.tweo, args.corpus)
     cfg = PretrainConfig(
         attention=AttentionSpec(args.attn, **extra_flags(args)),
         corpus=args.corpus,

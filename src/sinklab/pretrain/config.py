@@ -42,14 +42,15 @@ TRAINING_SEEDS, STEPS_PER_SEED, MAX_SEEDS = 1 << 31, 1 << 20, 1 << 11
 TWEO_WEIGHT, TWEO_TAU, TWEO_P = 0.01, 3.0, 4.0
 
 
-#: The settings that shape TWEO's penalty: read only with ``--tweo``.
-TWEO_SHAPE = ("tweo_tau", "tweo_p")
+#: The settings read only under another: TWEO's shape with ``--tweo``, the trigger count with ``--corpus bb``.
+READ_ONLY_WITH = ("tweo_tau", "tweo_p", "bb_triggers")
 
 
-def check_tweo_read(given: Sequence[str], tweo: float) -> None:
-    """Refuse, in one line, a setting of :data:`TWEO_SHAPE` given (``given``: their names) with
-    TWEO's penalty off (``tweo`` 0)."""
-    refuse_unread(given, {name: (tweo > 0, "--tweo") for name in TWEO_SHAPE})
+def check_read(given: Sequence[str], tweo: float, corpus: str) -> None:
+    """Refuse, in one line, a setting of :data:`READ_ONLY_WITH` given (``given``: their names) that
+    this run would not read: TWEO's shape with its penalty off (``tweo`` 0), the trigger count on text."""
+    bb = (corpus == BB_CORPUS, f"--corpus {BB_CORPUS}")
+    refuse_unread(given, {"tweo_tau": (tweo > 0, "--tweo"), "tweo_p": (tweo > 0, "--tweo"), "bb_triggers": bb})
 
 
 @dataclass
@@ -145,7 +146,9 @@ class PretrainConfig:
         )
         check(self.tweo >= 0, f"--tweo is a loss weight (>= 0; 0: off), got {self.tweo}")
         check(self.tweo_tau > 0 and self.tweo_p > 0, f"--tweo-tau and --tweo-p must be > 0, got {self.tweo_tau}, {self.tweo_p}")
-        check_tweo_read([name for name in TWEO_SHAPE if getattr(self, name) != getattr(PretrainConfig, name)], self.tweo)
+        check_read(
+            [name for name in READ_ONLY_WITH if getattr(self, name) != getattr(PretrainConfig, name)], self.tweo, self.corpus
+        )
         check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
         check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
 

@@ -23,7 +23,7 @@ from . import page, plots
 from .config import PretrainConfig
 from .distributed import Dist
 from .results import run_row
-from .sources import load_source
+from .sources import check_source, load_source
 from .train import METRICS_FILE, finish, train
 
 
@@ -82,6 +82,7 @@ PRETRAIN = register(
         resumable=has_checkpoint,
         needs_run_dir=True,
         figures=figures,
+        preflight=lambda cfg, context: check_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers),
     )
 )
 

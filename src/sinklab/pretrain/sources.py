@@ -18,8 +18,19 @@ DataSource = Union[TokenData, BigramBackcopy]
 def load_source(corpus: str, tokenizer: str, bos: bool, triggers: int) -> DataSource:
     """The data of a pretraining run; clear errors for options that do not fit the corpus."""
     if corpus == CORPUS_NAME:
-        check(tokenizer == "default", f"--corpus {CORPUS_NAME} has its own character vocabulary; drop --tokenizer {tokenizer}")
-        check(not bos, f"--corpus {CORPUS_NAME} sequences always start with BOS; drop --bos")
-        return BigramBackcopy(triggers)
+        return _bigram_backcopy(tokenizer, bos, triggers)
     data = load_token_data(corpus, tokenizer)
     return data.with_bos() if bos else data
+
+
+def check_source(corpus: str, tokenizer: str, bos: bool, triggers: int) -> None:
+    """The refusals of :func:`load_source` that need no tokenised text, before a run directory is
+    claimed: the Bigram-Backcopy task is built (in a second; its vocabulary bounds the trigger count)."""
+    if corpus == CORPUS_NAME:
+        _bigram_backcopy(tokenizer, bos, triggers)
+
+
+def _bigram_backcopy(tokenizer: str, bos: bool, triggers: int) -> BigramBackcopy:
+    check(tokenizer == "default", f"--corpus {CORPUS_NAME} has its own character vocabulary; drop --tokenizer {tokenizer}")
+    check(not bos, f"--corpus {CORPUS_NAME} sequences always start with BOS; drop --bos")
+    return BigramBackcopy(triggers)
