@@ -219,8 +219,10 @@ def test_null_mass_counts_attention_on_learned_sink_tokens():
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs, message, tmp_path):
+    """Refused before the run directory is claimed."""
     with pytest.raises(SinklabError, match=message):
         train_lm(PretrainConfig(corpus="bb", steps=2, **kwargs), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 def test_copy_head_accounting_splits_each_row_by_key():
