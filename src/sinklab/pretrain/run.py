@@ -82,7 +82,7 @@ PRETRAIN = register(
         resumable=has_checkpoint,
         needs_run_dir=True,
         figures=figures,
-        preflight=lambda cfg, context: check_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers),
+        preflight=lambda cfg, context: check_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers, cfg.seq_len),
     )
 )
 

@@ -23,11 +23,12 @@ def load_source(corpus: str, tokenizer: str, bos: bool, triggers: int) -> DataSo
     return data.with_bos() if bos else data
 
 
-def check_source(corpus: str, tokenizer: str, bos: bool, triggers: int) -> None:
-    """The refusals of :func:`load_source` that need no tokenised text, before a run directory is
-    claimed: the Bigram-Backcopy task is built (in a second; its vocabulary bounds the trigger count)."""
+def check_source(corpus: str, tokenizer: str, bos: bool, triggers: int, seq_len: int) -> None:
+    """The refusals of :func:`load_source` and of its windows that need no tokenised text, before a
+    run directory is claimed: the Bigram-Backcopy task is built (in a second; its vocabulary bounds
+    the trigger count)."""
     if corpus == CORPUS_NAME:
-        _bigram_backcopy(tokenizer, bos, triggers)
+        _bigram_backcopy(tokenizer, bos, triggers).check_windows(seq_len)
 
 
 def _bigram_backcopy(tokenizer: str, bos: bool, triggers: int) -> BigramBackcopy:
