@@ -290,6 +290,7 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
         (["--bb-triggers", "3"], "--bb-triggers is read only with --corpus bb"),  # on text: ignored before
         (["--corpus", "bb", "--bb-triggers", "0"], "--bb-triggers must lie in [1, 61]"),  # refused after claiming --out before
         (["--corpus", "bb", "--tokenizer", "bytes"], "has its own character vocabulary"),
+        (["--corpus", "/nowhere/corpus.txt"], "no such corpus file or folder: /nowhere/corpus.txt"),
     ],
 )
 def test_the_command_line_refuses_what_the_run_would_not_read_before_claiming(flags, needle, tmp_path, capsys):

@@ -66,6 +66,13 @@ def load_corpus(spec: str) -> list[Document]:
     return docs
 
 
+def check_corpus(spec: str) -> None:
+    """The refusal of :func:`load_corpus` that needs nothing read, for a check before a run
+    directory is claimed: a corpus file or folder that does not exist."""
+    if spec not in ("shakespeare", "pydoc") and not spec.startswith("hf:"):
+        check(Path(spec).expanduser().exists(), f"no such corpus file or folder: {Path(spec).expanduser()}")
+
+
 def split_documents(docs: list[Document], val_every: int) -> tuple[list[Document], list[Document]]:
     """Every ``val_every``-th document (sorted by name) goes to validation; at least one each."""
     check(len(docs) >= 2, "the corpus needs at least two documents to split train and validation by document")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Union
 
+from ..core.corpus import check_corpus
 from ..core.errors import check
 from .bigram_backcopy import CORPUS_NAME, BigramBackcopy
 from .tokens import TokenData, load_token_data
@@ -26,9 +27,11 @@ def load_source(corpus: str, tokenizer: str, bos: bool, triggers: int) -> DataSo
 def check_source(corpus: str, tokenizer: str, bos: bool, triggers: int, seq_len: int) -> None:
     """The refusals of :func:`load_source` and of its windows that need no tokenised text, before a
     run directory is claimed: the Bigram-Backcopy task is built (in a second; its vocabulary bounds
-    the trigger count)."""
+    the trigger count); a text corpus's file or folder must exist."""
     if corpus == CORPUS_NAME:
         _bigram_backcopy(tokenizer, bos, triggers).check_windows(seq_len)
+    else:
+        check_corpus(corpus)
 
 
 def _bigram_backcopy(tokenizer: str, bos: bool, triggers: int) -> BigramBackcopy:
