@@ -275,6 +275,7 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
         ({"optimizer": "sgd"}, "--optimizer must be one of adamw, orthoadam"),
         ({"tweo": -1.0}, "--tweo is a loss weight"),
         ({"tweo_p": 2.0}, "--tweo-p is read only with --tweo"),
+        ({"bb_triggers": 5}, "--bb-triggers is read only with --corpus bb"),  # on text (train_lm, sweep --set)
         ({"tweo": 0.01, "tweo_tau": 0.0}, "must be > 0"),
         ({"tweo": math.inf}, "finite"),
         ({"tweo": 0.01, "tweo_p": math.inf}, "finite"),
@@ -291,13 +292,19 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
         (["--corpus", "bb", "--bb-triggers", "0"], "--bb-triggers must lie in [1, 61]"),  # refused after claiming --out before
         (["--corpus", "bb", "--tokenizer", "bytes"], "has its own character vocabulary"),
         (["--corpus", "/nowhere/corpus.txt"], "no such corpus file or folder: /nowhere/corpus.txt"),
+        (["--corpus", "{empty}"], "holds no text files"),
+        (["sweep", "--corpus", "bb", "--set", "bb_triggers=0", "--variants", "softmax"], "--bb-triggers must lie in [1, 61]"),
+        (["sweep", "--corpus", "bb", "--set", "seq_len=3", "--variants", "softmax"], "--tokens must be at least 4"),
     ],
 )
 def test_the_command_line_refuses_what_the_run_would_not_read_before_claiming(flags, needle, tmp_path, capsys):
     """The config alone cannot tell ``--tweo-tau 3`` (its default) from no flag; the command line
-    can. The task's own refusals come before the run directory is claimed (a preflight)."""
-    out = tmp_path / "run"
-    assert cli.main(["pretrain", *flags, "--out", str(out)]) == 2
+    can. The data's own refusals come before the run directory is claimed (a preflight), also in a
+    sweep (which left run.json, config.json and a launcher log)."""
+    out, empty = tmp_path / "run", tmp_path / "empty"
+    empty.mkdir()
+    command = ["pretrain"] if flags[0] != "sweep" else []
+    assert cli.main([*command, *(f.format(empty=empty) for f in flags), "--out", str(out)]) == 2
     one_line_error(capsys, needle)
     assert not out.exists()
 

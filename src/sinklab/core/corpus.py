@@ -67,10 +67,12 @@ def load_corpus(spec: str) -> list[Document]:
 
 
 def check_corpus(spec: str) -> None:
-    """The refusal of :func:`load_corpus` that needs nothing read, for a check before a run
-    directory is claimed: a corpus file or folder that does not exist."""
+    """The refusals of :func:`load_corpus` that need nothing read, for a check before a run
+    directory is claimed: a corpus file or folder that does not exist, a folder of no text files."""
     if spec not in ("shakespeare", "pydoc") and not spec.startswith("hf:"):
-        check(Path(spec).expanduser().exists(), f"no such corpus file or folder: {Path(spec).expanduser()}")
+        path = Path(spec).expanduser()
+        if not path.is_file():
+            _text_files(path)
 
 
 def split_documents(docs: list[Document], val_every: int) -> tuple[list[Document], list[Document]]:
@@ -85,12 +87,15 @@ def split_documents(docs: list[Document], val_every: int) -> tuple[list[Document
 def _file_documents(path: Path) -> list[Document]:
     if path.is_file():
         return [Document(path.stem, _read_text(path))]
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
-        if not files:
-            raise SinklabError(f"the folder {path} holds no text files ({', '.join(TEXT_SUFFIXES)})")
-        return [Document(str(f.relative_to(path)), _read_text(f)) for f in files]
-    raise SinklabError(f"no such corpus file or folder: {path}")
+    return [Document(str(f.relative_to(path)), _read_text(f)) for f in _text_files(path)]
+
+
+def _text_files(folder: Path) -> list[Path]:
+    """The text files of a corpus folder, refused in one line when there is none or no such folder."""
+    check(folder.is_dir(), f"no such corpus file or folder: {folder}")
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+    check(bool(files), f"the folder {folder} holds no text files ({', '.join(TEXT_SUFFIXES)})")
+    return files
 
 
 def _read_text(path: Path) -> str:

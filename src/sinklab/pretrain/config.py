@@ -57,11 +57,12 @@ def check_read(given: Sequence[str], tweo: float, corpus: str) -> None:
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
     MIGRATIONS: ClassVar[dict] = {
         0: lambda saved: migrated_pretrain(saved),
         1: migrated_threads,
         2: lambda saved: migrated_training_mitigations(saved),
+        3: lambda saved: migrated_unread_triggers(saved),
     }
 
     corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
@@ -195,6 +196,13 @@ class PretrainConfig:
 #: encoding before ``--positions``, and AdamW's beta2 was fixed at 0.95 before ``--adam-beta2``.
 #: No other missing key is filled in (resume and :func:`.trained.load_trained` refuse it).
 BEFORE_KEY_EXISTED = {"positions": "rope", "adam_beta2": 0.95}
+
+
+def migrated_unread_triggers(saved: dict) -> dict:
+    """Before version 4 a text run accepted ``--bb-triggers`` and ignored it: the value it recorded
+    was never read, so it becomes the default that is now the only one a text run takes."""
+    text = saved.get("corpus", "shakespeare") != BB_CORPUS
+    return {**saved, **({"bb_triggers": PretrainConfig.bb_triggers} if text else {})}
 
 
 def migrated_training_mitigations(saved: dict) -> dict:

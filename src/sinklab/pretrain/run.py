@@ -40,6 +40,11 @@ def measure(cfg: PretrainConfig, context: RunContext) -> RunResult:
     return RunResult(summary)
 
 
+def check_data(cfg: PretrainConfig) -> None:
+    """The data source's refusals, before a run directory is claimed (:func:`.sources.check_source`)."""
+    check_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers, cfg.seq_len)
+
+
 def figures(result: RunResult) -> dict:
     """The loss and the sink metrics against the step (from the run's metrics.jsonl)."""
     return plots.run_figures(result.summary["variant"], read_jsonl(result.out / METRICS_FILE))
@@ -82,7 +87,7 @@ PRETRAIN = register(
         resumable=has_checkpoint,
         needs_run_dir=True,
         figures=figures,
-        preflight=lambda cfg, context: check_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers, cfg.seq_len),
+        preflight=lambda cfg, context: check_data(cfg),
     )
 )
 

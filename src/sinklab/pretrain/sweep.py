@@ -36,7 +36,7 @@ from ..core.runs import is_finished
 from . import page
 from .compare import COMPARE_RUNS, CompareRunsConfig
 from .config import TWEO_WEIGHT, PretrainConfig
-from .run import PRETRAIN
+from .run import PRETRAIN, check_data
 
 #: The training mitigations of issue 52 alone (OrthoAdam, TWEO) and the combinations it names:
 #: softmax-1 with OrthoAdam (as Kaul et al. 2025 train it), the output gate with head-wise RMSNorm,
@@ -215,6 +215,7 @@ SWEEP = register(
         holds_runs=True,
         needs_run_dir=True,
         figures=COMPARE_RUNS.figures,
+        preflight=lambda cfg, context: check_data(cfg.runs()[0]),  # every run shares the data settings
     )
 )
 
