@@ -27,7 +27,7 @@ from ..core import pipeline
 from ..core.attention import ATTN_NORMS, AttentionSpec
 from ..core.claim import run_differs
 from ..core.configs import setting
-from ..core.errors import SinklabError, check
+from ..core.errors import check
 from ..core.flags import seed_ranges
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
@@ -158,14 +158,14 @@ class SweepJob:
 
 def train_one(job: SweepJob) -> dict:
     """One run of the sweep through the pipeline: its summary (a finished run read back, a
-    half-finished one resumed); a run of another configuration is refused, or trained again."""
-    stale = job.rerun_stale and run_differs(job.out, job.cfg) is not None
-    try:
-        return pipeline.run(PRETRAIN, job.cfg, out=job.out, overwrite=stale).summary
-    except SinklabError as exc:
-        raise SinklabError(
-            f"{Path(job.out).name}: {exc}{'' if job.rerun_stale else ' (or pass --rerun-stale to train it again)'}"
-        ) from None
+    half-finished one resumed); a run of another configuration is refused, naming the sweep's own
+    way out (the launcher's message names the job), or trained again."""
+    differs = run_differs(job.out, job.cfg)
+    check(
+        differs is None or job.rerun_stale,
+        f"{job.out} holds a run of another configuration ({differs}); pass --rerun-stale to train it again",
+    )
+    return pipeline.run(PRETRAIN, job.cfg, out=job.out, overwrite=differs is not None).summary
 
 
 def run_dir(root: Path, cfg: PretrainConfig) -> Path:
