@@ -468,6 +468,7 @@ def test_the_by_layer_figure_has_a_panel_per_figure_some_run_holds_one_colour_pe
     curves = plots._traces({"old": [], "unfinished": [], "new": []}, "val_loss")
     titles = [a.text for a in fig.layout.annotations]
     assert titles == [plots.LAYER_PANELS[k] for k in ("first_token_mass_by_layer", "value_state_drain", "attention_zero_share")]
+    assert plots.by_layer_figure({"new": {**new, "kurtosis": [3.0, 900.0]}}).layout.yaxis2.type == "log"  # kurtosis: 2nd panel
     by_panel = {}
     for trace in fig.data:
         by_panel.setdefault(trace.xaxis, []).append(trace)

@@ -35,6 +35,9 @@ LAYER_PANELS = {
     "value_state_drain": "value-state norm, position 0 / rest (before any gate)",
     "attention_zero_share": "share of exactly-zero attention weights",
 }
+#: Panels whose values span orders of magnitude between variants (TWEO's |h| of 4 beside softmax's
+#: thousands): drawn on a log axis.
+LOG_PANELS = ("kurtosis", "max_abs_first", "max_abs_rest")
 
 
 def run_figures(name: str, rows: list[dict]) -> dict:
@@ -133,7 +136,10 @@ def by_layer_figure(summaries: dict[str, Optional[dict]]):
         ]
         for i, key in enumerate(keys)
     ]
-    fig = _panels([LAYER_PANELS[k] for k in keys], traces)
+    fig = _panels([LAYER_PANELS[k] + (" (log)" if k in LOG_PANELS else "") for k in keys], traces)
+    for i, key in enumerate(keys):
+        if key in LOG_PANELS:
+            fig.update_yaxes(type="log", row=i // PANEL_COLUMNS + 1, col=i % PANEL_COLUMNS + 1)
     layers = max((len(s["first_token_mass_by_layer"]) for s in finished), default=1)
     fig.update_xaxes(**layer_axis(layers))
     return fig.update_layout(title="At the end of training, per layer")
