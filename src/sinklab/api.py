@@ -30,14 +30,12 @@ from .compress import COMPRESS, CompressConfig, check_read
 from .core import configs, keywords, pipeline
 from .core.errors import check
 from .core.results import Capability, RunResult, load_result
-from .intervene import INTERVENE, InterveneConfig, Intervention
-from .intervene.run import check_accuracy_read
+from .intervene import INTERVENE, InterveneConfig, Intervention, check_accuracy_read
 from .models.hf import device_name, load_model, resolved_config
 from .models.subjects import Subject
 from .scan import COMPARE, SCAN, CompareConfig, ScanConfig, label_of
 from .stream import STREAM, StreamConfig
-from .tune import TUNE, TuneConfig
-from .tune.config import check_method_read
+from .tune import TUNE, TuneConfig, check_method_read
 
 __all__ = [
     "adapt_model",
@@ -242,8 +240,7 @@ def tune_model(model, tokenizer=None, *, out: Optional[str] = None, overwrite: b
     change; ``.frame("validation")``: every candidate tried; ``.data["tunings"][task]``: the tuning,
     for ``with sinklab.applied(model, tuning):``. Settings:
     """
-    method, batch_size = settings.get("method", TuneConfig.method), settings.get("batch_size", TuneConfig.batch_size)
-    check_method_read(settings, method, batch_size)  # also one given at its default
+    check_method_read(settings, settings.get("method", TuneConfig.method), settings.get("batch_size", TuneConfig.batch_size))
     return _run(TUNE, model, tokenizer, settings, out, overwrite, "tune_model")
 
 

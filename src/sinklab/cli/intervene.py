@@ -11,16 +11,17 @@ import argparse
 from ..core import configs
 from ..core.errors import SinklabError, check
 from ..intervene import (
+    ACCURACY_SETTINGS,
     DEFAULT_LAMS,
     INTERVENE,
     INTERVENTIONS,
     TRIGGER_EDITS,
     InterveneConfig,
     TriggerEditConfig,
+    check_accuracy_read,
     interventions_for,
 )
 from ..intervene import report as intervene_report
-from ..intervene.run import ACCURACY_SETTINGS, check_accuracy_read
 from .args import (
     MODEL_HELP,
     STARTS_OVER,

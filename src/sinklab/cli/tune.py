@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..tune import TUNE, TuneConfig
+from ..tune import READ_BY_METHOD, TUNE, TuneConfig, check_method_read
 from ..tune import plots as tune_plots
-from ..tune.config import READ_BY_METHOD, check_method_read
 from .args import (
     MODEL_HELP,
     add_config_arguments,

@@ -19,10 +19,12 @@ from .interventions import (
     register,
     suppress_sink,
 )
-from .run import INTERVENE, InterveneConfig, apply_interventions, share_at
+from .run import ACCURACY_SETTINGS, INTERVENE, InterveneConfig, apply_interventions, check_accuracy_read, share_at
 from .trigger_models import TRIGGER_EDITS, TriggerEditConfig
 
 __all__ = [
+    "ACCURACY_SETTINGS",
+    "check_accuracy_read",
     "DEFAULT_LAMS",
     "INTERVENE",
     "INTERVENTIONS",

@@ -12,13 +12,13 @@ from __future__ import annotations
 import torch
 
 from ..models.native import Transformer
-from ..scan.metrics import norm_ratio_first
+from ..scan import norm_ratio_first
 
 
 @torch.no_grad()
 def value_state_drain(model: Transformer, windows: torch.Tensor) -> list[float]:
     """Per layer, the first position's value-state norm over the mean of the other positions'
-    (:func:`~sinklab.scan.metrics.norm_ratio_first`), each norm averaged over heads and summed over
+    (:func:`~sinklab.scan.norm_ratio_first`), each norm averaged over heads and summed over
     ``windows`` (B, T) as the scan's recorder does."""
     sums: list = [None] * len(model.blocks)
 

@@ -8,7 +8,7 @@ reduces while recording, the metric settings and summary, and the scan capabilit
 from .compare import COMPARE, CompareConfig, label_of, largest_massive_activation
 from .frame import SCAN_TABLES, compare_rows, head_rows
 from .inputs import BOS_CHOICES, Inputs, InputSpec, build_inputs, renamed_max_tokens
-from .metrics import sink_rate, super_neurons
+from .metrics import norm_ratio_first, sink_rate, super_neurons
 from .recorder import Record, Recorder, RecordOptions
 from .run import SCAN, ScanConfig, record_subject, scan_inputs, scan_native
 from .summary import SUMMARY_ENTRIES, MetricSettings, summarise
@@ -36,6 +36,7 @@ __all__ = [
     "renamed_max_tokens",
     "scan_inputs",
     "scan_native",
+    "norm_ratio_first",
     "sink_rate",
     "summarise",
     "super_neurons",

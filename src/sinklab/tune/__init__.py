@@ -11,13 +11,15 @@ applies a tuning around any forward, ``generate`` or lm-eval run, and :func:`loa
 saved one back. The edits themselves (:class:`InitialTokenScale`, :class:`SinkCalibration`) are
 interventions, which ``sinklab.applied`` takes too."""
 
-from .config import DEFAULT_TASKS, METHODS, TuneConfig
+from .config import DEFAULT_TASKS, METHODS, READ_BY_METHOD, TuneConfig, check_method_read
 from .edits import InitialTokenScale, SinkCalibration
 from .methods import ACT, TUNINGS, Tuning, ZeroTuning, register_tuning
 from .run import TUNE
 from .tunings import from_record, load_tuning, save_tuning, to_record, tuning_edits
 
 __all__ = [
+    "READ_BY_METHOD",
+    "check_method_read",
     "tuning_edits",
     "ACT",
     "DEFAULT_TASKS",
