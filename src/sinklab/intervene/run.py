@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar, Collection, Optional, Sequence
 
 import torch
 
@@ -127,7 +127,7 @@ class InterveneConfig:
 ACCURACY_SETTINGS = ("accuracy_shots", "accuracy_test", "accuracy_rotations")
 
 
-def check_accuracy_read(given: Sequence[str], accuracy) -> None:
+def check_accuracy_read(given: Collection[str], accuracy) -> None:
     """Refuse, in one line, a setting of :data:`ACCURACY_SETTINGS` given (``given``: their names)
     with no ``accuracy`` tasks to judge."""
     refuse_unread(given, {name: (bool(accuracy), "--accuracy TASKS") for name in ACCURACY_SETTINGS})

@@ -6,7 +6,7 @@ default; the run itself is :mod:`.run`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional, Sequence
+from typing import ClassVar, Collection, Optional
 
 from ..accuracy import (
     EVERY,
@@ -42,7 +42,7 @@ METHOD_SETTINGS = {name: method.method for method in TUNINGS.values() for name i
 READ_BY_METHOD = (*METHOD_SETTINGS, "batch_size")
 
 
-def check_method_read(given: Sequence[str], method: str, batch_size: int) -> None:
+def check_method_read(given: Collection[str], method: str, batch_size: int) -> None:
     """Refuse, in one line, a setting of :data:`READ_BY_METHOD` given (``given``: their names) that
     ``method`` would not read: another method's, or a batch size other than 1 for a method that
     evaluates one example at a time."""
