@@ -103,8 +103,7 @@ def check_trigger_reads(args: argparse.Namespace) -> None:
     for leaf in configs.leaves(InterveneConfig):
         value = getattr(args, leaf.name, None)
         if leaf.meta["cli"] and value is not None and (leaf.name in deferred or value != leaf.default()):
-            option = "--" + leaf.name.replace("_", "-")
-            raise SinklabError(f"--trigger edits the trigger-lab models: {option} is not read; leave it out")
+            raise SinklabError(f"--trigger edits the trigger-lab models: {leaf.flag} is not read; leave it out")
 
 
 def intervene_command(args: argparse.Namespace) -> int:

@@ -161,6 +161,12 @@ def leaf(cls: type, name: str) -> Leaf:
     return next(x for x in leaves(cls) if x.name == name)
 
 
+def changed(cfg: Any, names: Sequence[str]) -> list[str]:
+    """Which of the top-level settings ``names`` of ``cfg`` differ from their class defaults: all a
+    config can tell of what was given (the command line tells more: ``cli.args.given_settings``)."""
+    return [name for name in names if getattr(cfg, name) != getattr(type(cfg), name)]
+
+
 def build(cls: type, values: dict) -> Any:
     """``cls`` with the flat ``values`` placed in their groups (the others keep their defaults)."""
     unknown = sorted(set(values) - {x.name for x in leaves(cls)})

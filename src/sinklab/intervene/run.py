@@ -31,7 +31,7 @@ from ..accuracy import (
     split_rule_setting,
     task_names,
 )
-from ..core.configs import recorded, setting
+from ..core.configs import changed, recorded, setting
 from ..core.errors import check, refuse_unread
 from ..core.results import Capability, RunContext, RunResult, register, stamped
 from ..models.hf import MODEL_HELP, QUERY_CHUNK, LoadOptions, read_header
@@ -109,9 +109,7 @@ class InterveneConfig:
         if self.accuracy:
             check_judge_flags(self.accuracy_shots, self.accuracy_test, self.inputs.bos)
             check_rotations(self.accuracy_rotations, "--accuracy-rotations")
-        check_accuracy_read(
-            [name for name in ACCURACY_SETTINGS if getattr(self, name) != getattr(InterveneConfig, name)], self.accuracy
-        )
+        check_accuracy_read(changed(self, ACCURACY_SETTINGS), self.accuracy)
 
     @property
     def accuracy_sizes(self) -> dict:

@@ -12,7 +12,7 @@ from typing import ClassVar, Optional, Sequence
 import torch
 
 from ..core.attention import AttentionSpec, extras_off
-from ..core.configs import setting
+from ..core.configs import changed, setting
 from ..core.errors import check, refuse_unread
 from ..core.orthoadam import OPTIMIZERS
 from ..core.provenance import THREADS_HELP, check_threads, migrated_threads
@@ -147,9 +147,7 @@ class PretrainConfig:
         )
         check(self.tweo >= 0, f"--tweo is a loss weight (>= 0; 0: off), got {self.tweo}")
         check(self.tweo_tau > 0 and self.tweo_p > 0, f"--tweo-tau and --tweo-p must be > 0, got {self.tweo_tau}, {self.tweo_p}")
-        check_read(
-            [name for name in READ_ONLY_WITH if getattr(self, name) != getattr(PretrainConfig, name)], self.tweo, self.corpus
-        )
+        check_read(changed(self, READ_ONLY_WITH), self.tweo, self.corpus)
         check(self.device in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {self.device!r}")
         check(self.device != "cuda" or torch.cuda.is_available(), "--device cuda asked for, but PyTorch sees no GPU")
 

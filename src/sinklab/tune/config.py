@@ -20,7 +20,7 @@ from ..accuracy import (
     split_rule_setting,
     task_names,
 )
-from ..core.configs import setting
+from ..core.configs import changed, setting
 from ..core.errors import check, refuse_unread
 from ..models.hf import MODEL_HELP, LoadOptions
 from .formulas import SPARE_RULES
@@ -123,8 +123,7 @@ class TuneConfig:
         check_rotations(self.rotations)
         check(self.method in METHODS, f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
         check(self.mode in MODES, f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        changed = [name for name in READ_BY_METHOD if getattr(self, name) != getattr(TuneConfig, name)]
-        check_method_read(changed, self.method, self.batch_size)
+        check_method_read(changed(self, READ_BY_METHOD), self.method, self.batch_size)
 
     @property
     def tuning(self) -> type[Tuning]:
