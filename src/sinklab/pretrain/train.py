@@ -214,7 +214,7 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
     model = model.cpu()
     rows = read_jsonl(out / METRICS_FILE)
-    batches = validation_batches(data, cfg)
+    batches, windows = validation_batches(data, cfg), validation_windows(data, cfg)
     summary = {
         "model": f"sinklab.Transformer ({cfg.variant})",
         "dtype": str(dtype).removeprefix("torch."),
@@ -230,8 +230,8 @@ def finish(model: Transformer, data: DataSource, cfg: PretrainConfig, out: Path)
         "unigram_val_loss": data.unigram_val_loss(),
         **data.task_metrics(model, batches),
         "tokens_per_s": sum(r["tokens_per_s"] for r in rows) / len(rows),
-        **scan_native(model, validation_windows(data, cfg), decode=data.decode),
-        "value_state_drain": value_state_drain(model, validation_windows(data, cfg)),
+        **scan_native(model, windows, decode=data.decode),
+        "value_state_drain": value_state_drain(model, windows),
         "quantization": quantization_penalties(model, lambda: validation_loss(model, batches), calibration_windows(data, cfg)),
     }
     summary.update(emergence_figures(summary))
