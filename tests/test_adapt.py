@@ -210,6 +210,23 @@ def test_quantized_context_restores_weights_and_refuses_static_without_calibrati
             pass
 
 
+def test_quantized_only_rounds_the_named_linears(tiny_model_dir):
+    """``only``: the named linear computes under the scheme, every other keeps its weights and input
+    (what ``benchmarks/quant_by_linear.py`` rests on). Mutation: ignoring ``only`` fails the
+    weights assertion."""
+    model = load_model(str(tiny_model_dir("llama"))).model
+    linears = quantized_linears(model)
+    before = {name: m.weight.detach().clone() for name, (_, m) in linears.items()}
+    with torch.no_grad(), quantized(model, QUANT_SCHEMES["w8a8"], only=["0.mlp.down_proj"]) as log:
+        model(input_ids=torch.arange(1, 9)[None])
+        changed = {name for name, (_, m) in linears.items() if not torch.equal(before[name], m.weight)}
+    assert changed == {"0.mlp.down_proj"} and set(log.by_module) == {"0.mlp.down_proj"}
+    assert all(torch.equal(before[name], m.weight) for name, (_, m) in linears.items())
+    with pytest.raises(SinklabError, match="no quantized linear layer 'nope'"):
+        with quantized(model, QUANT_SCHEMES["w8"], only=["nope"]):
+            pass
+
+
 @pytest.fixture(scope="module")
 def outlier():
     """A sharp tiny llama with a planted massive activation on its first token, and text it wrote.

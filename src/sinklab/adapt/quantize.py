@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Optional
+from typing import Collection, Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -146,14 +146,22 @@ def quantized(
     scheme: Optional[QuantScheme],
     static_amax: Optional[dict[str, float]] = None,
     layers: Optional[nn.ModuleList] = None,
+    only: Optional[Collection[str]] = None,
 ) -> Iterator[ActivationLog]:
     """Run ``model`` with ``scheme`` on every decoder linear layer (None: full precision, only
-    logging the inputs; ``layers`` as in :func:`quantized_linears`). Weights are restored and hooks
-    removed on exit, also on error."""
+    logging the inputs; ``layers`` as in :func:`quantized_linears`), or on the linears named in
+    ``only`` (names as :func:`quantized_linears` gives them; the rest run and go unlogged as they
+    are): which one layer's rounding costs the loss. Weights are restored and hooks removed on exit,
+    also on error."""
     if scheme is not None and scheme.activations == "static" and not static_amax:
         raise SinklabError("static activation quantization needs calibration maxima (calibrate() first)")
     layers = decoder_layers(model) if layers is None else layers
     linears = quantized_linears(model, layers)
+    if only is not None:
+        unknown = sorted(set(only) - set(linears))
+        if unknown:
+            raise SinklabError(f"no quantized linear layer {unknown[0]!r}; the model's are: {', '.join(linears)}")
+        linears = {name: linears[name] for name in only}
     log = ActivationLog(len(layers))
     saved, handles = {}, []
     try:
