@@ -241,6 +241,8 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
     "flags, needle",
     [
         (["--tokens", "16"], "--tokens is not read"),
+        (["--tokens", "64"], "--tokens is not read"),  # its default, given
+        (["--random-tokens"], "--random-tokens is not read"),
         (["--accuracy-test", "100"], "--accuracy-test is not read"),  # its default, given
         (["--accuracy", "navigate"], "--accuracy is not read"),
         (["gpt2"], "a MODEL is not read"),
@@ -249,7 +251,9 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path):
 )
 def test_intervene_trigger_refuses_what_it_would_not_read_before_claiming(flags, needle, tmp_path, capsys):
     """``--trigger`` edits the trigger-lab models: a model or a model run's setting given was
-    ignored, and a LAB_DIR without trained models failed after the run directory was claimed."""
+    ignored (at its default value too: mutation, checking only the accuracy settings lets
+    ``--tokens 16`` and ``--tokens 64`` pass), and a LAB_DIR without trained models failed after the run directory
+    was claimed."""
     out = tmp_path / "run"
     assert cli.main(["intervene", *flags, "--trigger", str(tmp_path), "--suppress-sink", "--out", str(out)]) == 2
     one_line_error(capsys, needle)

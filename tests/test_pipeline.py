@@ -17,6 +17,7 @@ from conftest import one_line_error, write_task
 
 import sinklab
 from sinklab import cli
+from sinklab.cli import intervene as intervene_command
 from sinklab.core import configs, keywords, pipeline
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
 from sinklab.core.results import CAPABILITIES
@@ -355,7 +356,7 @@ def test_the_notebook_and_the_command_line_share_every_default(capability, funct
     parameters = inspect.signature(getattr(sinklab, function)).parameters
     command = cli.build_parser()._subparsers._group_actions[0].choices[capability]
     defaults = vars(command.parse_args([]))
-    deferred = {"intervene": sinklab.intervene.ACCURACY_SETTINGS}.get(capability, ())
+    deferred = {"intervene": intervene_command.MODEL_RUN_SETTINGS}.get(capability, ())
     for leaf in configs.leaves(cls):
         if leaf.meta["cli"] and leaf.path[0] != "load":
             command_default = None if leaf.name in deferred else leaf.default()

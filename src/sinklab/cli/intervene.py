@@ -38,6 +38,10 @@ from .args import (
 
 DEFAULT_OUT = "runs/intervene"
 
+#: Every setting of a model's run: ``--trigger`` reads none of them, so each is deferred
+#: (:func:`defer_defaults`) and refused there when given, even at its default value.
+MODEL_RUN_SETTINGS = tuple(leaf.name for leaf in configs.leaves(InterveneConfig) if leaf.meta["cli"])
+
 #: How each kind of intervention option is read from the command line.
 ARGUMENT_KINDS = {
     "positions": {"type": int_list, "metavar": "K[,K...]"},
@@ -59,7 +63,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument("model", nargs="?", default=None, help=MODEL_HELP)
     add_config_arguments(p, InterveneConfig)
-    defer_defaults(p, ACCURACY_SETTINGS)
+    defer_defaults(p, MODEL_RUN_SETTINGS)
     edits = p.add_argument_group("interventions (one run each)")
     for option, cls in INTERVENTIONS.items():
         edits.add_argument(f"--{option.replace('_', '-')}", dest=option, help=cls.help, **ARGUMENT_KINDS[cls.takes])
@@ -97,13 +101,12 @@ def asked_interventions(args: argparse.Namespace, default: dict) -> tuple:
 
 def check_trigger_reads(args: argparse.Namespace) -> None:
     """With ``--trigger`` the trigger-lab models are edited: a model, or a setting of a model's run
-    given (at other than its default; the accuracy ones at any value), would be ignored: refused."""
+    given at any value, would be ignored: refused."""
     check(args.model is None, "--trigger edits the trigger-lab models: a MODEL is not read; leave it out")
-    deferred = set(ACCURACY_SETTINGS)
-    for leaf in configs.leaves(InterveneConfig):
-        value = getattr(args, leaf.name, None)
-        if leaf.meta["cli"] and value is not None and (leaf.name in deferred or value != leaf.default()):
-            raise SinklabError(f"--trigger edits the trigger-lab models: {leaf.flag} is not read; leave it out")
+    given = given_settings(args, InterveneConfig, MODEL_RUN_SETTINGS)
+    if given:
+        flag = configs.leaf(InterveneConfig, given[0]).flag
+        raise SinklabError(f"--trigger edits the trigger-lab models: {flag} is not read; leave it out")
 
 
 def intervene_command(args: argparse.Namespace) -> int:
@@ -116,7 +119,8 @@ def intervene_command(args: argparse.Namespace) -> int:
             print(intervene_report.trigger_intervention_table(result.summary["results"]))
     else:
         args.out = args.out or DEFAULT_OUT
-        check_accuracy_read(given_settings(args, InterveneConfig, ACCURACY_SETTINGS), args.accuracy)
+        given = given_settings(args, InterveneConfig, MODEL_RUN_SETTINGS)
+        check_accuracy_read([name for name in given if name in ACCURACY_SETTINGS], args.accuracy)
         result = run_out(
             args, INTERVENE, config_from(InterveneConfig, args, model=args.model, interventions=asked_interventions(args, {}))
         )
