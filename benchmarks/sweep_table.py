@@ -13,6 +13,8 @@ Run: `.venv/bin/python benchmarks/sweep_table.py bb_survey_mitigations`
 
 from __future__ import annotations
 
+from typing import Sequence
+
 from last_row import last_row
 
 from sinklab.pretrain.compare import paired_statistics
@@ -21,21 +23,27 @@ from sinklab.pretrain.quantization import PAYOFF_SCHEMES
 BASELINE = "softmax"
 #: The bar a seed's sink head must reach to count as a sink (results page 4).
 SINK_BAR = 0.8
-#: (column, key, format) of the means table and the paired table.
-COLUMNS = (
-    ("gap to optimum", "val_loss_gap", ".4f"),
-    ("copy acc", "copy_accuracy", ".3f"),
-    ("sink head BOS, non-trigger", "sink_head_bos_mass_nontrigger", ".2f"),
-    ("trigger", "sink_head_bos_mass_trigger", ".3f"),
-    ("first-token mass", "first_token_mass_mean", ".3f"),
-    ("Sink_1^0.3", "sink_rate", ".2f"),
-    ("kurtosis (max)", "kurtosis_max", ".1f"),
-    ("largest abs h", "largest_activation", ".2f"),
-    ("aggregated value norm pos 0 / rest (max)", "value_drain_max", ".2f"),
-    ("value state pos 0 / rest, before any gate (max)", "value_state_drain_max", ".2f"),
-    ("zero weights", "attention_zero_share_mean", ".3f"),
-    *((f"{name} +loss", f"quant_{name}", ".4f") for name in PAYOFF_SCHEMES),
-)
+#: (column, key, format) of the means and paired tables, in the groups the page prints as one
+#: table each (all fifteen side by side are too wide to read).
+COLUMN_GROUPS = {
+    "the task and the sink": (
+        ("gap to optimum", "val_loss_gap", ".4f"),
+        ("copy acc", "copy_accuracy", ".3f"),
+        ("sink head BOS, non-trigger", "sink_head_bos_mass_nontrigger", ".2f"),
+        ("trigger", "sink_head_bos_mass_trigger", ".3f"),
+        ("first-token mass", "first_token_mass_mean", ".3f"),
+        ("Sink_1^0.3", "sink_rate", ".2f"),
+    ),
+    "outliers, values and sparsity": (
+        ("kurtosis (max)", "kurtosis_max", ".1f"),
+        ("largest abs h", "largest_activation", ".2f"),
+        ("aggregated value norm pos 0 / rest (max)", "value_drain_max", ".2f"),
+        ("value state pos 0 / rest, before any gate (max)", "value_state_drain_max", ".2f"),
+        ("zero weights", "attention_zero_share_mean", ".3f"),
+    ),
+    "the quantization payoff": tuple((f"{name} +loss", f"quant_{name}", ".4f") for name in PAYOFF_SCHEMES),
+}
+COLUMNS = tuple(column for group in COLUMN_GROUPS.values() for column in group)
 
 
 def by_seed(rows: list[dict]) -> dict[str, dict[int, dict]]:
@@ -67,11 +75,11 @@ def sink_table(runs: dict[str, dict[int, dict]]) -> list[str]:
     return lines
 
 
-def means_table(runs: dict[str, dict[int, dict]]) -> list[str]:
-    lines = ["| variant | seeds | " + " | ".join(c for c, _, _ in COLUMNS) + " |", "|---|---:|" + "---:|" * len(COLUMNS)]
+def means_table(runs: dict[str, dict[int, dict]], columns: Sequence[tuple[str, str, str]] = COLUMNS) -> list[str]:
+    lines = ["| variant | seeds | " + " | ".join(c for c, _, _ in columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     for variant, per in runs.items():
         cells = []
-        for _, key, fmt in COLUMNS:
+        for _, key, fmt in columns:
             values = [r[key] for r in per.values() if r.get(key) is not None]
             cells.append(cell(sum(values) / len(values) if values else None, fmt))
         lines.append(f"| {variant} | {len(per)} | " + " | ".join(cells) + " |")
@@ -86,14 +94,14 @@ def paired_cell(diffs: list[float], fmt: str) -> str:
     return f"{format(stats['mean'], '+' + fmt)} (p {stats['p_sign_flip']:.3f}; lower in {lower} of {len(diffs)})"
 
 
-def paired_table(runs: dict[str, dict[int, dict]]) -> list[str]:
+def paired_table(runs: dict[str, dict[int, dict]], columns: Sequence[tuple[str, str, str]] = COLUMNS) -> list[str]:
     base = runs.get(BASELINE, {})
-    lines = ["| variant - softmax | " + " | ".join(c for c, _, _ in COLUMNS) + " |", "|---|" + "---|" * len(COLUMNS)]
+    lines = ["| variant - softmax | " + " | ".join(c for c, _, _ in columns) + " |", "|---|" + "---|" * len(columns)]
     for variant, per in runs.items():
         if variant == BASELINE:
             continue
         cells = []
-        for _, key, fmt in COLUMNS:
+        for _, key, fmt in columns:
             shared = [s for s in per if s in base and per[s].get(key) is not None and base[s].get(key) is not None]
             cells.append(paired_cell([per[s][key] - base[s][key] for s in sorted(shared)], fmt))
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
@@ -124,14 +132,16 @@ def baseline_payoff(runs: dict[str, dict[int, dict]]) -> list[str]:
 def main() -> None:
     row = last_row(__doc__)
     runs = by_seed(row["rows"])
-    print(f"commit {row['git']}, corpus {row['corpus']}, {row['steps']} steps, settings {row['overrides']}\n")
-    for title, table in (
-        ("What the softmax baseline loses under quantization", baseline_payoff),
-        ("The sink head's BOS mass at non-trigger rows, per seed", sink_table),
-        ("Means over seeds", means_table),
-        ("Paired by seed against softmax", paired_table),
-    ):
-        print(f"{title}\n\n" + "\n".join(table(runs)) + "\n")
+    print(f"commit {row['git']}, corpus {row['corpus']}, {row['steps']} steps, settings {row.get('overrides', 'not recorded')}\n")
+    tables = [
+        ("What the softmax baseline loses under quantization", baseline_payoff(runs)),
+        ("The sink head's BOS mass at non-trigger rows, per seed", sink_table(runs)),
+    ]
+    for group, columns in COLUMN_GROUPS.items():
+        tables.append((f"Means over seeds: {group}", means_table(runs, columns)))
+        tables.append((f"Paired by seed against softmax: {group}", paired_table(runs, columns)))
+    for title, lines in tables:
+        print(f"{title}\n\n" + "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
