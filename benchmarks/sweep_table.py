@@ -132,7 +132,8 @@ def baseline_payoff(runs: dict[str, dict[int, dict]]) -> list[str]:
 def main() -> None:
     row = last_row(__doc__)
     runs = by_seed(row["rows"])
-    print(f"commit {row['git']}, corpus {row['corpus']}, {row['steps']} steps, settings {row.get('overrides', 'not recorded')}\n")
+    corpus, overrides = row.get("corpus", "not recorded"), row.get("overrides", "not recorded")
+    print(f"commit {row['git']}, corpus {corpus}, {row['steps']} steps, settings {overrides}\n")
     tables = [
         ("What the softmax baseline loses under quantization", baseline_payoff(runs)),
         ("The sink head's BOS mass at non-trigger rows, per seed", sink_table(runs)),

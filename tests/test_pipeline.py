@@ -17,7 +17,7 @@ from conftest import one_line_error, write_task
 
 import sinklab
 from sinklab import cli
-from sinklab.cli import intervene as intervene_command
+from sinklab.cli.args import given_settings
 from sinklab.core import configs, keywords, pipeline
 from sinklab.core.errors import NumericalCheckFailed, SinklabError
 from sinklab.core.results import CAPABILITIES
@@ -349,18 +349,19 @@ def test_dir_lists_the_api_and_subpackages_import_on_first_use():
 )
 def test_the_notebook_and_the_command_line_share_every_default(capability, function):
     """Every setting the command line has is a keyword of the notebook function, with the same
-    default, both taken from the one config class; a flag read only under another defers its
-    default (None until ``given_settings`` fills in the config's). Mutation tried: a notebook
-    signature with its own default (batch=1, the old scan_model) fails."""
+    default, both taken from the one config class; a flag whose default is deferred (None on the
+    command line, so that one given where it is not read is refused) ends at the same default once
+    ``given_settings`` fills it in. Mutation tried: a notebook signature with its own default
+    (batch=1, the old scan_model) fails."""
     cls = CAPABILITIES[capability].config
     parameters = inspect.signature(getattr(sinklab, function)).parameters
     command = cli.build_parser()._subparsers._group_actions[0].choices[capability]
-    defaults = vars(command.parse_args([]))
-    deferred = {"intervene": intervene_command.MODEL_RUN_SETTINGS}.get(capability, ())
+    parsed = command.parse_args([])
+    deferred = [action.dest for action in command._actions if hasattr(action, "deferred_default")]
+    assert given_settings(parsed, cls, deferred) == []
     for leaf in configs.leaves(cls):
         if leaf.meta["cli"] and leaf.path[0] != "load":
-            command_default = None if leaf.name in deferred else leaf.default()
-            assert parameters[leaf.name].default == leaf.default() and defaults[leaf.name] == command_default, leaf.name
+            assert parameters[leaf.name].default == leaf.default() == getattr(parsed, leaf.name), leaf.name
 
 
 def test_what_load_model_returns_every_function_takes_and_frames_concatenate(loaded, prompt_file):

@@ -61,8 +61,9 @@ def _option_lines(action: argparse.Action) -> list[str]:
     parts = [escaped(action.help or "")]
     if action.choices is not None and not isinstance(action.choices, dict):
         parts.append("Choices: " + ", ".join(literal(c) for c in action.choices) + ".")
-    if action.default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
-        parts.append("Default: " + literal(action.default) + ".")
+    default = getattr(action, "deferred_default", action.default)  # cli.args.defer_defaults
+    if default not in (None, False, argparse.SUPPRESS) and action.nargs != 0:
+        parts.append("Default: " + literal(default) + ".")
     return [flags, "   " + " ".join(p for p in parts if p), ""]
 
 

@@ -155,10 +155,14 @@ def add_config_arguments(p: argparse.ArgumentParser, cls: type, skip: Sequence[s
 
 
 def defer_defaults(p: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    """Flags read only under another flag (``--budget`` under ``--during decode``) default to None
-    on the command line, the help still showing the config's default, so that one given is told
-    from one left out (:func:`given_settings`): given without its enabler it is refused, even at its
-    default value, not ignored."""
+    """Flags read only under another flag (``--budget`` under ``--during decode``), or refused under
+    one (a model run's settings under ``intervene --trigger``), default to None on the command line,
+    so that one given is told from one left out (:func:`given_settings`): given where it is not read,
+    it is refused, even at its default value, not ignored. The help still shows the config's
+    default, and each action keeps it as ``deferred_default`` for the generated reference."""
+    for action in p._actions:
+        if action.dest in names:
+            action.deferred_default = action.default  # type: ignore[attr-defined]
     p.set_defaults(**dict.fromkeys(names))
 
 
