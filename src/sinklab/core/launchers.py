@@ -194,7 +194,7 @@ def launch(
             else:
                 failures.append(f"{label(jobs[i])}: {failure}")
             bar.update(1)
-    retry = "the others' results are kept; run the command again to retry"
+    retry = "the others' results are kept; run the command again to retry only these, once their cause is mended"
     check(not failures, f"{len(failures)} of {len(jobs)} jobs failed ({retry}): {'; '.join(failures)}")
     return results
 
