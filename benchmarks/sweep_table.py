@@ -37,6 +37,7 @@ COLUMN_GROUPS = {
     "outliers, values and sparsity": (
         ("kurtosis (max)", "kurtosis_max", ".1f"),
         ("largest abs h", "largest_activation", ".2f"),
+        ("max/median abs h", "max_over_median", ".0f"),
         ("aggregated value norm pos 0 / rest (max)", "value_drain_max", ".2f"),
         ("value state pos 0 / rest, before any gate (max)", "value_state_drain_max", ".2f"),
         ("zero weights", "attention_zero_share_mean", ".3f"),
