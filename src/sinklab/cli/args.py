@@ -1,5 +1,4 @@
-"""Argument types and groups shared by several commands. Defaults come from the config
-dataclasses through :func:`option`, so no default is typed twice."""
+"""Argument types and groups shared by several commands; defaults come from the config dataclasses, never typed twice."""
 
 from __future__ import annotations
 
@@ -155,14 +154,12 @@ def add_config_arguments(p: argparse.ArgumentParser, cls: type, skip: Sequence[s
 
 
 def defer_defaults(p: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    """Flags read only under another flag (``--budget`` under ``--during decode``), or refused under
-    one (a model run's settings under ``intervene --trigger``), default to None on the command line,
-    so that one given is told from one left out (:func:`given_settings`): given where it is not read,
-    it is refused, even at its default value, not ignored. The help still shows the config's
-    default, and each action keeps it as ``deferred_default`` for the generated reference."""
-    for action in p._actions:
-        if action.dest in names:
-            action.deferred_default = action.default  # type: ignore[attr-defined]
+    """Flags read only under another (``--budget`` under ``--during decode``) or refused under one (a
+    model run's under ``intervene --trigger``) default to None, so that one given is told from one
+    left out (:func:`given_settings`) and refused there even at its default; the help, and
+    ``deferred_default`` for the generated reference, keep the config's default."""
+    for action in (a for a in p._actions if a.dest in names):
+        action.deferred_default = action.default  # type: ignore[attr-defined]
     p.set_defaults(**dict.fromkeys(names))
 
 
