@@ -24,7 +24,7 @@ from sinklab.adapt import QUANT_SCHEMES, quantize_activation, quantized
 from sinklab.adapt.quantize import quantized_linears
 from sinklab.core.text import format_table
 from sinklab.pretrain import load_trained
-from sinklab.pretrain.quantization import PAYOFF_SCHEMES
+from sinklab.pretrain.quantization import PAYOFF_SCHEMES, static_maxima
 from sinklab.pretrain.sources import load_source
 from sinklab.pretrain.train import calibration_windows, validation_batches, validation_loss
 
@@ -63,9 +63,7 @@ def measure(run_dir: Path, scheme_name: str) -> dict:
     model, cfg = load_trained(run_dir)
     data = load_source(cfg.corpus, cfg.tokenizer, cfg.bos, cfg.bb_triggers)
     batches, scheme = validation_batches(data, cfg), QUANT_SCHEMES[scheme_name]
-    with quantized(model, None, layers=model.blocks) as log:
-        model(calibration_windows(data, cfg))
-    static = dict(log.by_module)
+    static = static_maxima(model, calibration_windows(data, cfg))
     exact = validation_loss(model, batches)
     with quantized(model, scheme, static, layers=model.blocks):
         whole = validation_loss(model, batches) - exact

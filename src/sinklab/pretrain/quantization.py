@@ -26,13 +26,19 @@ PAYOFF_SCHEMES = ("w8a8_tensor_static", "w8a8_static", "w4a8", "w4")
 
 
 @torch.no_grad()
-def quantization_penalties(model: Transformer, loss: Callable[[], float], calibration: torch.Tensor) -> dict:
-    """``loss()`` (the validation loss) in full precision and, per scheme of :data:`PAYOFF_SCHEMES`,
-    how much it rises under it; static scales are each layer's largest |input| on ``calibration``
-    (token windows, (B, T))."""
+def static_maxima(model: Transformer, calibration: torch.Tensor) -> dict[str, float]:
+    """Each block linear's largest |input| on ``calibration`` (token windows, (B, T)): the static
+    activation scales, by the names :func:`~sinklab.adapt.quantize.quantized_linears` gives."""
     with quantized(model, None, layers=model.blocks) as log:
         model(calibration)
-    static = dict(log.by_module)
+    return dict(log.by_module)
+
+
+@torch.no_grad()
+def quantization_penalties(model: Transformer, loss: Callable[[], float], calibration: torch.Tensor) -> dict:
+    """``loss()`` (the validation loss) in full precision and, per scheme of :data:`PAYOFF_SCHEMES`,
+    how much it rises under it; static scales are :func:`static_maxima` on ``calibration``."""
+    static = static_maxima(model, calibration)
     exact = loss()
     penalties = {}
     for name in PAYOFF_SCHEMES:
