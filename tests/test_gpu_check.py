@@ -11,6 +11,7 @@ from conftest import benchmark_module
 
 from sinklab.core.errors import SinklabError
 from sinklab.models.hf import check_device_map
+from sinklab.pretrain.quantization import PAYOFF_SCHEMES
 
 
 @pytest.fixture(scope="module")
@@ -37,10 +38,25 @@ def test_the_device_map_puts_half_the_layers_on_each_device(gpu_check, monkeypat
 @pytest.mark.slow
 @pytest.mark.integration
 def test_every_section_runs_at_toy_sizes_on_the_cpu(gpu_check):
-    results = gpu_check.run_sections("cpu", smoke=True)
-    assert set(results) == set(gpu_check.SECTIONS)
+    results = gpu_check.run_sections("cpu", smoke=True, names=(*gpu_check.SECTIONS, *gpu_check.OWN_CALL))
+    assert set(results) == {*gpu_check.SECTIONS, *gpu_check.OWN_CALL}
     failed = {name: r["error"] for name, r in results.items() if not r["ok"]}
     assert not failed, failed
     assert results["device_map"]["first_token_mass_max_abs_diff"] == 0.0
     assert results["sink_cache"]["kept_key_max_abs_error"] < 1e-4 * results["sink_cache"]["key_max_abs"]
     assert results["dtype_agreement"]["by_dtype"]["float32"]["first_token_mass_max_abs_diff"] == 0.0
+    larger = results["pretrain_larger"]
+    assert list(larger["runs"]) == list(gpu_check.LARGER_VARIANTS[:3]) and larger["left_out_by_the_time_box"] == []
+    assert all(tuple(run["quantization_penalty"]) == PAYOFF_SCHEMES for run in larger["runs"].values())
+    assert larger["runs"]["softpick"]["attention_zero_share_mean"] > 0 == larger["runs"]["softmax"]["attention_zero_share_mean"]
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_larger_pretraining_starts_no_run_past_its_time_box(gpu_check, monkeypatch):
+    """Once one run has taken longer than what is left of the box, the rest are named, not started.
+    Mutation tried: without the check, all three start."""
+    monkeypatch.setattr(gpu_check, "LARGER_SECONDS", 0.5)
+    larger = gpu_check.pretrain_larger("cpu", smoke=True)
+    assert list(larger["runs"]) == ["softmax"]
+    assert larger["left_out_by_the_time_box"] == list(gpu_check.LARGER_VARIANTS[1:3])
