@@ -23,6 +23,7 @@ from sinklab.core.runs import (
     FAILED_CHECK,
     FINISHED,
     config_record,
+    fail_run,
     finish_run,
     is_finished,
     read_run_info,
@@ -98,6 +99,25 @@ def test_another_configuration_is_refused_naming_the_first_differing_key(tmp_pat
     assert (path / "summary.json").exists()  # refused, not removed
     with pytest.raises(SinklabError, match=r"configs\[1\]\.seed: 1 there, 2 now"):
         claim_run_dir(run_dir(tmp_path / "lab", {"configs": [{"seed": 0}, {"seed": 1}]}), {"configs": [{"seed": 0}, {"seed": 2}]})
+
+
+def test_a_failed_start_that_wrote_nothing_is_taken_over_by_another_configuration(tmp_path):
+    """A run that failed before it wrote anything but run.json and config.json (a corpus it could
+    not reach) is replaced by a run of another configuration without ``--overwrite``; one that wrote
+    anything more, or is still running, is refused as before. Mutations tried: the check without
+    the status (a running run is replaced); without the listing (a failed run's checkpoint is lost)."""
+    failed = run_dir(tmp_path / "failed")
+    fail_run(failed, RuntimeError("could not load the dataset"))
+    other = replace(CONFIG, inputs=Inputs(tokens=32))
+    assert claim_run_dir(failed, other) == NEW and not failed.exists()
+    running = run_dir(tmp_path / "running")
+    with_checkpoint = run_dir(tmp_path / "checkpointed")
+    fail_run(with_checkpoint, RuntimeError("out of memory"))
+    (with_checkpoint / "ckpt-0000050").mkdir()
+    for kept in (running, with_checkpoint):
+        with pytest.raises(SinklabError, match="holds a run of another configuration"):
+            claim_run_dir(kept, other)
+        assert (kept / "config.json").exists()
 
 
 def test_an_older_config_is_migrated_before_it_is_compared(tmp_path):

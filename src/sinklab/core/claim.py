@@ -17,7 +17,19 @@ from typing import Any, Callable, Optional
 
 from .configs import first_difference, not_result_paths
 from .errors import SinklabError, check
-from .runs import CONFIG, FINISHED, RUN_INFO, SUMMARY, command_line, config_record, is_finished, read_config, read_run_info
+from .runs import (
+    CONFIG,
+    FAILED,
+    FINISHED,
+    INTERRUPTED,
+    RUN_INFO,
+    SUMMARY,
+    command_line,
+    config_record,
+    is_finished,
+    read_config,
+    read_run_info,
+)
 
 NEW, RESUME = "new", "resume"
 
@@ -42,7 +54,8 @@ def claim_run_dir(
     * another command's run (not ``kind``'s, the claiming capability's) is refused naming it;
     * a run of another configuration is refused with the first differing setting: the saved
       ``config.json``, brought to today's version by the config's migrations, against ``config``,
-      every setting compared except those declared ``result=False``;
+      every setting compared except those declared ``result=False``; unless it failed before it
+      wrote anything but those two files (a corpus it could not reach): NEW, since nothing is lost;
     * the same configuration, finished (summary.json, no failed numerical check): FINISHED;
     * the same configuration, unfinished: RESUME when ``resumable(out)``, else the old outputs are
       removed and the run starts over (NEW);
@@ -70,17 +83,24 @@ def claim_run_dir(
         if (path / CONFIG).exists():  # else killed before it wrote its configuration: nothing to keep
             differs = run_differs(path, config)
             check(
-                differs is None or holds_runs,
+                differs is None or holds_runs or _failed_with_nothing_written(path),
                 f"{path} holds a run of another configuration ({differs}); "
                 "pass --overwrite to replace it, or choose another --out",
             )
             if finished and differs is None:
                 return FINISHED
-            if differs is not None or resumable(path):
+            if (differs is not None and holds_runs) or (differs is None and resumable(path)):
                 return RESUME
     if remove:
         _remove_run_dir(path)
     return NEW
+
+
+def _failed_with_nothing_written(path: Path) -> bool:
+    """A run that failed (or was interrupted) holding only its run.json and config.json: its error
+    was said when it failed, and there is nothing else a new run could overwrite."""
+    status = read_run_info(path).get("status")
+    return status in (FAILED, INTERRUPTED) and {p.name for p in path.iterdir()} <= {RUN_INFO, CONFIG}
 
 
 def _check_kind(path: Path, kind: Optional[str]) -> None:
