@@ -11,12 +11,13 @@ GPU, nothing downloaded), each recorded as a row of ``results/gpu_check.jsonl``:
   keys in bfloat16 against keys rotated directly at their cache index, and no host synchronisation
   in a decode step (CUDA's sync debug mode set to "error");
 * ``trigger_paper``: ``sinklab trigger --paper --seeds 0-31 --device cuda`` wall time (target 120 s);
-* ``pretrain_larger``, only with ``--only pretrain_larger`` (a call of its own, at most 7 minutes of
-  training): issue 52's optional larger budget, the survey's mitigations against softmax on natural
-  text with a fixed first token, one seed each, where the softmax baseline may grow a sink.
+* ``pretrain_larger``, only with ``--only pretrain_larger`` (a call of its own, time-boxed at about 7
+  minutes of training): issue 52's optional larger budget, the survey's mitigations against softmax
+  on natural text with a fixed first token, one seed each, where the softmax baseline may grow a sink.
 
-A section that fails records its error and the others still run. ``--smoke`` runs every section at
-toy sizes on the CPU: the test suite runs it, so the script is known to work before a GPU is lent.
+A section that fails records its error and the others still run. ``--smoke`` runs the sections named
+(by default all but ``pretrain_larger``) at toy sizes on the CPU; the test suite runs every one, so
+the script is known to work before a GPU is lent.
 
 Run: `make gpu-check` (on a GPU machine) or `.venv/bin/python benchmarks/gpu_check.py --smoke`.
 """
@@ -29,7 +30,6 @@ import statistics
 import tempfile
 import time
 import traceback
-from dataclasses import replace
 
 import torch
 from common import record
@@ -161,77 +161,10 @@ def trigger_paper(device: str, smoke: bool) -> dict:
     }
 
 
-#: Issue 52's optional larger budget: natural text with a fixed first token and Gu et al.'s knobs for
-#: stronger sinks (weight decay 0.5, lr 6e-3), as results 4b's CPU attempt ran them, on a model of
-#: 4.7M non-embedding parameters (6 layers, d 256) for 1,000 steps of 32 x 512 tokens (16M tokens;
-#: the CPU default sees 1.2M). Two evaluation batches keep each run's CPU-side quantization check short.
-LARGER_SETTINGS = {
-    "bos": True,
-    "weight_decay": 0.5,
-    "lr": 6e-3,
-    "d_model": 256,
-    "n_layers": 6,
-    "n_heads": 4,
-    "seq_len": 512,
-    "batch": 32,
-    "eval_every": 250,
-    "eval_batches": 2,
-    "checkpoint_every": 500,
-}
-LARGER_STEPS = 1000
-SMOKE_SETTINGS = {**LARGER_SETTINGS, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 32, "batch": 4}
-SMOKE_SETTINGS.update(eval_every=2, eval_batches=1, checkpoint_every=2, scan_tokens=16, scan_batch=2)
-#: softmax first (does the baseline sink at all?), then the papers' headline methods and pairs.
-LARGER_VARIANTS = (
-    "softmax",
-    "softpick",
-    "softmax1+orthoadam",
-    "softmax+tweo",
-    "softmax+value_gate",
-    "softmax+gate+head_norm",
-    "softpick+tweo",
-    "softmax+orthoadam",
-)
-#: The section starts no run that its slowest run so far says would end past this many seconds, so
-#: that it ends inside the 8 minutes of a lent device's call whatever the GPU's speed.
-LARGER_SECONDS = 420
-
-
 def pretrain_larger(device: str, smoke: bool) -> dict:
-    """The survey's mitigations against softmax at :data:`LARGER_SETTINGS`, one seed each, one run
-    after another; each run's figures are printed as it ends (a call stopped at its limit keeps
-    them in its output) and the variants the time box left out are named."""
-    from sinklab.pretrain import train_lm
-    from sinklab.pretrain.results import penalty, sink_figures
-    from sinklab.pretrain.sweep import SweepConfig
+    from pretrain_larger import measure
 
-    settings, steps = (SMOKE_SETTINGS, 4) if smoke else (LARGER_SETTINGS, LARGER_STEPS)
-    variants = LARGER_VARIANTS[:3] if smoke else LARGER_VARIANTS
-    runs = SweepConfig("shakespeare", seeds=(0,), variants=variants, steps=steps, settings=settings).runs()
-    finished, slowest, start = {}, 0.0, time.perf_counter()
-    with tempfile.TemporaryDirectory() as root:
-        for cfg in runs:
-            if time.perf_counter() - start + slowest > LARGER_SECONDS:
-                break
-            began = time.perf_counter()
-            summary = train_lm(replace(cfg, device=device), f"{root}/{cfg.variant}").summary
-            slowest = max(slowest, time.perf_counter() - began)
-            figures = {k: v for k, v in sink_figures(summary).items() if v is not None}
-            finished[cfg.variant] = {
-                "seconds": round(time.perf_counter() - began, 1),
-                "final_val_loss": summary["final_val_loss"],
-                "tokens_per_s": round(summary["tokens_per_s"]),
-                "first_token_mass_by_layer": [round(m, 4) for m in summary["first_token_mass_by_layer"]],
-                **figures,
-                "quantization_penalty": {s: penalty(summary, s) for s in summary["quantization"]["loss_penalty"]},
-            }
-            print("pretrain_larger", cfg.variant, json.dumps(finished[cfg.variant]), flush=True)
-    return {
-        "settings": settings,
-        "steps": steps,
-        "runs": finished,
-        "left_out_by_the_time_box": [c.variant for c in runs if c.variant not in finished],
-    }
+    return measure(device, smoke)
 
 
 SECTIONS = {
@@ -275,9 +208,12 @@ def main() -> None:
         help=f"comma-separated sections (default: all but {', '.join(OWN_CALL)}, which take a call of their own)",
     )
     args = parser.parse_args()
-    unknown = sorted(set(args.only.split(",")) - set(SECTIONS) - set(OWN_CALL))
-    if unknown:
-        parser.error(f"--only: unknown {', '.join(unknown)}; the sections are {', '.join([*SECTIONS, *OWN_CALL])}")
+    names = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(SECTIONS) - set(OWN_CALL))
+    if not names or unknown:
+        parser.error(
+            f"--only: unknown {', '.join(unknown) or '(none named)'}; the sections are {', '.join([*SECTIONS, *OWN_CALL])}"
+        )
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: PyTorch sees no GPU here; run it on a GPU machine, or --smoke for the CPU rehearsal")
@@ -286,7 +222,7 @@ def main() -> None:
     run_sections(
         device,
         args.smoke,
-        args.only.split(","),
+        names,
         lambda section, result: record(name, {"device": where, "section": section, **result}),
     )
 

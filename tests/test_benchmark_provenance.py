@@ -132,8 +132,9 @@ def test_a_run_of_another_commit_is_refused_with_the_reason_or_trained_again(swe
 )
 def test_the_sweep_refuses_a_run_of_another_configuration_or_trains_it_again(run, monkeypatch, change, reason):
     """The package's sweep (one pipeline run per job): the same configuration is read back, another
-    is refused naming the setting, and --rerun-stale trains it anew. Mutation tried: train_one
-    ignoring rerun_stale (the last call is refused)."""
+    is refused naming the setting, and --rerun-stale trains it anew; a run interrupted before it
+    wrote anything is trained over without it (the ``--out`` policy's exception). Mutations tried:
+    train_one ignoring rerun_stale (the third call is refused); without failed_before_writing (the last)."""
     cfg, path = run
     assert (
         train_one(SweepJob(cfg, str(path), False))["final_val_loss"]
@@ -150,6 +151,10 @@ def test_the_sweep_refuses_a_run_of_another_configuration_or_trains_it_again(run
     with pytest.raises(KeyboardInterrupt):
         train_one(SweepJob(replace(cfg, **change), str(path), True))
     assert trained == [False] and not (path / "summary.json").exists()  # the old run removed, the new one not resumed from it
+    assert sorted(p.name for p in path.iterdir()) == ["config.json", "run.json"]  # interrupted before writing
+    with pytest.raises(KeyboardInterrupt):
+        train_one(SweepJob(cfg, str(path), False))  # another configuration, but nothing to lose: trained, not refused
+    assert trained == [False, False]
 
 
 def git(repo: Path, *args: str) -> str:

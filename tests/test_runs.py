@@ -4,6 +4,7 @@ run.json. Hand-made run folders, no model: each case of the policy in millisecon
 import json
 import shutil
 import subprocess
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
@@ -14,7 +15,7 @@ import sinklab
 import sinklab.cli  # every command's capability registered
 from sinklab.core import pipeline
 from sinklab.core.atomic import write_json
-from sinklab.core.claim import NEW, RESUME, claim_run_dir, run_differs
+from sinklab.core.claim import NEW, RESUME, claim_run_dir, failed_before_writing, run_differs
 from sinklab.core.configs import setting
 from sinklab.core.errors import SinklabError
 from sinklab.core.provenance import source_revision
@@ -102,22 +103,47 @@ def test_another_configuration_is_refused_naming_the_first_differing_key(tmp_pat
 
 
 def test_a_failed_start_that_wrote_nothing_is_taken_over_by_another_configuration(tmp_path):
-    """A run that failed before it wrote anything but run.json and config.json (a corpus it could
-    not reach) is replaced by a run of another configuration without ``--overwrite``; one that wrote
-    anything more, or is still running, is refused as before. Mutations tried: the check without
-    the status (a running run is replaced); without the listing (a failed run's checkpoint is lost)."""
-    failed = run_dir(tmp_path / "failed")
-    fail_run(failed, RuntimeError("could not load the dataset"))
+    """A run that failed or was interrupted before it wrote anything but run.json and config.json
+    (a corpus it could not reach) is replaced by a run of another configuration without
+    ``--overwrite``, with a warning naming its error; one that wrote anything more, is still running
+    or records no status is refused as before, and the other processes of a DDP run (``remove=False``)
+    remove nothing. Mutations tried: the check without the status (a running run is replaced);
+    without the listing (a failed run's checkpoint is lost); ``status != "running"`` (the status-less
+    run is replaced); INTERRUPTED dropped (the interrupted run is refused); the warning given where nothing is removed."""
     other = replace(CONFIG, inputs=Inputs(tokens=32))
-    assert claim_run_dir(failed, other) == NEW and not failed.exists()
+    for error in (RuntimeError("could not load the dataset"), KeyboardInterrupt()):
+        failed = run_dir(tmp_path / type(error).__name__)
+        fail_run(failed, error)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the main process warns, once
+            assert claim_run_dir(failed, other, remove=False) == NEW and (failed / "config.json").exists()
+        with pytest.warns(UserWarning, match=f"replacing a run of another configuration .*{type(error).__name__}"):
+            assert claim_run_dir(failed, other) == NEW
+        assert not failed.exists()
     running = run_dir(tmp_path / "running")
-    with_checkpoint = run_dir(tmp_path / "checkpointed")
-    fail_run(with_checkpoint, RuntimeError("out of memory"))
-    (with_checkpoint / "ckpt-0000050").mkdir()
-    for kept in (running, with_checkpoint):
+    no_status = run_dir(tmp_path / "no_status")
+    write_json(no_status / "run.json", {k: v for k, v in read_run_info(no_status).items() if k != "status"})
+    checkpointed, measured = run_dir(tmp_path / "checkpointed"), run_dir(tmp_path / "measured")
+    for path in (checkpointed, measured):
+        fail_run(path, RuntimeError("out of memory"))
+    (checkpointed / "ckpt-0000050").mkdir()
+    (measured / "metrics.jsonl").write_text("{}\n")
+    for path in (running, no_status, checkpointed, measured):
         with pytest.raises(SinklabError, match="holds a run of another configuration"):
-            claim_run_dir(kept, other)
-        assert (kept / "config.json").exists()
+            claim_run_dir(path, other)
+        assert (path / "config.json").exists()
+
+
+def test_a_run_half_removed_by_the_main_ddp_process_is_new_to_the_others(tmp_path):
+    """The main process removes a failed run of another configuration while the other processes
+    claim the same folder: a config.json whose run.json is already gone, or no folder at all, is
+    NEW to them, not refused. Mutation tried: the predicate without its missing-run.json clause."""
+    half = tmp_path / "half"
+    half.mkdir()
+    write_json(half / "config.json", config_record(CONFIG))
+    other = replace(CONFIG, inputs=Inputs(tokens=32))
+    assert claim_run_dir(half, other, remove=False) == NEW
+    assert failed_before_writing(tmp_path / "gone")
 
 
 def test_an_older_config_is_migrated_before_it_is_compared(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import warnings
 from dataclasses import is_dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -55,7 +56,8 @@ def claim_run_dir(
     * a run of another configuration is refused with the first differing setting: the saved
       ``config.json``, brought to today's version by the config's migrations, against ``config``,
       every setting compared except those declared ``result=False``; unless it failed before it
-      wrote anything but those two files (a corpus it could not reach): NEW, since nothing is lost;
+      wrote anything but run.json and config.json (:func:`failed_before_writing`): NEW, with a
+      warning that names the error its run.json recorded;
     * the same configuration, finished (summary.json, no failed numerical check): FINISHED;
     * the same configuration, unfinished: RESUME when ``resumable(out)``, else the old outputs are
       removed and the run starts over (NEW);
@@ -82,11 +84,17 @@ def claim_run_dir(
         )
         if (path / CONFIG).exists():  # else killed before it wrote its configuration: nothing to keep
             differs = run_differs(path, config)
+            replaced = differs is not None and not holds_runs and failed_before_writing(path)
             check(
-                differs is None or holds_runs or _failed_with_nothing_written(path),
+                differs is None or holds_runs or replaced,
                 f"{path} holds a run of another configuration ({differs}); "
                 "pass --overwrite to replace it, or choose another --out",
             )
+            if replaced and remove:
+                error = read_run_info(path).get("error", "no error recorded")
+                warnings.warn(
+                    f"{path}: replacing a run of another configuration that failed before writing ({error})", stacklevel=2
+                )
             if finished and differs is None:
                 return FINISHED
             if (differs is not None and holds_runs) or (differs is None and resumable(path)):
@@ -96,11 +104,17 @@ def claim_run_dir(
     return NEW
 
 
-def _failed_with_nothing_written(path: Path) -> bool:
-    """A run that failed (or was interrupted) holding only its run.json and config.json: its error
-    was said when it failed, and there is nothing else a new run could overwrite."""
+def failed_before_writing(path: str | os.PathLike) -> bool:
+    """Whether the run directory ``path`` holds nothing a new run could lose: only run.json and
+    config.json, of a run that failed or was interrupted (a corpus it could not reach; its error was
+    said when it failed). A config.json without run.json is such a directory half removed by the
+    main process of a DDP run (a run writes run.json first), which the other processes read too."""
+    try:
+        names = {p.name for p in Path(path).iterdir()}
+    except FileNotFoundError:  # removed meanwhile by the main process
+        return True
     status = read_run_info(path).get("status")
-    return status in (FAILED, INTERRUPTED) and {p.name for p in path.iterdir()} <= {RUN_INFO, CONFIG}
+    return names <= {RUN_INFO, CONFIG} and (status in (FAILED, INTERRUPTED) or RUN_INFO not in names)
 
 
 def _check_kind(path: Path, kind: Optional[str]) -> None:

@@ -25,7 +25,7 @@ from typing import ClassVar, Optional
 
 from ..core import pipeline
 from ..core.attention import ATTN_NORMS, AttentionSpec
-from ..core.claim import run_differs
+from ..core.claim import failed_before_writing, run_differs
 from ..core.configs import setting
 from ..core.errors import check
 from ..core.flags import seed_ranges
@@ -159,10 +159,11 @@ class SweepJob:
 def train_one(job: SweepJob) -> dict:
     """One run of the sweep through the pipeline: its summary (a finished run read back, a
     half-finished one resumed); a run of another configuration is refused, naming the sweep's own
-    way out (the launcher's message names the job), or trained again."""
+    way out (the launcher's message names the job), or trained again (as one that failed before
+    writing anything is, the ``--out`` policy's exception)."""
     differs = run_differs(job.out, job.cfg)
     check(
-        differs is None or job.rerun_stale,
+        differs is None or job.rerun_stale or failed_before_writing(job.out),
         f"{job.out} holds a run of another configuration ({differs}); pass --rerun-stale to train it again",
     )
     return pipeline.run(PRETRAIN, job.cfg, out=job.out, overwrite=differs is not None).summary
