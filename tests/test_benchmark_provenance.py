@@ -376,3 +376,14 @@ def test_sweep_table_reads_the_baselines_penalty_and_pairs_by_seed():
     assert cells[1] == "+0.0000 (p 1.000; lower in 0 of 3)" and cells[2] == "-"
     assert cells[3] == "-0.80 (p 0.250; lower in 3 of 3)"  # seed 7 has no softmax run to pair with
     assert "| softmax | 0.90 / 0.90 / 0.90 / 0.90 / - | 0.90 | 4 of 4 |" in sinks
+
+
+def test_sweep_table_shows_natural_text_its_validation_loss_not_bigram_backcopy_columns():
+    """A text row has no task optimum, copy or sink head: its first group is the validation loss,
+    first-token mass and Sink_1^0.3; a Bigram-Backcopy row (or an older one, recording no corpus)
+    keeps the task's columns. Mutation tried: one set of groups for both (the text table's first
+    group is four empty columns, and no validation loss)."""
+    with benchmark_module("sweep_table") as table:
+        text, bb, old = (table.column_groups(c)["the task and the sink"] for c in ("shakespeare", "bb", "not recorded"))
+    assert [key for _, key, _ in text] == ["final_val_loss", "first_token_mass_mean", "sink_rate"]
+    assert bb == old and [key for _, key, _ in bb][:3] == ["val_loss_gap", "copy_accuracy", "sink_head_bos_mass_nontrigger"]
