@@ -176,6 +176,7 @@ SECTIONS = {
 }
 #: Sections run only when named (``--only``): each needs a call of its own on a lent device.
 OWN_CALL = {"pretrain_larger": pretrain_larger}
+EVERY_SECTION = {**SECTIONS, **OWN_CALL}
 
 
 def run_sections(device: str, smoke: bool, names=tuple(SECTIONS), done=lambda name, result: None) -> dict:
@@ -186,7 +187,7 @@ def run_sections(device: str, smoke: bool, names=tuple(SECTIONS), done=lambda na
     for name in names:
         start = time.perf_counter()
         try:
-            results[name] = {"ok": True, **{**SECTIONS, **OWN_CALL}[name](device, smoke)}
+            results[name] = {"ok": True, **EVERY_SECTION[name](device, smoke)}
         except Exception as exc:  # noqa: BLE001 - one section's failure must not lose the others' rows
             results[name] = {
                 "ok": False,
@@ -209,11 +210,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     names = [name.strip() for name in args.only.split(",") if name.strip()]
-    unknown = sorted(set(names) - set(SECTIONS) - set(OWN_CALL))
+    unknown = sorted(set(names) - set(EVERY_SECTION))
     if not names or unknown:
-        parser.error(
-            f"--only: unknown {', '.join(unknown) or '(none named)'}; the sections are {', '.join([*SECTIONS, *OWN_CALL])}"
-        )
+        parser.error(f"--only: unknown {', '.join(unknown) or '(none named)'}; the sections are {', '.join(EVERY_SECTION)}")
     device = "cpu" if args.smoke else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_check: PyTorch sees no GPU here; run it on a GPU machine, or --smoke for the CPU rehearsal")

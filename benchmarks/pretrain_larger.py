@@ -79,7 +79,7 @@ def measure(device: str, smoke: bool) -> dict:
     from sinklab.pretrain.results import sink_figures
     from sinklab.pretrain.sources import load_source
 
-    runs = larger_runs(smoke)
+    (settings, steps), runs = larger_budget(smoke), larger_runs(smoke)
     load_source(runs[0].corpus, runs[0].tokenizer, runs[0].bos, runs[0].bb_triggers)
     finished, slowest, start = {}, 0.0, time.perf_counter()
     with tempfile.TemporaryDirectory() as root:
@@ -104,8 +104,8 @@ def measure(device: str, smoke: bool) -> dict:
             finished[cfg.variant]["seconds"] = round(seconds, 1)
             print("pretrain_larger", cfg.variant, json.dumps(finished[cfg.variant]), flush=True)
     return {
-        "settings": larger_budget(smoke)[0],
-        "steps": larger_budget(smoke)[1],
+        "settings": settings,
+        "steps": steps,
         "runs": finished,
         "left_out_by_the_time_box": [c.variant for c in runs if c.variant not in finished],
     }

@@ -147,10 +147,11 @@ def main() -> None:
     runs = by_seed(row["rows"])
     corpus, overrides = row.get("corpus", "not recorded"), row.get("overrides", "not recorded")
     print(f"commit {row['git']}, corpus {corpus}, {row['steps']} steps, settings {overrides}\n")
+    groups = column_groups(corpus)
     tables = [("What the softmax baseline loses under quantization", baseline_payoff(runs))]
-    if column_groups(corpus) is COLUMN_GROUPS:
+    if groups is COLUMN_GROUPS:  # only Bigram-Backcopy has a sink head
         tables.append(("The sink head's BOS mass at non-trigger rows, per seed", sink_table(runs)))
-    for group, columns in column_groups(corpus).items():
+    for group, columns in groups.items():
         tables.append((f"Means over seeds: {group}", means_table(runs, columns)))
         tables.append((f"Paired by seed against softmax: {group}", paired_table(runs, columns)))
     for title, lines in tables:
