@@ -79,13 +79,13 @@ GPU_PYTHON ?= $(BIN)/python
 gpu-check: $(if $(filter $(BIN)/python,$(GPU_PYTHON)),install)
 	PYTHONPATH=src $(GPU_PYTHON) benchmarks/gpu_check.py
 
-# every attention variant and training mitigation (15), default pretraining budget, 2 seeds: the 8
+# every attention variant and training mitigation (16), default pretraining budget, 2 seeds: the 8
 # variants before issue 52 took about 3 hours on 2 CPU cores,
 # under 2 minutes on one GPU (pretraining picks a GPU when PyTorch sees one)
 sweep: install
 	$(BIN)/sinklab sweep
 
-# the Bigram-Backcopy mitigation sweep: 16 variants x 3 seeds, two single-threaded runs at a time
+# the Bigram-Backcopy mitigation sweep: 17 variants x 3 seeds, two single-threaded runs at a time
 # on 2 CPU cores (BENCHMARKS.md section 4 gives the duration of the 9 variants it had before issue 52)
 sweep-bb: install
 	$(BIN)/sinklab sweep --corpus bb

@@ -44,7 +44,7 @@ LARGER_VARIANTS = (
     "softpick",
     "softmax1+orthoadam",
     "softmax+tweo",
-    "softmax+value_gate",
+    "softmax+vga",
     "softmax+gate+head_norm",
     "softpick+tweo",
     "softmax+orthoadam",

@@ -217,6 +217,63 @@ def test_value_gate_multiplies_each_value_by_a_sigmoid_of_itself_per_head():
     assert extras(z, torch.randn(B, T, 4)) is z  # the output stage is untouched
 
 
+def test_vga_scales_each_tokens_values_per_head_by_a_sigmoid_of_its_whole_value_vector():
+    """Bu et al.'s Eq. 6 with their Appendix B's heads: g_j = sigmoid(V_j W_g), V_j every head's
+    value of token j side by side, one gate per head (the per-channel ``value_gate`` would give each
+    channel its own, from its head's value alone)."""
+    torch.manual_seed(0)
+    extras = HeadOutput(4, H, D, AttentionSpec(vga=True))
+    assert extras.order == () and extras.on_values == ("vga",)  # on each key's value, before aggregation
+    assert extras.vga.weight.shape == (H * D, H) and [n for n, _ in extras.vga.named_parameters()] == ["weight"]  # no bias
+    with torch.no_grad():
+        extras.vga.weight.normal_()
+    v = torch.randn(B, H, T, D)
+    expected = torch.empty_like(v)
+    for b in range(B):
+        for t in range(T):
+            gates = torch.sigmoid(torch.cat([v[b, h, t] for h in range(H)]) @ extras.vga.weight)  # (H,)
+            for h in range(H):
+                expected[b, h, t] = v[b, h, t] * gates[h]
+    torch.testing.assert_close(extras.values(v), expected)
+    z = torch.randn(B, H, T, D)
+    assert extras(z, torch.randn(B, T, 4)) is z  # the output stage is untouched
+
+
+def test_a_closed_vga_gate_cuts_the_gradient_to_that_tokens_value():
+    """Their Eqs. 7-8: the gradient reaches V_j along the content path and through the gate's own
+    input (checked against finite differences); as g_s -> 0 both vanish, so the loss no longer
+    drains the sink's value, while an open token's value still learns."""
+    extras = HeadOutput(4, H, D, AttentionSpec(vga=True)).double()
+    torch.nn.init.normal_(extras.vga.weight)
+    assert torch.autograd.gradcheck(extras.values, (torch.randn(1, H, T, D, dtype=torch.float64, requires_grad=True),))
+    with torch.no_grad():
+        extras.vga.weight.fill_(1.0)
+    v = torch.full((1, H, T, D), 0.1, dtype=torch.float64)
+    v[:, :, 0] = -5.0  # token 0's gates: sigmoid(-5 * H * D), shut
+    v.requires_grad_(True)
+    extras.values(v).sum().backward()
+    assert v.grad[:, :, 0].abs().max() < 1e-20
+    assert v.grad[:, :, 1:].abs().min() > 0.1
+
+
+def test_the_model_applies_vga_once_on_the_values():
+    """A gate of one half (W_g = 0) halves every head's output against the same model without it."""
+    from sinklab.core.hooks import hook_name
+    from sinklab.models.native import ModelConfig, Transformer
+
+    torch.manual_seed(0)
+    gated = Transformer(ModelConfig(d_model=8, n_layers=1, n_heads=2, attention=AttentionSpec(vga=True), residual=True))
+    plain = Transformer(ModelConfig(d_model=8, n_layers=1, n_heads=2, residual=True))
+    plain.load_state_dict({k: p for k, p in gated.state_dict().items() if ".vga." not in k})
+    with torch.no_grad():
+        gated.blocks[0].attn.head_out.vga.weight.zero_()
+    x, seen = torch.randn(1, 5, 8), []
+    for model in (plain, gated):
+        with model.hooks.attached([(hook_name(0, "attn.hook_z"), lambda z, point: seen.append(z))]), torch.no_grad():
+            model(x)
+    torch.testing.assert_close(seen[1], seen[0] * 0.5)
+
+
 def test_the_model_gates_each_value_once():
     """A constant gate of one half halves every head's output: a second application (in the attention
     path and again before the cache, say) would quarter it."""

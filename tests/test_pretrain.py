@@ -43,9 +43,11 @@ def corpus(tmp_path, monkeypatch):
     return str(folder)
 
 
-def tiny(corpus, attn="softmax", gate=False, head_norm=False, value_gate=False, **kw):
+def tiny(corpus, attn="softmax", **kw):
+    """A small run of ``corpus``; the per-head extras (``gate=True``, ...) go to its AttentionSpec."""
+    extras = {name: kw.pop(name) for name in EXTRA_NAMES if name in kw}
     base = dict(
-        attention=AttentionSpec(attn, gate=gate, head_norm=head_norm, value_gate=value_gate),
+        attention=AttentionSpec(attn, **extras),
         corpus=corpus,
         tokenizer="bytes",
         d_model=32,
@@ -258,6 +260,7 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
             {"tweo": 0.01, "tweo_p": 2.0},
             {"tweo": 0.0100000001},
             {"value_gate": True},
+            {"vga": True, "tweo": 0.01},
             {"attn": "softpick", "tweo": 0.01},
         )
     }
@@ -269,6 +272,7 @@ def test_every_training_mitigation_is_in_the_variant_name_and_bad_settings_are_r
         "softmax+tweo_p2",
         "softmax+tweo_w0.0100000001",
         "softmax+value_gate",
+        "softmax+vga+tweo",
         "softpick+tweo",
     }
     for kw, message in (

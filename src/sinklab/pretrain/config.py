@@ -57,12 +57,13 @@ def check_read(given: Sequence[str], tweo: float, corpus: str) -> None:
 class PretrainConfig:
     """Model, data and optimisation of one pretraining run (defaults: about 12 min on 2 CPU cores)."""
 
-    VERSION: ClassVar[int] = 4
+    VERSION: ClassVar[int] = 5
     MIGRATIONS: ClassVar[dict] = {
         0: lambda saved: migrated_pretrain(saved),
         1: migrated_threads,
         2: lambda saved: migrated_training_mitigations(saved),
         3: lambda saved: migrated_unread_triggers(saved),
+        4: lambda saved: migrated_extras(saved),
     }
 
     corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
@@ -207,13 +208,17 @@ def migrated_training_mitigations(saved: dict) -> dict:
     """Runs before version 3 had no value-state gate, no OrthoAdam and no TWEO: they ran AdamW
     without the auxiliary loss."""
     return {
-        **saved,
-        **({"attention": extras_off(saved["attention"])} if "attention" in saved else {}),
+        **migrated_extras(saved),
         "optimizer": "adamw",
         "tweo": 0.0,
         "tweo_tau": TWEO_TAU,
         "tweo_p": TWEO_P,
     }
+
+
+def migrated_extras(saved: dict) -> dict:
+    """Runs before version 5 had no ``vga`` (Bu et al.'s own value-state gate): they ran without it."""
+    return {**saved, **({"attention": extras_off(saved["attention"])} if "attention" in saved else {})}
 
 
 def migrated_pretrain(saved: dict) -> dict:

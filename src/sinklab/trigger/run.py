@@ -32,6 +32,14 @@ from .task import TriggerTask
 ANALYSES = {"grid": None, "variants": variant_table, "cap_sweep": cap_tradeoff}
 
 
+def migrated_extras(saved: dict) -> dict:
+    """A lab's models from before an extra existed ran without it (:func:`~sinklab.core.attention.extras_off`)."""
+    return {
+        **saved,
+        "configs": [{**c, **({"attention": extras_off(c["attention"])} if "attention" in c else {})} for c in saved["configs"]],
+    }
+
+
 def migrated_lab(saved: dict) -> dict:
     """Runs before config version 1 recorded only their models; the analysis is read off them (a
     cap sweep caps the BOS mass; the variants table trains per-head extras or more than the
@@ -51,16 +59,12 @@ class LabConfig:
     ``device`` and ``ensembles`` place the jobs: they do not change what a model computes beyond
     float rounding, and a lab resumes under another placement)."""
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
     MIGRATIONS: ClassVar[dict] = {
         0: migrated_lab,
         1: migrated_threads,
-        2: lambda saved: {
-            **saved,
-            "configs": [
-                {**c, **({"attention": extras_off(c["attention"])} if "attention" in c else {})} for c in saved["configs"]
-            ],
-        },
+        2: migrated_extras,  # the value gate
+        3: migrated_extras,  # vga
     }
 
     configs: tuple[TriggerConfig, ...] = setting((), help="the models, one per configuration and seed", cli=False)

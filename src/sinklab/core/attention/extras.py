@@ -50,17 +50,14 @@ STAGES = ("values", "output")
 
 
 class ValueGate(nn.Module):
-    """Value-State Gated Attention (Bu et al. 2025, arXiv 2510.09017): each token's value vector
-    v_j is multiplied, element by element, by a sigmoid gate computed from v_j itself, per head:
-    v_j <- v_j * sigmoid(v_j W_h + b_h). A head can then silence a token's contribution without its
-    value projection having to drain it (the "value-state drain" that a sink's no-op otherwise needs).
+    """A per-channel variant of Value-State Gated Attention (Bu et al. 2025, arXiv 2510.09017): each
+    token's value vector v_j is multiplied, element by element, by a sigmoid gate computed from
+    v_j itself, per head: v_j <- v_j * sigmoid(v_j W_h + b_h).
 
-    Where the gate applies is read from the paper's abstract, the only part of it available when
-    this was written (the gate is "computed directly from the value vectors" and gates "the
-    value-state with a function of itself", suppressing "a token's contribution"): on each key's
-    value before aggregation. The other reading, the query's output gated by a sigmoid of its own
-    value, o_i * sigmoid(v_i W_h + b_h), is not implemented; check the full paper before crediting
-    results to it.
+    It was written from the paper's abstract, before its text was available. The paper's own gate is
+    :class:`VGAGate` (one number per head and token, from the token's whole value vector); this one
+    stays as the per-channel ablation (a reviewer of the paper asked for per-channel gates), and its
+    measured rows keep their name.
     """
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
@@ -71,6 +68,33 @@ class ValueGate(nn.Module):
     def values(self, v: torch.Tensor) -> torch.Tensor:
         """Gate openings in [0, 1], shape (B, H, T, D)."""
         return torch.sigmoid(torch.einsum("bhtd,hde->bhte", v, self.weight) + self.bias)
+
+    def forward(self, v: torch.Tensor) -> torch.Tensor:
+        return v * self.values(v)
+
+
+class VGAGate(nn.Module):
+    """Value-State Gated Attention as Bu et al. 2025 define it (arXiv 2510.09017v3, read through a
+    detailed summary and its OpenReview reviews; the PDF was not reachable here): one gate per
+    head and token, computed from the token's whole value vector V_j (every head's values side by
+    side, their Appendix B), g_j = sigmoid(V_j W_g) with W_g of shape (heads x head_dim, heads) and
+    no bias, scaling key j's contribution, z_i = sum_j g_j a_ij V_j (their Eqs. 4 and 6). Closing
+    g_s cuts the gradient that would otherwise drain the sink's value (their Eqs. 7-8).
+
+    The paper places the gate twice: Section 3 (above, the equations its gradient analysis rests on)
+    on each key's value before aggregation, Appendix B on each query's head output, o_i * g_i. The
+    Section 3 placement is implemented; Appendix B's is not.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_heads * head_dim, n_heads))  # the model draws it as its other matrices
+
+    def values(self, v: torch.Tensor) -> torch.Tensor:
+        """Gate openings in [0, 1], shape (B, H, T, 1): one per head and token."""
+        B, H, T, D = v.shape
+        whole = v.transpose(1, 2).reshape(B, T, H * D)  # each token's value vector, every head's side by side
+        return torch.sigmoid(whole @ self.weight).transpose(1, 2).unsqueeze(-1)
 
     def forward(self, v: torch.Tensor) -> torch.Tensor:
         return v * self.values(v)
@@ -95,7 +119,14 @@ HEAD_EXTRAS: dict[str, HeadExtra] = {
     "head_norm": HeadExtra("head-wise RMSNorm of the attention output (Li et al. 2026)", HeadNorm),
     "gate": HeadExtra("head-wise sigmoid output gate (Qiu et al. 2025)", HeadGate),
     "value_gate": HeadExtra(
-        "value-state gate: each value gated by a sigmoid of itself (Bu et al. 2025)", ValueGate, stage="values"
+        "per-channel value gate: each value channel gated by a sigmoid of the head's value (a variant of Bu et al. 2025)",
+        ValueGate,
+        stage="values",
+    ),
+    "vga": HeadExtra(
+        "Value-State Gated Attention (Bu et al. 2025): each token's values scaled, per head, by a sigmoid of its value vector",
+        VGAGate,
+        stage="values",
     ),
 }
 
@@ -109,6 +140,7 @@ class AttentionSpec:
     gate: bool = False
     head_norm: bool = False
     value_gate: bool = False
+    vga: bool = False
 
     def __post_init__(self) -> None:
         check_attn_name(self.attn)
