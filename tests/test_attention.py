@@ -265,6 +265,7 @@ def test_the_model_applies_vga_once_on_the_values():
     gated = Transformer(ModelConfig(d_model=8, n_layers=1, n_heads=2, attention=AttentionSpec(vga=True), residual=True))
     plain = Transformer(ModelConfig(d_model=8, n_layers=1, n_heads=2, residual=True))
     plain.load_state_dict({k: p for k, p in gated.state_dict().items() if ".vga." not in k})
+    assert gated.blocks[0].attn.head_out.vga.weight.std() > 0.01  # drawn as the model's other matrices
     with torch.no_grad():
         gated.blocks[0].attn.head_out.vga.weight.zero_()
     x, seen = torch.randn(1, 5, 8), []

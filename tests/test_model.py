@@ -3,14 +3,16 @@
 import pytest
 import torch
 
-from sinklab.core.attention import ATTN_NORMS, AttentionSpec
+from sinklab.core.attention import ATTN_NORMS, EXTRA_NAMES, AttentionSpec
 from sinklab.core.errors import SinklabError
 from sinklab.core.hooks import POINTS
 from sinklab.models.circuits import attention_only_forward
 from sinklab.models.native import KVCache, ModelConfig, Transformer
 
 
-def lm_config(attn="softmax", gate=False, head_norm=False, value_gate=False, **kw):
+def lm_config(attn="softmax", **kw):
+    """A small language model; the per-head extras (``gate=True``, ...) go to its AttentionSpec."""
+    extras = {name: kw.pop(name) for name in EXTRA_NAMES if name in kw}
     base = dict(
         d_model=32,
         n_layers=2,
@@ -24,7 +26,7 @@ def lm_config(attn="softmax", gate=False, head_norm=False, value_gate=False, **k
         max_seq_len=64,
     )
     base.update(kw)
-    return ModelConfig(attention=AttentionSpec(attn, gate=gate, head_norm=head_norm, value_gate=value_gate), **base)
+    return ModelConfig(attention=AttentionSpec(attn, **extras), **base)
 
 
 @pytest.mark.parametrize("attn", list(ATTN_NORMS))
@@ -47,7 +49,7 @@ def test_merged_circuits_equal_reference_path_and_gradients(attn):
 
 @pytest.mark.parametrize("attn", list(ATTN_NORMS))
 @pytest.mark.parametrize(
-    "extras", [{}, {"gate": True, "head_norm": True}, {"value_gate": True}, {"sink_tokens": 2, "tie_embeddings": False}]
+    "extras", [{}, *({name: True} for name in EXTRA_NAMES), {"sink_tokens": 2, "tie_embeddings": False}], ids=str
 )
 def test_changing_a_future_token_changes_no_earlier_logit(attn, extras):
     torch.manual_seed(1)
@@ -61,7 +63,7 @@ def test_changing_a_future_token_changes_no_earlier_logit(attn, extras):
 
 
 @pytest.mark.parametrize("attn", ["softmax", "relu", "sink_logit", "softpick"])
-@pytest.mark.parametrize("extras", [{}, {"value_gate": True}], ids=["plain", "value_gate"])
+@pytest.mark.parametrize("extras", [{}, *({name: True} for name in EXTRA_NAMES)], ids=str)
 def test_incremental_decoding_with_cache_equals_full_forward(attn, extras):
     torch.manual_seed(2)
     model = Transformer(lm_config(attn=attn, sink_tokens=1, **extras))

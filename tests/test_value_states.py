@@ -1,5 +1,5 @@
 """The value-state norm at position 0 before any gate (issue 52): the scan's value drain reads the
-values the heads aggregate, after Bu et al.'s value gate; ``value_state_drain`` reads them as the
+values the heads aggregate, after the per-channel value gate; ``value_state_drain`` reads them as the
 qkv projection makes them."""
 
 import pytest

@@ -205,7 +205,7 @@ def migrated_unread_triggers(saved: dict) -> dict:
 
 
 def migrated_training_mitigations(saved: dict) -> dict:
-    """Runs before version 3 had no value-state gate, no OrthoAdam and no TWEO: they ran AdamW
+    """Runs before version 3 had no value_gate, no OrthoAdam and no TWEO: they ran AdamW
     without the auxiliary loss."""
     return {
         **migrated_extras(saved),

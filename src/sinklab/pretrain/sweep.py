@@ -40,7 +40,7 @@ from .run import PRETRAIN, check_data
 
 #: The training mitigations of issue 52 alone (OrthoAdam, TWEO) and the combinations it names:
 #: softmax-1 with OrthoAdam (as Kaul et al. 2025 train it), the output gate with head-wise RMSNorm,
-#: and softpick with TWEO. Softpick and the value-state gate alone are a normalisation and an extra.
+#: and softpick with TWEO. Softpick alone is a normalisation; the value gates (vga, value_gate) are extras.
 TRAINING_MITIGATIONS = (
     {"optimizer": "orthoadam"},
     {"tweo": TWEO_WEIGHT},

@@ -63,7 +63,7 @@ class LabConfig:
     MIGRATIONS: ClassVar[dict] = {
         0: migrated_lab,
         1: migrated_threads,
-        2: migrated_extras,  # the value gate
+        2: migrated_extras,  # value_gate
         3: migrated_extras,  # vga
     }
 

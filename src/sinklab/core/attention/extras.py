@@ -55,9 +55,10 @@ class ValueGate(nn.Module):
     v_j itself, per head: v_j <- v_j * sigmoid(v_j W_h + b_h).
 
     It was written from the paper's abstract, before its text was available. The paper's own gate is
-    :class:`VGAGate` (one number per head and token, from the token's whole value vector); this one
-    stays as the per-channel ablation (a reviewer of the paper asked for per-channel gates), and its
-    measured rows keep their name.
+    :class:`VGAGate` (one number per head and token, from the token's value vector across all heads,
+    no bias); this one, per channel, from its own head's value alone, with a bias, stays as sinklab's
+    ablation of that choice (a reviewer of the paper asked whether g_j is a scalar), and its measured
+    rows keep their name.
     """
 
     def __init__(self, d_model: int, n_heads: int, head_dim: int) -> None:
@@ -74,12 +75,13 @@ class ValueGate(nn.Module):
 
 
 class VGAGate(nn.Module):
-    """Value-State Gated Attention as Bu et al. 2025 define it (arXiv 2510.09017v3, read through a
-    detailed summary and its OpenReview reviews; the PDF was not reachable here): one gate per
-    head and token, computed from the token's whole value vector V_j (every head's values side by
-    side, their Appendix B), g_j = sigmoid(V_j W_g) with W_g of shape (heads x head_dim, heads) and
-    no bias, scaling key j's contribution, z_i = sum_j g_j a_ij V_j (their Eqs. 4 and 6). Closing
-    g_s cuts the gradient that would otherwise drain the sink's value (their Eqs. 7-8).
+    """Value-State Gated Attention (Bu et al. 2025, arXiv 2510.09017v3, read through a detailed
+    summary and its OpenReview reviews; the PDF was not reachable here), Section 3's placement with
+    Appendix B's multi-head gate: one gate per head and token, computed from the token's whole value
+    vector V_j (every head's values side by side), g_j = sigmoid(V_j W_g) with W_g of shape
+    (heads x head_dim, heads) and no bias, scaling key j's contribution, z_i = sum_j g_j a_ij V_j
+    (their Eqs. 4 and 6). Closing g_s cuts the gradient that would otherwise drain the sink's value
+    (their Eqs. 7-8).
 
     The paper places the gate twice: Section 3 (above, the equations its gradient analysis rests on)
     on each key's value before aggregation, Appendix B on each query's head output, o_i * g_i. The
@@ -124,7 +126,8 @@ HEAD_EXTRAS: dict[str, HeadExtra] = {
         stage="values",
     ),
     "vga": HeadExtra(
-        "Value-State Gated Attention (Bu et al. 2025): each token's values scaled, per head, by a sigmoid of its value vector",
+        "Value-State Gated Attention (Bu et al. 2025): each token's values scaled, per head, by a sigmoid of the token's "
+        "value vector across all heads",
         VGAGate,
         stage="values",
     ),
