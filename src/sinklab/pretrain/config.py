@@ -217,7 +217,8 @@ def migrated_training_mitigations(saved: dict) -> dict:
 
 
 def migrated_extras(saved: dict) -> dict:
-    """Runs before version 5 had no ``vga`` (Bu et al.'s own value-state gate): they ran without it."""
+    """A run saved before a per-head extra existed ran without it (before version 3: ``value_gate``;
+    before version 5: ``vga``, Bu et al.'s own value-state gate)."""
     return {**saved, **({"attention": extras_off(saved["attention"])} if "attention" in saved else {})}
 
 
