@@ -11,7 +11,7 @@ from typing import ClassVar, Optional, Sequence
 
 import torch
 
-from ..core.attention import AttentionSpec, extras_off
+from ..core.attention import AttentionSpec, with_extras_off
 from ..core.configs import changed, setting
 from ..core.errors import check, refuse_unread
 from ..core.orthoadam import OPTIMIZERS
@@ -63,7 +63,7 @@ class PretrainConfig:
         1: migrated_threads,
         2: lambda saved: migrated_training_mitigations(saved),
         3: lambda saved: migrated_unread_triggers(saved),
-        4: lambda saved: migrated_extras(saved),
+        4: with_extras_off,  # vga
     }
 
     corpus: str = "shakespeare"  # or "bb": the Bigram-Backcopy task
@@ -208,18 +208,12 @@ def migrated_training_mitigations(saved: dict) -> dict:
     """Runs before version 3 had no value_gate, no OrthoAdam and no TWEO: they ran AdamW
     without the auxiliary loss."""
     return {
-        **migrated_extras(saved),
+        **with_extras_off(saved),
         "optimizer": "adamw",
         "tweo": 0.0,
         "tweo_tau": TWEO_TAU,
         "tweo_p": TWEO_P,
     }
-
-
-def migrated_extras(saved: dict) -> dict:
-    """A run saved before a per-head extra existed ran without it (before version 3: ``value_gate``;
-    before version 5: ``vga``, Bu et al.'s own value-state gate)."""
-    return {**saved, **({"attention": extras_off(saved["attention"])} if "attention" in saved else {})}
 
 
 def migrated_pretrain(saved: dict) -> dict:

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..core.atomic import atomic_path, write_json
-from ..core.attention import ATTN_NORMS, AttentionSpec, extras_off
+from ..core.attention import ATTN_NORMS, AttentionSpec, with_extras_off
 from ..core.launchers import LOCAL, LauncherSettings, launch
 from ..core.provenance import OnThreads
 from ..models.native import Transformer
@@ -93,9 +93,7 @@ def _load_record(out: Path, cfg: TriggerConfig) -> Optional[dict]:
     if not path.exists():
         return None
     saved = json.loads(path.read_text())
-    written = saved.get("config") or {}
-    if "attention" in written:  # a record from before an extra existed ran with it off
-        written = {**written, "attention": extras_off(written["attention"])}
+    written = with_extras_off(saved.get("config") or {})  # a record from before an extra existed ran with it off
     if written != json.loads(json.dumps(cfg.to_dict())):
         return None
     if not (out / "maps" / f"{cfg.key}.safetensors").exists():

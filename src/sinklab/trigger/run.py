@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import ClassVar, Optional, Sequence
 
 from ..core import pipeline
-from ..core.attention import extras_off
+from ..core.attention import with_extras_off
 from ..core.configs import setting
 from ..core.errors import NumericalCheckFailed, check
 from ..core.launchers import LOCAL, LauncherSettings
@@ -33,11 +33,8 @@ ANALYSES = {"grid": None, "variants": variant_table, "cap_sweep": cap_tradeoff}
 
 
 def migrated_extras(saved: dict) -> dict:
-    """A lab's models from before an extra existed ran without it (:func:`~sinklab.core.attention.extras_off`)."""
-    return {
-        **saved,
-        "configs": [{**c, **({"attention": extras_off(c["attention"])} if "attention" in c else {})} for c in saved["configs"]],
-    }
+    """A lab's models from before an extra existed ran without it."""
+    return {**saved, "configs": [with_extras_off(c) for c in saved["configs"]]}
 
 
 def migrated_lab(saved: dict) -> dict:

@@ -5,7 +5,7 @@
 * a new per-head extra: a module plus an entry in :data:`HEAD_EXTRAS` in :mod:`.extras`.
 """
 
-from .extras import EXTRA_NAMES, HEAD_EXTRAS, AttentionSpec, HeadOutput, extras_off
+from .extras import EXTRA_NAMES, HEAD_EXTRAS, AttentionSpec, HeadOutput, extras_off, with_extras_off
 from .norms import ATTN_NORMS, AttnNorm, check_attn_name, make_norm, register
 from .reference import attend, attend_fast, causal_mask, default_scale
 
@@ -24,4 +24,5 @@ __all__ = [
     "extras_off",
     "make_norm",
     "register",
+    "with_extras_off",
 ]

@@ -183,6 +183,12 @@ def extras_off(attention: dict) -> dict:
     return {**{name: False for name in EXTRA_NAMES}, **attention}
 
 
+def with_extras_off(config: dict) -> dict:
+    """A saved configuration whose ``attention`` (when it has one) was written before some extras
+    existed, with those extras off (:func:`extras_off`)."""
+    return {**config, "attention": extras_off(config["attention"])} if "attention" in config else config
+
+
 if set(EXTRA_NAMES) != set(HEAD_EXTRAS):  # pragma: no cover - caught at import when adding an extra
     raise TypeError(f"AttentionSpec's extra fields {sorted(EXTRA_NAMES)} differ from HEAD_EXTRAS {sorted(HEAD_EXTRAS)}")
 
