@@ -33,9 +33,9 @@ def threads_kept():
 
 
 def wide(corpus, **kw):  # noqa: F811
-    """The tiny run with a batch wide enough that two threads split its work (at batch 4 torch runs
-    it on one whatever it is given). Whether one and two threads then sum in another order depends
-    on the CPU: on the Intel Xeon of results 4c they do, on an AMD EPYC this batch agrees to the bit."""
+    """The tiny run with a wider batch (32), so that two threads have work to split. Whether one and
+    two threads then sum in another order depends on the CPU: on the Intel Xeon of results 4c they
+    do (at batch 4 they agreed to the bit), on an AMD EPYC they agree to the bit here too."""
     return tiny(corpus, batch=32, **kw)
 
 
