@@ -66,12 +66,13 @@ def scan_1b(device: str, smoke: bool) -> dict:
     return {"model": subject.name, "layers": subject.n_layers, **compare(subject, ids, 1 if smoke else 2, device)}
 
 
-def half_split(n_layers: int, first: str, second: str) -> dict:
+def half_split(n_layers: int, first: str, second: str, output: str = "") -> dict:
     """An accelerate device map of a Llama-layout model: embeddings and the first half of the layers
-    on ``first``, the rest (and the output layer) on ``second``."""
+    on ``first``, the rest on ``second``, the output layer on ``output`` (default ``second``)."""
     half = n_layers // 2
     layers = {f"model.layers.{i}": first if i < half else second for i in range(n_layers)}
-    return {"model.embed_tokens": first, "model.rotary_emb": first, **layers, "model.norm": second, "lm_head": second}
+    output = output or second
+    return {"model.embed_tokens": first, "model.rotary_emb": first, **layers, "model.norm": output, "lm_head": output}
 
 
 def device_map(device: str, smoke: bool) -> dict:
@@ -79,7 +80,10 @@ def device_map(device: str, smoke: bool) -> dict:
     reference = sinklab.scan_model(single.model, single.tokenizer, tokens=32 if smoke else 128, batch=2).summary
     n_layers = single.model.config.num_hidden_layers
     del single
-    mapping = half_split(n_layers, "cpu" if device == "cpu" else "cuda:0", "cpu")
+    # On the CPU rehearsal the second half of the layers goes to disk: accelerate offloads it as meta
+    # parameters, the path the GPU run's CPU half takes (its weights held in CPU memory instead). The
+    # output layer stays: its weight is the embeddings' (tied), which no disk index holds.
+    mapping = half_split(n_layers, "cpu", "disk", output="cpu") if device == "cpu" else half_split(n_layers, "cuda:0", "cpu")
     split = load_model(None, device_map=json.dumps(mapping))
     spread = sinklab.scan_model(split.model, split.tokenizer, tokens=32 if smoke else 128, batch=2).summary
     gap = (torch.tensor(reference["first_token_mass"]) - torch.tensor(spread["first_token_mass"])).abs().max().item()
@@ -88,6 +92,7 @@ def device_map(device: str, smoke: bool) -> dict:
         "first_token_mass_max_abs_diff": gap,
         "loss": [reference["loss"], spread["loss"]],
         "sink_rate": [reference["sink_rate"]["value"], spread["sink_rate"]["value"]],
+        "super_neurons_agree": reference["super_neurons"] == spread["super_neurons"],  # their weights read outside the forward
     }
 
 

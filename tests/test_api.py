@@ -81,14 +81,22 @@ def test_a_model_offloaded_to_disk_scans_intervenes_and_compresses_as_on_one_dev
     the expected device meta"), and so did a scan on this CPU with two layers on disk (statistics
     summed on the layer's parameters' device, ``meta``). Now each layer's statistics live where
     accelerate runs it, and scan, intervene and compress give the single-device figures. Mutation:
-    ``execution_device`` returning the parameters' device fails the scan with that error."""
+    ``execution_device`` returning the parameters' device fails the scan with that error. The second
+    GPU run failed one step later, reading a super neuron's down-projection column of an offloaded
+    layer ("Tensor.item() cannot be called on meta tensors"): the weight is now read from accelerate's
+    store (mutation: ``down_proj_weight`` returning the parameter as it is fails that row)."""
     folder = str(tiny_model_dir("llama", positions=1024))
     disk = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk"}
     offloaded = load_model(folder, device_map={**disk, "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"})
     whole = load_model(folder)
     assert next(offloaded.model.model.layers[1].parameters()).device.type == "meta"
+    every_neuron = {"super_min_ratio": 0, "super_min_activation": 0}
     runs = {
         "scan": lambda m: sinklab.scan_model(m, prompt=TEXT, tokens=24).summary["first_token_mass"],
+        "super neurons": lambda m: [  # thresholds at 0: every layer's strongest neurons, their down-projection read
+            [w["magnitude"] for w in n["writes_to"]]
+            for n in sinklab.scan_model(m, prompt=TEXT, tokens=24, **every_neuron).summary["super_neurons"]
+        ],
         "intervene": lambda m: sinklab.intervene_model(m, interventions=[MaskSelf(5)], prompt=TEXT, tokens=24).frame().share_at_k,
         "compress": lambda m: sinklab.compress_model(
             m, presses=("snapkv",), ratios=(0.5,), keep_sinks=(1,), quantizers=("kivi",), bits=(4,), group_size=8,

@@ -1,7 +1,10 @@
 """``make gpu-check`` is ready before a GPU is lent: every section of benchmarks/gpu_check.py runs at
 toy sizes on the CPU through the same code (``--smoke``), and its device map splits the layers in
 half. Mutation tried: a section raising (``half_split`` naming ``model.layer.{i}``) is recorded as
-``ok: False`` and fails the smoke test, instead of stopping the other sections."""
+``ok: False`` and fails the smoke test, instead of stopping the other sections. The rehearsal's
+device map sends half the layers to disk, so accelerate offloads them as the GPU run's CPU half is
+(meta parameters): the second GPU run's failure there (a super neuron's weight read on meta)
+fails it (mutation: ``down_proj_weight`` reading the parameter as it is)."""
 
 import json
 from types import SimpleNamespace
@@ -49,7 +52,8 @@ def test_every_section_runs_at_toy_sizes_on_the_cpu(gpu_check):
     assert set(results) == set(gpu_check.EVERY_SECTION)
     failed = {name: r["error"] for name, r in results.items() if not r["ok"]}
     assert not failed, failed
-    assert results["device_map"]["first_token_mass_max_abs_diff"] == 0.0
+    assert results["device_map"]["first_token_mass_max_abs_diff"] == 0.0 and results["device_map"]["super_neurons_agree"]
+    assert results["device_map"]["devices"] == ["cpu", "disk"]  # the offloaded path the GPU run's CPU half takes
     assert results["sink_cache"]["kept_key_max_abs_error"] < 1e-4 * results["sink_cache"]["key_max_abs"]
     assert results["dtype_agreement"]["by_dtype"]["float32"]["first_token_mass_max_abs_diff"] == 0.0
     larger = results["pretrain_larger"]

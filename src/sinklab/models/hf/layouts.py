@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ...core.errors import SinklabError
+from .placement import stored_parameter
 
 
 @dataclass(frozen=True)
@@ -108,5 +109,5 @@ def down_proj_weight(model: nn.Module, layer: int) -> Optional[torch.Tensor]:
     if not path:
         return None
     proj = get_submodule(decoder_layers(model)[layer], path)
-    weight = proj.weight.detach()
+    weight = stored_parameter(proj, "weight").detach()  # an offloaded layer's is on meta
     return weight if isinstance(proj, nn.Linear) else weight.T  # GPT-2's Conv1D stores (in, out)

@@ -136,3 +136,18 @@ def execution_device(module: nn.Module) -> torch.device:
         if executes is not None:
             return torch.device(executes)
     return device
+
+
+def stored_parameter(module: nn.Module, name: str) -> torch.Tensor:
+    """``module``'s own parameter ``name`` with its values: where accelerate offloaded the module
+    (to the CPU beside a GPU, or to disk), the parameter is on ``meta`` outside its forward and the
+    values live in the store accelerate's hook reads them from. Reading a weight outside the
+    forward (a super neuron's down-projection column) must go there."""
+    value = getattr(module, name)
+    if value.device.type != "meta":
+        return value
+    store = getattr(getattr(module, "_hf_hook", None), "weights_map", None)
+    if store is None:
+        what = f"{type(module).__name__}.{name}"
+        raise SinklabError(f"{what} is on meta and no offload store holds it: load the model on one device")
+    return store[name]
