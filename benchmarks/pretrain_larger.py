@@ -1,8 +1,8 @@
 """Issue 52's optional larger pretraining budget on a lent GPU: softmax, then the survey's
 mitigations (softpick, softmax-1 with OrthoAdam, TWEO, the value-state gate, ...), one seed each, on
 natural text with a fixed first token at a budget where the softmax baseline may grow a sink, which
-no CPU-sized budget grew (results 4). It is ``gpu_check.py``'s section ``pretrain_larger``, run as a
-call of its own on a lent device (docs/contributing/gpu-check.md).
+no CPU-sized budget grew (results 4). It is ``gpu_check.py``'s section ``pretrain_larger``, run only
+when named, under a time limit of its own on a lent device (docs/contributing/gpu-check.md).
 
 Run: `PYTHONPATH=src .venv/bin/python benchmarks/gpu_check.py --only pretrain_larger` (on a GPU), or
 with ``--smoke`` at toy sizes on the CPU.
@@ -94,6 +94,7 @@ def measure(device: str, smoke: bool) -> dict:
                     "final_val_loss": summary["final_val_loss"],
                     "tokens_per_s": round(summary["tokens_per_s"]),
                     "first_token_mass_by_layer": [round(m, 4) for m in summary["first_token_mass_by_layer"]],
+                    "first_token_mass_head_max": round(max(max(row) for row in summary["first_token_mass"]), 4),
                     **figures,
                     "quantization_penalty": summary["quantization"]["loss_penalty"],
                 }

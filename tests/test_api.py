@@ -77,17 +77,21 @@ def test_a_device_map_loads_and_gives_the_single_device_figures(tiny_model_dir, 
 
 def test_a_model_offloaded_to_disk_scans_intervenes_and_compresses_as_on_one_device(tiny_model_dir, tokenizer):
     """A model placed by accelerate with layers offloaded holds those layers' weights on ``meta``
-    between forwards: the one GPU run (BENCHMARKS 9) failed there ("Tensor on device cuda:0 is not on
+    between forwards: the first GPU run (results 9) failed there ("Tensor on device cuda:0 is not on
     the expected device meta"), and so did a scan on this CPU with two layers on disk (statistics
     summed on the layer's parameters' device, ``meta``). Now each layer's statistics live where
     accelerate runs it, and scan, intervene and compress give the single-device figures. Mutation:
     ``execution_device`` returning the parameters' device fails the scan with that error. The second
     GPU run failed one step later, reading a super neuron's down-projection column of an offloaded
     layer ("Tensor.item() cannot be called on meta tensors"): the weight is now read from accelerate's
-    store (mutation: ``down_proj_weight`` returning the parameter as it is fails that row)."""
+    store (mutation: ``down_proj_weight`` returning the parameter as it is fails that row). Adapt,
+    which quantizes weights in place, refuses a model with any layer offloaded: with only a middle
+    one offloaded it used to run, that layer silently left unquantized (mutation: the check over the
+    first and last layers only)."""
     folder = str(tiny_model_dir("llama", positions=1024))
     disk = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk", "model.layers.2": "disk"}
-    offloaded = load_model(folder, device_map={**disk, "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"})
+    output = {"model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    offloaded = load_model(folder, device_map={**disk, **output})
     whole = load_model(folder)
     assert next(offloaded.model.model.layers[1].parameters()).device.type == "meta"
     every_neuron = {"super_min_ratio": 0, "super_min_activation": 0}
@@ -107,6 +111,9 @@ def test_a_model_offloaded_to_disk_scans_intervenes_and_compresses_as_on_one_dev
         torch.testing.assert_close(torch.tensor(run(offloaded)), torch.tensor(run(whole)), msg=name)
     with pytest.raises(SinklabError, match="^sinklab adapt reads the model's weights .* load it on one device"):
         sinklab.adapt_model(offloaded, tokens=16, windows=1, calibration=1, schemes=("w8a8",))  # was a raw meta error
+    middle = load_model(folder, device_map={**disk, "model.layers.2": "cpu", **output})
+    with pytest.raises(SinklabError, match="load it on one device"):  # was run with layer 1 left unquantized
+        sinklab.adapt_model(middle, tokens=16, windows=1, calibration=1, schemes=("w4",))
 
 
 def test_intervene_stream_and_adapt_return_tables(tiny, tokenizer):

@@ -60,6 +60,7 @@ def test_every_section_runs_at_toy_sizes_on_the_cpu(gpu_check):
     assert list(larger["runs"]) == ["softmax", "softpick", "softmax1+orthoadam"] and larger["left_out_by_the_time_box"] == []
     assert all(tuple(run["quantization_penalty"]) == PAYOFF_SCHEMES for run in larger["runs"].values())
     assert larger["runs"]["softmax"]["attention_zero_share_mean"] == 0
+    assert all(0 <= run["first_token_mass_head_max"] <= 1 for run in larger["runs"].values())
     assert larger["runs"]["softpick"]["attention_zero_share_mean"] > 0
 
 

@@ -169,11 +169,13 @@ class ModelShape:
 def model_fingerprint(model: nn.Module) -> str:
     """A hash of the architecture, its sizes and the weights of the first and last decoder layer,
     rounded to bfloat16 (so float32 and bfloat16 loads of one checkpoint agree; a float16 load
-    rounds some weights differently and gets another fingerprint). Cheap: two layers of weights."""
+    rounds some weights differently and gets another fingerprint). Cheap: two layers of weights.
+    Every parameter must be on a real device, not only those two: adapt quantizes weights in place,
+    and accelerate's hook would put an offloaded layer's originals back at each forward."""
     cfg = model.config.get_text_config(decoder=True)
     layers = decoder_layers(model)
     check(
-        all(p.device.type != "meta" for p in [*layers[0].parameters(), *layers[-1].parameters()]),
+        all(p.device.type != "meta" for p in model.parameters()),
         "sinklab adapt reads the model's weights (a prefix is fingerprinted by them), and this model keeps some "
         "offloaded (on meta until their forward): load it on one device for adapt",
     )

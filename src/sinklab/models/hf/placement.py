@@ -142,7 +142,9 @@ def stored_parameter(module: nn.Module, name: str) -> torch.Tensor:
     """``module``'s own parameter ``name`` with its values: where accelerate offloaded the module
     (to the CPU beside a GPU, or to disk), the parameter is on ``meta`` outside its forward and the
     values live in the store accelerate's hook reads them from. Reading a weight outside the
-    forward (a super neuron's down-projection column) must go there."""
+    forward (a super neuron's down-projection column) must go there. accelerate hooks each offloaded
+    module that holds parameters itself; a store on a parent block only (``preload_module_classes``)
+    is not searched, and gets the error."""
     value = getattr(module, name)
     if value.device.type != "meta":
         return value
