@@ -165,6 +165,7 @@ def trigger_paper(device: str, smoke: bool) -> dict:
         "target_seconds": 120,
         "runs": len(runs),
         "converged": sum(bool(r["converged"]) for r in runs),
+        "compile_fallbacks": sorted(set(summary["compile_fallbacks"].values())),  # why a step trained uncompiled
     }
 
 

@@ -97,6 +97,24 @@ def test_a_compile_error_runs_the_step_once_uncompiled_and_is_recorded(monkeypat
     assert step.fallback.startswith(type(error()).__name__)
 
 
+def test_a_tracing_failure_is_recorded_with_its_operator_and_line():
+    """Dynamo's refusal to trace a builtin names the operator and the step's line only after its
+    first line: the lent GPU's torch 2.11 recorded "Failed to trace builtin operator" and nothing
+    more. A real refusal here (``print`` inside the step). Mutation tried: the first line alone."""
+
+    def printing_step(state, x):
+        print("step", x.shape)
+        state["w"].add_(x)
+        return 0
+
+    state, step = {"w": torch.zeros(2)}, CompiledStep(printing_step)
+    with pytest.warns(UserWarning, match="training uncompiled"):
+        step(state, torch.ones(2))
+    reason = step.fallback
+    assert torch.equal(state["w"], torch.ones(2)) and reason.startswith("Unsupported: Failed to trace builtin operator")
+    assert "builtin operator `print`" in reason and "in printing_step" in reason
+
+
 @pytest.mark.parametrize(
     "error, after_writing",
     [

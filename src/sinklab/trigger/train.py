@@ -189,14 +189,20 @@ class CompiledStep:
 
 
 def compile_failure(exc: Exception) -> str:
-    """One line for the records: the error, and for a backend's failure the backend's own error
-    (``BackendCompilerFailed``'s first line only names the backend)."""
+    """One line for the records: the error; for a backend's failure the backend's own error
+    (``BackendCompilerFailed``'s first line only names the backend); for Dynamo's refusal to trace,
+    its explanation (which operator) and the line of the step where it stopped (a lent GPU's torch
+    2.11 failed with the first line alone, "Failed to trace builtin operator", naming neither)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
 
     def first_line(error: BaseException) -> str:
         return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
 
     inner = getattr(exc, "inner_exception", None)
-    return (first_line(exc) if inner is None else f"{type(exc).__name__} ({first_line(inner)})")[:300]
+    if inner is not None:
+        return f"{type(exc).__name__} ({first_line(inner)})"[:300]
+    where = [line for line in lines if line.startswith("File ")][-1:]  # the user code's innermost frame
+    return "; ".join([first_line(exc), *[line for line in lines if line.startswith("Explanation:")], *where])[:600]
 
 
 def tensor_versions(args) -> list[int]:
