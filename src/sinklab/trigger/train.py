@@ -193,7 +193,6 @@ def compile_failure(exc: Exception) -> str:
     (``BackendCompilerFailed``'s first line only names the backend); for Dynamo's refusal to trace,
     its explanation (which operator) and the line of the step where it stopped (a lent GPU's torch
     2.11 failed with the first line alone, "Failed to trace builtin operator", naming neither)."""
-    lines = [line.strip() for line in str(exc).strip().splitlines()]
 
     def first_line(error: BaseException) -> str:
         return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
@@ -201,6 +200,7 @@ def compile_failure(exc: Exception) -> str:
     inner = getattr(exc, "inner_exception", None)
     if inner is not None:
         return f"{type(exc).__name__} ({first_line(inner)})"[:300]
+    lines = [line.strip() for line in str(exc).strip().splitlines()]
     where = [line for line in lines if line.startswith("File ")][-1:]  # the user code's innermost frame
     return "; ".join([first_line(exc), *[line for line in lines if line.startswith("Explanation:")], *where])[:600]
 
